@@ -1,0 +1,99 @@
+# ringlet: one Makefile, no other build system.
+#   make                      library, ringlet-run, ringlet-perf, tests
+#   make test                 build and run the suite (tests/run.sh)
+#   make test SANITIZE=address,undefined   (or SANITIZE=thread): same, sanitized, in build-<name>/
+#   make run                  dependencies (as root), build, the all-reduce demo on 4 local ranks
+#   make install PREFIX=/usr/local
+CC      ?= cc
+PREFIX  ?= /usr/local
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+BUILD   ?= build
+OPT     ?= -O2
+else
+BUILD   ?= build-$(subst $(comma),-,$(SANITIZE))
+OPT     ?= -O1
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+comma := ,
+
+SOVERSION := 0
+VERSION   := 0.1.0
+CPPFLAGS  += -Iinclude -Isrc -Itransports -Ikernels -D_GNU_SOURCE
+CFLAGS    += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread $(SANFLAGS)
+LDFLAGS   += -pthread $(SANFLAGS)
+LDLIBS    += -ldl -lm
+
+LIB_SRC := $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+MP_SRC  := $(wildcard tests/mp/*.c)
+MP_BIN  := $(MP_SRC:tests/mp/%.c=$(BUILD)/tests/mp/%)
+
+SO      := $(BUILD)/lib/libringlet.so.$(VERSION)
+SONAME  := libringlet.so.$(SOVERSION)
+A       := $(BUILD)/lib/libringlet.a
+BINS    := $(BUILD)/bin/ringlet-run $(BUILD)/bin/ringlet-perf
+
+.PHONY: all lib test run deps install clean
+all: lib $(BINS) $(UNIT_BIN) $(MP_BIN)
+lib: $(SO) $(A)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+-include $(LIB_OBJ:.o=.d)
+
+$(SO): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	ln -sf libringlet.so.$(VERSION) $(BUILD)/lib/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/lib/libringlet.so
+
+$(A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Programs link the shared library with an rpath to it, as users do.
+LINK_SO := -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lringlet
+
+$(BUILD)/bin/ringlet-run: tools/ringlet-run.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+
+$(BUILD)/bin/ringlet-perf: perf/ringlet_perf.c $(SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_SO) $(LDLIBS)
+
+# Unit tests link the static library: they may test internal functions.
+$(BUILD)/tests/unit/%: tests/unit/%.c $(A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(A) $(LDLIBS)
+
+# Multi-process tests use the public API only, through the shared library.
+$(BUILD)/tests/mp/%: tests/mp/%.c $(SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lringlet $(LDLIBS)
+
+deps:
+	@scripts/install-deps.sh
+
+test: deps all
+	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run.sh
+
+run: deps all
+	$(BUILD)/bin/ringlet-run -n 4 $(BUILD)/bin/ringlet-perf allreduce -b 4K -e 64M -f 4 -c 1
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/ringlet.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libringlet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libringlet.so
+	install -m 644 $(A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ringlet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+
+clean:
+	rm -rf build build-*

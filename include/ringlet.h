@@ -1,0 +1,164 @@
+/* ringlet: collective communication without NCCL.
+ *
+ * The one public header. C11, C ABI, no CUDA types: a CUDA stream is passed as an
+ * opaque `void *stream` (NULL = host buffers, the call runs on the communicator's
+ * progress thread and the blocking form returns when the result is in place).
+ *
+ * Values of ringlet_result_t, ringlet_datatype_t and ringlet_op_t equal NCCL's so
+ * that the NCCL compatibility layer stays a thin cast.
+ */
+#ifndef RINGLET_H
+#define RINGLET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RINGLET_VERSION_MAJOR 0
+#define RINGLET_VERSION_MINOR 1
+#define RINGLET_VERSION_PATCH 0
+
+/* Result codes: one to one with NCCL's ncclResult_t, plus a timeout. The message
+ * of the last error (ringlet_comm_last_error) names the argument, peer or operation. */
+typedef enum {
+    RINGLET_SUCCESS = 0,
+    RINGLET_ERR_CUDA = 1,             /* a CUDA call failed */
+    RINGLET_ERR_SYSTEM = 2,           /* a system call failed (socket, memory, ...) */
+    RINGLET_ERR_INTERNAL = 3,         /* a bug in ringlet */
+    RINGLET_ERR_INVALID_ARGUMENT = 4, /* null pointer, bad dtype/op, rank out of range, size overflow */
+    RINGLET_ERR_INVALID_USAGE = 5,    /* a call the communicator's state does not allow (aborted, failed) */
+    RINGLET_ERR_REMOTE = 6,           /* a peer failed or closed its connection */
+    RINGLET_IN_PROGRESS = 7,          /* a non-blocking operation is not finished yet */
+    RINGLET_ERR_TIMEOUT = 8,          /* a deadline (RINGLET_TIMEOUT) passed */
+    RINGLET_NUM_RESULTS = 9
+} ringlet_result_t;
+
+typedef enum {
+    RINGLET_INT8 = 0,
+    RINGLET_UINT8 = 1,
+    RINGLET_INT32 = 2,
+    RINGLET_UINT32 = 3,
+    RINGLET_INT64 = 4,
+    RINGLET_UINT64 = 5,
+    RINGLET_FLOAT16 = 6,
+    RINGLET_FLOAT32 = 7,
+    RINGLET_FLOAT64 = 8,
+    RINGLET_BFLOAT16 = 9,
+    RINGLET_NUM_DATATYPES = 10
+} ringlet_datatype_t;
+
+/* Integer sum and prod wrap modulo 2^bits (two's complement); integer avg is the
+ * wrapped sum divided by the number of ranks, truncated toward zero. */
+typedef enum {
+    RINGLET_SUM = 0,
+    RINGLET_PROD = 1,
+    RINGLET_MAX = 2,
+    RINGLET_MIN = 3,
+    RINGLET_AVG = 4,
+    RINGLET_NUM_OPS = 5
+} ringlet_op_t;
+
+#define RINGLET_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[RINGLET_UNIQUE_ID_BYTES];
+} ringlet_unique_id_t;
+
+typedef struct ringlet_comm *ringlet_comm_t;
+typedef struct ringlet_request *ringlet_request_t;
+
+/* ---- errors ---- */
+const char *ringlet_strerror(ringlet_result_t result);
+/* Message of the last error on this communicator (never NULL; "" when none). With a
+ * NULL comm: the calling thread's last error, for calls that have no communicator
+ * yet (init, unique id). */
+const char *ringlet_comm_last_error(ringlet_comm_t comm);
+size_t ringlet_datatype_size(ringlet_datatype_t datatype); /* 0 for an unknown type */
+const char *ringlet_version(void);
+
+/* ---- communicators ---- */
+/* Rank 0 of the job calls this and hands the id to every rank (through MPI, a file,
+ * ...). The process that made the id must be the one that calls init as rank 0: it
+ * already listens on the id's address. The id carries a random job secret. */
+ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id);
+ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank);
+/* From the launcher's environment: torchrun's MASTER_ADDR, MASTER_PORT, RANK,
+ * WORLD_SIZE, LOCAL_RANK; Slurm's SLURM_PROCID/SLURM_NTASKS; Open MPI's
+ * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE. The secret comes from RINGLET_SECRET. */
+ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm);
+/* Collective clean shutdown: frees everything. Rank 0 waits (within the deadline)
+ * for the others' destroy so that no rank mistakes a clean exit for a failure. */
+ringlet_result_t ringlet_comm_destroy(ringlet_comm_t comm);
+/* Stops every operation at once, closes every connection, frees everything.
+ * Always returns. Peers see this rank as failed. */
+ringlet_result_t ringlet_comm_abort(ringlet_comm_t comm);
+ringlet_result_t ringlet_comm_rank(ringlet_comm_t comm, int *rank);
+ringlet_result_t ringlet_comm_size(ringlet_comm_t comm, int *size);
+ringlet_result_t ringlet_comm_local_rank(ringlet_comm_t comm, int *local_rank);
+ringlet_result_t ringlet_comm_local_size(ringlet_comm_t comm, int *local_size);
+/* RINGLET_SUCCESS while the communicator works; the error that broke it otherwise
+ * (a failed peer, a timeout, an abort). */
+ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t comm);
+
+/* ---- collectives (blocking on host buffers) ----
+ * sendbuf == recvbuf is the in-place form. Counts are in elements. */
+ringlet_result_t ringlet_allreduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                   ringlet_op_t op, ringlet_comm_t comm, void *stream);
+/* root's sendbuf goes to every rank's recvbuf (root's recvbuf too). sendbuf is read on root only. */
+ringlet_result_t ringlet_broadcast(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                   int root, ringlet_comm_t comm, void *stream);
+/* recvbuf is written on root only (may be NULL elsewhere). */
+ringlet_result_t ringlet_reduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                ringlet_op_t op, int root, ringlet_comm_t comm, void *stream);
+/* recvbuf holds nranks * sendcount elements, rank r's block at r * sendcount. In place
+ * when sendbuf == recvbuf + rank * sendcount elements. */
+ringlet_result_t ringlet_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, ringlet_datatype_t datatype,
+                                   ringlet_comm_t comm, void *stream);
+/* sendbuf holds nranks * recvcount elements; rank r receives the reduction of block r.
+ * In place when recvbuf == sendbuf + rank * recvcount elements. */
+ringlet_result_t ringlet_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        ringlet_datatype_t datatype, ringlet_op_t op, ringlet_comm_t comm,
+                                        void *stream);
+ringlet_result_t ringlet_barrier(ringlet_comm_t comm, void *stream);
+/* Point to point. Messages between two ranks arrive in the order they were sent;
+ * a count that differs from the matching call's is an error on both sides. */
+ringlet_result_t ringlet_send(const void *sendbuf, size_t count, ringlet_datatype_t datatype, int peer,
+                              ringlet_comm_t comm, void *stream);
+ringlet_result_t ringlet_recv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,
+                              ringlet_comm_t comm, void *stream);
+
+/* ---- non-blocking forms ----
+ * Each returns at once with a request; the buffers must stay untouched until
+ * ringlet_test reports done or ringlet_wait returns. Operations on one communicator
+ * run in the order they were issued. test/wait free the request when they report
+ * completion (success or error); *request is then set to NULL. */
+ringlet_result_t ringlet_iallreduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                    ringlet_op_t op, ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_ibroadcast(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                    int root, ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_ireduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                 ringlet_op_t op, int root, ringlet_comm_t comm, void *stream,
+                                 ringlet_request_t *request);
+ringlet_result_t ringlet_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                    ringlet_datatype_t datatype, ringlet_comm_t comm, void *stream,
+                                    ringlet_request_t *request);
+ringlet_result_t ringlet_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                         ringlet_datatype_t datatype, ringlet_op_t op, ringlet_comm_t comm,
+                                         void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_ibarrier(ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_isend(const void *sendbuf, size_t count, ringlet_datatype_t datatype, int peer,
+                               ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_irecv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,
+                               ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+/* *done = 1 and the operation's result when finished (the request is freed);
+ * *done = 0 and RINGLET_SUCCESS while it runs. */
+ringlet_result_t ringlet_test(ringlet_request_t *request, int *done);
+/* Waits (within the deadline) and returns the operation's result; frees the request. */
+ringlet_result_t ringlet_wait(ringlet_request_t *request);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RINGLET_H */

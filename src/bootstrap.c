@@ -1,0 +1,552 @@
+/* Bootstrap: rank 0 gathers every rank's info and hands the table out; the
+ * connections stay open afterwards as a failure monitor.
+ *
+ * Handshake (all messages fixed size):
+ *   rank 0 -> rank r : challenge  {magic, nonce0}
+ *   rank r -> rank 0 : hello      {magic, rank, nranks, nonce_r, info, mac}
+ *                      mac = HMAC(secret, "hello" nonce0 rank nranks nonce_r info)
+ *   rank 0 -> rank r : table      {magic, status, mac, P infos | error text}
+ *                      mac = HMAC(secret, "table" nonce_r status payload)
+ * So rank 0 knows r holds the secret and r knows rank 0 does. A connection that does
+ * not complete the hello in time, or whose mac is wrong, is closed and logged; the job
+ * goes on. A rank that never shows up fails init on every rank, naming it.
+ *
+ * Monitor: afterwards each rank keeps its socket to rank 0. When one closes without a
+ * goodbye, rank 0 tells everybody that rank failed; when rank 0's closes without one,
+ * every rank knows rank 0 failed. Failures are thus reported by rank within
+ * milliseconds of a process dying, even to ranks that are not its ring neighbours.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "log.h"
+#include "netif.h"
+#include "sha256.h"
+#include "sock.h"
+#include "util.h"
+
+#define ID_MAGIC 0x31544c52u     /* "RLT1" */
+#define BOOT_MAGIC 0x31424c52u   /* "RLB1" */
+#define MON_MAGIC 0x314d4c52u    /* "RLM1" */
+#define HELLO_WAIT_S 5.0         /* a genuine rank sends its hello at once */
+
+enum { MON_BYE = 1, MON_FAILED = 2 };
+
+/* ---- unique id ---- */
+
+struct id_layout {
+    uint32_t magic;
+    uint16_t family;
+    uint16_t port; /* host order */
+    uint8_t addr[16];
+    uint32_t scope;
+    uint8_t secret[32];
+};
+_Static_assert(sizeof(struct id_layout) <= RINGLET_UNIQUE_ID_BYTES, "unique id too small");
+
+/* Listeners opened by ringlet_get_unique_id in this process, for rank 0's init. */
+static pthread_mutex_t g_ids_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int fd;
+    int port;
+    uint8_t secret[32];
+} g_ids[64];
+static int g_nids;
+
+static ringlet_result_t pick_interface(struct sockaddr_storage *addr, char *name, size_t namelen, char *err) {
+    const char *spec = getenv("RINGLET_SOCKET_IFNAME");
+    struct rl_netif nif[16];
+    int n = rl_netif_list(spec, nif, 16);
+    if (n <= 0) {
+        snprintf(err, RL_MSG_MAX, "no usable network interface%s%s%s", spec ? " matches RINGLET_SOCKET_IFNAME=" : "",
+                 spec ? spec : "", n < 0 ? " (getifaddrs failed)" : "");
+        return RINGLET_ERR_SYSTEM;
+    }
+    *addr = nif[0].addr;
+    snprintf(name, namelen, "%s", nif[0].name);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_boot_make_id(ringlet_unique_id_t *id, char *err) {
+    struct sockaddr_storage addr;
+    char name[64];
+    ringlet_result_t rc = pick_interface(&addr, name, sizeof name, err);
+    if (rc) return rc;
+    rl_sockaddr_set_port(&addr, 0);
+    socklen_t len;
+    int fd;
+    int e = rl_sock_listen(&addr, &len, &fd);
+    if (e < 0) return snprintf(err, RL_MSG_MAX, "cannot listen on %s: %s", name, strerror(-e)), RINGLET_ERR_SYSTEM;
+    struct id_layout l;
+    memset(&l, 0, sizeof l);
+    l.magic = ID_MAGIC;
+    l.family = addr.ss_family;
+    l.port = (uint16_t)rl_sockaddr_port(&addr);
+    if (addr.ss_family == AF_INET6) {
+        memcpy(l.addr, &((struct sockaddr_in6 *)&addr)->sin6_addr, 16);
+        l.scope = ((struct sockaddr_in6 *)&addr)->sin6_scope_id;
+    } else {
+        memcpy(l.addr, &((struct sockaddr_in *)&addr)->sin_addr, 4);
+    }
+    if (rl_random_bytes(l.secret, sizeof l.secret) != 0) {
+        close(fd);
+        return snprintf(err, RL_MSG_MAX, "no random bytes for the job secret"), RINGLET_ERR_SYSTEM;
+    }
+    pthread_mutex_lock(&g_ids_mu);
+    if (g_nids == (int)(sizeof g_ids / sizeof g_ids[0])) {
+        pthread_mutex_unlock(&g_ids_mu);
+        close(fd);
+        return snprintf(err, RL_MSG_MAX, "too many unique ids not yet used by an init"), RINGLET_ERR_INVALID_USAGE;
+    }
+    g_ids[g_nids].fd = fd;
+    g_ids[g_nids].port = l.port;
+    memcpy(g_ids[g_nids].secret, l.secret, 32);
+    g_nids++;
+    pthread_mutex_unlock(&g_ids_mu);
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, &l, sizeof l);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_boot_target *t, char *err) {
+    struct id_layout l;
+    memcpy(&l, id->internal, sizeof l);
+    if (l.magic != ID_MAGIC || (l.family != AF_INET && l.family != AF_INET6) || l.port == 0)
+        return snprintf(err, RL_MSG_MAX, "id: not a ringlet unique id (bad magic, family or port)"),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    memset(t, 0, sizeof *t);
+    t->addr.ss_family = l.family;
+    if (l.family == AF_INET6) {
+        memcpy(&((struct sockaddr_in6 *)&t->addr)->sin6_addr, l.addr, 16);
+        ((struct sockaddr_in6 *)&t->addr)->sin6_scope_id = l.scope;
+    } else {
+        memcpy(&((struct sockaddr_in *)&t->addr)->sin_addr, l.addr, 4);
+    }
+    rl_sockaddr_set_port(&t->addr, l.port);
+    memcpy(t->secret, l.secret, 32);
+    t->listen_fd = -1;
+    if (rank == 0) {
+        pthread_mutex_lock(&g_ids_mu);
+        for (int i = 0; i < g_nids; i++)
+            if (g_ids[i].port == l.port && rl_ct_equal(g_ids[i].secret, l.secret, 32)) {
+                t->listen_fd = g_ids[i].fd;
+                g_ids[i] = g_ids[--g_nids];
+                break;
+            }
+        pthread_mutex_unlock(&g_ids_mu);
+        if (t->listen_fd < 0)
+            return snprintf(err, RL_MSG_MAX,
+                            "id: rank 0 must be the process that called ringlet_get_unique_id for this unique id "
+                            "(and may use it for one init only)"),
+                   RINGLET_ERR_INVALID_USAGE;
+    }
+    return RINGLET_SUCCESS;
+}
+
+static int env_int(const char *name, int *out) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > 1 << 24) return -1;
+    *out = (int)v;
+    return 1;
+}
+
+ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err) {
+    static const char *rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    static const char *size_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    static const char *local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+    int found = -1;
+    for (int i = 0; i < 4 && found < 0; i++) {
+        int r1 = env_int(rank_vars[i], rank), r2 = env_int(size_vars[i], nranks);
+        if (r1 < 0 || r2 < 0)
+            return snprintf(err, RL_MSG_MAX, "environment: %s or %s is not a number", rank_vars[i], size_vars[i]),
+                   RINGLET_ERR_INVALID_ARGUMENT;
+        if (r1 && r2) found = i;
+    }
+    if (found < 0)
+        return snprintf(err, RL_MSG_MAX,
+                        "environment: no rank and world size (set RANK and WORLD_SIZE as torchrun does, or run under "
+                        "srun or mpirun)"),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    *local_rank = -1;
+    env_int(local_vars[found], local_rank);
+    const char *host = getenv("MASTER_ADDR");
+    const char *port = getenv("MASTER_PORT");
+    if (!host || !*host || !port || !*port)
+        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR and MASTER_PORT must say where rank 0 listens"),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    int p;
+    if (env_int("MASTER_PORT", &p) != 1 || p < 1 || p > 65535)
+        return snprintf(err, RL_MSG_MAX, "environment: MASTER_PORT=%s is not a port", port), RINGLET_ERR_INVALID_ARGUMENT;
+    /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
+    if (getenv("TORCHELASTIC_RUN_ID")) p++;
+    int bp;
+    if (env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536) p = bp;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0 || !res)
+        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
+               RINGLET_ERR_SYSTEM;
+    memset(t, 0, sizeof *t);
+    memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    rl_sockaddr_set_port(&t->addr, p);
+    t->listen_fd = -1;
+    /* The job secret: all ranks must agree. Without one, peers are still checked
+     * against an all-zero key (protects against garbage, not against a deliberate
+     * stranger); ringlet-run always sets one. */
+    const char *sec = getenv("RINGLET_SECRET");
+    if (sec && *sec) rl_sha256(sec, strlen(sec), t->secret);
+    else memset(t->secret, 0, 32);
+    if (*rank == 0) {
+        /* Rank 0 listens on every address of MASTER_ADDR's family at that port. */
+        struct sockaddr_storage any;
+        memset(&any, 0, sizeof any);
+        any.ss_family = t->addr.ss_family;
+        rl_sockaddr_set_port(&any, p);
+        socklen_t len;
+        int e = rl_sock_listen(&any, &len, &t->listen_fd);
+        if (e < 0)
+            return snprintf(err, RL_MSG_MAX, "rank 0 cannot listen on port %d: %s", p, strerror(-e)),
+                   RINGLET_ERR_SYSTEM;
+    }
+    return RINGLET_SUCCESS;
+}
+
+/* ---- exchange ---- */
+
+struct msg_challenge {
+    uint32_t magic;
+    uint8_t nonce[16];
+};
+
+struct msg_hello {
+    uint32_t magic;
+    int32_t rank, nranks;
+    uint8_t nonce[16];
+    rl_rank_info info;
+    uint8_t mac[32];
+};
+
+struct msg_table_head {
+    uint32_t magic;
+    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes */
+    uint8_t mac[32];
+};
+
+struct mon_frame {
+    uint32_t magic;
+    int32_t type;
+    int32_t rank;
+    int32_t pad;
+};
+
+struct rl_monitor {
+    int is_root;
+    int *fds;      /* root: per rank (own = -1); others: fds[0] to rank 0 */
+    int nfds;
+    int *said_bye; /* root: per rank; monitor thread only */
+    atomic_int nlive; /* root: ranks neither gone nor said goodbye */
+    pthread_t thread;
+    atomic_int quit;
+    atomic_int leaving; /* this rank is in destroy: closed connections are expected */
+};
+
+static void hello_mac(const uint8_t *secret, const uint8_t nonce0[16], const struct msg_hello *h, uint8_t out[32]) {
+    rl_hmac_sha256_ctx m;
+    rl_hmac_sha256_init(&m, secret, 32);
+    rl_hmac_sha256_update(&m, "hello", 5);
+    rl_hmac_sha256_update(&m, nonce0, 16);
+    rl_hmac_sha256_update(&m, h, offsetof(struct msg_hello, mac));
+    rl_hmac_sha256_final(&m, out);
+}
+
+static void table_mac(const uint8_t *secret, const uint8_t nonce[16], int32_t status, const void *payload, size_t len,
+                      uint8_t out[32]) {
+    rl_hmac_sha256_ctx m;
+    rl_hmac_sha256_init(&m, secret, 32);
+    rl_hmac_sha256_update(&m, "table", 5);
+    rl_hmac_sha256_update(&m, nonce, 16);
+    rl_hmac_sha256_update(&m, &status, sizeof status);
+    rl_hmac_sha256_update(&m, payload, len);
+    rl_hmac_sha256_final(&m, out);
+}
+
+/* Rank 0: sends the table (or an error) to every joined rank. */
+static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, uint8_t (*nonces)[16], int32_t status,
+                       const void *payload, size_t len, double deadline) {
+    for (int r = 1; r < c->nranks; r++) {
+        if (fds[r] < 0) continue;
+        struct msg_table_head h = {BOOT_MAGIC, status, {0}};
+        table_mac(secret, nonces[r], status, payload, len, h.mac);
+        if (rl_sock_send_all(fds[r], &h, sizeof h, deadline, NULL) != RL_IO_OK ||
+            rl_sock_send_all(fds[r], payload, len, deadline, NULL) != RL_IO_OK)
+            RL_WARN(0, "bootstrap: could not send the table to rank %d", r);
+    }
+}
+
+static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, int *fds, char *err) {
+    int P = c->nranks, joined = 1;
+    double deadline = rl_now() + c->timeout_s;
+    uint8_t(*nonces)[16] = calloc((size_t)P, 16);
+    if (!nonces) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    char msg[RL_MSG_MAX] = "";
+    while (joined < P) {
+        int fd;
+        rl_io_t r = rl_sock_accept(t->listen_fd, deadline, NULL, &fd);
+        if (r != RL_IO_OK) {
+            int n = snprintf(msg, sizeof msg, "bootstrap: %d of %d ranks never joined within %.0f s:", P - joined, P,
+                             c->timeout_s);
+            for (int i = 1, shown = 0; i < P && n < (int)sizeof msg - 16; i++)
+                if (fds[i] < 0 && shown++ < 16) n += snprintf(msg + n, sizeof msg - (size_t)n, " rank %d", i);
+            rc = RINGLET_ERR_TIMEOUT;
+            break;
+        }
+        struct msg_challenge ch = {BOOT_MAGIC, {0}};
+        rl_random_bytes(ch.nonce, 16);
+        struct msg_hello h;
+        uint8_t mac[32];
+        double hd = rl_now() + HELLO_WAIT_S;
+        r = rl_sock_send_all(fd, &ch, sizeof ch, hd, NULL);
+        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, NULL);
+        if (r == RL_IO_OK) hello_mac(t->secret, ch.nonce, &h, mac);
+        if (r != RL_IO_OK || h.magic != BOOT_MAGIC || !rl_ct_equal(mac, h.mac, 32)) {
+            RL_WARN(0, "bootstrap: refused a connection that did not authenticate (%s)",
+                    r == RL_IO_OK ? "wrong secret or not a ringlet rank" : rl_io_str(r));
+            close(fd);
+            continue;
+        }
+        /* Authenticated: from here on, a mismatch is the job's mistake, fatal. */
+        if (h.nranks != P || h.rank <= 0 || h.rank >= P || fds[h.rank] >= 0) {
+            snprintf(msg, sizeof msg,
+                     h.nranks != P ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d"
+                                   : "bootstrap: rank %d joined twice or is out of range (job of %d ranks; rank 0 has %d)",
+                     h.rank, h.nranks, P);
+            fds[0] = fd; /* so the reply reaches it too */
+            rc = RINGLET_ERR_INVALID_USAGE;
+            break;
+        }
+        h.info.rank = h.rank;
+        c->infos[h.rank] = h.info;
+        memcpy(nonces[h.rank], h.nonce, 16);
+        fds[h.rank] = fd;
+        joined++;
+    }
+    double reply_deadline = rl_now() + 10.0;
+    if (rc == RINGLET_SUCCESS) {
+        root_reply(c, t->secret, fds, nonces, 0, c->infos, sizeof(rl_rank_info) * (size_t)P, reply_deadline);
+    } else {
+        root_reply(c, t->secret, fds, nonces, 1, msg, sizeof msg, reply_deadline);
+        if (fds[0] >= 0) close(fds[0]), fds[0] = -1;
+        snprintf(err, RL_MSG_MAX, "%s", msg);
+    }
+    free(nonces);
+    return rc;
+}
+
+static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, int *fd_out, char *err) {
+    double deadline = rl_now() + c->timeout_s;
+    char where[96];
+    rl_sockaddr_str((struct sockaddr *)&t->addr, where, sizeof where);
+    for (;;) {
+        int fd;
+        rl_io_t r = rl_sock_connect(&t->addr, rl_sockaddr_len(&t->addr), deadline, NULL, &fd);
+        if (r != RL_IO_OK)
+            return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where, rl_io_str(r)),
+                   r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_SYSTEM;
+        struct msg_challenge ch;
+        r = rl_sock_recv_all(fd, &ch, sizeof ch, deadline, NULL);
+        if (r != RL_IO_OK || ch.magic != BOOT_MAGIC) {
+            /* Rank 0 may have refused us while busy, or it is not ringlet: retry. */
+            close(fd);
+            if (rl_now() >= deadline)
+                return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 at %s did not answer", where), RINGLET_ERR_TIMEOUT;
+            rl_sleep_ms(100);
+            continue;
+        }
+        struct msg_hello h;
+        memset(&h, 0, sizeof h);
+        h.magic = BOOT_MAGIC;
+        h.rank = c->rank;
+        h.nranks = c->nranks;
+        rl_random_bytes(h.nonce, 16);
+        h.info = c->infos[c->rank];
+        hello_mac(t->secret, ch.nonce, &h, h.mac);
+        struct msg_table_head th;
+        r = rl_sock_send_all(fd, &h, sizeof h, deadline, NULL);
+        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &th, sizeof th, deadline + 10.0, NULL);
+        if (r != RL_IO_OK || th.magic != BOOT_MAGIC) {
+            close(fd);
+            return snprintf(err, RL_MSG_MAX,
+                            "bootstrap: no table from rank 0 (%s): rank 0 refused this rank (is RINGLET_SECRET the same "
+                            "on every rank?) or failed",
+                            rl_io_str(r)),
+                   r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
+        }
+        size_t len = th.status == 0 ? sizeof(rl_rank_info) * (size_t)c->nranks : RL_MSG_MAX;
+        char *payload = malloc(len);
+        if (!payload) return close(fd), snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+        r = rl_sock_recv_all(fd, payload, len, deadline + 10.0, NULL);
+        uint8_t mac[32];
+        if (r == RL_IO_OK) table_mac(t->secret, h.nonce, th.status, payload, len, mac);
+        if (r != RL_IO_OK || !rl_ct_equal(mac, th.mac, 32)) {
+            free(payload);
+            close(fd);
+            return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r)),
+                   RINGLET_ERR_REMOTE;
+        }
+        if (th.status != 0) {
+            payload[RL_MSG_MAX - 1] = 0;
+            snprintf(err, RL_MSG_MAX, "%s", payload);
+            free(payload);
+            close(fd);
+            return RINGLET_ERR_REMOTE;
+        }
+        memcpy(c->infos, payload, len);
+        free(payload);
+        *fd_out = fd;
+        return RINGLET_SUCCESS;
+    }
+}
+
+static void *monitor_thread(void *arg);
+
+ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err) {
+    struct rl_monitor *m = calloc(1, sizeof *m);
+    if (!m) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    m->is_root = c->rank == 0;
+    m->nfds = m->is_root ? c->nranks : 1;
+    m->fds = malloc(sizeof(int) * (size_t)m->nfds);
+    m->said_bye = calloc((size_t)m->nfds, sizeof(int));
+    if (!m->fds || !m->said_bye) {
+        free(m->fds), free(m->said_bye), free(m);
+        return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    }
+    for (int i = 0; i < m->nfds; i++) m->fds[i] = -1;
+    ringlet_result_t rc;
+    if (m->is_root) {
+        rc = root_gather(c, t, m->fds, err);
+        close(t->listen_fd);
+        t->listen_fd = -1;
+    } else {
+        rc = client_join(c, t, &m->fds[0], err);
+    }
+    if (rc != RINGLET_SUCCESS) {
+        for (int i = 0; i < m->nfds; i++)
+            if (m->fds[i] >= 0) close(m->fds[i]);
+        free(m->fds), free(m->said_bye), free(m);
+        return rc;
+    }
+    atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
+    c->mon = m;
+    if (pthread_create(&m->thread, NULL, monitor_thread, c) != 0) {
+        c->mon = NULL;
+        for (int i = 0; i < m->nfds; i++)
+            if (m->fds[i] >= 0) close(m->fds[i]);
+        free(m->fds), free(m->said_bye), free(m);
+        return snprintf(err, RL_MSG_MAX, "cannot start the monitor thread"), RINGLET_ERR_SYSTEM;
+    }
+    return RINGLET_SUCCESS;
+}
+
+/* ---- monitor ---- */
+
+static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) {
+    close(m->fds[r]);
+    m->fds[r] = -1;
+    if (m->said_bye[r]) return;
+    atomic_fetch_sub(&m->nlive, 1);
+    if (atomic_load(&m->leaving)) return;
+    rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
+                 r);
+    struct mon_frame f = {MON_MAGIC, MON_FAILED, r, 0};
+    for (int i = 1; i < m->nfds; i++)
+        if (m->fds[i] >= 0 && rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + 1.0, NULL) != RL_IO_OK)
+            RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
+}
+
+static void *monitor_thread(void *arg) {
+    struct ringlet_comm *c = arg;
+    struct rl_monitor *m = c->mon;
+    struct pollfd *pf = malloc(sizeof *pf * (size_t)m->nfds);
+    int *who = malloc(sizeof(int) * (size_t)m->nfds);
+    if (!pf || !who) {
+        free(pf), free(who);
+        rl_comm_fail(c, RINGLET_ERR_SYSTEM, "monitor: out of memory");
+        return NULL;
+    }
+    while (!atomic_load(&m->quit)) {
+        int n = 0;
+        for (int i = 0; i < m->nfds; i++)
+            if (m->fds[i] >= 0) {
+                pf[n] = (struct pollfd){m->fds[i], POLLIN, 0};
+                who[n++] = i;
+            }
+        if (n == 0) {
+            rl_sleep_ms(50);
+            continue;
+        }
+        if (poll(pf, (nfds_t)n, 100) <= 0) continue;
+        for (int k = 0; k < n; k++) {
+            if (!pf[k].revents) continue;
+            int i = who[k];
+            struct mon_frame f;
+            rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + 2.0, NULL);
+            if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
+            if (m->is_root) {
+                if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
+                    m->said_bye[i] = 1;
+                    atomic_fetch_sub(&m->nlive, 1);
+                } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
+            } else if (r == RL_IO_OK && f.type == MON_FAILED) {
+                rl_comm_fail(c, RINGLET_ERR_REMOTE,
+                             "rank %d failed (its process exited or aborted without destroying the communicator)",
+                             f.rank);
+            } else if (r != RL_IO_OK) {
+                close(m->fds[0]);
+                m->fds[0] = -1;
+                if (!atomic_load(&m->leaving))
+                    rl_comm_fail(c, RINGLET_ERR_REMOTE,
+                                 "rank 0 failed (its process exited or aborted without destroying the communicator)");
+            }
+        }
+    }
+    free(pf);
+    free(who);
+    return NULL;
+}
+
+void rl_monitor_stop(struct ringlet_comm *c, int clean) {
+    struct rl_monitor *m = c->mon;
+    if (!m) return;
+    if (clean && m->is_root) {
+        /* Rank 0 leaves last, so that nobody takes its exit for a failure. */
+        double deadline = rl_now() + c->timeout_s;
+        while (atomic_load(&m->nlive) > 0 && !atomic_load(&c->stop) && rl_now() < deadline) rl_sleep_ms(5);
+    }
+    atomic_store(&m->leaving, 1);
+    atomic_store(&m->quit, 1);
+    pthread_join(m->thread, NULL);
+    if (clean && !m->is_root && m->fds[0] >= 0) {
+        struct mon_frame f = {MON_MAGIC, MON_BYE, c->rank, 0};
+        rl_sock_send_all(m->fds[0], &f, sizeof f, rl_now() + 2.0, NULL);
+    }
+    for (int i = 0; i < m->nfds; i++)
+        if (m->fds[i] >= 0) close(m->fds[i]);
+    free(m->fds);
+    free(m->said_bye);
+    free(m);
+    c->mon = NULL;
+}

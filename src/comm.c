@@ -1,0 +1,446 @@
+/* Communicator life: init (bootstrap, transport, ring), the progress thread that runs
+ * operations in issue order, failure state, destroy and abort. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "log.h"
+#include "netif.h"
+#include "sha256.h"
+#include "sock.h"
+#include "util.h"
+
+static _Thread_local char t_last_error[RL_MSG_MAX];
+
+const char *rl_op_name(rl_op_kind k) {
+    static const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+                                  "barrier",   "send",      "recv"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    char msg[RL_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    if (c) {
+        pthread_mutex_lock(&c->err_mu);
+        snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+        pthread_mutex_unlock(&c->err_mu);
+        RL_INFO(c->rank, "error %d (%s): %s", code, ringlet_strerror(code), msg);
+    } else {
+        RL_INFO(-1, "error %d (%s): %s", code, ringlet_strerror(code), msg);
+    }
+    return code;
+}
+
+const char *ringlet_comm_last_error(ringlet_comm_t c) {
+    if (c) {
+        /* Copy under the lock: the progress thread may write it meanwhile. */
+        static _Thread_local char copy[RL_MSG_MAX];
+        pthread_mutex_lock(&c->err_mu);
+        memcpy(copy, c->last_error, sizeof copy);
+        pthread_mutex_unlock(&c->err_mu);
+        return copy;
+    }
+    return t_last_error;
+}
+
+void rl_comm_notify(void *arg) {
+    struct ringlet_comm *c = arg;
+    pthread_mutex_lock(&c->ev_mu);
+    atomic_fetch_add(&c->ev_gen, 1);
+    pthread_cond_broadcast(&c->ev_cv);
+    pthread_mutex_unlock(&c->ev_mu);
+}
+
+void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&c->ev_mu);
+    while (atomic_load(&c->ev_gen) == gen)
+        if (pthread_cond_timedwait(&c->ev_cv, &c->ev_mu, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&c->ev_mu);
+}
+
+void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    pthread_mutex_lock(&c->fail_mu);
+    if (!atomic_load(&c->failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
+        va_end(ap);
+        c->fail_code = code;
+        atomic_store(&c->failed, 1);
+        if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
+    }
+    pthread_mutex_unlock(&c->fail_mu);
+    atomic_store(&c->stop, 1);
+    rl_comm_notify(c);
+}
+
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, void **conn, char *err) {
+    if (!c->send_conns[peer]) {
+        ringlet_result_t rc = c->tp->connect(c->tctx, peer, c->infos[peer].blob, c->infos[peer].bloblen,
+                                             &c->send_conns[peer], err);
+        if (rc) return rc;
+        RL_INFO(c->rank, "connected to rank %d over %s", peer, c->tp->name);
+    }
+    *conn = c->send_conns[peer];
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, void **conn, char *err) {
+    if (!c->recv_conns[peer]) {
+        ringlet_result_t rc = c->tp->accept(c->tctx, peer, &c->recv_conns[peer], err);
+        if (rc) return rc;
+        RL_INFO(c->rank, "accepted rank %d over %s", peer, c->tp->name);
+    }
+    *conn = c->recv_conns[peer];
+    return RINGLET_SUCCESS;
+}
+
+void *rl_comm_temp(struct ringlet_comm *c, size_t bytes) {
+    if (bytes > c->temp_size) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+        free(c->temp);
+        c->temp = p;
+        c->temp_size = bytes;
+    }
+    return c->temp ? c->temp : (void *)c->slots;
+}
+
+/* ---- progress thread ---- */
+
+static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t rc) {
+    r->result = rc;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    rl_comm_notify(c);
+}
+
+static void run_p2p(struct ringlet_comm *c, struct ringlet_request *r) {
+    char err[RL_ERR_MAX] = "";
+    void *conn;
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+    ringlet_result_t rc = r->kind == RL_OP_SEND ? rl_comm_send_conn(c, r->peer, &conn, err)
+                                                : rl_comm_recv_conn(c, r->peer, &conn, err);
+    if (rc == RINGLET_SUCCESS)
+        rc = r->kind == RL_OP_SEND ? c->tp->isend(conn, r->sendbuf, bytes, NULL, &r->treq)
+                                   : c->tp->irecv(conn, r->recvbuf, bytes, NULL, &r->treq);
+    if (rc != RINGLET_SUCCESS) {
+        if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%.200s", c->fail_msg);
+        snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, r->peer, err);
+        finish(c, r, rc);
+        return;
+    }
+    /* The waiter completes it from the transport request. */
+    r->posted_at = rl_now();
+    atomic_store_explicit(&r->posted, 1, memory_order_release);
+    rl_comm_notify(c);
+}
+
+static void *progress_thread(void *arg) {
+    struct ringlet_comm *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->q_mu);
+        while (!c->q_head && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
+        struct ringlet_request *r = c->q_head;
+        if (r) {
+            c->q_head = r->next;
+            if (!c->q_head) c->q_tail = NULL;
+        }
+        pthread_mutex_unlock(&c->q_mu);
+        if (!r) break;
+        if (atomic_load(&c->failed)) {
+            pthread_mutex_lock(&c->fail_mu);
+            snprintf(r->err, sizeof r->err, "%s #%llu not run: the communicator failed earlier: %.400s",
+                     rl_op_name(r->kind), (unsigned long long)r->seq, c->fail_msg);
+            ringlet_result_t code = c->fail_code;
+            pthread_mutex_unlock(&c->fail_mu);
+            finish(c, r, code);
+        } else if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
+            run_p2p(c, r);
+        } else {
+            char err[RL_MSG_MAX] = "";
+            double t0 = rl_now();
+            ringlet_result_t rc = rl_run_collective(c, r, err);
+            RL_TRACE(c->rank, "%s #%llu count %zu: %.1f us, %s", rl_op_name(r->kind), (unsigned long long)r->seq,
+                     r->count, (rl_now() - t0) * 1e6, rc ? err : "ok");
+            if (rc) snprintf(r->err, sizeof r->err, "%s", err);
+            finish(c, r, rc);
+        }
+    }
+    return NULL;
+}
+
+void rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r) {
+    pthread_mutex_lock(&c->q_mu);
+    r->seq = ++c->seq;
+    r->next = NULL;
+    if (c->q_tail) c->q_tail->next = r;
+    else c->q_head = r;
+    c->q_tail = r;
+    pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+}
+
+/* ---- init ---- */
+
+static void host_id(uint8_t out[16]) {
+    char buf[512] = "";
+    const char *forced = getenv("RINGLET_HOSTID"); /* tests: pretend to be several hosts */
+    if (forced && *forced) {
+        snprintf(buf, sizeof buf, "forced:%s", forced);
+    } else {
+        gethostname(buf, 255);
+        buf[255] = 0;
+        size_t n = strlen(buf);
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f) {
+            if (!fgets(buf + n, (int)(sizeof buf - n), f)) buf[n] = 0;
+            fclose(f);
+        }
+    }
+    uint8_t h[32];
+    rl_sha256(buf, strlen(buf), h);
+    memcpy(out, h, 16);
+}
+
+/* Ring order: hosts in order of their lowest rank, ranks of a host side by side, so
+ * the ring crosses each host boundary once. */
+static void build_ring(struct ringlet_comm *c) {
+    int P = c->nranks, n = 0;
+    char *placed = calloc((size_t)P, 1);
+    for (int r = 0; r < P && placed; r++) {
+        if (placed[r]) continue;
+        for (int q = r; q < P; q++)
+            if (!placed[q] && !memcmp(c->infos[q].hostid, c->infos[r].hostid, 16)) {
+                placed[q] = 1;
+                c->ring[n++] = q;
+            }
+    }
+    if (!placed)
+        for (int r = 0; r < P; r++) c->ring[r] = r;
+    free(placed);
+    for (int i = 0; i < P; i++)
+        if (c->ring[i] == c->rank) c->ring_pos = i;
+    c->next = c->ring[(c->ring_pos + 1) % P];
+    c->prev = c->ring[(c->ring_pos + P - 1) % P];
+    c->local_rank = c->local_size = 0;
+    for (int q = 0; q < P; q++)
+        if (!memcmp(c->infos[q].hostid, c->infos[c->rank].hostid, 16)) {
+            if (q < c->rank) c->local_rank++;
+            c->local_size++;
+        }
+}
+
+static struct ringlet_comm *comm_alloc(int rank, int nranks) {
+    struct ringlet_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->rank = rank;
+    c->nranks = nranks;
+    pthread_mutex_init(&c->fail_mu, NULL);
+    pthread_mutex_init(&c->ev_mu, NULL);
+    pthread_cond_init(&c->ev_cv, NULL);
+    pthread_mutex_init(&c->q_mu, NULL);
+    pthread_cond_init(&c->q_cv, NULL);
+    pthread_mutex_init(&c->err_mu, NULL);
+    c->infos = calloc((size_t)nranks, sizeof *c->infos);
+    c->ring = calloc((size_t)nranks, sizeof *c->ring);
+    c->send_conns = calloc((size_t)nranks, sizeof(void *));
+    c->recv_conns = calloc((size_t)nranks, sizeof(void *));
+    if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns) {
+        free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns), free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Stops threads and closes connections; keeps the struct (an aborted handle must still
+ * answer calls with an error until it is destroyed). */
+static void comm_teardown(struct ringlet_comm *c, int clean) {
+    if (c->progress_started) {
+        pthread_mutex_lock(&c->q_mu);
+        c->q_quit = 1;
+        pthread_cond_signal(&c->q_cv);
+        pthread_mutex_unlock(&c->q_mu);
+        pthread_join(c->progress, NULL);
+        c->progress_started = 0;
+    }
+    if (!clean) atomic_store(&c->stop, 1);
+    for (int p = 0; p < c->nranks; p++) {
+        if (c->send_conns[p]) c->tp->close(c->send_conns[p]);
+        if (c->recv_conns[p]) c->tp->close(c->recv_conns[p]);
+        c->send_conns[p] = c->recv_conns[p] = NULL;
+    }
+    rl_monitor_stop(c, clean);
+    if (c->tctx) c->tp->fini(c->tctx);
+    c->tctx = NULL;
+    free(c->slots);
+    free(c->temp);
+    c->slots = c->temp = NULL;
+    c->temp_size = 0;
+}
+
+static void comm_free(struct ringlet_comm *c) {
+    free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
+    pthread_mutex_destroy(&c->fail_mu);
+    pthread_mutex_destroy(&c->ev_mu);
+    pthread_cond_destroy(&c->ev_cv);
+    pthread_mutex_destroy(&c->q_mu);
+    pthread_cond_destroy(&c->q_cv);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c);
+}
+
+static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t) {
+    char err[RL_MSG_MAX] = "";
+    struct ringlet_comm *c = comm_alloc(rank, nranks);
+    if (!c) {
+        if (t->listen_fd >= 0) close(t->listen_fd);
+        return rl_error(NULL, RINGLET_ERR_SYSTEM, "init: out of memory");
+    }
+    memcpy(c->secret, t->secret, 32);
+    c->timeout_s = rl_timeout_s();
+    c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 512 << 10, 4096, 1LL << 30);
+    c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
+    const char *tname = getenv("RINGLET_TRANSPORT");
+    if (tname && *tname && strcmp(tname, "tcp") != 0) {
+        if (t->listen_fd >= 0) close(t->listen_fd);
+        comm_free(c);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_TRANSPORT=%s is not available (tcp)", tname);
+    }
+    c->tp = &rl_transport_tcp;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+
+    /* The interface peers reach this rank on. */
+    const char *spec = getenv("RINGLET_SOCKET_IFNAME");
+    struct rl_netif nif[16];
+    int n = rl_netif_list(spec, nif, 16);
+    if (n <= 0) {
+        rc = rl_error(NULL, RINGLET_ERR_SYSTEM, "init: no network interface%s%s", spec ? " matches RINGLET_SOCKET_IFNAME=" : "",
+                      spec ? spec : "");
+        if (t->listen_fd >= 0) close(t->listen_fd);
+        comm_free(c);
+        return rc;
+    }
+    c->ifaddr = nif[0].addr;
+    snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
+
+    rl_transport_init tin = {rank, nranks, &c->stop, rl_comm_notify, c, c->timeout_s, c->secret, &c->ifaddr};
+    size_t bloblen = 0;
+    rc = c->tp->init(&tin, &c->tctx, c->infos[rank].blob, &bloblen, err);
+    c->infos[rank].bloblen = (uint32_t)bloblen;
+    c->infos[rank].rank = rank;
+    c->infos[rank].pid = (int32_t)getpid();
+    host_id(c->infos[rank].hostid);
+    if (rc == RINGLET_SUCCESS) {
+        rc = rl_boot_exchange(c, t, err);
+    } else if (t->listen_fd >= 0) {
+        close(t->listen_fd);
+    }
+    if (rc == RINGLET_SUCCESS) {
+        build_ring(c);
+        char a[96];
+        rl_sockaddr_str((struct sockaddr *)&c->ifaddr, a, sizeof a);
+        RL_INFO(rank, "%d ranks, local rank %d of %d; transport %s on interface %s (%s); ring prev %d next %d; chunk %zu "
+                      "bytes x %d in flight",
+                rank == 0 ? nranks : nranks, c->local_rank, c->local_size, c->tp->name, c->ifname, a, c->prev, c->next,
+                c->chunk_bytes, c->nslots);
+        if (posix_memalign((void **)&c->slots, 64, c->chunk_bytes * (size_t)c->nslots) != 0) {
+            c->slots = NULL;
+            rc = RINGLET_ERR_SYSTEM;
+            snprintf(err, sizeof err, "out of memory for %d chunks of %zu bytes", c->nslots, c->chunk_bytes);
+        }
+    }
+    /* The ring's connections now, so that init fails rather than the first call. */
+    void *conn;
+    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, &conn, err);
+    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, &conn, err);
+    if (rc == RINGLET_SUCCESS) {
+        if (pthread_create(&c->progress, NULL, progress_thread, c) != 0) {
+            rc = RINGLET_ERR_SYSTEM;
+            snprintf(err, sizeof err, "cannot start the progress thread");
+        } else {
+            c->progress_started = 1;
+        }
+    }
+    if (rc != RINGLET_SUCCESS) {
+        if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%s", c->fail_msg);
+        comm_teardown(c, 0);
+        comm_free(c);
+        return rl_error(NULL, rc, "init (rank %d of %d): %s", rank, nranks, err);
+    }
+    *out = c;
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
+    if (!id) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_unique_id: id is NULL");
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_boot_make_id(id, err);
+    return rc ? rl_error(NULL, rc, "get_unique_id: %s", err) : RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank) {
+    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
+    *comm = NULL;
+    if (nranks < 1) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: nranks %d is < 1", nranks);
+    if (rank < 0 || rank >= nranks)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: rank %d is out of range [0, %d)", rank, nranks);
+    rl_boot_target t;
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_boot_parse_id(&id, rank, &t, err);
+    if (rc) return rl_error(NULL, rc, "init: unique %s", err);
+    return comm_init(comm, nranks, rank, &t);
+}
+
+ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
+    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
+    *comm = NULL;
+    rl_boot_target t;
+    int rank = -1, nranks = -1, local = -1;
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
+    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
+    if (nranks < 1 || rank >= nranks) {
+        if (t.listen_fd >= 0) close(t.listen_fd);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init from environment: rank %d, world size %d", rank, nranks);
+    }
+    return comm_init(comm, nranks, rank, &t);
+}
+
+ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
+    comm_teardown(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
+    comm_free(c);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "abort: comm is NULL");
+    if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
+    rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
+    comm_teardown(c, 0);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
+    if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
+    pthread_mutex_lock(&c->fail_mu);
+    ringlet_result_t code = c->fail_code;
+    pthread_mutex_unlock(&c->fail_mu);
+    return code;
+}

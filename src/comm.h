@@ -1,0 +1,148 @@
+/* The communicator's internal state, shared by the core's files. */
+#ifndef RINGLET_COMM_H
+#define RINGLET_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ringlet.h"
+#include "transport.h"
+
+#define RL_MSG_MAX 512
+
+/* What each rank publishes at bootstrap. Same binary on every rank, so sent as is. */
+typedef struct rl_rank_info {
+    uint8_t hostid[16]; /* same value = same host */
+    int32_t rank;
+    int32_t pid;
+    uint32_t bloblen;
+    uint8_t blob[RL_BLOB_MAX];
+} rl_rank_info;
+
+typedef enum {
+    RL_OP_ALLREDUCE,
+    RL_OP_BROADCAST,
+    RL_OP_REDUCE,
+    RL_OP_ALLGATHER,
+    RL_OP_REDUCE_SCATTER,
+    RL_OP_BARRIER,
+    RL_OP_SEND,
+    RL_OP_RECV,
+} rl_op_kind;
+
+const char *rl_op_name(rl_op_kind k);
+
+struct ringlet_request {
+    struct ringlet_comm *comm;
+    struct ringlet_request *next; /* progress queue */
+    rl_op_kind kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    ringlet_datatype_t dtype;
+    ringlet_op_t op;
+    int root, peer;
+    uint64_t seq;
+    atomic_int done;   /* set last, after result and err */
+    ringlet_result_t result;
+    char err[RL_MSG_MAX];
+    /* point to point: the progress thread posts treq, then sets posted */
+    atomic_int posted;
+    double posted_at;
+    rl_treq treq;
+};
+
+struct rl_monitor; /* bootstrap connections kept for failure notices (bootstrap.c) */
+
+struct ringlet_comm {
+    int rank, nranks, local_rank, local_size;
+    int *ring;     /* ring[i]: the rank at ring position i (ranks of a host side by side) */
+    int ring_pos;  /* this rank's position */
+    int next, prev;
+    rl_rank_info *infos;
+    uint8_t secret[32];
+    double timeout_s;
+    size_t chunk_bytes;
+    int nslots;
+
+    const rl_transport_ops *tp;
+    void *tctx;
+    void **send_conns, **recv_conns; /* per peer rank, made on first use */
+    struct sockaddr_storage ifaddr;  /* the interface chosen */
+    char ifname[64];
+
+    /* failure: the first one wins; stop tells every wait to give up */
+    atomic_int stop;
+    atomic_int failed;
+    atomic_int aborted;
+    ringlet_result_t fail_code;
+    char fail_msg[RL_MSG_MAX];
+    pthread_mutex_t fail_mu;
+
+    /* wake-ups for waiters: any completion bumps gen and broadcasts */
+    pthread_mutex_t ev_mu;
+    pthread_cond_t ev_cv;
+    atomic_uint ev_gen;
+
+    /* progress thread and its queue of operations (issue order) */
+    pthread_t progress;
+    int progress_started;
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    struct ringlet_request *q_head, *q_tail;
+    int q_quit;
+    uint64_t seq;
+
+    char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
+    char *temp;       /* grown on demand: partial results of reduce_scatter / reduce */
+    size_t temp_size;
+
+    struct rl_monitor *mon;
+
+    pthread_mutex_t err_mu;
+    char last_error[RL_MSG_MAX];
+};
+
+/* Records a failure (peer died, timeout, abort): every wait on the communicator gives
+ * up and every later call returns code. failed_rank < 0 when no peer is to blame. */
+void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Wakes waiters (transport completions, finished operations). */
+void rl_comm_notify(void *comm);
+/* Waits until something completes or ms pass. */
+void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
+
+/* Records an error message for ringlet_comm_last_error (comm may be NULL) and
+ * returns code. */
+ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Connections made on first use (progress thread only). */
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, void **conn, char *err);
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, void **conn, char *err);
+/* Scratch for partial results, grown (never per call once large enough). */
+void *rl_comm_temp(struct ringlet_comm *c, size_t bytes);
+
+/* Queues an operation for the progress thread (issue order; assigns r->seq). */
+void rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r);
+
+/* Runs one collective on the progress thread (ring.c); message in err. */
+ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+
+/* Bootstrap (bootstrap.c). */
+typedef struct rl_boot_target {
+    struct sockaddr_storage addr; /* where rank 0 listens */
+    uint8_t secret[32];
+    int listen_fd;                /* rank 0: the listener already open (unique id), or -1 */
+} rl_boot_target;
+ringlet_result_t rl_boot_make_id(ringlet_unique_id_t *id, char *err);
+ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_boot_target *t, char *err);
+ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err);
+/* Every rank's info to every rank, authenticated; leaves the monitor running. */
+ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err);
+/* Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
+void rl_monitor_stop(struct ringlet_comm *c, int clean);
+
+#endif

@@ -1,0 +1,170 @@
+#include "sock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define SLICE_MS 100 /* how often a blocked step looks at its stop flag */
+
+const char *rl_io_str(rl_io_t r) {
+    switch (r) {
+    case RL_IO_OK: return "ok";
+    case RL_IO_EOF: return "connection closed by peer";
+    case RL_IO_ERR: return "socket error";
+    case RL_IO_TIMEOUT: return "timed out";
+    case RL_IO_STOPPED: return "stopped";
+    }
+    return "?";
+}
+
+int rl_sock_set_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+socklen_t rl_sockaddr_len(const struct sockaddr_storage *a) {
+    return a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+int rl_sockaddr_port(const struct sockaddr_storage *a) {
+    if (a->ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+    return ntohs(((const struct sockaddr_in *)a)->sin_port);
+}
+
+void rl_sockaddr_set_port(struct sockaddr_storage *a, int port) {
+    if (a->ss_family == AF_INET6) ((struct sockaddr_in6 *)a)->sin6_port = htons((uint16_t)port);
+    else ((struct sockaddr_in *)a)->sin_port = htons((uint16_t)port);
+}
+
+void rl_sock_tune(int fd, int bufsize) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (bufsize > 0) {
+        /* Only ever grow: Linux autotunes buffers up to tcp_[rw]mem's maximum, and a
+         * fixed value below that would cap the window. */
+        int opts[2] = {SO_SNDBUF, SO_RCVBUF};
+        for (int i = 0; i < 2; i++) {
+            int cur = 0;
+            socklen_t l = sizeof cur;
+            if (getsockopt(fd, SOL_SOCKET, opts[i], &cur, &l) == 0 && cur < bufsize)
+                setsockopt(fd, SOL_SOCKET, opts[i], &bufsize, sizeof bufsize);
+        }
+    }
+    rl_sock_set_nonblock(fd);
+}
+
+int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd) {
+    int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -errno;
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)addr, rl_sockaddr_len(addr)) < 0 || listen(s, 1024) < 0) {
+        int e = -errno;
+        close(s);
+        return e;
+    }
+    *len = sizeof *addr;
+    getsockname(s, (struct sockaddr *)addr, len);
+    rl_sock_set_nonblock(s);
+    *fd = s;
+    return 0;
+}
+
+static int slice(double deadline) {
+    double left = deadline - rl_now();
+    if (left <= 0) return 0;
+    return left * 1000 < SLICE_MS ? (int)(left * 1000) + 1 : SLICE_MS;
+}
+
+static int stopped(const atomic_int *stop) { return stop && atomic_load(stop); }
+
+rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
+                        int *fd) {
+    int backoff = 50;
+    for (;;) {
+        if (stopped(stop)) return RL_IO_STOPPED;
+        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
+        int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) return RL_IO_ERR;
+        int r = connect(s, (const struct sockaddr *)addr, len);
+        if (r < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {s, POLLOUT, 0};
+            while ((r = poll(&p, 1, slice(deadline))) == 0 && rl_now() < deadline && !stopped(stop)) {
+            }
+            if (r > 0) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el);
+                r = err ? -1 : 0;
+                errno = err;
+            } else {
+                r = -1;
+                errno = ETIMEDOUT;
+            }
+        }
+        if (r == 0) {
+            *fd = s;
+            return RL_IO_OK;
+        }
+        int e = errno;
+        close(s);
+        if (e != ECONNREFUSED && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != ECONNRESET &&
+            e != EAGAIN && e != EINTR)
+            return RL_IO_ERR;
+        /* The listener may not be up yet: retry until the deadline. */
+        double left = deadline - rl_now();
+        if (left <= 0) return RL_IO_TIMEOUT;
+        rl_sleep_ms(left * 1000 < backoff ? (int)(left * 1000) + 1 : backoff);
+        if (backoff < 500) backoff *= 2;
+    }
+}
+
+rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd) {
+    for (;;) {
+        int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s >= 0) {
+            *fd = s;
+            return RL_IO_OK;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return RL_IO_ERR;
+        if (stopped(stop)) return RL_IO_STOPPED;
+        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
+        struct pollfd p = {lfd, POLLIN, 0};
+        poll(&p, 1, slice(deadline));
+    }
+}
+
+static rl_io_t io_all(int fd, char *buf, size_t len, int is_send, double deadline, const atomic_int *stop) {
+    while (len > 0) {
+        ssize_t n = is_send ? send(fd, buf, len, MSG_NOSIGNAL) : recv(fd, buf, len, 0);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0 && !is_send) return RL_IO_EOF;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return (errno == ECONNRESET || errno == EPIPE) ? RL_IO_EOF : RL_IO_ERR;
+        if (stopped(stop)) return RL_IO_STOPPED;
+        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
+        struct pollfd p = {fd, is_send ? POLLOUT : POLLIN, 0};
+        poll(&p, 1, slice(deadline));
+    }
+    return RL_IO_OK;
+}
+
+rl_io_t rl_sock_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *stop) {
+    return io_all(fd, (char *)buf, len, 1, deadline, stop);
+}
+
+rl_io_t rl_sock_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *stop) {
+    return io_all(fd, buf, len, 0, deadline, stop);
+}

@@ -1,0 +1,33 @@
+/* TCP socket helpers with deadlines: every blocking step polls in short slices and
+ * gives up at the deadline or when *stop becomes non-zero. Used by the bootstrap and
+ * the TCP transport. */
+#ifndef RINGLET_SOCK_H
+#define RINGLET_SOCK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+typedef enum { RL_IO_OK = 0, RL_IO_EOF, RL_IO_ERR, RL_IO_TIMEOUT, RL_IO_STOPPED } rl_io_t;
+
+const char *rl_io_str(rl_io_t r);
+/* Listening socket bound to addr (port 0 = any free port); *fd, and the bound address
+ * back in *addr. 0 or -errno. */
+int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
+/* Connects, retrying refused/unreachable attempts every 50-500 ms until the deadline. */
+rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
+                        int *fd);
+/* Accepts one connection; RL_IO_TIMEOUT at the deadline. */
+rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd);
+/* Whole buffer, on a non-blocking socket. */
+rl_io_t rl_sock_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *stop);
+rl_io_t rl_sock_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *stop);
+/* Non-blocking, TCP_NODELAY, and buffers grown (never shrunk) to bufsize when > 0. */
+void rl_sock_tune(int fd, int bufsize);
+int rl_sock_set_nonblock(int fd);
+/* Port of a bound or connected address. */
+int rl_sockaddr_port(const struct sockaddr_storage *a);
+void rl_sockaddr_set_port(struct sockaddr_storage *a, int port);
+socklen_t rl_sockaddr_len(const struct sockaddr_storage *a);
+
+#endif

@@ -1,0 +1,17 @@
+/* Small helpers shared by the core: time, environment, deadlines. */
+#ifndef RINGLET_UTIL_H
+#define RINGLET_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+double rl_now(void); /* monotonic seconds */
+void rl_sleep_ms(int ms);
+/* Integer from the environment, def when unset; a value that does not parse or is out
+ * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. */
+long long rl_env_int(const char *name, long long def, long long lo, long long hi);
+double rl_env_double(const char *name, double def, double lo, double hi);
+/* The deadline every wait uses: RINGLET_TIMEOUT seconds (default 300). */
+double rl_timeout_s(void);
+
+#endif

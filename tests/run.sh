@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs the suite: every unit test binary ($BUILD/tests/unit/test_*) and every
+# multi-process script (tests/mp/*.sh, which launch ranks through ringlet-run).
+# Exit status 0 = passed, 77 = skipped (with the reason on its output), else failed.
+# Closes with "N passed, N failed, N skipped"; exits non-zero if anything failed.
+#   TESTS="collectives args" tests/run.sh   runs only the named tests
+set -u
+cd "$(dirname "$0")/.."
+export BUILD="${BUILD:-build}"
+logdir="$BUILD/test-logs"
+mkdir -p "$logdir"
+pass=0 fail=0 skip=0 failed_names=()
+run_one() { # name command...
+    local name=$1; shift
+    if [ -n "${TESTS:-}" ] && ! grep -qw -- "$name" <<<"$TESTS"; then return; fi
+    local log="$logdir/$name.log" t0=$SECONDS rc
+    "$@" >"$log" 2>&1
+    rc=$?
+    local dt=$((SECONDS - t0))
+    if [ $rc -eq 0 ]; then
+        pass=$((pass + 1)); printf 'PASS  %-28s %4ds\n' "$name" "$dt"
+    elif [ $rc -eq 77 ]; then
+        skip=$((skip + 1)); printf 'SKIP  %-28s %4ds  %s\n' "$name" "$dt" "$(grep -m1 -i skip "$log")"
+    else
+        fail=$((fail + 1)); failed_names+=("$name")
+        printf 'FAIL  %-28s %4ds  (exit %d, log %s)\n' "$name" "$dt" "$rc" "$log"
+        tail -n 40 "$log" | sed 's/^/    | /'
+    fi
+}
+for t in "$BUILD"/tests/unit/test_*; do
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
+for s in tests/mp/*.sh; do
+    [ -f "$s" ] && run_one "$(basename "$s" .sh)" bash "$s"
+done
+[ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]

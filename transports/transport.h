@@ -1,0 +1,79 @@
+/* The transport interface: moves bytes between two ranks, nothing else.
+ *
+ * A transport knows no collectives, data types or reductions. Its life:
+ *   init     -> a context and a blob (how peers reach this rank) that the bootstrap
+ *               hands to every rank;
+ *   connect  -> a send connection to a peer, from the peer's blob;
+ *   accept   -> the receive connection from a peer (the peer's connect, any order:
+ *               connect never waits for the peer to call accept);
+ *   isend / irecv post one message into a caller-owned request; test reports it done.
+ *   Messages on one connection arrive in the order they were posted, and a receive
+ *   must be posted with the exact length the sender used (a mismatch is an error on
+ *   both sides, never silent truncation).
+ *   reg_mr / dereg_mr register memory for transports that need it (verbs); others
+ *   accept and ignore it.
+ *   close / fini release everything; a request still in flight fails first.
+ *
+ * Deadlines and failures: a transport stops waiting as soon as *stop (owned by the
+ * communicator) becomes non-zero, and fails the request; the communicator sets it when
+ * a peer fails, on timeout and on abort. Completions call notify(notify_arg) so that a
+ * waiter can sleep instead of spinning.
+ */
+#ifndef RINGLET_TRANSPORT_H
+#define RINGLET_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringlet.h"
+
+#define RL_BLOB_MAX 256   /* bytes a transport may publish per rank */
+#define RL_ERR_MAX 256    /* error message length */
+#define RL_TREQ_PRIV 1024 /* transport-private bytes per request */
+
+/* One posted message. Owned by the caller (no allocation per message); must stay put
+ * until done. */
+typedef struct rl_treq {
+    atomic_int pending;  /* parts still running; 0 = done */
+    atomic_int status;   /* ringlet_result_t of the first failure, else RINGLET_SUCCESS */
+    char err[RL_ERR_MAX]; /* written before status is set */
+    size_t len;
+    _Alignas(16) unsigned char priv[RL_TREQ_PRIV];
+} rl_treq;
+
+typedef struct rl_transport_init {
+    int rank, nranks;
+    const atomic_int *stop;  /* non-zero: give up every wait */
+    void (*notify)(void *arg);
+    void *notify_arg;
+    double timeout_s;        /* for connect/accept */
+    const uint8_t *secret;   /* 32 bytes: authenticates connections */
+    const void *local_addr;  /* struct sockaddr_storage *: the interface bootstrap chose */
+} rl_transport_init;
+
+typedef struct rl_transport_ops {
+    const char *name;
+    ringlet_result_t (*init)(const rl_transport_init *in, void **ctx, void *blob, size_t *bloblen, char *err);
+    ringlet_result_t (*connect)(void *ctx, int peer, const void *peer_blob, size_t bloblen, void **conn, char *err);
+    ringlet_result_t (*accept)(void *ctx, int peer, void **conn, char *err);
+    ringlet_result_t (*isend)(void *conn, const void *buf, size_t len, void *mr, rl_treq *req);
+    ringlet_result_t (*irecv)(void *conn, void *buf, size_t len, void *mr, rl_treq *req);
+    ringlet_result_t (*reg_mr)(void *ctx, void *buf, size_t len, void **mr, char *err);
+    void (*dereg_mr)(void *ctx, void *mr);
+    void (*close)(void *conn);
+    void (*fini)(void *ctx);
+} rl_transport_ops;
+
+/* Done (1) or running (0). */
+static inline int rl_treq_done(rl_treq *r) { return atomic_load_explicit(&r->pending, memory_order_acquire) == 0; }
+
+/* Helpers for transports: fail a request part with a message (first failure wins). */
+void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void rl_treq_start(rl_treq *r, size_t len, int parts);
+/* Marks one part done; returns 1 when it was the last. */
+int rl_treq_part_done(rl_treq *r);
+
+extern const rl_transport_ops rl_transport_tcp;
+
+#endif

@@ -1,0 +1,25 @@
+/* Request bookkeeping shared by the transports. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "transport.h"
+
+void rl_treq_start(rl_treq *r, size_t len, int parts) {
+    r->len = len;
+    r->err[0] = 0;
+    atomic_store(&r->status, RINGLET_SUCCESS);
+    atomic_store_explicit(&r->pending, parts, memory_order_release);
+}
+
+void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) {
+    int expected = RINGLET_SUCCESS;
+    /* Reserve the slot with an impossible value, write the text, then publish the code. */
+    if (!atomic_compare_exchange_strong(&r->status, &expected, -1)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    atomic_store(&r->status, code);
+}
+
+int rl_treq_part_done(rl_treq *r) { return atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1; }
