@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-static int g_level = RL_LOG_NONE;
+static int g_level = RL_LOG_WARN; /* warnings are rare and worth seeing */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void) {

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Bootstrap: unique id through a file; strangers, garbage and a port scan on rank 0's
+# port while the job starts (must be refused without harm); a rank with the wrong
+# secret (refused; init fails naming the rank that never joined); a rank that never
+# shows up (init fails on the others within RINGLET_TIMEOUT, naming it).
+set -u
+BUILD=${BUILD:-build}
+bin=$BUILD/tests/mp/bootstrap
+run=$BUILD/bin/ringlet-run
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+fail=0
+port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+check() { # name, command status
+    if [ "$2" -eq 0 ]; then echo "ok: $1"; else echo "FAILED: $1"; fail=1; fi
+}
+
+# 1. Unique id handed over through a file, 4 ranks.
+$run -n 4 --timeout 60 $bin uid "$tmp/id" >"$tmp/uid.log" 2>&1
+[ "$(grep -c ': ok$' "$tmp/uid.log")" -eq 4 ]
+check "unique id, 4 ranks" $?
+
+# 2. Strangers on rank 0's port while the job starts.
+P=$(port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$P WORLD_SIZE=3 RINGLET_SECRET=s3cret RINGLET_TIMEOUT=30
+RANK=0 $bin env >"$tmp/s0.log" 2>&1 &
+r0=$!
+sleep 0.5
+/usr/bin/python3 - "$P" <<'PY' &
+import socket, sys, time, os
+port = int(sys.argv[1])
+def conn():
+    s = socket.create_connection(("127.0.0.1", port), timeout=5); return s
+conn().close()                                  # a port scan
+s = conn(); s.sendall(os.urandom(4096)); s.close()   # garbage
+s = conn(); s.recv(64); s.sendall(b"\0" * 2000)      # reads the challenge, answers zeros
+idle = conn()                                   # connects and says nothing
+time.sleep(8); idle.close()
+PY
+strangers=$!
+sleep 0.5
+RANK=1 $bin env >"$tmp/s1.log" 2>&1 &
+r1=$!
+RANK=2 $bin env >"$tmp/s2.log" 2>&1
+s2=$?
+wait $r0; s0=$?
+wait $r1; s1=$?
+wait $strangers 2>/dev/null
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ]
+check "job starts despite strangers, garbage and a port scan" $?
+cat "$tmp"/s?.log
+
+# 3. A rank with the wrong secret is refused; init fails on rank 0 naming rank 1.
+P=$(port)
+export MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=3
+RINGLET_SECRET=right RANK=0 $bin expect-fail "rank 1" >"$tmp/w0.log" 2>&1 &
+w0=$!
+RINGLET_SECRET=wrong RANK=1 $bin expect-fail "RINGLET_SECRET" >"$tmp/w1.log" 2>&1
+s1=$?
+wait $w0; s0=$?
+cat "$tmp"/w?.log
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ]
+check "wrong secret refused, named" $?
+
+# 4. Rank 2 of 3 never shows up: ranks 0 and 1 fail within the deadline, naming it.
+P=$(port)
+export MASTER_PORT=$P WORLD_SIZE=3 RINGLET_TIMEOUT=3 RINGLET_SECRET=x
+t0=$SECONDS
+RANK=0 $bin expect-fail "rank 2" >"$tmp/m0.log" 2>&1 &
+m0=$!
+RANK=1 $bin expect-fail "rank 2" >"$tmp/m1.log" 2>&1
+s1=$?
+wait $m0; s0=$?
+cat "$tmp"/m?.log
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $((SECONDS - t0)) -le 20 ]
+check "missing rank named by every rank within the deadline" $?
+exit $fail
