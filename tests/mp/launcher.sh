@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Test of ringlet-run, the local launcher. Exit 0 when every case passes, 1 otherwise.
+# The launcher is taken from "$BUILD/bin/ringlet-run" (BUILD defaults to "build").
+# Takes about 12 s.
+set -u
+
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+if [ ! -x "$RUN" ]; then
+    echo "FAIL: launcher not found at $RUN (build it first, or set BUILD)"
+    exit 1
+fi
+case "$RUN" in /*) ;; *) RUN="$PWD/$RUN" ;; esac
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-launcher.XXXXXX")
+# every rank of this test carries MARK in its command line, so leftovers can be found
+MARK="ringlet_launcher_test_$$_$RANDOM"
+# shellcheck disable=SC2317,SC2086  # called from the trap; $pids is a list
+cleanup() {
+    local pids
+    pids=$(leftovers)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok:   $*"; }
+# the launcher under a watchdog, so that a launcher that hangs fails the test (137) instead of hanging it
+L() {
+    if command -v timeout >/dev/null 2>&1; then
+        timeout -s KILL 20 "$RUN" "$@"
+    else
+        "$RUN" "$@"
+    fi
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# processes still running with MARK in their command line
+leftovers() {
+    if command -v pgrep >/dev/null 2>&1; then
+        pgrep -f "$MARK" | grep -vx "$$" || true
+    else
+        grep -l -a -- "$MARK" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|/proc/||; s|/cmdline||' |
+            grep -vx -e "$$" -e self || true
+    fi
+}
+# wait up to 1 s for leftovers to disappear (a SIGKILLed process can take a moment to be reaped)
+no_leftovers() {
+    local _
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        [ -z "$(leftovers)" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# The rank program: rank.sh MODE MARK
+cat >"$TMP/rank.sh" <<'EOF'
+#!/usr/bin/env bash
+mode=$1
+dir=$(dirname "$0")
+loop() { while :; do sleep 0.1; done; }
+case "$mode" in
+env)
+    echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK" \
+         "addr=$MASTER_ADDR port=$MASTER_PORT secret=$RINGLET_SECRET"
+    echo "to-stderr $RANK" >&2
+    ;;
+fail3)   [ "$RANK" = 1 ] && exit 3; loop ;;
+selfkill) [ "$RANK" = 2 ] && kill -KILL $$; loop ;;
+grace)
+    if [ "$RANK" = 0 ]; then sleep 0.2; exit 5; fi
+    sleep 1; touch "$dir/grace_done.$RANK"; loop ;;
+stubborn) trap '' TERM; loop ;;   # ignores SIGTERM: needs the SIGKILL
+loop) loop ;;
+lines)
+    awk -v r="$RANK" 'BEGIN { for (i = 0; i < 10000; i++) print "out", r, i }'
+    awk -v r="$RANK" 'BEGIN { for (i = 0; i < 10000; i++) print "err", r, i > "/dev/stderr" }'
+    head -c 100000 /dev/zero | tr '\0' x; echo          # one line longer than any buffer
+    printf 'tail %s' "$RANK"                            # last line without a newline
+    ;;
+esac
+EOF
+chmod +x "$TMP/rank.sh"
+R="$TMP/rank.sh"
+
+# --- 1. environment: prefixes, values, one port, one secret --------------------------------------
+out=$(L -n 3 "$R" env "$MARK" 2>"$TMP/env.err")
+rc=$?
+ok=1
+[ $rc = 0 ] || { fail "env: exit status $rc, want 0"; ok=0; }
+ports=""; secrets=""
+for r in 0 1 2; do
+    line=$(printf '%s\n' "$out" | grep -E "^\[$r\] rank=")
+    n=$(printf '%s\n' "$out" | grep -cE "^\[$r\] rank=")
+    want="^\[$r\] rank=$r world=3 local=$r lws=3 group=0 addr=127\.0\.0\.1 port=[0-9]+ secret=[0-9a-f]{32}$"
+    if [ "$n" != 1 ] || ! printf '%s\n' "$line" | grep -qE "$want"; then
+        fail "env: rank $r printed '$line' ($n lines)"; ok=0
+    fi
+    ports="$ports"$'\n'"$(printf '%s' "$line" | sed -n 's/.* port=\([0-9]*\) .*/\1/p')"
+    secrets="$secrets"$'\n'"${line##*secret=}"
+    grep -qx "\[$r\] to-stderr $r" "$TMP/env.err" || { fail "env: stderr of rank $r missing"; ok=0; }
+done
+nports=$(printf '%s\n' "$ports" | grep -E '^[0-9]+$' | sort -u | wc -l)
+nsecrets=$(printf '%s\n' "$secrets" | grep -E '^[0-9a-f]{32}$' | sort -u | wc -l)
+[ "$nports" = 1 ] || { fail "env: ranks saw $nports different MASTER_PORTs"; ok=0; }
+[ "$nsecrets" = 1 ] || { fail "env: ranks saw $nsecrets different RINGLET_SECRETs"; ok=0; }
+[ "$(printf '%s\n' "$out" | grep -c .)" = 3 ] || { fail "env: unexpected stdout: $out"; ok=0; }
+[ $ok = 1 ] && pass "environment, prefixes, one port and one secret for 3 ranks"
+
+out=$(RINGLET_SECRET=users-own-secret L -n 2 "$R" env "$MARK" 2>/dev/null)
+if [ "$(printf '%s\n' "$out" | grep -c 'secret=users-own-secret$')" = 2 ]; then
+    pass "a RINGLET_SECRET already set is kept"
+else
+    fail "user's RINGLET_SECRET not kept: $out"
+fi
+
+# --- 2. exit status propagation; the sleeping siblings are stopped quickly ------------------------
+t=$(now_ms)
+L -n 3 "$R" fail3 "$MARK" >/dev/null 2>"$TMP/fail3.err"
+rc=$?; dt=$(($(now_ms) - t))
+if [ $rc = 3 ] && [ $dt -lt 2500 ] && grep -q "rank 1 exited with status 3" "$TMP/fail3.err" &&
+    no_leftovers; then
+    pass "rank exits 3 -> launcher exits 3 after ${dt} ms, siblings stopped"
+else
+    fail "exit propagation: rc=$rc (want 3), ${dt} ms, leftovers: $(leftovers | tr '\n' ' ')"
+    cat "$TMP/fail3.err"
+fi
+
+# --- 3. a rank killed by SIGKILL -> 137 --------------------------------------------------------------
+L -n 3 "$R" selfkill "$MARK" >/dev/null 2>"$TMP/kill.err"
+rc=$?
+if [ $rc = 137 ] && grep -q "rank 2 killed by signal SIGKILL" "$TMP/kill.err" && no_leftovers; then
+    pass "rank killed by SIGKILL -> 137"
+else
+    fail "SIGKILL: rc=$rc (want 137)"; cat "$TMP/kill.err"
+fi
+
+# --- 4. --grace lets a sibling finish its work; without it the sibling is stopped at once ----------
+t=$(now_ms)
+L -n 2 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace0.err"
+rc=$?; dt=$(($(now_ms) - t))
+if [ $rc = 5 ] && [ ! -e "$TMP/grace_done.1" ] && [ $dt -lt 1000 ]; then
+    pass "no grace: sibling stopped before its work (${dt} ms)"
+else
+    fail "no grace: rc=$rc (want 5), ${dt} ms, file $( [ -e "$TMP/grace_done.1" ] && echo written || echo absent)"
+    cat "$TMP/grace0.err"
+fi
+t=$(now_ms)
+L -n 2 --grace 2 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace.err"
+rc=$?; dt=$(($(now_ms) - t))
+if [ $rc = 5 ] && [ -e "$TMP/grace_done.1" ] && [ $dt -ge 1900 ] && [ $dt -lt 4000 ] && no_leftovers; then
+    pass "--grace 2: sibling finished its work, then was stopped (${dt} ms)"
+else
+    fail "--grace: rc=$rc (want 5), ${dt} ms, file $( [ -e "$TMP/grace_done.1" ] && echo written || echo absent)"
+    cat "$TMP/grace.err"
+fi
+
+# --- 5. --timeout on ranks that ignore SIGTERM -> 124, SIGKILL, nothing left -----------------------
+t=$(now_ms)
+L -n 3 --timeout 1 "$R" stubborn "$MARK" >/dev/null 2>"$TMP/timeout.err"
+rc=$?; dt=$(($(now_ms) - t))
+if [ $rc = 124 ] && [ $dt -lt 5500 ] && grep -q "timeout after 1 s" "$TMP/timeout.err" && no_leftovers; then
+    pass "--timeout 1 -> 124 after ${dt} ms, no process left"
+else
+    fail "timeout: rc=$rc (want 124), ${dt} ms, leftovers: $(leftovers | tr '\n' ' ')"
+    cat "$TMP/timeout.err"
+fi
+
+# --- 6. the launcher itself gets SIGTERM, or is SIGKILLed -----------------------------------------
+"$RUN" -n 3 "$R" loop "$MARK" >/dev/null 2>"$TMP/sigterm.err" &
+pid=$!
+sleep 0.5
+kill -TERM $pid
+wait $pid
+rc=$?
+if [ $rc = 143 ] && no_leftovers; then
+    pass "SIGTERM to the launcher is forwarded -> 143, no process left"
+else
+    fail "SIGTERM to launcher: rc=$rc (want 143), leftovers: $(leftovers | tr '\n' ' ')"
+    cat "$TMP/sigterm.err"
+fi
+# (started from a subshell whose stderr is closed, so bash's "Killed" notice stays out of the log)
+( "$RUN" -n 3 "$R" loop "$MARK" >/dev/null 2>&1 &
+  echo $! >"$TMP/launcher.pid"
+  wait ) 2>/dev/null &
+sub=$!
+sleep 0.5
+before=$(leftovers | wc -l)   # the launcher and its 3 ranks
+kill -KILL "$(cat "$TMP/launcher.pid")"
+wait $sub
+if [ "$before" -ge 4 ] && no_leftovers; then
+    pass "SIGKILL to the launcher leaves no rank behind"
+else
+    fail "SIGKILL to launcher: $before processes before, leftovers: $(leftovers | tr '\n' ' ')"
+fi
+
+# --- 7. exec failure -> 127 with the program named ----------------------------------------------------
+printf '#!/nonexistent/interpreter\n' >"$TMP/badinterp"
+chmod +x "$TMP/badinterp"
+L -n 2 "$TMP/badinterp" "$MARK" >/dev/null 2>"$TMP/exec.err"
+rc=$?
+if [ $rc = 127 ] && grep -q "badinterp" "$TMP/exec.err"; then
+    pass "exec failure -> 127"
+else
+    fail "exec failure: rc=$rc (want 127)"; cat "$TMP/exec.err"
+fi
+
+# --- 8. bad usage -> 2 ---------------------------------------------------------------------------------
+ok=1
+while IFS= read -r args; do
+    eval "set -- $args"
+    L "$@" >/dev/null 2>"$TMP/usage.err"
+    rc=$?
+    if [ $rc != 2 ] || [ ! -s "$TMP/usage.err" ]; then
+        fail "usage: '$args' gave $rc (want 2) and stderr '$(cat "$TMP/usage.err")'"; ok=0
+    fi
+done <<EOF
+true
+-n 0 true
+-n -1 true
+-n abc true
+-n 2
+-n 2 --
+-n
+--bogus -n 2 true
+-n 2 --timeout x true
+-n 2 --grace -1 true
+-n 2 no_such_program_$MARK
+-n 2 /nonexistent/$MARK
+-n 2 $TMP
+EOF
+[ $ok = 1 ] && pass "bad usage -> 2"
+if ! L -n 1 -- sh -c 'exit 0' || ! L -n2 --timeout=5 --grace=0.1 true; then
+    fail "valid spellings '-n 1 --', '-n2 --timeout=5 --grace=0.1' refused"
+fi
+
+# --- 9. 10000 lines per rank and stream, a 100000-byte line, a last line without newline --------------
+L -n 3 "$R" lines "$MARK" >"$TMP/lines.out" 2>"$TMP/lines.err"
+rc=$?
+ok=1
+[ $rc = 0 ] || { fail "lines: rc=$rc"; ok=0; }
+for r in 0 1 2; do
+    # lines must come complete and in order for each rank
+    res=$(awk -v r="$r" -v tag=out -v p="[$r] " 'BEGIN { n = 0 }
+        index($0, p) == 1 { rest = substr($0, length(p) + 1)
+            if (rest ~ /^x+$/) { xs += length(rest); next }
+            if (rest == "tail " r) { tail++; next }
+            if (rest != tag " " r " " n) { bad++; next }
+            n++ }
+        END { print n + 0, bad + 0, xs + 0, tail + 0 }' "$TMP/lines.out")
+    [ "$res" = "10000 0 100000 1" ] || { fail "lines: rank $r stdout: got '$res', want '10000 0 100000 1'"; ok=0; }
+    res=$(awk -v r="$r" -v tag=err -v p="[$r] " 'BEGIN { n = 0 }
+        index($0, p) == 1 { rest = substr($0, length(p) + 1)
+            if (rest != tag " " r " " n) { bad++; next }
+            n++ }
+        END { print n + 0, bad + 0 }' "$TMP/lines.err")
+    [ "$res" = "10000 0" ] || { fail "lines: rank $r stderr: got '$res', want '10000 0'"; ok=0; }
+done
+n=$(grep -cvE '^\[[0-2]\] ' "$TMP/lines.out")
+[ "$n" = 0 ] || { fail "lines: $n stdout lines without a rank prefix"; ok=0; }
+n=$(grep -c ' err ' "$TMP/lines.out")
+[ "$n" = 0 ] || { fail "lines: $n stderr lines on stdout"; ok=0; }
+[ $ok = 1 ] && pass "10000 lines per rank on stdout and stderr, long and partial lines, nothing lost"
+
+if [ $fails = 0 ]; then
+    echo "launcher: all passed"
+    exit 0
+fi
+echo "launcher: $fails failed"
+exit 1
