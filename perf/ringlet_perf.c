@@ -1,0 +1,1123 @@
+/* ringlet-perf: bandwidth and correctness of ringlet's collectives, with the
+ * output layout of nccl-tests (all_reduce_perf and friends), so that tables from
+ * the two diff line by line.
+ *
+ *   ringlet-run -n 4 ringlet-perf allreduce -b 4K -e 64M -f 4 -c 1
+ *
+ * One process per rank; the ranks come from the launcher's environment
+ * (ringlet_comm_init_env). Only rank 0 prints. See perf/README.md.
+ *
+ * Uses only the public header include/ringlet.h.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "ringlet.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------- */
+/* collectives                                                               */
+
+typedef enum { C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCESCATTER, C_COUNT } coll_t;
+
+static const struct {
+    const char *name;
+    const char *alias1; /* nccl-tests' binary-style names */
+    const char *alias2;
+    int has_op;   /* the collective reduces */
+    int has_root; /* the collective has a root */
+} kColl[C_COUNT] = {
+    [C_ALLREDUCE] = {"allreduce", "all_reduce", "all_reduce_perf", 1, 0},
+    [C_BROADCAST] = {"broadcast", "bcast", "broadcast_perf", 0, 1},
+    [C_REDUCE] = {"reduce", "reduce_perf", "reduce_perf", 1, 1},
+    [C_ALLGATHER] = {"allgather", "all_gather", "all_gather_perf", 0, 0},
+    [C_REDUCESCATTER] = {"reducescatter", "reduce_scatter", "reduce_scatter_perf", 1, 0},
+};
+
+/* nccl-tests' bus bandwidth factors */
+static double bus_factor(coll_t c, int n) {
+    switch (c) {
+    case C_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
+    case C_ALLGATHER:
+    case C_REDUCESCATTER:
+        return (double)(n - 1) / n;
+    default:
+        return 1.0;
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* data types and ops                                                        */
+
+static const struct {
+    const char *name; /* as nccl-tests prints it */
+    const char *alias1;
+    const char *alias2;
+    ringlet_datatype_t dt;
+} kTypes[] = {
+    {"int8", "char", NULL, RINGLET_INT8},          {"uint8", NULL, NULL, RINGLET_UINT8},
+    {"int32", "int", NULL, RINGLET_INT32},         {"uint32", NULL, NULL, RINGLET_UINT32},
+    {"int64", NULL, NULL, RINGLET_INT64},          {"uint64", NULL, NULL, RINGLET_UINT64},
+    {"half", "float16", "fp16", RINGLET_FLOAT16},  {"float", "float32", "fp32", RINGLET_FLOAT32},
+    {"double", "float64", "fp64", RINGLET_FLOAT64}, {"bfloat16", "bf16", NULL, RINGLET_BFLOAT16},
+};
+#define NTYPES ((int)(sizeof kTypes / sizeof kTypes[0]))
+
+static const struct {
+    const char *name;
+    ringlet_op_t op;
+} kOps[] = {
+    {"sum", RINGLET_SUM}, {"prod", RINGLET_PROD}, {"max", RINGLET_MAX}, {"min", RINGLET_MIN}, {"avg", RINGLET_AVG},
+};
+#define NOPS ((int)(sizeof kOps / sizeof kOps[0]))
+
+static const char *type_name(ringlet_datatype_t dt) {
+    for (int i = 0; i < NTYPES; i++)
+        if (kTypes[i].dt == dt) return kTypes[i].name;
+    return "?";
+}
+
+static const char *op_name(ringlet_op_t op) {
+    for (int i = 0; i < NOPS; i++)
+        if (kOps[i].op == op) return kOps[i].name;
+    return "?";
+}
+
+static int is_float(ringlet_datatype_t dt) {
+    return dt == RINGLET_FLOAT16 || dt == RINGLET_FLOAT32 || dt == RINGLET_FLOAT64 || dt == RINGLET_BFLOAT16;
+}
+
+static int is_signed_int(ringlet_datatype_t dt) {
+    return dt == RINGLET_INT8 || dt == RINGLET_INT32 || dt == RINGLET_INT64;
+}
+
+/* IEEE binary16 <-> binary32, round to nearest even */
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xffu;
+    uint32_t man = x & 0x7fffffu;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000u;
+        unsigned shift = (unsigned)(14 - e);
+        uint32_t h = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    float f;
+    if (exp == 0) {
+        f = (float)man * 5.9604644775390625e-8f; /* man * 2^-24 */
+        return sign ? -f : f;
+    }
+    uint32_t x = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* Element access through memcpy: no aliasing questions, and the compiler turns it
+ * into plain loads and stores. */
+static void store_val(void *buf, ringlet_datatype_t dt, size_t i, int64_t v) {
+    char *p = buf;
+    switch (dt) {
+    case RINGLET_INT8:
+    case RINGLET_UINT8: {
+        uint8_t x = (uint8_t)(uint64_t)v;
+        memcpy(p + i, &x, 1);
+        break;
+    }
+    case RINGLET_INT32:
+    case RINGLET_UINT32: {
+        uint32_t x = (uint32_t)(uint64_t)v;
+        memcpy(p + 4 * i, &x, 4);
+        break;
+    }
+    case RINGLET_INT64:
+    case RINGLET_UINT64: {
+        uint64_t x = (uint64_t)v;
+        memcpy(p + 8 * i, &x, 8);
+        break;
+    }
+    case RINGLET_FLOAT16: {
+        uint16_t x = f32_to_f16((float)v);
+        memcpy(p + 2 * i, &x, 2);
+        break;
+    }
+    case RINGLET_BFLOAT16: {
+        uint16_t x = f32_to_bf16((float)v);
+        memcpy(p + 2 * i, &x, 2);
+        break;
+    }
+    case RINGLET_FLOAT32: {
+        float x = (float)v;
+        memcpy(p + 4 * i, &x, 4);
+        break;
+    }
+    case RINGLET_FLOAT64: {
+        double x = (double)v;
+        memcpy(p + 8 * i, &x, 8);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* raw bits of an integer element, zero-extended */
+static uint64_t load_bits(const void *buf, ringlet_datatype_t dt, size_t i) {
+    const char *p = buf;
+    switch (dt) {
+    case RINGLET_INT8:
+    case RINGLET_UINT8: {
+        uint8_t x;
+        memcpy(&x, p + i, 1);
+        return x;
+    }
+    case RINGLET_INT32:
+    case RINGLET_UINT32: {
+        uint32_t x;
+        memcpy(&x, p + 4 * i, 4);
+        return x;
+    }
+    default: {
+        uint64_t x;
+        memcpy(&x, p + 8 * i, 8);
+        return x;
+    }
+    }
+}
+
+static double load_double(const void *buf, ringlet_datatype_t dt, size_t i) {
+    const char *p = buf;
+    switch (dt) {
+    case RINGLET_FLOAT16: {
+        uint16_t x;
+        memcpy(&x, p + 2 * i, 2);
+        return f16_to_f32(x);
+    }
+    case RINGLET_BFLOAT16: {
+        uint16_t x;
+        memcpy(&x, p + 2 * i, 2);
+        return bf16_to_f32(x);
+    }
+    case RINGLET_FLOAT32: {
+        float x;
+        memcpy(&x, p + 4 * i, 4);
+        return x;
+    }
+    default: {
+        double x;
+        memcpy(&x, p + 8 * i, 8);
+        return x;
+    }
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* deterministic input pattern                                               */
+
+/* The value of rank r's input element i: a small integer, exact in every type,
+ * chosen so that the reduction of up to hundreds of ranks stays exact too:
+ *   sum, avg           -8..8 (unsigned 0..16)
+ *   prod               floats +-1, signed ints +-1 +-2, unsigned 1..3 (ints wrap, as specified)
+ *   min, max, no op    -100..100 (unsigned 0..200) */
+typedef struct {
+    int64_t lo;
+    uint32_t span;
+    int prod_float; /* +-1 only */
+    int prod_sint;  /* +-1, +-2 */
+} pattern_t;
+
+static pattern_t make_pattern(ringlet_datatype_t dt, int has_op, ringlet_op_t op) {
+    pattern_t p = {0, 1, 0, 0};
+    int sgn = is_float(dt) || is_signed_int(dt);
+    if (has_op && (op == RINGLET_SUM || op == RINGLET_AVG)) {
+        p.lo = sgn ? -8 : 0;
+        p.span = 17;
+    } else if (has_op && op == RINGLET_PROD) {
+        if (is_float(dt))
+            p.prod_float = 1;
+        else if (sgn)
+            p.prod_sint = 1;
+        else {
+            p.lo = 1;
+            p.span = 3;
+        }
+    } else {
+        p.lo = sgn ? -100 : 0;
+        p.span = 201;
+    }
+    return p;
+}
+
+static uint64_t g_seed = 0x5eed1e7u;
+
+static inline int64_t gen(const pattern_t *p, int rank, size_t i) {
+    uint64_t h = ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)rank + 1) * 0xc2b2ae3d27d4eb4full ^ g_seed;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    uint32_t u = (uint32_t)(h >> 32);
+    if (p->prod_float) return (u & 1) ? 1 : -1;
+    if (p->prod_sint) {
+        static const int64_t v[4] = {-2, -1, 1, 2};
+        return v[u & 3];
+    }
+    return p->lo + (int64_t)(((uint64_t)u * p->span) >> 32);
+}
+
+static void fill(void *buf, ringlet_datatype_t dt, const pattern_t *p, int rank, size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++) store_val(buf, dt, i, gen(p, rank, first + i));
+}
+
+/* ------------------------------------------------------------------------- */
+/* options                                                                   */
+
+typedef struct {
+    coll_t coll;
+    size_t minb, maxb;
+    size_t stepbytes;
+    long stepfactor; /* > 1: multiply; otherwise add stepbytes */
+    int iters, warmup, check, blocking, root;
+    int all_types, all_ops;
+    ringlet_datatype_t dt;
+    ringlet_op_t op;
+    int op_given;
+} opts_t;
+
+static int env_rank_guess(void) {
+    const char *names[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ringlet-perf allreduce|broadcast|reduce|allgather|reducescatter [flags]\n"
+            "  -b minbytes   smallest size (default 32M; K/M/G suffixes, powers of 1024)\n"
+            "  -e maxbytes   largest size (default 32M)\n"
+            "  -f factor     multiply the size by this step factor\n"
+            "  -i stepbytes  add this many bytes per step (default 1M; used when no -f > 1)\n"
+            "  -n iters      timed iterations per size (default 20)\n"
+            "  -w iters      warm-up iterations per size and form (default 5)\n"
+            "  -c 0|1        check results (default 1)\n"
+            "  -d type       int8 uint8 int32 uint32 int64 uint64 half|float16 bfloat16\n"
+            "                float|float32 double|float64 all (default float)\n"
+            "  -o op         sum prod min max avg all (default sum)\n"
+            "  -r root       root rank of broadcast and reduce (default 0)\n"
+            "  -z 0|1        1: blocking calls; 0: issue the non-blocking forms, then wait (default 1)\n"
+            "  -h            this text\n"
+            "Launch one process per rank, e.g.: ringlet-run -n 4 ringlet-perf allreduce -b 4K -e 64M -f 4\n");
+}
+
+static int parse_size(const char *s, size_t *out) {
+    errno = 0;
+    char *end;
+    if (*s == '-' || *s == '\0') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    unsigned long long mul = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0') return -1;
+    if (v > SIZE_MAX / mul) return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* returns 0 on success, 1 on a usage error (message printed), 2 for -h */
+static int parse_args(int argc, char **argv, opts_t *o, int talk) {
+    *o = (opts_t){.coll = C_ALLREDUCE,
+                  .minb = 32u << 20,
+                  .maxb = 32u << 20,
+                  .stepbytes = 1u << 20,
+                  .stepfactor = 1,
+                  .iters = 20,
+                  .warmup = 5,
+                  .check = 1,
+                  .blocking = 1,
+                  .root = 0,
+                  .dt = RINGLET_FLOAT32,
+                  .op = RINGLET_SUM};
+    const char *collname = NULL;
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        collname = argv[1];
+        first = 2;
+    }
+    int emax_given = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            if (talk) usage(stdout);
+            return 2;
+        }
+        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') {
+            if (!collname && a[0] != '-') {
+                collname = a;
+                continue;
+            }
+            if (talk) fprintf(stderr, "ringlet-perf: unexpected argument '%s'\n", a);
+            return 1;
+        }
+        if (i + 1 >= argc) {
+            if (talk) fprintf(stderr, "ringlet-perf: %s needs a value\n", a);
+            return 1;
+        }
+        const char *v = argv[++i];
+        long l = 0;
+        int bad = 0;
+        switch (a[1]) {
+        case 'b':
+            bad = parse_size(v, &o->minb);
+            break;
+        case 'e':
+            bad = parse_size(v, &o->maxb);
+            emax_given = 1;
+            break;
+        case 'f':
+            bad = parse_int(v, 1, 1 << 20, &l);
+            o->stepfactor = l;
+            break;
+        case 'i':
+            bad = parse_size(v, &o->stepbytes) || o->stepbytes == 0;
+            o->stepfactor = 1;
+            break;
+        case 'n':
+            bad = parse_int(v, 1, INT_MAX, &l);
+            o->iters = (int)l;
+            break;
+        case 'w':
+            bad = parse_int(v, 0, INT_MAX, &l);
+            o->warmup = (int)l;
+            break;
+        case 'c':
+            bad = parse_int(v, 0, 1, &l);
+            o->check = (int)l;
+            break;
+        case 'z':
+            bad = parse_int(v, 0, 1, &l);
+            o->blocking = (int)l;
+            break;
+        case 'r':
+            bad = parse_int(v, 0, INT_MAX, &l);
+            o->root = (int)l;
+            break;
+        case 'd': {
+            bad = 1;
+            o->all_types = strcmp(v, "all") == 0;
+            if (o->all_types) bad = 0;
+            for (int t = 0; t < NTYPES && bad; t++)
+                if (strcmp(v, kTypes[t].name) == 0 || (kTypes[t].alias1 && strcmp(v, kTypes[t].alias1) == 0) ||
+                    (kTypes[t].alias2 && strcmp(v, kTypes[t].alias2) == 0)) {
+                    o->dt = kTypes[t].dt;
+                    bad = 0;
+                }
+            break;
+        }
+        case 'o': {
+            bad = 1;
+            o->op_given = 1;
+            o->all_ops = strcmp(v, "all") == 0;
+            if (o->all_ops) bad = 0;
+            for (int k = 0; k < NOPS && bad; k++)
+                if (strcmp(v, kOps[k].name) == 0) {
+                    o->op = kOps[k].op;
+                    bad = 0;
+                }
+            break;
+        }
+        default:
+            if (talk) fprintf(stderr, "ringlet-perf: unknown flag %s\n", a);
+            return 1;
+        }
+        if (bad) {
+            if (talk) fprintf(stderr, "ringlet-perf: bad value '%s' for %s\n", v, a);
+            return 1;
+        }
+    }
+    if (!collname) {
+        if (talk) {
+            fprintf(stderr, "ringlet-perf: name a collective first\n");
+            usage(stderr);
+        }
+        return 1;
+    }
+    int found = 0;
+    for (int c = 0; c < C_COUNT; c++)
+        if (strcmp(collname, kColl[c].name) == 0 || strcmp(collname, kColl[c].alias1) == 0 ||
+            strcmp(collname, kColl[c].alias2) == 0) {
+            o->coll = (coll_t)c;
+            found = 1;
+        }
+    if (!found) {
+        if (talk) fprintf(stderr, "ringlet-perf: unknown collective '%s'\n", collname);
+        return 1;
+    }
+    if (!emax_given && o->maxb < o->minb) o->maxb = o->minb;
+    if (o->maxb < o->minb) {
+        if (talk) fprintf(stderr, "ringlet-perf: maxbytes (-e) is below minbytes (-b)\n");
+        return 1;
+    }
+    if (!kColl[o->coll].has_op && o->op_given && (o->all_ops || o->op != RINGLET_SUM)) {
+        if (talk)
+            fprintf(stderr, "ringlet-perf: %s does not reduce; -o %s is not supported with it\n",
+                    kColl[o->coll].name, o->all_ops ? "all" : op_name(o->op));
+        return 1;
+    }
+    /* -r with a collective that has no root is ignored (root column -1), as in nccl-tests,
+     * so that one set of flags serves every collective */
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* run state                                                                 */
+
+typedef struct {
+    opts_t o;
+    ringlet_comm_t comm;
+    int rank, nranks;
+    char *sbuf, *rbuf; /* both alloc_bytes long, 64-byte aligned */
+    size_t alloc_bytes;
+    ringlet_request_t *reqs;
+    int nreqs;
+    /* current test */
+    ringlet_datatype_t dt;
+    ringlet_op_t op;
+    size_t ts;
+} ctx_t;
+
+static void die_ringlet(ctx_t *c, const char *what, ringlet_result_t r) {
+    fprintf(stderr, "ringlet-perf: rank %d: %s failed: %s: %s\n", c ? c->rank : -1, what, ringlet_strerror(r),
+            ringlet_comm_last_error(c ? c->comm : NULL));
+    fflush(stderr);
+    if (c && c->comm) ringlet_comm_abort(c->comm);
+    exit(1);
+}
+
+#define CHECK_RL(ctx, what, call)                        \
+    do {                                                 \
+        ringlet_result_t r_ = (call);                    \
+        if (r_ != RINGLET_SUCCESS) die_ringlet(ctx, what, r_); \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Issues one collective on (s, r) with paramcount pc: blocking when req is NULL. */
+static ringlet_result_t issue(ctx_t *c, const void *s, void *r, size_t pc, ringlet_request_t *req) {
+    const opts_t *o = &c->o;
+    switch (o->coll) {
+    case C_ALLREDUCE:
+        return req ? ringlet_iallreduce(s, r, pc, c->dt, c->op, c->comm, NULL, req)
+                   : ringlet_allreduce(s, r, pc, c->dt, c->op, c->comm, NULL);
+    case C_BROADCAST:
+        return req ? ringlet_ibroadcast(s, r, pc, c->dt, o->root, c->comm, NULL, req)
+                   : ringlet_broadcast(s, r, pc, c->dt, o->root, c->comm, NULL);
+    case C_REDUCE:
+        return req ? ringlet_ireduce(s, r, pc, c->dt, c->op, o->root, c->comm, NULL, req)
+                   : ringlet_reduce(s, r, pc, c->dt, c->op, o->root, c->comm, NULL);
+    case C_ALLGATHER:
+        return req ? ringlet_iallgather(s, r, pc, c->dt, c->comm, NULL, req)
+                   : ringlet_allgather(s, r, pc, c->dt, c->comm, NULL);
+    case C_REDUCESCATTER:
+        return req ? ringlet_ireduce_scatter(s, r, pc, c->dt, c->op, c->comm, NULL, req)
+                   : ringlet_reduce_scatter(s, r, pc, c->dt, c->op, c->comm, NULL);
+    default:
+        return RINGLET_ERR_INVALID_ARGUMENT;
+    }
+}
+
+static const char *coll_call_name(coll_t coll, int blocking) {
+    static const char *b[C_COUNT] = {"ringlet_allreduce", "ringlet_broadcast", "ringlet_reduce", "ringlet_allgather",
+                                     "ringlet_reduce_scatter"};
+    static const char *nb[C_COUNT] = {"ringlet_iallreduce", "ringlet_ibroadcast", "ringlet_ireduce",
+                                      "ringlet_iallgather", "ringlet_ireduce_scatter"};
+    return blocking ? b[coll] : nb[coll];
+}
+
+/* Buffer layout of one test: counts in elements, offsets in elements. */
+typedef struct {
+    size_t pc;          /* the count passed to the call */
+    size_t bytes;       /* size column and algbw numerator */
+    size_t count_col;   /* count column */
+    size_t in_elems;    /* elements of this rank's input */
+    size_t out_elems;   /* elements of this rank's output (0: reduce on a non-root) */
+    size_t in_off_ip;   /* in place: input offset within rbuf */
+    size_t out_off_ip;  /* in place: output offset within rbuf */
+} layout_t;
+
+static layout_t make_layout(const ctx_t *c, size_t reqbytes) {
+    layout_t L = {0};
+    size_t n = (size_t)c->nranks, count = reqbytes / c->ts;
+    switch (c->o.coll) {
+    case C_ALLGATHER:
+        L.pc = count / n;
+        L.in_elems = L.pc;
+        L.out_elems = L.pc * n;
+        L.in_off_ip = (size_t)c->rank * L.pc;
+        L.bytes = L.pc * n * c->ts;
+        break;
+    case C_REDUCESCATTER:
+        L.pc = count / n;
+        L.in_elems = L.pc * n;
+        L.out_elems = L.pc;
+        L.out_off_ip = (size_t)c->rank * L.pc;
+        L.bytes = L.pc * n * c->ts;
+        break;
+    default:
+        L.pc = count;
+        L.in_elems = count;
+        L.out_elems = (c->o.coll == C_REDUCE && c->rank != c->o.root) ? 0 : count;
+        L.bytes = count * c->ts;
+        break;
+    }
+    L.count_col = L.pc;
+    return L;
+}
+
+static void pointers(const ctx_t *c, const layout_t *L, int inplace, const void **s, void **r) {
+    if (!inplace) {
+        *s = c->sbuf;
+        *r = c->rbuf;
+        return;
+    }
+    *s = c->rbuf + L->in_off_ip * c->ts;
+    *r = c->rbuf + L->out_off_ip * c->ts;
+}
+
+/* Runs `iters` calls; the average seconds per call on this rank. */
+static double run_loop(ctx_t *c, const layout_t *L, int inplace, int iters, int timed) {
+    const void *s;
+    void *r;
+    pointers(c, L, inplace, &s, &r);
+    const char *name = coll_call_name(c->o.coll, c->o.blocking);
+    if (timed) CHECK_RL(c, "ringlet_barrier", ringlet_barrier(c->comm, NULL));
+    double t0 = now_s();
+    if (c->o.blocking) {
+        for (int k = 0; k < iters; k++) CHECK_RL(c, name, issue(c, s, r, L->pc, NULL));
+    } else {
+        for (int k = 0; k < iters; k++) CHECK_RL(c, name, issue(c, s, r, L->pc, &c->reqs[k]));
+        for (int k = 0; k < iters; k++) CHECK_RL(c, "ringlet_wait", ringlet_wait(&c->reqs[k]));
+    }
+    double t1 = now_s();
+    return iters > 0 ? (t1 - t0) / iters : 0.0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* checking                                                                  */
+
+#define SENTINEL 0xa5
+static unsigned char g_sentinel_block[4096];
+
+/* elements of size ts in [p, p+len) that are not all sentinel bytes */
+static size_t count_touched(const char *p, size_t len, size_t ts) {
+    size_t bad = 0, off = 0;
+    while (off < len) {
+        size_t chunk = len - off < sizeof g_sentinel_block ? len - off : sizeof g_sentinel_block;
+        if (memcmp(p + off, g_sentinel_block, chunk) != 0) {
+            for (size_t e = 0; e < chunk; e += ts)
+                if (memcmp(p + off + e, g_sentinel_block, ts) != 0) bad++;
+        }
+        off += chunk;
+    }
+    return bad;
+}
+
+/* tolerance (relative to max(|expected|, 1)) for floating types */
+static double float_tol(ringlet_datatype_t dt, int has_op, ringlet_op_t op, int n) {
+    if (!has_op || op == RINGLET_MIN || op == RINGLET_MAX || op == RINGLET_PROD) return 0.0;
+    int avg = op == RINGLET_AVG;
+    switch (dt) {
+    case RINGLET_FLOAT64:
+        return avg ? 1e-12 : 0.0;
+    case RINGLET_FLOAT32:
+        return avg ? 1e-6 : 0.0;
+    case RINGLET_FLOAT16: /* partial sums <= 8n are exact up to 2048 */
+        return avg ? 2e-3 : (8 * n > 2048 ? 4e-3 * log2((double)n) : 0.0);
+    case RINGLET_BFLOAT16: /* exact up to 256 */
+        return avg ? 1.6e-2 : (8 * n > 256 ? 2e-2 * log2((double)n) : 0.0);
+    default:
+        return 0.0;
+    }
+}
+
+typedef struct {
+    ringlet_datatype_t dt;
+    ringlet_op_t op;
+    int has_op;
+    int n;
+    uint64_t mask;
+    int bits;
+    double tol;
+    pattern_t pat;
+} checker_t;
+
+static checker_t make_checker(const ctx_t *c) {
+    checker_t k;
+    k.dt = c->dt;
+    k.op = c->op;
+    k.has_op = kColl[c->o.coll].has_op;
+    k.n = c->nranks;
+    k.bits = (int)(c->ts * 8);
+    k.mask = k.bits >= 64 ? ~0ull : ((1ull << k.bits) - 1);
+    k.tol = float_tol(c->dt, k.has_op, c->op, c->nranks);
+    k.pat = make_pattern(c->dt, k.has_op, c->op);
+    return k;
+}
+
+static int64_t sign_extend(uint64_t x, int bits) {
+    if (bits >= 64) return (int64_t)x;
+    uint64_t m = 1ull << (bits - 1);
+    x &= (1ull << bits) - 1;
+    return (int64_t)((x ^ m) - m);
+}
+
+/* Compares element i of buf with the reduction over all ranks of input index k
+ * (or, with src >= 0, with rank src's input k alone). Returns 1 when wrong. */
+static int wrong_elem(const checker_t *k, const void *buf, size_t i, size_t idx, int src) {
+    if (!is_float(k->dt)) {
+        uint64_t want;
+        if (src >= 0 || !k->has_op) {
+            want = (uint64_t)gen(&k->pat, src, idx) & k->mask;
+        } else {
+            uint64_t acc = 0;
+            int64_t mm = 0;
+            int sgn = is_signed_int(k->dt);
+            for (int r = 0; r < k->n; r++) {
+                int64_t v = gen(&k->pat, r, idx);
+                switch (k->op) {
+                case RINGLET_PROD:
+                    acc = r == 0 ? (uint64_t)v : acc * (uint64_t)v;
+                    break;
+                case RINGLET_MAX:
+                    mm = r == 0 || v > mm ? v : mm;
+                    break;
+                case RINGLET_MIN:
+                    mm = r == 0 || v < mm ? v : mm;
+                    break;
+                default: /* sum, avg */
+                    acc += (uint64_t)v;
+                    break;
+                }
+            }
+            if (k->op == RINGLET_MAX || k->op == RINGLET_MIN)
+                want = (uint64_t)mm;
+            else if (k->op == RINGLET_AVG) {
+                acc &= k->mask;
+                if (sgn)
+                    want = (uint64_t)(sign_extend(acc, k->bits) / (int64_t)k->n);
+                else
+                    want = acc / (uint64_t)k->n;
+            } else
+                want = acc;
+            want &= k->mask;
+        }
+        return load_bits(buf, k->dt, i) != want;
+    }
+    double want;
+    if (src >= 0 || !k->has_op) {
+        want = (double)gen(&k->pat, src, idx);
+    } else {
+        double acc = 0;
+        for (int r = 0; r < k->n; r++) {
+            double v = (double)gen(&k->pat, r, idx);
+            switch (k->op) {
+            case RINGLET_PROD:
+                acc = r == 0 ? v : acc * v;
+                break;
+            case RINGLET_MAX:
+                acc = r == 0 || v > acc ? v : acc;
+                break;
+            case RINGLET_MIN:
+                acc = r == 0 || v < acc ? v : acc;
+                break;
+            default:
+                acc += v;
+                break;
+            }
+        }
+        want = k->op == RINGLET_AVG ? acc / k->n : acc;
+    }
+    double got = load_double(buf, k->dt, i);
+    if (k->tol == 0.0) {
+        /* the exact expectation, rounded to the type as the library must */
+        char tmp[8];
+        switch (k->dt) {
+        case RINGLET_FLOAT16: {
+            uint16_t h = f32_to_f16((float)want);
+            memcpy(tmp, &h, 2);
+            break;
+        }
+        case RINGLET_BFLOAT16: {
+            uint16_t h = f32_to_bf16((float)want);
+            memcpy(tmp, &h, 2);
+            break;
+        }
+        case RINGLET_FLOAT32: {
+            float f = (float)want;
+            memcpy(tmp, &f, 4);
+            break;
+        }
+        default:
+            memcpy(tmp, &want, 8);
+            break;
+        }
+        return !(got == load_double(tmp, k->dt, 0));
+    }
+    double scale = fabs(want) > 1.0 ? fabs(want) : 1.0;
+    return !(fabs(got - want) <= k->tol * scale);
+}
+
+/* Fills the input, poisons the rest of rbuf, runs the collective once, and counts
+ * wrong elements: wrong results, changed inputs, and writes outside the output. */
+static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
+    const checker_t k = make_checker(c);
+    const size_t ts = c->ts;
+    const int me = c->rank;
+    const coll_t coll = c->o.coll;
+
+    /* 1. inputs and poison */
+    memset(c->rbuf, SENTINEL, c->alloc_bytes);
+    char *in = inplace ? c->rbuf + L->in_off_ip * ts : c->sbuf;
+    fill(in, c->dt, &k.pat, me, 0, L->in_elems);
+
+    /* 2. one call, in the mode under test */
+    const void *s;
+    void *r;
+    pointers(c, L, inplace, &s, &r);
+    const char *name = coll_call_name(coll, c->o.blocking);
+    if (c->o.blocking)
+        CHECK_RL(c, name, issue(c, s, r, L->pc, NULL));
+    else {
+        CHECK_RL(c, name, issue(c, s, r, L->pc, &c->reqs[0]));
+        CHECK_RL(c, "ringlet_wait", ringlet_wait(&c->reqs[0]));
+    }
+
+    /* 3. the output */
+    int64_t wrong = 0;
+    const char *out = r;
+    for (size_t i = 0; i < L->out_elems; i++) {
+        switch (coll) {
+        case C_ALLREDUCE:
+        case C_REDUCE:
+            wrong += wrong_elem(&k, out, i, i, -1);
+            break;
+        case C_BROADCAST:
+            wrong += wrong_elem(&k, out, i, i, c->o.root);
+            break;
+        case C_ALLGATHER:
+            wrong += wrong_elem(&k, out, i, i % L->pc, (int)(i / L->pc));
+            break;
+        case C_REDUCESCATTER:
+            wrong += wrong_elem(&k, out, i, (size_t)me * L->pc + i, -1);
+            break;
+        default:
+            break;
+        }
+    }
+
+    /* 4. inputs must be left as they were (the parts that are not output) */
+    const size_t out_lo = inplace ? L->out_off_ip : 0, out_hi = out_lo + L->out_elems;
+    const size_t in_lo = inplace ? L->in_off_ip : 0;
+    for (size_t j = 0; j < L->in_elems; j++) {
+        size_t pos = in_lo + j; /* position in rbuf when in place */
+        if (inplace && pos >= out_lo && pos < out_hi) continue;
+        wrong += wrong_elem(&k, in, j, j, me);
+    }
+
+    /* 5. nothing written outside the output (and, in place, the input) in rbuf */
+    size_t lo = out_lo, hi = out_hi;
+    if (inplace && L->in_elems) {
+        if (in_lo < lo || lo == hi) lo = in_lo;
+        if (in_lo + L->in_elems > hi) hi = in_lo + L->in_elems;
+    }
+    if (lo == hi) lo = hi = 0;
+    wrong += (int64_t)count_touched(c->rbuf, lo * ts, ts);
+    wrong += (int64_t)count_touched(c->rbuf + hi * ts, c->alloc_bytes - hi * ts, ts);
+    return wrong;
+}
+
+/* ------------------------------------------------------------------------- */
+/* output                                                                    */
+
+static void fmt_time(char *buf, size_t len, double us) {
+    if (us >= 10000.0)
+        snprintf(buf, len, "%7.0f", us);
+    else if (us >= 100.0)
+        snprintf(buf, len, "%7.1f", us);
+    else
+        snprintf(buf, len, "%7.2f", us);
+}
+
+static void print_table_header(void) {
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+           "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop",
+           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    fflush(stdout);
+}
+
+typedef struct {
+    double bw_sum;
+    long bw_count;
+    int64_t wrong_total;
+} totals_t;
+
+/* One size: out-of-place then in-place, timed then checked. */
+static void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
+    layout_t L = make_layout(c, reqbytes);
+    double t[2] = {0, 0}, tmax[2] = {0, 0};
+    int64_t w[2] = {0, 0}, wsum[2] = {0, 0};
+    const pattern_t pat = make_pattern(c->dt, kColl[c->o.coll].has_op, c->op);
+    for (int ip = 0; ip < 2; ip++) {
+        /* timed data: the check pattern (small integers: no denormals, no NaN; in
+         * place, sums grow but prod, min, max and avg stay put) */
+        fill(ip ? c->rbuf + L.in_off_ip * c->ts : c->sbuf, c->dt, &pat, c->rank, 0, L.in_elems);
+        if (c->o.warmup > 0) run_loop(c, &L, ip, c->o.warmup, 0);
+        t[ip] = run_loop(c, &L, ip, c->o.iters, 1);
+        if (c->o.check) w[ip] = check_once(c, &L, ip);
+    }
+    CHECK_RL(c, "ringlet_allreduce (max time)",
+             ringlet_allreduce(t, tmax, 2, RINGLET_FLOAT64, RINGLET_MAX, c->comm, NULL));
+    if (c->o.check)
+        CHECK_RL(c, "ringlet_allreduce (#wrong)", ringlet_allreduce(w, wsum, 2, RINGLET_INT64, RINGLET_SUM, c->comm, NULL));
+    tot->wrong_total += wsum[0] + wsum[1]; /* the same on every rank */
+    if (c->rank != 0) return;
+
+    const int has_op = kColl[c->o.coll].has_op, has_root = kColl[c->o.coll].has_root;
+    printf("%12zu  %12zu  %8s  %6s  %6d", L.bytes, L.count_col, type_name(c->dt), has_op ? op_name(c->op) : "none",
+           has_root ? c->o.root : -1);
+    for (int ip = 0; ip < 2; ip++) {
+        char ts[32], ws[32];
+        double sec = tmax[ip];
+        double algbw = sec > 0 ? (double)L.bytes / 1e9 / sec : 0.0;
+        double busbw = algbw * bus_factor(c->o.coll, c->nranks);
+        fmt_time(ts, sizeof ts, sec * 1e6);
+        if (c->o.check)
+            snprintf(ws, sizeof ws, "%5lld", (long long)wsum[ip]);
+        else
+            snprintf(ws, sizeof ws, "%5s", "N/A");
+        printf("  %7s  %6.2f  %6.2f  %5s", ts, algbw, busbw, ws);
+        tot->bw_sum += busbw;
+        tot->bw_count++;
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+typedef struct {
+    int32_t pid;
+    int32_t local_rank;
+    char host[56];
+} rankinfo_t;
+
+static void print_header(ctx_t *c, const rankinfo_t *info) {
+    const opts_t *o = &c->o;
+    printf("# Collective test starting: ringlet-perf %s\n", kColl[o->coll].name);
+    printf("# nranks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
+           "blocking: %d\n",
+           c->nranks, o->minb, o->maxb, o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes,
+           o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check, o->blocking);
+    printf("#\n# ringlet %s", ringlet_version());
+    for (char **e = environ; e && *e; e++) /* the knobs that were set, for the record */
+        if (strncmp(*e, "RINGLET_", 8) == 0 && strncmp(*e, "RINGLET_SECRET=", 15) != 0) printf("  %s", *e);
+    printf("\n#\n# Using ranks\n");
+    for (int r = 0; r < c->nranks; r++)
+        printf("#  Rank %2d Group  0 Pid %6d on %10s local_rank %2d [host memory]\n", r, (int)info[r].pid,
+               info[r].host, (int)info[r].local_rank);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------- */
+
+static void *alloc64(size_t bytes) {
+    size_t b = (bytes + 63) / 64 * 64;
+    if (b == 0) b = 64;
+    return aligned_alloc(64, b);
+}
+
+int main(int argc, char **argv) {
+    opts_t o;
+    int guess = env_rank_guess();
+    int pr = parse_args(argc, argv, &o, guess == 0);
+    if (pr == 2) return 0;
+    if (pr) return 1;
+
+    ctx_t C = {0};
+    ctx_t *c = &C;
+    c->o = o;
+    c->rank = -1;
+    memset(g_sentinel_block, SENTINEL, sizeof g_sentinel_block);
+
+    ringlet_result_t res = ringlet_comm_init_env(&c->comm);
+    if (res != RINGLET_SUCCESS) {
+        c->comm = NULL;
+        die_ringlet(c, "ringlet_comm_init_env", res);
+    }
+    CHECK_RL(c, "ringlet_comm_rank", ringlet_comm_rank(c->comm, &c->rank));
+    CHECK_RL(c, "ringlet_comm_size", ringlet_comm_size(c->comm, &c->nranks));
+    int local_rank = 0;
+    CHECK_RL(c, "ringlet_comm_local_rank", ringlet_comm_local_rank(c->comm, &local_rank));
+
+    if (kColl[o.coll].has_root && o.root >= c->nranks) { /* checked on every rank: all exit */
+        if (c->rank == 0) fprintf(stderr, "ringlet-perf: root %d is not below nranks %d\n", o.root, c->nranks);
+        ringlet_comm_destroy(c->comm);
+        return 1;
+    }
+
+    /* buffers: allocated once at the largest size, first touched here */
+    c->alloc_bytes = (o.maxb + 63) / 64 * 64;
+    if (c->alloc_bytes == 0) c->alloc_bytes = 64;
+    c->sbuf = alloc64(c->alloc_bytes);
+    c->rbuf = alloc64(c->alloc_bytes);
+    c->nreqs = o.iters > o.warmup ? o.iters : o.warmup;
+    if (c->nreqs < 1) c->nreqs = 1;
+    c->reqs = calloc((size_t)c->nreqs, sizeof *c->reqs);
+    if (!c->sbuf || !c->rbuf || !c->reqs) {
+        fprintf(stderr, "ringlet-perf: rank %d: cannot allocate 2 x %zu bytes\n", c->rank, c->alloc_bytes);
+        ringlet_comm_abort(c->comm);
+        return 1;
+    }
+    memset(c->sbuf, 0, c->alloc_bytes); /* first touch, by the rank that uses them */
+    memset(c->rbuf, 0, c->alloc_bytes);
+
+    /* who is where */
+    rankinfo_t mine;
+    memset(&mine, 0, sizeof mine);
+    mine.pid = (int32_t)getpid();
+    mine.local_rank = local_rank;
+    if (gethostname(mine.host, sizeof mine.host - 1) != 0) strcpy(mine.host, "?");
+    rankinfo_t *all = calloc((size_t)c->nranks, sizeof *all);
+    if (!all) {
+        fprintf(stderr, "ringlet-perf: out of memory\n");
+        ringlet_comm_abort(c->comm);
+        return 1;
+    }
+    CHECK_RL(c, "ringlet_allgather (rank info)",
+             ringlet_allgather(&mine, all, sizeof mine, RINGLET_UINT8, c->comm, NULL));
+    if (c->rank == 0) print_header(c, all);
+    free(all);
+
+    totals_t tot = {0, 0, 0};
+    int ntypes = o.all_types ? NTYPES : 1;
+    int nops = (o.all_ops && kColl[o.coll].has_op) ? NOPS : 1;
+    for (int ti = 0; ti < ntypes; ti++) {
+        c->dt = o.all_types ? kTypes[ti].dt : o.dt;
+        c->ts = ringlet_datatype_size(c->dt);
+        if (c->ts == 0) {
+            if (c->rank == 0) fprintf(stderr, "ringlet-perf: the library does not know type %s\n", type_name(c->dt));
+            ringlet_comm_destroy(c->comm);
+            return 1;
+        }
+        for (int oi = 0; oi < nops; oi++) {
+            c->op = o.all_ops ? kOps[oi].op : o.op;
+            if (c->rank == 0) print_table_header();
+            size_t sz = o.minb;
+            for (;;) {
+                run_size(c, sz, &tot);
+                size_t next;
+                if (o.stepfactor > 1) {
+                    if (sz == 0 || sz > SIZE_MAX / (size_t)o.stepfactor) break;
+                    next = sz * (size_t)o.stepfactor;
+                } else {
+                    if (sz > SIZE_MAX - o.stepbytes) break;
+                    next = sz + o.stepbytes;
+                }
+                if (next > o.maxb) break;
+                sz = next;
+            }
+        }
+    }
+
+    if (c->rank == 0) {
+        printf("# Out of bounds values : %lld %s\n", (long long)tot.wrong_total, tot.wrong_total ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n", tot.bw_count ? tot.bw_sum / (double)tot.bw_count : 0.0);
+        printf("#\n# Collective test concluded: ringlet-perf %s\n#\n", kColl[o.coll].name);
+        fflush(stdout);
+    }
+    CHECK_RL(c, "ringlet_comm_destroy", ringlet_comm_destroy(c->comm));
+    c->comm = NULL;
+    free(c->sbuf);
+    free(c->rbuf);
+    free(c->reqs);
+    return tot.wrong_total ? 2 : 0; /* every rank knows the total */
+}
