@@ -88,25 +88,44 @@ void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt
     rl_comm_notify(c);
 }
 
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, void **conn, char *err) {
-    if (!c->send_conns[peer]) {
-        ringlet_result_t rc = c->tp->connect(c->tctx, peer, c->infos[peer].blob, c->infos[peer].bloblen,
-                                             &c->send_conns[peer], err);
-        if (rc) return rc;
-        RL_INFO(c->rank, "connected to rank %d over %s", peer, c->tp->name);
+/* The transport for a pair: the forced one, else the best both ranks have (IB
+ * between hosts, TCP otherwise). Both ends compute the same answer from the table. */
+static ringlet_result_t pick_transport(struct ringlet_comm *c, int peer, int *tp, char *err) {
+    const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
+    if (c->forced_tp >= 0) {
+        *tp = c->forced_tp;
+        if (them->bloblen[*tp]) return RINGLET_SUCCESS;
+        snprintf(err, RL_ERR_MAX, "RINGLET_TRANSPORT=%s, but rank %d does not have it", rl_transports[*tp]->name, peer);
+        return RINGLET_ERR_INVALID_USAGE;
     }
-    *conn = c->send_conns[peer];
+    int same_host = !memcmp(me->hostid, them->hostid, 16);
+    *tp = !same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB] ? RL_TP_IB : RL_TP_TCP;
     return RINGLET_SUCCESS;
 }
 
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, void **conn, char *err) {
-    if (!c->recv_conns[peer]) {
-        ringlet_result_t rc = c->tp->accept(c->tctx, peer, &c->recv_conns[peer], err);
+static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_conn **conn, char *err) {
+    rl_conn *slot = send ? &c->send_conns[peer] : &c->recv_conns[peer];
+    if (!slot->h) {
+        int tp;
+        ringlet_result_t rc = pick_transport(c, peer, &tp, err);
         if (rc) return rc;
-        RL_INFO(c->rank, "accepted rank %d over %s", peer, c->tp->name);
+        const rl_transport_ops *ops = rl_transports[tp];
+        rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)
+                  : ops->accept(c->tctx[tp], peer, &slot->h, err);
+        if (rc) return rc;
+        slot->tp = ops;
+        RL_INFO(c->rank, "%s rank %d over %s", send ? "sending to" : "receiving from", peer, ops->name);
     }
-    *conn = c->recv_conns[peer];
+    *conn = slot;
     return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
+    return get_conn(c, peer, 1, conn, err);
+}
+
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
+    return get_conn(c, peer, 0, conn, err);
 }
 
 void *rl_comm_temp(struct ringlet_comm *c, size_t bytes) {
@@ -130,13 +149,13 @@ static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_re
 
 static void run_p2p(struct ringlet_comm *c, struct ringlet_request *r) {
     char err[RL_ERR_MAX] = "";
-    void *conn;
+    rl_conn *conn;
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);
     ringlet_result_t rc = r->kind == RL_OP_SEND ? rl_comm_send_conn(c, r->peer, &conn, err)
                                                 : rl_comm_recv_conn(c, r->peer, &conn, err);
     if (rc == RINGLET_SUCCESS)
-        rc = r->kind == RL_OP_SEND ? c->tp->isend(conn, r->sendbuf, bytes, NULL, &r->treq)
-                                   : c->tp->irecv(conn, r->recvbuf, bytes, NULL, &r->treq);
+        rc = r->kind == RL_OP_SEND ? conn->tp->isend(conn->h, r->sendbuf, bytes, NULL, &r->treq)
+                                   : conn->tp->irecv(conn->h, r->recvbuf, bytes, NULL, &r->treq);
     if (rc != RINGLET_SUCCESS) {
         if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%.200s", c->fail_msg);
         snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %s", rl_op_name(r->kind),
@@ -258,8 +277,8 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_mutex_init(&c->err_mu, NULL);
     c->infos = calloc((size_t)nranks, sizeof *c->infos);
     c->ring = calloc((size_t)nranks, sizeof *c->ring);
-    c->send_conns = calloc((size_t)nranks, sizeof(void *));
-    c->recv_conns = calloc((size_t)nranks, sizeof(void *));
+    c->send_conns = calloc((size_t)nranks, sizeof(rl_conn));
+    c->recv_conns = calloc((size_t)nranks, sizeof(rl_conn));
     if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns) {
         free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns), free(c);
         return NULL;
@@ -280,13 +299,14 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
     }
     if (!clean) atomic_store(&c->stop, 1);
     for (int p = 0; p < c->nranks; p++) {
-        if (c->send_conns[p]) c->tp->close(c->send_conns[p]);
-        if (c->recv_conns[p]) c->tp->close(c->recv_conns[p]);
-        c->send_conns[p] = c->recv_conns[p] = NULL;
+        if (c->send_conns[p].h) c->send_conns[p].tp->close(c->send_conns[p].h);
+        if (c->recv_conns[p].h) c->recv_conns[p].tp->close(c->recv_conns[p].h);
+        c->send_conns[p].h = c->recv_conns[p].h = NULL;
     }
     rl_monitor_stop(c, clean);
-    if (c->tctx) c->tp->fini(c->tctx);
-    c->tctx = NULL;
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if (c->tctx[i]) rl_transports[i]->fini(c->tctx[i]);
+    memset(c->tctx, 0, sizeof c->tctx);
     free(c->slots);
     free(c->temp);
     c->slots = c->temp = NULL;
@@ -316,12 +336,16 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 512 << 10, 4096, 1LL << 30);
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
     const char *tname = getenv("RINGLET_TRANSPORT");
-    if (tname && *tname && strcmp(tname, "tcp") != 0) {
-        if (t->listen_fd >= 0) close(t->listen_fd);
-        comm_free(c);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_TRANSPORT=%s is not available (tcp)", tname);
+    c->forced_tp = -1;
+    if (tname && *tname && strcmp(tname, "auto") != 0) {
+        c->forced_tp = rl_transport_by_name(tname);
+        if (c->forced_tp < 0) {
+            if (t->listen_fd >= 0) close(t->listen_fd);
+            comm_free(c);
+            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                            "init: RINGLET_TRANSPORT=%s is not a transport of this build", tname);
+        }
     }
-    c->tp = &rl_transport_tcp;
     ringlet_result_t rc = RINGLET_SUCCESS;
 
     /* The interface peers reach this rank on. */
@@ -339,9 +363,24 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
 
     rl_transport_init tin = {rank, nranks, &c->stop, rl_comm_notify, c, c->timeout_s, c->secret, &c->ifaddr};
-    size_t bloblen = 0;
-    rc = c->tp->init(&tin, &c->tctx, c->infos[rank].blob, &bloblen, err);
-    c->infos[rank].bloblen = (uint32_t)bloblen;
+    /* Every transport that can run here publishes its blob; TCP must. */
+    for (int i = 0; i < RL_TP_MAX && rc == RINGLET_SUCCESS; i++) {
+        if (!rl_transports[i]) continue;
+        size_t bloblen = 0;
+        char terr[RL_ERR_MAX] = "";
+        ringlet_result_t trc = rl_transports[i]->init(&tin, &c->tctx[i], c->infos[rank].blob[i], &bloblen, terr);
+        if (trc == RINGLET_SUCCESS) {
+            c->infos[rank].bloblen[i] = (uint32_t)bloblen;
+        } else {
+            c->tctx[i] = NULL;
+            if (i == RL_TP_TCP || i == c->forced_tp) {
+                rc = trc;
+                snprintf(err, sizeof err, "%s", terr);
+            } else {
+                RL_INFO(rank, "transport %s unavailable: %s", rl_transports[i]->name, terr);
+            }
+        }
+    }
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();
     host_id(c->infos[rank].hostid);
@@ -354,10 +393,10 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         build_ring(c);
         char a[96];
         rl_sockaddr_str((struct sockaddr *)&c->ifaddr, a, sizeof a);
-        RL_INFO(rank, "%d ranks, local rank %d of %d; transport %s on interface %s (%s); ring prev %d next %d; chunk %zu "
-                      "bytes x %d in flight",
-                rank == 0 ? nranks : nranks, c->local_rank, c->local_size, c->tp->name, c->ifname, a, c->prev, c->next,
-                c->chunk_bytes, c->nslots);
+        RL_INFO(rank, "%d ranks, local rank %d of %d; transport %s; TCP on interface %s (%s); ring prev %d next %d; "
+                      "chunk %zu bytes x %d in flight",
+                nranks, c->local_rank, c->local_size, c->forced_tp >= 0 ? rl_transports[c->forced_tp]->name : "auto",
+                c->ifname, a, c->prev, c->next, c->chunk_bytes, c->nslots);
         if (posix_memalign((void **)&c->slots, 64, c->chunk_bytes * (size_t)c->nslots) != 0) {
             c->slots = NULL;
             rc = RINGLET_ERR_SYSTEM;
@@ -365,7 +404,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         }
     }
     /* The ring's connections now, so that init fails rather than the first call. */
-    void *conn;
+    rl_conn *conn;
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, &conn, err);
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, &conn, err);
     if (rc == RINGLET_SUCCESS) {

@@ -17,9 +17,15 @@ typedef struct rl_rank_info {
     uint8_t hostid[16]; /* same value = same host */
     int32_t rank;
     int32_t pid;
-    uint32_t bloblen;
-    uint8_t blob[RL_BLOB_MAX];
+    uint32_t bloblen[RL_TP_MAX]; /* 0: that transport is not available on the rank */
+    uint8_t blob[RL_TP_MAX][RL_BLOB_MAX];
 } rl_rank_info;
+
+/* A connection to one peer in one direction, over the transport chosen for the pair. */
+typedef struct rl_conn {
+    const rl_transport_ops *tp;
+    void *h;
+} rl_conn;
 
 typedef enum {
     RL_OP_ALLREDUCE,
@@ -67,9 +73,9 @@ struct ringlet_comm {
     size_t chunk_bytes;
     int nslots;
 
-    const rl_transport_ops *tp;
-    void *tctx;
-    void **send_conns, **recv_conns; /* per peer rank, made on first use */
+    void *tctx[RL_TP_MAX];           /* transports that initialised here */
+    int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */
+    rl_conn *send_conns, *recv_conns; /* per peer rank, made on first use */
     struct sockaddr_storage ifaddr;  /* the interface chosen */
     char ifname[64];
 
@@ -120,8 +126,8 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
     __attribute__((format(printf, 3, 4)));
 
 /* Connections made on first use (progress thread only). */
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, void **conn, char *err);
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, void **conn, char *err);
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
 /* Scratch for partial results, grown (never per call once large enough). */
 void *rl_comm_temp(struct ringlet_comm *c, size_t bytes);
 

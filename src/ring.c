@@ -92,7 +92,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
     struct ringlet_comm *c = p->c;
     const int W = c->nslots;
     rl_treq rreq[64], sreq[64];
-    void *sconn = NULL, *rconn = NULL;
+    rl_conn *sconn = NULL, *rconn = NULL;
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (p->nsend) rc = rl_comm_send_conn(c, c->next, &sconn, cerr);
@@ -111,7 +111,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             size_t bytes;
             p->recv_at(p, posted_r, &dst, &bytes);
             if (!dst) dst = c->slots + (posted_r % (size_t)W) * c->chunk_bytes;
-            c->tp->irecv(rconn, dst, bytes, NULL, &rreq[posted_r % (size_t)W]);
+            rconn->tp->irecv(rconn->h, dst, bytes, NULL, &rreq[posted_r % (size_t)W]);
             posted_r++;
             progressed = 1;
         }
@@ -120,7 +120,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             const void *src;
             size_t bytes;
             p->send_at(p, posted_s, &src, &bytes);
-            c->tp->isend(sconn, src, bytes, NULL, &sreq[posted_s % (size_t)W]);
+            sconn->tp->isend(sconn->h, src, bytes, NULL, &sreq[posted_s % (size_t)W]);
             posted_s++;
             progressed = 1;
         }

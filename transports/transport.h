@@ -74,6 +74,13 @@ void rl_treq_start(rl_treq *r, size_t len, int parts);
 /* Marks one part done; returns 1 when it was the last. */
 int rl_treq_part_done(rl_treq *r);
 
+/* The registry (registry.c): every transport this build has, by id. A rank publishes
+ * one blob per transport that initialised; a pair uses a transport both published. */
+enum { RL_TP_TCP = 0, RL_TP_IB = 1, RL_TP_SHM = 2, RL_TP_CUDA_IPC = 3, RL_TP_MAX = 4 };
+extern const rl_transport_ops *const rl_transports[RL_TP_MAX];
+/* Id of a transport by name, or -1. */
+int rl_transport_by_name(const char *name);
+
 extern const rl_transport_ops rl_transport_tcp;
 
 #endif
