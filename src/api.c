@@ -140,7 +140,14 @@ static int request_done(struct ringlet_request *r) {
         } else {
             snprintf(r->err, sizeof r->err, "%s #%llu failed: %s", rl_op_name(r->kind), (unsigned long long)r->seq,
                      r->treq.err);
-            rl_comm_fail(c, st, "%s", r->err);
+            rl_comm_fail_link(c, st, r->err);
+            if (atomic_load(&c->failed)) {
+                pthread_mutex_lock(&c->fail_mu);
+                st = c->fail_code;
+                snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind),
+                         (unsigned long long)r->seq, c->fail_msg);
+                pthread_mutex_unlock(&c->fail_mu);
+            }
         }
     }
     r->result = st;

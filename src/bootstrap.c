@@ -469,12 +469,14 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     if (m->said_bye[r]) return;
     atomic_fetch_sub(&m->nlive, 1);
     if (atomic_load(&m->leaving)) return;
-    rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
-                 r);
+    /* Tell everybody first: once this rank's own calls fail, its user may abort, and
+     * the others must have heard the real cause before they see this rank go. */
     struct mon_frame f = {MON_MAGIC, MON_FAILED, r, 0};
     for (int i = 1; i < m->nfds; i++)
         if (m->fds[i] >= 0 && rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + 1.0, NULL) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
+    rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
+                 r);
 }
 
 static void *monitor_thread(void *arg) {

@@ -120,6 +120,13 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_
     return RINGLET_SUCCESS;
 }
 
+void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what) {
+    double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
+    while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
+        rl_comm_wait_event(c, atomic_load(&c->ev_gen), 20);
+    rl_comm_fail(c, code, "%s", what);
+}
+
 ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
     return get_conn(c, peer, 1, conn, err);
 }

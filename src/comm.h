@@ -115,6 +115,10 @@ struct ringlet_comm {
  * up and every later call returns code. failed_rank < 0 when no peer is to blame. */
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A connection broke: give the monitor a moment to name the real cause (a peer's death
+ * reaches every rank through rank 0 within milliseconds; the broken link may only be a
+ * neighbour that aborted because of it), then fail with what is known. */
+void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
 /* Wakes waiters (transport completions, finished operations). */
 void rl_comm_notify(void *comm);
 /* Waits until something completes or ms pass. */

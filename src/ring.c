@@ -65,6 +65,8 @@ struct pipe {
     size_t nrecv, nsend;
     size_t lag;       /* send i waits for receive i - lag (if any) */
     int send_dep;     /* sends depend on receives */
+    size_t recv_lag;  /* > 0: receive i waits until send i - recv_lag completed (it reads the
+                         memory receive i overwrites: in-place all-reduce) */
     /* Where chunk i goes / comes from; *dst = NULL: into a staging slot. */
     void (*recv_at)(pipe_t *p, size_t i, void **dst, size_t *bytes);
     void (*send_at)(pipe_t *p, size_t i, const void **src, size_t *bytes);
@@ -79,7 +81,10 @@ struct pipe {
  * peer named by the monitor) wins over the transport's local view. */
 static ringlet_result_t pipe_error(pipe_t *p, ringlet_result_t code, const char *what, char *err) {
     struct ringlet_comm *c = p->c;
-    if (!atomic_load(&c->failed)) rl_comm_fail(c, code, "%s", what);
+    if (!atomic_load(&c->failed)) {
+        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
+        else rl_comm_fail(c, code, "%s", what);
+    }
     pthread_mutex_lock(&c->fail_mu);
     code = c->fail_code;
     snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(p->r->kind),
@@ -106,7 +111,8 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
     while ((done_r < p->nrecv || done_s < p->nsend) && fcode == RINGLET_SUCCESS) {
         unsigned gen = atomic_load(&c->ev_gen);
         int progressed = 0;
-        while (posted_r < p->nrecv && posted_r - done_r < (size_t)W) {
+        while (posted_r < p->nrecv && posted_r - done_r < (size_t)W &&
+               (!p->recv_lag || posted_r < p->recv_lag || posted_r - p->recv_lag < done_s)) {
             void *dst;
             size_t bytes;
             p->recv_at(p, posted_r, &dst, &bytes);
@@ -328,6 +334,8 @@ ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_reques
         p.nrecv = p.nsend = 2 * (size_t)(P - 1) * p.g.nc;
         p.lag = p.g.nc;
         p.send_dep = 1;
+        /* All-gather step 0 receives segment q, which reduce-scatter step 0 sent. */
+        p.recv_lag = (size_t)(P - 1) * p.g.nc;
         p.recv_at = ar_recv_at;
         p.send_at = ar_send_at;
         p.process = ar_process;

@@ -1,0 +1,561 @@
+/* Argument errors of the public API (public header only).
+ *
+ *   args init   one process, no launcher: ringlet_strerror, ringlet_datatype_size,
+ *               init errors (NULL comm pointer, nranks, rank, garbage unique ids,
+ *               bad launcher environment), then a real 1-rank communicator made
+ *               from the same unique id after those errors.
+ *   args p2     under ringlet-run -n 2 (works for any P >= 2): every argument error
+ *               of every call taking a communicator, blocking and non-blocking
+ *               (NULL comm, NULL sendbuf/recvbuf, datatype, op, root, peer, count
+ *               overflow, NULL request), then a real all-reduce on the same
+ *               communicator, then ringlet_comm_abort and the calls after it.
+ *
+ * Argument errors are local: both ranks run the same sequence and no check may talk
+ * to the peer. Each check wants a result code and, where the brief names one, a word
+ * in the message (ringlet_comm_last_error(comm), or (NULL) for calls without a
+ * communicator). So that a message left over from an earlier error cannot pass a
+ * check, every check is preceded by a different argument error whose message does
+ * not contain the word wanted (when it happens to contain it, the check still runs).
+ * "rank" must appear as a word start (not inside "nranks"); "op" as a whole word.
+ * Prints "args MODE: rank R: N checks, F failed" and exits 0 iff none failed;
+ * ARGS_VERBOSE=1 prints every check with the code and message it got.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringlet.h"
+
+static int g_rank = 0, g_P = 1;
+static long g_checks, g_failed;
+static int g_verbose; /* ARGS_VERBOSE=1: print every check and its message */
+static float g_s[64], g_r[64];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* kw in msg; "rank" not preceded by a letter; "op" with no letter on either side. */
+static int has_kw(const char *msg, const char *kw) {
+    if (!msg || !kw) return 0;
+    const int word_start = strcmp(kw, "rank") == 0, whole = strcmp(kw, "op") == 0;
+    size_t n = strlen(kw);
+    for (const char *p = strstr(msg, kw); p; p = strstr(p + 1, kw)) {
+        int before = p > msg && is_letter(p[-1]);
+        int after = is_letter(p[n]);
+        if ((word_start || whole) && before) continue;
+        if (whole && after) continue;
+        return 1;
+    }
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void fail(long line, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    g_failed++;
+    printf("FAIL args rank %d (line %ld): %s\n", g_rank, line, buf);
+}
+
+static const char *msg_of(ringlet_comm_t comm) {
+    const char *m = ringlet_comm_last_error(comm);
+    return m ? m : "(NULL)";
+}
+
+/* A different argument error, so that the message afterwards is not stale for kw. */
+static void reset_msg(ringlet_comm_t comm, const char *kw) {
+    if (comm) {
+        if (strcmp(kw, "sendbuf") != 0)
+            (void)ringlet_allreduce(NULL, g_r, 4, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
+        else
+            (void)ringlet_allreduce(g_s, NULL, 4, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
+    } else {
+        (void)ringlet_get_unique_id(NULL);
+    }
+}
+
+static const char *rc_name(ringlet_result_t rc) {
+    static const char *const names[] = {"SUCCESS",        "ERR_CUDA",      "ERR_SYSTEM",
+                                        "ERR_INTERNAL",   "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE",
+                                        "ERR_REMOTE",     "IN_PROGRESS",   "ERR_TIMEOUT"};
+    return (int)rc >= 0 && (int)rc < RINGLET_NUM_RESULTS ? names[rc] : "(unknown code)";
+}
+
+/* want < 0: any code but success. kw NULL: only a non-empty message wanted. */
+static void check(const char *what, long line, ringlet_comm_t msgcomm, int want, const char *kw, ringlet_result_t rc) {
+    g_checks++;
+    const char *m = msg_of(msgcomm);
+    char buf[512];
+    if (g_verbose) printf("rank %d: %s -> %d %s: '%s'\n", g_rank, what, (int)rc, rc_name(rc), m);
+    if ((want >= 0 && (int)rc != want) || (want < 0 && rc == RINGLET_SUCCESS)) {
+        snprintf(buf, sizeof buf, "returned %d %s, want %s; message '%s'", (int)rc, rc_name(rc),
+                 want >= 0 ? rc_name((ringlet_result_t)want) : "an error", m);
+        fail(line, "%s: %s", what, buf);
+        return;
+    }
+    if (rc == RINGLET_SUCCESS) return;
+    if (kw && !has_kw(m, kw)) {
+        snprintf(buf, sizeof buf, "message '%s' does not name '%s'", m, kw);
+        fail(line, "%s: %s", what, buf);
+    } else if (!kw && m[0] == '\0') {
+        fail(line, "%s: %s", what, "empty error message");
+    }
+}
+
+#define CHECK(msgcomm, want, kw, call)                                                                                 \
+    do {                                                                                                               \
+        reset_msg(msgcomm, (kw) ? (kw) : "");                                                                          \
+        ringlet_result_t rc_ = (call);                                                                                 \
+        check(#call, __LINE__, msgcomm, want, kw, rc_);                                                                \
+    } while (0)
+
+#define EXPECT(cond, text)                                                                                             \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) fail(__LINE__, "%s", text);                                                                           \
+    } while (0)
+
+/* ---------------------------------------------------------------- the calls */
+
+enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SEND, K_RECV, K_NUM };
+static const char *const kname[K_NUM] = {"allreduce",      "broadcast", "reduce", "allgather",
+                                         "reduce_scatter", "barrier",   "send",   "recv"};
+
+typedef struct {
+    const void *s;
+    void *r;
+    size_t count;
+    ringlet_datatype_t dt;
+    ringlet_op_t op;
+    int root, peer;
+} args_t;
+
+static args_t valid_args(void) {
+    args_t a = {g_s, g_r, 4, RINGLET_FLOAT32, RINGLET_SUM, g_rank, (g_rank + 1) % g_P};
+    return a;
+}
+
+/* nb: the i-form with reqp (may be NULL) */
+static ringlet_result_t call(int k, int nb, const args_t *a, ringlet_comm_t c, ringlet_request_t *reqp) {
+    if (!nb) {
+        switch (k) {
+        case K_ALLREDUCE: return ringlet_allreduce(a->s, a->r, a->count, a->dt, a->op, c, NULL);
+        case K_BROADCAST: return ringlet_broadcast(a->s, a->r, a->count, a->dt, a->root, c, NULL);
+        case K_REDUCE: return ringlet_reduce(a->s, a->r, a->count, a->dt, a->op, a->root, c, NULL);
+        case K_ALLGATHER: return ringlet_allgather(a->s, a->r, a->count, a->dt, c, NULL);
+        case K_REDUCE_SCATTER: return ringlet_reduce_scatter(a->s, a->r, a->count, a->dt, a->op, c, NULL);
+        case K_BARRIER: return ringlet_barrier(c, NULL);
+        case K_SEND: return ringlet_send(a->s, a->count, a->dt, a->peer, c, NULL);
+        default: return ringlet_recv(a->r, a->count, a->dt, a->peer, c, NULL);
+        }
+    }
+    switch (k) {
+    case K_ALLREDUCE: return ringlet_iallreduce(a->s, a->r, a->count, a->dt, a->op, c, NULL, reqp);
+    case K_BROADCAST: return ringlet_ibroadcast(a->s, a->r, a->count, a->dt, a->root, c, NULL, reqp);
+    case K_REDUCE: return ringlet_ireduce(a->s, a->r, a->count, a->dt, a->op, a->root, c, NULL, reqp);
+    case K_ALLGATHER: return ringlet_iallgather(a->s, a->r, a->count, a->dt, c, NULL, reqp);
+    case K_REDUCE_SCATTER: return ringlet_ireduce_scatter(a->s, a->r, a->count, a->dt, a->op, c, NULL, reqp);
+    case K_BARRIER: return ringlet_ibarrier(c, NULL, reqp);
+    case K_SEND: return ringlet_isend(a->s, a->count, a->dt, a->peer, c, NULL, reqp);
+    default: return ringlet_irecv(a->r, a->count, a->dt, a->peer, c, NULL, reqp);
+    }
+}
+
+/* One argument error: call kind k (blocking and non-blocking) with args a on comm c;
+ * want code `want` and kw in the message of msgcomm. */
+static void check_call(int k, const args_t *a, ringlet_comm_t c, ringlet_comm_t msgcomm, int want, const char *kw,
+                       const char *desc, long line) {
+    for (int nb = 0; nb < 2; nb++) {
+        char what[256];
+        snprintf(what, sizeof what, "%s%s with %s", nb ? "ringlet_i" : "ringlet_", kname[k], desc);
+        reset_msg(msgcomm, kw ? kw : "");
+        ringlet_request_t req = NULL;
+        ringlet_result_t rc = call(k, nb, a, c, &req);
+        check(what, line, msgcomm, want, kw, rc);
+        if (nb && req != NULL) {
+            g_checks++;
+            fail(line, "%s: %s", what, "returned a request although the call failed");
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- init mode */
+
+static void strerror_checks(void) {
+    const char *s[RINGLET_NUM_RESULTS];
+    for (int i = 0; i < RINGLET_NUM_RESULTS; i++) {
+        s[i] = ringlet_strerror((ringlet_result_t)i);
+        g_checks++;
+        if (!s[i] || !s[i][0]) {
+            char n[16];
+            snprintf(n, sizeof n, "%d", i);
+            fail(__LINE__, "ringlet_strerror(%s) is NULL or empty", n);
+            s[i] = NULL;
+        }
+    }
+    for (int i = 0; i < RINGLET_NUM_RESULTS; i++)
+        for (int j = i + 1; j < RINGLET_NUM_RESULTS; j++)
+            if (s[i] && s[j]) {
+                g_checks++;
+                if (strcmp(s[i], s[j]) == 0) fail(__LINE__, "ringlet_strerror gives '%s' for two codes", s[i]);
+            }
+    const int odd[] = {RINGLET_NUM_RESULTS, 99, -1};
+    for (int i = 0; i < 3; i++) {
+        const char *m = ringlet_strerror((ringlet_result_t)odd[i]);
+        EXPECT(m != NULL && m[0] != '\0', "ringlet_strerror of an unknown code is NULL or empty");
+    }
+    const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    for (int d = 0; d < RINGLET_NUM_DATATYPES; d++)
+        EXPECT(ringlet_datatype_size((ringlet_datatype_t)d) == sizes[d], "ringlet_datatype_size of a valid type");
+    EXPECT(ringlet_datatype_size((ringlet_datatype_t)RINGLET_NUM_DATATYPES) == 0, "ringlet_datatype_size(10) != 0");
+    EXPECT(ringlet_datatype_size((ringlet_datatype_t)99) == 0, "ringlet_datatype_size(99) != 0");
+    EXPECT(ringlet_datatype_size((ringlet_datatype_t)-1) == 0, "ringlet_datatype_size(-1) != 0");
+    EXPECT(ringlet_version() != NULL && ringlet_version()[0] != '\0', "ringlet_version() empty");
+    EXPECT(ringlet_comm_last_error(NULL) != NULL, "ringlet_comm_last_error(NULL) is NULL");
+}
+
+static const char *const launcher_vars[] = {"RANK",          "WORLD_SIZE",           "LOCAL_RANK",
+                                            "LOCAL_WORLD_SIZE", "MASTER_ADDR",       "MASTER_PORT",
+                                            "SLURM_PROCID",  "SLURM_NTASKS",         "SLURM_LOCALID",
+                                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "GROUP_RANK",    NULL};
+
+static void env_case(const char *desc, const char *rank, const char *size, int with_master) {
+    for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
+    if (with_master) {
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", "29731", 1);
+    }
+    if (rank) setenv("RANK", rank, 1);
+    if (size) setenv("WORLD_SIZE", size, 1);
+    ringlet_comm_t c = NULL;
+    double t = now_s();
+    char what[160];
+    snprintf(what, sizeof what, "ringlet_comm_init_env with %s", desc);
+    reset_msg(NULL, "");
+    ringlet_result_t rc = ringlet_comm_init_env(&c);
+    check(what, __LINE__, NULL, -1, NULL, rc);
+    if (rc == RINGLET_SUCCESS && c) ringlet_comm_destroy(c);
+    EXPECT(rc == RINGLET_SUCCESS || c == NULL, "ringlet_comm_init_env failed but set *comm");
+    if (now_s() - t > 5.0) fail(__LINE__, "%s took more than 5 s", what);
+}
+
+static int run_init(void) {
+    strerror_checks();
+
+    ringlet_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_get_unique_id(NULL));
+    ringlet_result_t rc = ringlet_get_unique_id(&id);
+    if (rc != RINGLET_SUCCESS) {
+        printf("FAIL args: ringlet_get_unique_id returned %d: %s\n", (int)rc, msg_of(NULL));
+        return 1;
+    }
+    ringlet_comm_t c = NULL;
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_init_rank(NULL, 1, id, 0));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "nranks", ringlet_comm_init_rank(&c, 0, id, 0));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "nranks", ringlet_comm_init_rank(&c, -1, id, 0));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 1, id, 1));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 2, id, -1));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 2, id, 2));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 3, id, 1000));
+    EXPECT(c == NULL, "a failed ringlet_comm_init_rank set *comm");
+
+    /* garbage unique ids: refused locally (quickly), the message says "unique id" */
+    for (int g = 0; g < 4; g++) {
+        ringlet_unique_id_t bad;
+        uint64_t z = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
+        for (int i = 0; i < RINGLET_UNIQUE_ID_BYTES; i++) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            bad.internal[i] = g == 0 ? 0 : g == 1 ? (char)0xff : (char)(z >> 24);
+        }
+        if (g == 3) { /* a real id with the first 16 bytes garbled */
+            bad = id;
+            for (int i = 0; i < 16; i++) bad.internal[i] ^= (char)0x5a;
+        }
+        for (int r = 1; r >= 0; r--) {
+            char what[128];
+            snprintf(what, sizeof what, "ringlet_comm_init_rank(nranks 2, rank %d) with a %s unique id", r,
+                     g == 0 ? "zero" : g == 1 ? "0xff" : g == 2 ? "random" : "garbled");
+            double t = now_s();
+            reset_msg(NULL, "unique id");
+            c = NULL;
+            rc = ringlet_comm_init_rank(&c, 2, bad, r);
+            check(what, __LINE__, NULL, -1, "unique id", rc);
+            if (rc == RINGLET_SUCCESS && c) ringlet_comm_abort(c);
+            EXPECT(c == NULL || rc == RINGLET_SUCCESS, "a failed ringlet_comm_init_rank set *comm");
+            if (now_s() - t > 3.0) fail(__LINE__, "%s took more than 3 s", what);
+        }
+    }
+
+    /* the id is still good after those errors: a real one-rank communicator */
+    c = NULL;
+    rc = ringlet_comm_init_rank(&c, 1, id, 0);
+    if (rc != RINGLET_SUCCESS || !c) {
+        g_failed++;
+        printf("FAIL args: ringlet_comm_init_rank(nranks 1, rank 0) after the argument errors returned %d: %s\n",
+               (int)rc, msg_of(NULL));
+    } else {
+        int n = -1, r = -1;
+        EXPECT(ringlet_comm_size(c, &n) == RINGLET_SUCCESS && n == 1, "ringlet_comm_size of a 1-rank comm");
+        EXPECT(ringlet_comm_rank(c, &r) == RINGLET_SUCCESS && r == 0, "ringlet_comm_rank of a 1-rank comm");
+        int32_t v[5] = {1, -2, 3, 2147483647, -2147483647 - 1}, w[5] = {0};
+        rc = ringlet_allreduce(v, w, 5, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        EXPECT(rc == RINGLET_SUCCESS && memcmp(v, w, sizeof v) == 0, "1-rank allreduce sum");
+        rc = ringlet_allreduce(v, v, 5, RINGLET_INT32, RINGLET_AVG, c, NULL);
+        EXPECT(rc == RINGLET_SUCCESS && memcmp(v, w, sizeof v) == 0, "1-rank in-place allreduce avg");
+        g_rank = 0, g_P = 1;
+        /* a few argument errors on a live communicator of one rank */
+        args_t a = valid_args();
+        a.dt = (ringlet_datatype_t)99;
+        check_call(K_ALLREDUCE, &a, c, c, RINGLET_ERR_INVALID_ARGUMENT, "datatype", "datatype 99", __LINE__);
+        a = valid_args();
+        a.peer = 0;
+        check_call(K_SEND, &a, c, c, RINGLET_ERR_INVALID_ARGUMENT, "peer", "peer == own rank", __LINE__);
+        rc = ringlet_comm_destroy(c);
+        EXPECT(rc == RINGLET_SUCCESS, "ringlet_comm_destroy of a 1-rank comm");
+    }
+
+    /* init from a broken launcher environment: an error, never a crash or a hang */
+    setenv("RINGLET_SECRET", "args-test-secret", 1);
+    env_case("no launcher variables at all", NULL, NULL, 0);
+    env_case("WORLD_SIZE=0", "0", "0", 1);
+    env_case("RANK=2 WORLD_SIZE=2", "2", "2", 1);
+    env_case("RANK=-1 WORLD_SIZE=2", "-1", "2", 1);
+    env_case("WORLD_SIZE=abc", "0", "abc", 1);
+    env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1);
+    env_case("RANK without WORLD_SIZE", "0", NULL, 1);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- p2 mode */
+
+static int run_p2(void) {
+    ringlet_comm_t comm = NULL;
+    ringlet_result_t rc = ringlet_comm_init_env(&comm);
+    if (rc != RINGLET_SUCCESS) {
+        printf("FAIL args: ringlet_comm_init_env returned %d: %s\n", (int)rc, msg_of(NULL));
+        return 1;
+    }
+    ringlet_comm_rank(comm, &g_rank);
+    ringlet_comm_size(comm, &g_P);
+    if (g_P < 2) {
+        printf("FAIL args: p2 mode needs at least 2 ranks\n");
+        return 1;
+    }
+    const int me = g_rank, P = g_P;
+    for (int i = 0; i < 64; i++) g_s[i] = (float)(i + me), g_r[i] = -1.0f;
+    args_t a;
+
+    /* NULL comm: every call; the thread's message names "comm" */
+    for (int k = 0; k < K_NUM; k++) {
+        a = valid_args();
+        check_call(k, &a, NULL, NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", "a NULL comm", __LINE__);
+    }
+    {
+        int x;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_rank(NULL, &x));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_size(NULL, &x));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_local_rank(NULL, &x));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_local_size(NULL, &x));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_get_async_error(NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_comm_rank(comm, NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_comm_size(comm, NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_comm_local_rank(comm, NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_comm_local_size(comm, NULL));
+        /* destroy/abort of NULL: no crash; success (as NCCL) or an argument error */
+        rc = ringlet_comm_destroy(NULL);
+        EXPECT(rc == RINGLET_SUCCESS || rc == RINGLET_ERR_INVALID_ARGUMENT, "ringlet_comm_destroy(NULL)");
+        rc = ringlet_comm_abort(NULL);
+        EXPECT(rc == RINGLET_SUCCESS || rc == RINGLET_ERR_INVALID_ARGUMENT, "ringlet_comm_abort(NULL)");
+    }
+
+    /* NULL buffers with count > 0 (root = own rank, so every rank is the root) */
+    const int with_send[] = {K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_SEND};
+    const int with_recv[] = {K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_RECV};
+    for (int i = 0; i < 6; i++) {
+        a = valid_args();
+        a.s = NULL;
+        check_call(with_send[i], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "sendbuf", "sendbuf NULL, count 4",
+                   __LINE__);
+        a = valid_args();
+        a.r = NULL;
+        check_call(with_recv[i], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "recvbuf", "recvbuf NULL, count 4",
+                   __LINE__);
+    }
+
+    /* datatype out of range */
+    const int bad_dt[] = {99, -1, RINGLET_NUM_DATATYPES};
+    for (int k = 0; k < K_NUM; k++) {
+        if (k == K_BARRIER) continue;
+        for (int i = 0; i < 3; i++) {
+            char d[64];
+            snprintf(d, sizeof d, "datatype %d", bad_dt[i]);
+            a = valid_args();
+            a.dt = (ringlet_datatype_t)bad_dt[i];
+            check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "datatype", d, __LINE__);
+        }
+    }
+
+    /* op out of range */
+    const int bad_op[] = {99, -1, RINGLET_NUM_OPS};
+    const int reducing[] = {K_ALLREDUCE, K_REDUCE, K_REDUCE_SCATTER};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 3; i++) {
+            char d[64];
+            snprintf(d, sizeof d, "op %d", bad_op[i]);
+            a = valid_args();
+            a.op = (ringlet_op_t)bad_op[i];
+            check_call(reducing[k], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "op", d, __LINE__);
+        }
+    }
+
+    /* root out of range */
+    const int bad_root[] = {-1, P, 1000};
+    for (int i = 0; i < 3; i++) {
+        char d[64];
+        snprintf(d, sizeof d, "root %d", bad_root[i]);
+        for (int k = K_BROADCAST; k <= K_REDUCE; k++) {
+            a = valid_args();
+            a.root = bad_root[i];
+            check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "root", d, __LINE__);
+        }
+    }
+
+    /* peer out of range or own rank */
+    const int bad_peer[] = {-1, P, me, 1000};
+    for (int i = 0; i < 4; i++) {
+        char d[64];
+        snprintf(d, sizeof d, "peer %d%s", bad_peer[i], bad_peer[i] == me ? " (own rank)" : "");
+        for (int k = K_SEND; k <= K_RECV; k++) {
+            a = valid_args();
+            a.peer = bad_peer[i];
+            check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "peer", d, __LINE__);
+        }
+    }
+
+    /* counts whose byte size overflows size_t (the small buffers must never be touched) */
+    for (int k = 0; k < K_NUM; k++) {
+        if (k == K_BARRIER) continue;
+        a = valid_args();
+        a.count = SIZE_MAX / 2;
+        check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "count", "count SIZE_MAX/2 of float32", __LINE__);
+        a.count = SIZE_MAX / 4;
+        a.dt = RINGLET_FLOAT64;
+        check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "count", "count SIZE_MAX/4 of float64", __LINE__);
+        a.count = SIZE_MAX;
+        a.dt = RINGLET_FLOAT16;
+        check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "count", "count SIZE_MAX of float16", __LINE__);
+    }
+    /* count * size fits, nranks * count * size does not */
+    for (int k = K_ALLGATHER; k <= K_REDUCE_SCATTER; k++) {
+        a = valid_args();
+        a.count = SIZE_MAX / 4 / (size_t)P + 1;
+        check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "count",
+                   "count SIZE_MAX/4/nranks+1 of float32 (nranks*count*4 overflows)", __LINE__);
+        a.count = SIZE_MAX / (size_t)P + 1;
+        a.dt = RINGLET_INT8;
+        check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "count",
+                   "count SIZE_MAX/nranks+1 of int8 (nranks*count overflows)", __LINE__);
+    }
+
+    /* NULL request pointer for the i-forms */
+    for (int k = 0; k < K_NUM; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "ringlet_i%s with a NULL request pointer", kname[k]);
+        a = valid_args();
+        reset_msg(comm, "request");
+        rc = call(k, 1, &a, comm, NULL);
+        check(what, __LINE__, comm, RINGLET_ERR_INVALID_ARGUMENT, "request", rc);
+    }
+    {
+        int done = 7;
+        ringlet_request_t nullreq = NULL;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_test(NULL, &done));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_wait(NULL));
+        /* *request == NULL: success (nothing to wait for) or an argument error; never a crash */
+        rc = ringlet_wait(&nullreq);
+        EXPECT(rc == RINGLET_SUCCESS || rc == RINGLET_ERR_INVALID_ARGUMENT, "ringlet_wait(&NULL request)");
+        rc = ringlet_test(&nullreq, &done);
+        EXPECT(rc == RINGLET_SUCCESS || rc == RINGLET_ERR_INVALID_ARGUMENT, "ringlet_test(&NULL request)");
+    }
+
+    /* the communicator is still usable */
+    rc = ringlet_comm_get_async_error(comm);
+    EXPECT(rc == RINGLET_SUCCESS, "ringlet_comm_get_async_error after argument errors is not success");
+    {
+        enum { N = 1000 };
+        static int32_t v[N], w[N];
+        for (int i = 0; i < N; i++) v[i] = i * 3 + me;
+        rc = ringlet_allreduce(v, w, N, RINGLET_INT32, RINGLET_SUM, comm, NULL);
+        int ok = rc == RINGLET_SUCCESS;
+        for (int i = 0; ok && i < N; i++) ok = w[i] == (int32_t)(i * 3 * P + P * (P - 1) / 2);
+        if (!ok) printf("rank %d: allreduce returned %d (%s)\n", me, (int)rc, msg_of(comm));
+        EXPECT(ok, "a real allreduce after the argument errors failed or gave a wrong result");
+        ringlet_request_t req = NULL;
+        rc = ringlet_iallreduce(v, v, N, RINGLET_INT32, RINGLET_MAX, comm, NULL, &req);
+        if (rc == RINGLET_SUCCESS) rc = ringlet_wait(&req);
+        ok = rc == RINGLET_SUCCESS && req == NULL;
+        for (int i = 0; ok && i < N; i++) ok = v[i] == i * 3 + P - 1;
+        EXPECT(ok, "a real iallreduce (max, in place) after the argument errors failed or gave a wrong result");
+        /* count 0 with NULL buffers is no error */
+        CHECK(comm, RINGLET_SUCCESS, NULL, ringlet_allreduce(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL));
+        CHECK(comm, RINGLET_SUCCESS, NULL, ringlet_broadcast(NULL, NULL, 0, RINGLET_FLOAT32, 0, comm, NULL));
+        CHECK(comm, RINGLET_SUCCESS, NULL, ringlet_reduce(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, 0, comm, NULL));
+        CHECK(comm, RINGLET_SUCCESS, NULL, ringlet_allgather(NULL, NULL, 0, RINGLET_FLOAT32, comm, NULL));
+        CHECK(comm, RINGLET_SUCCESS, NULL,
+              ringlet_reduce_scatter(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL));
+        rc = ringlet_barrier(comm, NULL);
+        EXPECT(rc == RINGLET_SUCCESS, "barrier after the argument errors");
+    }
+
+    /* abort: every call afterwards is an INVALID_USAGE naming the abort; destroy succeeds */
+    {
+        struct timespec ts = {0, 200 * 1000 * 1000}; /* let the peer finish reading the barrier */
+        nanosleep(&ts, NULL);
+        double t = now_s();
+        rc = ringlet_comm_abort(comm);
+        EXPECT(rc == RINGLET_SUCCESS, "ringlet_comm_abort did not return success");
+        if (now_s() - t > 5.0) fail(__LINE__, "ringlet_comm_abort took more than 5 s");
+        for (int k = 0; k < K_NUM; k++) {
+            a = valid_args();
+            check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_USAGE, "abort", "valid arguments after abort",
+                       __LINE__);
+        }
+        EXPECT(ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS,
+               "ringlet_comm_get_async_error after abort is success");
+        t = now_s();
+        rc = ringlet_comm_destroy(comm);
+        EXPECT(rc == RINGLET_SUCCESS, "ringlet_comm_destroy after ringlet_comm_abort did not return success");
+        if (now_s() - t > 5.0) fail(__LINE__, "ringlet_comm_destroy after abort took more than 5 s");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_verbose = getenv("ARGS_VERBOSE") && atoi(getenv("ARGS_VERBOSE")) > 0;
+    const char *mode = argc > 1 ? argv[1] : "";
+    int rc;
+    if (strcmp(mode, "init") == 0)
+        rc = run_init();
+    else if (strcmp(mode, "p2") == 0)
+        rc = run_p2();
+    else {
+        fprintf(stderr, "usage: args init|p2\n");
+        return 2;
+    }
+    printf("args %s: rank %d: %ld checks, %ld failed\n", mode, g_rank, g_checks, g_failed + rc);
+    return rc || g_failed ? 1 : 0;
+}

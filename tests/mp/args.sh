@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Argument errors of the public API (tests/mp/args.c):
+#   1. "args init" as one plain process, without the launcher: ringlet_strerror,
+#      ringlet_datatype_size, init errors (NULL comm pointer, nranks, rank, garbage unique
+#      ids, broken launcher environments), a 1-rank communicator afterwards.
+#   2. "args p2" under ringlet-run -n 2: every argument error of every call on a live
+#      communicator, blocking and non-blocking, then a real all-reduce on it, then abort.
+# Both ranks run the same sequence; argument errors must be local (no peer traffic).
+# Exit 0 = all passed, 1 = a failure. Takes a few seconds.
+set -u
+
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/args"
+for f in "$RUN" "$PROG"; do
+    if [ ! -x "$f" ]; then
+        echo "FAIL: $f not found (build first, or set BUILD)"
+        exit 1
+    fi
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-args.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+
+# 1. no launcher: a clean environment without any launcher's variables
+env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT \
+    -u SLURM_PROCID -u SLURM_NTASKS -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE \
+    RINGLET_TIMEOUT=10 timeout 120 "$PROG" init >"$TMP/init.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -qE '^args init: rank 0: [0-9]+ checks, 0 failed$' "$TMP/init.out"; then
+    echo "ok:   $(grep -E '^args init:' "$TMP/init.out")"
+else
+    echo "FAIL: args init: exit status $rc"
+    tail -n 60 "$TMP/init.out"
+    fails=$((fails + 1))
+fi
+
+# 2. two ranks through the launcher
+RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2.out" 2>&1
+rc=$?
+n=$(grep -cE '^\[[01]\] args p2: rank [01]: [0-9]+ checks, 0 failed$' "$TMP/p2.out")
+if [ $rc = 0 ] && [ "$n" = 2 ]; then
+    grep -E '^\[[01]\] args p2:' "$TMP/p2.out" | sed 's/^/ok:   /'
+else
+    echo "FAIL: args p2: launcher exit status $rc, $n of 2 ranks passed"
+    tail -n 80 "$TMP/p2.out"
+    fails=$((fails + 1))
+fi
+
+if [ $fails = 0 ]; then
+    echo "args: all passed"
+    exit 0
+fi
+echo "args: $fails failed"
+exit 1

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Correctness of every collective (tests/mp/collectives.c) at P = 1, 2, 3, 4, 5, 8, launched
+# one after another through ringlet-run, once per transport in RINGLET_TEST_TRANSPORTS
+# (default "tcp"; each run gets RINGLET_TRANSPORT set to it).
+#
+# What runs where (normal build; L = the large count, 1000003 elements):
+#   every P: allreduce, broadcast, reduce, allgather, reduce_scatter, send/recv ring (P >= 2),
+#            barrier x all 10 dtypes x all 5 ops (reducing collectives) at counts 0, 1, P-1, P+1,
+#            each in place and out of place, blocking and non-blocking, roots 0, P/2, P-1.
+#   count L: P = 2: every variant above (--large full).
+#            P = 1, 3, 4, 5, 8: every collective x dtype x op once, the variant (in place or
+#            not, blocking or not, root) rotating from one combination to the next; P = 4 runs
+#            twice (--phase 0 and 1), so there every combination runs both in place and out of
+#            place.
+#   (allgather / reduce_scatter: L is the per-rank block, the buffers hold P * L elements.)
+# Library knobs varied on the way (ignored by a library that lacks them): P = 3 with
+# RINGLET_CHECK=1 and RINGLET_CHUNK_SIZE=16384, RINGLET_NCHUNKS_INFLIGHT=2 (many chunks and
+# slot reuse per segment); P = 5 with RINGLET_NSOCKS_PERPEER=1; sanitizer runs with
+# RINGLET_CHUNK_SIZE=8192 so that their smaller L still spans many chunks.
+# Integers are checked bit-exact, floats within the bound stated at the top of
+# collectives.c, min/max exactly; nothing outside a result may be written.
+# Sanitizer builds (SANITIZE set, as `make test SANITIZE=...` does): L = 262147, every P
+# rotating; thread sanitizer: L = 65537 and --quick (two ops per dtype at the reducing
+# collectives). RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
+# "--max-count 1000" for a fast check).
+# Takes about 2 minutes on a 2-core machine (normal -O2 build).
+# Exit 0 = all passed, 1 = a failure.
+set -u
+
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/collectives"
+for f in "$RUN" "$PROG"; do
+    if [ ! -x "$f" ]; then
+        echo "FAIL: $f not found (build first, or set BUILD)"
+        exit 1
+    fi
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-collectives.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-tcp}
+SAN=${SANITIZE:-}
+EXTRA=${RINGLET_COLLECTIVES_ARGS:-}
+SEED=${RINGLET_TEST_SEED:-20240613}
+# a hang shows up as an error of the library well before the launcher's --timeout
+export RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-120}
+
+# P and arguments of each run
+# P|environment|arguments of each run
+if [ -z "$SAN" ]; then
+    PLAN="1||
+2||--large full
+3|RINGLET_CHECK=1 RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2|
+4||--phase 0
+4||--phase 1
+5|RINGLET_NSOCKS_PERPEER=1|
+8||"
+    TIMEOUT=900
+else
+    case "$SAN" in
+    *thread*) LARGE="--max-count 65537 --quick" ;;
+    *) LARGE="--max-count 262147" ;;
+    esac
+    SENV="RINGLET_CHUNK_SIZE=8192"
+    PLAN="1|$SENV|$LARGE
+2|$SENV|$LARGE
+3|$SENV RINGLET_CHECK=1|$LARGE
+4|$SENV|$LARGE
+5|$SENV|$LARGE
+8|$SENV|$LARGE"
+    TIMEOUT=1800
+fi
+
+fails=0
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+t_all=$(now_ms)
+for tr in $TRANSPORTS; do
+    while IFS='|' read -r P envs args; do
+        [ -n "$P" ] || continue
+        t=$(now_ms)
+        # shellcheck disable=SC2086
+        env RINGLET_TRANSPORT="$tr" $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $args $EXTRA \
+            >"$TMP/out" 2>"$TMP/err"
+        rc=$?
+        dt=$(($(now_ms) - t))
+        good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of $P: [0-9]+ cases checked, 0 failed" "$TMP/out")
+        cases=$(sed -n "s/^\[0\] collectives: rank 0 of $P: \([0-9]*\) cases checked.*/\1/p" "$TMP/out")
+        name="$tr P=$P ${args:-(rotating at the large count)}${EXTRA:+ $EXTRA}${envs:+ ($envs)}"
+        if [ "$rc" = 0 ] && [ "$good" = "$P" ]; then
+            echo "ok:   $name: ${cases:-?} cases per rank, $((dt / 1000)).$((dt % 1000 / 100)) s"
+        else
+            fails=$((fails + 1))
+            echo "FAIL: $name: launcher exit status $rc, $good of $P ranks passed ($((dt / 1000)) s)"
+            grep -E 'FAIL|not printed|collectives: rank' "$TMP/out" | head -n 60
+            echo "----- last lines of stderr:"
+            tail -n 20 "$TMP/err"
+            echo "-----"
+        fi
+    done <<<"$PLAN"
+done
+dt=$(($(now_ms) - t_all))
+if [ $fails = 0 ]; then
+    echo "collectives: all passed ($((dt / 1000)) s)"
+    exit 0
+fi
+echo "collectives: $fails runs failed ($((dt / 1000)) s)"
+exit 1
