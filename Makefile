@@ -97,3 +97,10 @@ install: lib
 
 clean:
 	rm -rf build build-*
+
+# Examples: what users copy; built like user programs.
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+all: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c $(SO)
+	@mkdir -p $(dir $@)
+	$(CC) -Iinclude $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lringlet

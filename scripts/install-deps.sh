@@ -5,7 +5,7 @@
 # As root it runs apt-get; otherwise it says what to install and goes on (the build
 # itself only needs a C compiler and make).
 set -u
-pkgs=(gcc make libc6-dev python3 procps iproute2)
+pkgs=(gcc make libc6-dev pkg-config python3 procps iproute2)
 if [ "${1:-}" = peers ]; then
     pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3)
 fi
