@@ -24,8 +24,26 @@ CFLAGS    += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread $(SANFLAGS)
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl -lm
 
-LIB_SRC := $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
+# CUDA: on when nvcc is found (PATH, $CUDA_HOME, /usr/local/cuda); CUDA=0 forces a
+# host-only build. The runtime is linked statically, so libringlet.so loads and works on
+# host memory on a machine with no GPU and no driver.
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
+ifeq ($(CUDA),)
+CUDA := $(if $(NVCC),1,0)
+endif
+CU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+           -gencode arch=compute_90,code=compute_90
+
+LIB_SRC := $(wildcard src/*.c) $(wildcard src/ddp/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+CU_SRC  := $(wildcard kernels/*.cu) $(wildcard transports/*.cu)
+LIB_OBJ += $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CPPFLAGS += -DRINGLET_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LIBS := $(CUDA_HOME)/lib64/libcudart_static.a -lrt -lstdc++
+NVFLAGS ?= -O3 -std=c++17 $(CU_ARCH) -Xcompiler -fPIC -Xcompiler -Wall -Xcompiler -Wextra
+endif
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 MP_SRC  := $(wildcard tests/mp/*.c)
@@ -40,14 +58,23 @@ BINS    := $(BUILD)/bin/ringlet-run $(BUILD)/bin/ringlet-perf
 all: lib $(BINS) $(UNIT_BIN) $(MP_BIN)
 lib: $(SO) $(A)
 
-$(BUILD)/obj/%.o: %.c
+# Objects rebuild when the flags change (CUDA=0 after CUDA=1, another CC, ...).
+FLAGS_FILE := $(BUILD)/.flags
+FLAGS_NOW  := $(CC) $(CPPFLAGS) $(CFLAGS) $(NVFLAGS) $(CUDA)
+$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_FILE) || echo '$(FLAGS_NOW)' > $(FLAGS_FILE)))
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 -include $(LIB_OBJ:.o=.d)
 
+$(BUILD)/obj/%.o: %.cu $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(NVCC) -Iinclude -Isrc -Ikernels -Itransports $(NVFLAGS) -c $< -o $@
+
 $(SO): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 	ln -sf libringlet.so.$(VERSION) $(BUILD)/lib/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/lib/libringlet.so
 
@@ -69,7 +96,7 @@ $(BUILD)/bin/ringlet-perf: perf/ringlet_perf.c $(SO)
 # Unit tests link the static library: they may test internal functions.
 $(BUILD)/tests/unit/%: tests/unit/%.c $(A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(A) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(A) $(CUDA_LIBS) $(LDLIBS)
 
 # Multi-process tests use the public API only, through the shared library.
 $(BUILD)/tests/mp/%: tests/mp/%.c $(SO)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "util.h"
 
 const char *ringlet_strerror(ringlet_result_t r) {
@@ -75,9 +76,6 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
     if (rc) return rc;
-    if (a->stream)
-        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: stream is not NULL, and this build has no CUDA support",
-                        fn);
     if (a->kind == RL_OP_BARRIER) return RINGLET_SUCCESS;
     size_t es = ringlet_datatype_size(a->dtype);
     if (!es) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: datatype %d is not a ringlet_datatype_t", fn, (int)a->dtype);
@@ -104,10 +102,23 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     return RINGLET_SUCCESS;
 }
 
+/* The CUDA device of the call's buffers, -1 for host memory; mixing is an error. */
+static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, int *device) {
+    int ds = rl_dev_of_ptr(a->sendbuf), dr = rl_dev_of_ptr(a->recvbuf);
+    *device = ds >= 0 ? ds : dr;
+    if (a->sendbuf && a->recvbuf && ds != dr)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                        "%s: sendbuf is %s memory and recvbuf is %s memory; both must be on the same device or the host",
+                        rl_op_name(a->kind), ds >= 0 ? "device" : "host", dr >= 0 ? "device" : "host");
+    return RINGLET_SUCCESS;
+}
+
 static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
     if (rc) return rc;
+    int device;
+    if ((rc = buffers_device(c, a, &device))) return rc;
     struct ringlet_request *r = calloc(1, sizeof *r);
     if (!r) return rl_error(c, RINGLET_ERR_SYSTEM, "%s: out of memory for a request", rl_op_name(a->kind));
     r->comm = c;
@@ -119,8 +130,15 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     r->op = a->op;
     r->root = a->root;
     r->peer = a->peer;
-    rl_comm_enqueue(c, r);
-    *out = r;
+    r->device = device;
+    r->stream = a->stream;
+    r->detached = out == NULL;
+    char err[RL_MSG_MAX];
+    if ((rc = rl_comm_enqueue(c, r, err))) {
+        free(r);
+        return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
+    }
+    if (out) *out = r;
     return RINGLET_SUCCESS;
 }
 
@@ -190,7 +208,9 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     }
 }
 
+/* A call with a stream returns at once (ordered on the stream); one without blocks. */
 static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
+    if (a->stream) return submit(c, a, NULL);
     ringlet_request_t r;
     ringlet_result_t rc = submit(c, a, &r);
     return rc ? rc : ringlet_wait(&r);

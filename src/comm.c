@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "device.h"
 #include "log.h"
 #include "netif.h"
 #include "sha256.h"
@@ -149,6 +150,16 @@ void *rl_comm_temp(struct ringlet_comm *c, size_t bytes) {
 /* ---- progress thread ---- */
 
 static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t rc) {
+    rl_dev_release(c, r);
+    if (r->detached) {
+        /* A stream call: its error is the communicator's (ringlet_comm_get_async_error). */
+        if (rc) {
+            rl_error(c, rc, "%s", r->err);
+            if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
+        }
+        free(r);
+        return;
+    }
     r->result = rc;
     atomic_store_explicit(&r->done, 1, memory_order_release);
     rl_comm_notify(c);
@@ -195,6 +206,11 @@ static void *progress_thread(void *arg) {
             ringlet_result_t code = c->fail_code;
             pthread_mutex_unlock(&c->fail_mu);
             finish(c, r, code);
+        } else if (r->device >= 0 || r->stream) {
+            char err[RL_MSG_MAX] = "";
+            ringlet_result_t rc = rl_dev_run(c, r, err);
+            if (rc) snprintf(r->err, sizeof r->err, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, err);
+            finish(c, r, rc);
         } else if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
             run_p2p(c, r);
         } else {
@@ -210,15 +226,24 @@ static void *progress_thread(void *arg) {
     return NULL;
 }
 
-void rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r) {
+ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     pthread_mutex_lock(&c->q_mu);
     r->seq = ++c->seq;
+    if (r->stream) {
+        ringlet_result_t rc = rl_dev_enqueue(c, r, err);
+        if (rc) {
+            c->seq--;
+            pthread_mutex_unlock(&c->q_mu);
+            return rc;
+        }
+    }
     r->next = NULL;
     if (c->q_tail) c->q_tail->next = r;
     else c->q_head = r;
     c->q_tail = r;
     pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
+    return RINGLET_SUCCESS;
 }
 
 /* ---- init ---- */
@@ -305,15 +330,20 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
         c->progress_started = 0;
     }
     if (!clean) atomic_store(&c->stop, 1);
+    /* Goodbye first (rank 0 waits for the others while every link still works), then
+     * stop whatever transfer is still posted (an irecv nobody waited for) so that
+     * closing the connections never waits on a peer. */
+    rl_monitor_stop(c, clean);
+    atomic_store(&c->stop, 1);
     for (int p = 0; p < c->nranks; p++) {
         if (c->send_conns[p].h) c->send_conns[p].tp->close(c->send_conns[p].h);
         if (c->recv_conns[p].h) c->recv_conns[p].tp->close(c->recv_conns[p].h);
         c->send_conns[p].h = c->recv_conns[p].h = NULL;
     }
-    rl_monitor_stop(c, clean);
     for (int i = 0; i < RL_TP_MAX; i++)
         if (c->tctx[i]) rl_transports[i]->fini(c->tctx[i]);
     memset(c->tctx, 0, sizeof c->tctx);
+    rl_dev_comm_fini(c);
     free(c->slots);
     free(c->temp);
     c->slots = c->temp = NULL;

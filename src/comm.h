@@ -54,6 +54,13 @@ struct ringlet_request {
     atomic_int done;   /* set last, after result and err */
     ringlet_result_t result;
     char err[RL_MSG_MAX];
+    /* CUDA: device of the buffers (-1: host), the user's stream, the event marking the
+     * stream's work before the call; detached: a stream call nobody waits on (the
+     * progress thread frees it) */
+    int device;
+    void *stream;
+    void *event;
+    int detached;
     /* point to point: the progress thread posts treq, then sets posted */
     atomic_int posted;
     double posted_at;
@@ -106,6 +113,7 @@ struct ringlet_comm {
     size_t temp_size;
 
     struct rl_monitor *mon;
+    struct rl_dev_state *dev; /* CUDA resources (device.c), made on first use */
 
     pthread_mutex_t err_mu;
     char last_error[RL_MSG_MAX];
@@ -135,8 +143,9 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **c
 /* Scratch for partial results, grown (never per call once large enough). */
 void *rl_comm_temp(struct ringlet_comm *c, size_t bytes);
 
-/* Queues an operation for the progress thread (issue order; assigns r->seq). */
-void rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r);
+/* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
+ * stream call, makes the stream wait for it). */
+ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 
 /* Runs one collective on the progress thread (ring.c); message in err. */
 ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_request *r, char *err);

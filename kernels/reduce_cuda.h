@@ -1,0 +1,31 @@
+/* Reduction kernels for device (CUDA) buffers: the same contract as reduce.h.
+ * C interface, no CUDA types: a stream is a cudaStream_t passed as void *.
+ * Every function enqueues on the stream and returns at once: 0, or the cudaError_t
+ * of the failed launch. Built only when RINGLET_CUDA is defined (nvcc found). */
+#ifndef RINGLET_KERNELS_REDUCE_CUDA_H
+#define RINGLET_KERNELS_REDUCE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringlet.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst[i] = a[i] op b[i] for i < n, device pointers; dst may alias a or b exactly.
+ * RINGLET_AVG reduces as a sum. float16/bfloat16 compute in float32, round once. */
+int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                     void *stream);
+/* buf[i] /= divisor (avg's last step); integers truncate toward zero. */
+int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream);
+/* Makes the stream wait until *flag >= value, where flag is host-mapped pinned memory
+ * (cudaHostAlloc(..., cudaHostAllocMapped)) seen through its device pointer; the host
+ * sets it when an operation the stream depends on is done. */
+int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

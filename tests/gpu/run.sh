@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one script: the one to run on the device machine
+# (it runs in the repository root; nvcc there, CUDA_HOME set), e.g.
+#     set -o pipefail; tests/gpu/run.sh 2>&1 | tee $OUT/gpu.log
+#
+# Steps, in order (each logs to $BUILD/tests/gpu/logs/<step>.log):
+#   build            make -j16 (the library with its CUDA kernels; checks that nvcc was used)
+#   build-gpu-tests  nvcc: tests/gpu/test_kernels.cu with kernels/reduce_cuda.cu and
+#                    kernels/reduce_cpu.c, into $BUILD/tests/gpu/ (build-bench: the same for
+#                    perf/gpu_kernels_bench.cu)
+#   test_kernels     every dtype x op on the device against the CPU kernels, bit for bit;
+#                    rl_divide_device; rl_stream_wait_flag (tests/gpu/test_kernels.cu)
+#   memcheck         compute-sanitizer --tool memcheck on a small test_kernels run (when
+#                    compute-sanitizer is installed)
+#   collectives_gpu  multi-process tests on device buffers: tests/gpu/collectives_gpu.sh,
+#                    when present (see the marked section below)
+#   bench            perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at
+#                    256 MiB; PASS at >= 90% of cudaMemcpy D2D bandwidth
+#   host-suite       make test (the CI suite: unit and multi-process tests on host buffers)
+# and closes with a summary table.
+#
+# Options:
+#   --tests-only     build-gpu-tests, test_kernels, memcheck, collectives_gpu only: no make, no
+#                    bench, no host suite (tests/mp/gpu.sh runs this, from inside `make test`)
+#   --no-bench       leave out the benchmark
+#   --no-host-suite  leave out `make test`
+# Environment: BUILD (default build), NVCC (default: nvcc on PATH, else $CUDA_HOME/bin/nvcc),
+#   GPU_ARCH (default: the Makefile's sm_80, sm_90 and compute_90 PTX), RINGLET_TEST_SEED.
+# With no GPU the test programs print "SKIP: no GPU" and exit 77; so do their steps here.
+# Exit status: 1 if any step failed; 77 if every step was skipped; else 0.
+set -u
+cd "$(dirname "$0")/../.."
+
+tests_only=0 bench=1 host_suite=1
+for arg in "$@"; do
+    case $arg in
+    --tests-only) tests_only=1 bench=0 host_suite=0 ;;
+    --no-bench) bench=0 ;;
+    --no-host-suite) host_suite=0 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tests/gpu/run.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+export BUILD="${BUILD:-build}"
+# tests/mp/gpu.sh (run by `make test`) skips itself while this script runs: the host suite
+# started here must not start the GPU tests a second time.
+export RINGLET_GPU_RUN_ACTIVE=1
+GB="$BUILD/tests/gpu"
+LOGDIR="$GB/logs"
+mkdir -p "$LOGDIR"
+
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || { [ -x "$CUDA_HOME/bin/nvcc" ] && echo "$CUDA_HOME/bin/nvcc"; })}
+GPU_ARCH=${GPU_ARCH:-"-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"}
+SANITIZER=$(command -v compute-sanitizer 2>/dev/null ||
+    { [ -n "$NVCC" ] && [ -x "$(dirname "$NVCC")/compute-sanitizer" ] && echo "$(dirname "$NVCC")/compute-sanitizer"; } ||
+    { [ -x "$CUDA_HOME/bin/compute-sanitizer" ] && echo "$CUDA_HOME/bin/compute-sanitizer"; })
+
+gpu_info=""
+if command -v nvidia-smi >/dev/null 2>&1 &&
+    gpu_info=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null) &&
+    [ -n "$gpu_info" ]; then
+    have_gpu=1
+else
+    have_gpu=0 gpu_info="none (no nvidia-smi, or it failed)"
+fi
+echo "tests/gpu/run.sh: GPU: $gpu_info; nvcc: ${NVCC:-none}; compute-sanitizer: ${SANITIZER:-none}; BUILD=$BUILD"
+
+# ---- step bookkeeping ----
+S_NAME=() S_RES=() S_TIME=() S_NOTE=()
+record() { # name result seconds note
+    S_NAME+=("$1") S_RES+=("$2") S_TIME+=("$3") S_NOTE+=("$4")
+    printf '%-5s %s (%ds)%s\n' "$2" "$1" "$3" "${4:+  $4}"
+}
+# run_step name time-limit show command...
+#   show: all (print the whole log), none, or an extended regex of the lines to print.
+#   A failed step also prints the end of its log. Exit 0 = PASS, 77 = SKIP, else FAIL.
+run_step() {
+    local name=$1 limit=$2 show=$3
+    shift 3
+    local log="$LOGDIR/$name.log" t0=$SECONDS rc res note=""
+    echo
+    local cmd="$*"
+    echo "== $name: ${cmd%%$'\n'*}"
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+    rc=$?
+    case $show in
+    all) cat "$log" ;;
+    none) ;;
+    *) grep -E -- "$show" "$log" ;;
+    esac
+    case $rc in
+    0) res=PASS ;;
+    77) res=SKIP note=$(grep -m1 -i 'skip' "$log") ;;
+    124 | 137) res=FAIL note="timed out after ${limit}s, log $log" ;;
+    *) res=FAIL note="exit $rc, log $log" ;;
+    esac
+    if [ $res = FAIL ] && [ "$show" != all ]; then tail -n 40 "$log" | sed 's/^/    | /'; fi
+    record "$name" "$res" $((SECONDS - t0)) "$note"
+    return $rc
+}
+
+# ---- build ----
+if [ $tests_only = 0 ]; then
+    if run_step build 900 'warning|error|Error' make -j16 BUILD="$BUILD"; then
+        if [ -n "$NVCC" ] && [ ! -f "$BUILD/obj/kernels/reduce_cuda.o" ]; then
+            record build-cuda FAIL 0 "nvcc is here but the Makefile did not build kernels/reduce_cuda.cu"
+        fi
+    fi
+fi
+
+# ---- GPU test programs ----
+built=0 bench_built=0
+if [ -z "$NVCC" ]; then
+    record build-gpu-tests SKIP 0 "SKIP: no nvcc (set NVCC or CUDA_HOME)"
+else
+    nvflags="-O3 -std=c++17 $GPU_ARCH -lineinfo -Iinclude -Ikernels -Xcompiler -Wall,-Wextra"
+    # The three objects in parallel, then the link.
+    compile="st=0
+        cc -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Iinclude -Ikernels -c kernels/reduce_cpu.c -o '$GB/reduce_cpu.o' & p1=\$!
+        '$NVCC' $nvflags -c kernels/reduce_cuda.cu -o '$GB/reduce_cuda.o' & p2=\$!
+        '$NVCC' $nvflags -c tests/gpu/test_kernels.cu -o '$GB/test_kernels.o' & p3=\$!
+        wait \$p1 || st=1; wait \$p2 || st=1; wait \$p3 || st=1
+        [ \$st = 0 ] || exit 1
+        '$NVCC' $GPU_ARCH '$GB/test_kernels.o' '$GB/reduce_cuda.o' '$GB/reduce_cpu.o' -lm -o '$GB/test_kernels'"
+    rm -f "$GB/test_kernels" "$GB/gpu_kernels_bench"
+    run_step build-gpu-tests 600 'warning|error' bash -c "$compile" && built=1
+    if [ $bench = 1 ] && [ $built = 1 ]; then
+        run_step build-bench 600 'warning|error' "$NVCC" $nvflags perf/gpu_kernels_bench.cu "$GB/reduce_cuda.o" \
+            "$GB/reduce_cpu.o" -lm -o "$GB/gpu_kernels_bench" && bench_built=1
+    fi
+fi
+
+# ---- tests ----
+if [ $built = 1 ]; then
+    run_step test_kernels 600 all "$GB/test_kernels"
+    if [ $have_gpu = 0 ]; then
+        record memcheck SKIP 0 "SKIP: no GPU"
+    elif [ -z "$SANITIZER" ]; then
+        record memcheck SKIP 0 "SKIP: compute-sanitizer not found"
+    else
+        run_step memcheck 600 'ERROR SUMMARY|^FAIL|^SKIP|test_kernels:' \
+            "$SANITIZER" --tool memcheck --error-exitcode 1 "$GB/test_kernels" --max-n 4099
+    fi
+else
+    record test_kernels SKIP 0 "SKIP: test programs not built"
+fi
+
+# =============================================================================
+# Multi-process tests on device buffers (a colleague adds them here).
+# tests/gpu/collectives_gpu.sh, when present, runs with BUILD exported, from the repository
+# root, after the library build above. Its exit status: 0 = pass, 77 = skip (say why on the
+# output), anything else = fail. Add further device-buffer scripts to this section.
+# =============================================================================
+if [ -f tests/gpu/collectives_gpu.sh ]; then
+    run_step collectives_gpu 900 all bash tests/gpu/collectives_gpu.sh
+else
+    record collectives_gpu SKIP 0 "SKIP: tests/gpu/collectives_gpu.sh not present yet"
+fi
+# ============================ end of the multi-process section ===============
+
+# ---- benchmark ----
+if [ $bench = 1 ]; then
+    if [ $bench_built = 1 ]; then
+        run_step bench 300 all "$GB/gpu_kernels_bench"
+    else
+        record bench SKIP 0 "SKIP: benchmark not built"
+    fi
+fi
+
+# ---- host suite ----
+if [ $host_suite = 1 ]; then
+    run_step host-suite 1800 all make test BUILD="$BUILD"
+fi
+
+# ---- summary ----
+npass=0 nfail=0 nskip=0
+echo
+echo "== tests/gpu/run.sh summary   GPU: $gpu_info"
+printf '%-18s %-6s %6s  %s\n' step result time note
+for i in "${!S_NAME[@]}"; do
+    printf '%-18s %-6s %5ds  %s\n' "${S_NAME[$i]}" "${S_RES[$i]}" "${S_TIME[$i]}" "${S_NOTE[$i]}"
+    case ${S_RES[$i]} in
+    PASS) npass=$((npass + 1)) ;;
+    FAIL) nfail=$((nfail + 1)) ;;
+    *) nskip=$((nskip + 1)) ;;
+    esac
+done
+echo "$npass passed, $nfail failed, $nskip skipped (logs in $LOGDIR)"
+if [ $nfail -gt 0 ]; then exit 1; fi
+if [ $npass -eq 0 ]; then exit 77; fi
+exit 0
