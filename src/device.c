@@ -4,6 +4,7 @@
  * CUDA IPC transport are the next steps and need a GPU to be measured. */
 #include "device.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,14 @@ struct rl_dev_state {
     const uint64_t *flag_dev;    /* device view of the same memory */
     char *stage;                 /* pinned */
     size_t stage_size;
+    /* Outgrown staging buffers: freed only at teardown, because cudaFreeHost may
+     * synchronise the device while a user's stream is held by the wait kernel. */
+    char *old_stages[64];
+    int nold;
+    /* Copies run here, never on the legacy default stream, which would wait for the
+     * user's blocking streams and so for the wait kernel this library enqueued. */
+    cudaStream_t copy_stream;
+    int copy_device;
 };
 
 static int g_present = -1;
@@ -155,7 +164,9 @@ static ringlet_result_t wait_event(struct ringlet_comm *c, struct ringlet_reques
             return snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s",
                             c->timeout_s),
                    RINGLET_ERR_TIMEOUT;
-        rl_sleep_ms(1);
+        /* Yield for the first millisecond (small calls), then sleep (long kernels). */
+        if (rl_now() - t0 < 1e-3) sched_yield();
+        else rl_sleep_ms(1);
     }
     cudaEventDestroy((cudaEvent_t)r->event);
     r->event = NULL;
@@ -173,13 +184,28 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
     if (!rc) rc = wait_event(c, r, err);
     size_t sb = 0, rb = 0;
     sizes(c, r, &sb, &rb);
+    if (!rc && !s->copy_stream) {
+        cudaError_t e = cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) rc = cuda_err(e, "copy stream", err), s->copy_stream = NULL;
+        s->copy_device = r->device;
+    }
+    if (!rc && r->device >= 0 && r->device != s->copy_device)
+        rc = RINGLET_ERR_INVALID_USAGE,
+        snprintf(err, RL_MSG_MAX, "buffers on CUDA device %d, but this communicator uses device %d", r->device,
+                 s->copy_device);
     if (!rc && sb + rb > s->stage_size) {
-        if (s->stage) cudaFreeHost(s->stage);
-        s->stage = NULL;
-        s->stage_size = 0;
-        cudaError_t e = cudaHostAlloc((void **)&s->stage, sb + rb, cudaHostAllocPortable);
-        if (e != cudaSuccess) rc = cuda_err(e, "pinned staging buffer", err);
-        else s->stage_size = sb + rb;
+        if (s->nold == (int)(sizeof s->old_stages / sizeof s->old_stages[0]))
+            rc = RINGLET_ERR_SYSTEM, snprintf(err, RL_MSG_MAX, "pinned staging grew too often");
+        char *bigger = NULL;
+        /* Grow by at least 2x so that a sweep of sizes reallocates only a few times. */
+        size_t want = sb + rb > 2 * s->stage_size ? sb + rb : 2 * s->stage_size;
+        cudaError_t e = rc ? cudaSuccess : cudaHostAlloc((void **)&bigger, want, cudaHostAllocPortable);
+        if (!rc && e != cudaSuccess) rc = cuda_err(e, "pinned staging buffer", err);
+        if (!rc) {
+            if (s->stage) s->old_stages[s->nold++] = s->stage;
+            s->stage = bigger;
+            s->stage_size = want;
+        }
     }
     /* Host shadows of the buffers, keeping the in-place relations. */
     struct ringlet_request h = *r;
@@ -195,7 +221,8 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
             hr = hs + (size_t)c->rank * blk, h.recvbuf = hr;
         h.sendbuf = sb && r->sendbuf ? hs : NULL;
         cudaError_t e = cudaSuccess;
-        if (h.sendbuf) e = cudaMemcpy((void *)h.sendbuf, r->sendbuf, sb, cudaMemcpyDeviceToHost);
+        if (h.sendbuf) e = cudaMemcpyAsync((void *)h.sendbuf, r->sendbuf, sb, cudaMemcpyDeviceToHost, s->copy_stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s->copy_stream);
         if (e != cudaSuccess) rc = cuda_err(e, "copy of sendbuf to the host", err);
     }
     if (!rc) {
@@ -220,7 +247,8 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
     }
     int writes = rb && r->recvbuf && (r->kind != RL_OP_REDUCE || r->root == c->rank);
     if (!rc && writes) {
-        cudaError_t e = cudaMemcpy(r->recvbuf, h.recvbuf, rb, cudaMemcpyHostToDevice);
+        cudaError_t e = cudaMemcpyAsync(r->recvbuf, h.recvbuf, rb, cudaMemcpyHostToDevice, s->copy_stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s->copy_stream);
         if (e != cudaSuccess) rc = cuda_err(e, "copy of the result to the device", err);
     }
     /* Never leave a stream waiting, even on failure (the error is the communicator's
@@ -232,6 +260,8 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
 void rl_dev_comm_fini(struct ringlet_comm *c) {
     struct rl_dev_state *s = c->dev;
     if (!s) return;
+    for (int i = 0; i < s->nold; i++) cudaFreeHost(s->old_stages[i]);
+    if (s->copy_stream) cudaStreamDestroy(s->copy_stream);
     if (s->stage) cudaFreeHost(s->stage);
     /* Every queued operation released its stream already; this lets go of any stream
      * still spinning on the flag before its memory goes. */
