@@ -5,7 +5,12 @@
 # As root it runs apt-get; otherwise it says what to install and goes on (the build
 # itself only needs a C compiler and make).
 set -u
-pkgs=(gcc make libc6-dev pkg-config python3 procps iproute2)
+# build and test: the compiler; verbs headers (else the IB transport is built as a stub;
+# libibverbs itself is only dlopen'd); rdma-core + perftest for the IB tests in the VM;
+# Debian's PyTorch (CPU) and numpy for the Python package and the DDP tests.
+pkgs=(gcc g++ make libc6-dev pkg-config python3 procps iproute2
+      libibverbs-dev ibverbs-providers rdma-core perftest
+      python3-torch python3-numpy)
 if [ "${1:-}" = peers ]; then
     pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3)
 fi

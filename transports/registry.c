@@ -5,6 +5,7 @@
 
 const rl_transport_ops *const rl_transports[RL_TP_MAX] = {
     [RL_TP_TCP] = &rl_transport_tcp,
+    [RL_TP_IB] = &rl_transport_ib,
 };
 
 int rl_transport_by_name(const char *name) {

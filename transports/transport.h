@@ -82,5 +82,6 @@ extern const rl_transport_ops *const rl_transports[RL_TP_MAX];
 int rl_transport_by_name(const char *name);
 
 extern const rl_transport_ops rl_transport_tcp;
+extern const rl_transport_ops rl_transport_ib;
 
 #endif

@@ -153,7 +153,8 @@ static void link_close(link_t *l) {
 static rl_treq sreq[64], rreq[64];
 
 static void test_sizes(void) {
-    const size_t sizes[] = {0, 1, 7, 4095, 4096, 131071, 131072, 131073, 3 * 131072 + 17, (4u << 20) + 3, 5, 0};
+    const size_t sizes[] = {0,      1,      7,      4095,   4096,   131073, 524287,
+                            524288, 524289, 3 * 524288 + 17, (4u << 20) + 3, 5, 0};
     const int n = (int)(sizeof sizes / sizeof sizes[0]);
     unsigned char *src[16], *dst[16];
     for (int i = 0; i < n; i++) {
@@ -389,7 +390,7 @@ static void test_stranger(const char *ip) {
         return;
     }
     void *s = NULL;
-    static unsigned char buf[100];
+    static unsigned char buf[100], in[100];
     if (T->connect(E.ctx, 1, blobB, lenB, &s, err)) {
         printf("FAIL: stranger connect: %s\n", err);
         fails++;
@@ -398,7 +399,7 @@ static void test_stranger(const char *ip) {
         /* B accepts from rank 0: the stranger's hello is refused; the genuine one gets in. */
         link_t l;
         if (link_open(&l, 0, NULL, NULL, 0) == 0) {
-            T->irecv(l.r, buf, 10, NULL, &rreq[1]);
+            T->irecv(l.r, in, 10, NULL, &rreq[1]);
             T->isend(l.s, buf, 10, NULL, &sreq[1]);
             int ok = wait_done(&rreq[1], 10) && !atomic_load(&rreq[1].status);
             CHECK(ok, "genuine rank after a stranger: %s", rreq[1].err);

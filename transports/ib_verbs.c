@@ -1,0 +1,362 @@
+/* libibverbs loaded at run time, and device / port / GID selection (see ib_verbs.h). */
+#include "ib_verbs.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* ---- RINGLET_IB_HCA ---- */
+
+/* Does entry [e, e + n) ("name" or "name:port") cover (dev, port)? */
+static int entry_match(const char *e, size_t n, int exact, const char *dev, int port) {
+    size_t namelen = n;
+    int eport = -1;
+    for (size_t i = 0; i < n; i++)
+        if (e[i] == ':') {
+            namelen = i;
+            eport = 0;
+            for (size_t j = i + 1; j < n; j++) {
+                if (!isdigit((unsigned char)e[j])) return 0; /* a malformed port matches nothing */
+                eport = eport * 10 + (e[j] - '0');
+                if (eport > 65535) return 0;
+            }
+            if (i + 1 == n) eport = -1; /* "mlx5_0:" = every port */
+            break;
+        }
+    if (namelen == 0) return 0;
+    if (exact ? (strlen(dev) != namelen || strncmp(dev, e, namelen) != 0) : strncmp(dev, e, namelen) != 0) return 0;
+    return eport < 0 || eport == port;
+}
+
+int rl_ib_hca_match(const char *spec, const char *dev, int port) {
+    if (!dev) return 0;
+    if (!spec || !*spec) return 1;
+    int exclude = 0, exact = 0;
+    if (*spec == '^') exclude = 1, spec++;
+    if (*spec == '=') exact = 1, spec++;
+    int hit = 0;
+    while (*spec && !hit) {
+        const char *end = strchr(spec, ',');
+        size_t n = end ? (size_t)(end - spec) : strlen(spec);
+        if (n) hit = entry_match(spec, n, exact, dev, port);
+        spec += n;
+        if (*spec == ',') spec++;
+    }
+    return exclude ? !hit : hit;
+}
+
+#ifdef RL_HAVE_VERBS
+
+static rl_ibv g_ibv;
+static int g_ibv_ok;
+static char g_ibv_err[512];
+static pthread_once_t g_ibv_once = PTHREAD_ONCE_INIT;
+
+static void ibv_load_once(void) {
+    const char *dir = getenv("RINGLET_IB_LIBDIR");
+    if (dir && *dir) snprintf(g_ibv.path, sizeof g_ibv.path, "%s/libibverbs.so.1", dir);
+    else snprintf(g_ibv.path, sizeof g_ibv.path, "libibverbs.so.1");
+    void *h = dlopen(g_ibv.path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(g_ibv_err, sizeof g_ibv_err, "cannot load %.200s (%.200s); install rdma-core's libibverbs1 to use IB/RoCE",
+                 g_ibv.path, e ? e : "dlopen failed");
+        return;
+    }
+    /* Required symbols, then optional ones. */
+    struct {
+        void **slot;
+        const char *name;
+        int required;
+    } syms[] = {
+        {(void **)&g_ibv.get_device_list, "ibv_get_device_list", 1},
+        {(void **)&g_ibv.free_device_list, "ibv_free_device_list", 1},
+        {(void **)&g_ibv.get_device_name, "ibv_get_device_name", 1},
+        {(void **)&g_ibv.open_device, "ibv_open_device", 1},
+        {(void **)&g_ibv.close_device, "ibv_close_device", 1},
+        {(void **)&g_ibv.query_device, "ibv_query_device", 1},
+        {(void **)&g_ibv.query_port, "ibv_query_port", 1},
+        {(void **)&g_ibv.query_gid, "ibv_query_gid", 1},
+        {(void **)&g_ibv.alloc_pd, "ibv_alloc_pd", 1},
+        {(void **)&g_ibv.dealloc_pd, "ibv_dealloc_pd", 1},
+        {(void **)&g_ibv.reg_mr, "ibv_reg_mr", 1},
+        {(void **)&g_ibv.dereg_mr, "ibv_dereg_mr", 1},
+        {(void **)&g_ibv.create_comp_channel, "ibv_create_comp_channel", 1},
+        {(void **)&g_ibv.destroy_comp_channel, "ibv_destroy_comp_channel", 1},
+        {(void **)&g_ibv.create_cq, "ibv_create_cq", 1},
+        {(void **)&g_ibv.destroy_cq, "ibv_destroy_cq", 1},
+        {(void **)&g_ibv.get_cq_event, "ibv_get_cq_event", 1},
+        {(void **)&g_ibv.ack_cq_events, "ibv_ack_cq_events", 1},
+        {(void **)&g_ibv.create_qp, "ibv_create_qp", 1},
+        {(void **)&g_ibv.modify_qp, "ibv_modify_qp", 1},
+        {(void **)&g_ibv.destroy_qp, "ibv_destroy_qp", 1},
+        {(void **)&g_ibv.get_async_event, "ibv_get_async_event", 1},
+        {(void **)&g_ibv.ack_async_event, "ibv_ack_async_event", 1},
+        {(void **)&g_ibv.wc_status_str, "ibv_wc_status_str", 1},
+        {(void **)&g_ibv.event_type_str, "ibv_event_type_str", 1},
+        {(void **)&g_ibv.query_gid_ex, "_ibv_query_gid_ex", 0},
+        {(void **)&g_ibv.reg_dmabuf_mr, "ibv_reg_dmabuf_mr", 0},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(h, syms[i].name);
+        if (!p && syms[i].required) {
+            snprintf(g_ibv_err, sizeof g_ibv_err, "%.300s has no %.100s (rdma-core too old?)", g_ibv.path, syms[i].name);
+            dlclose(h);
+            return;
+        }
+        /* POSIX: a function pointer travels through void * (dlsym's contract). */
+        memcpy(syms[i].slot, &p, sizeof p);
+    }
+    g_ibv_ok = 1;
+}
+
+const rl_ibv *rl_ibv_load(char *err, size_t errlen) {
+    const char *off = getenv("RINGLET_IB_DISABLE");
+    if (off && *off && strcmp(off, "0") != 0) {
+        snprintf(err, errlen, "disabled by RINGLET_IB_DISABLE=%s", off);
+        return NULL;
+    }
+    pthread_once(&g_ibv_once, ibv_load_once);
+    if (!g_ibv_ok) {
+        snprintf(err, errlen, "%s", g_ibv_err);
+        return NULL;
+    }
+    return &g_ibv;
+}
+
+int rl_ib_dmabuf_available(void) { return g_ibv_ok && g_ibv.reg_dmabuf_mr != NULL; }
+
+int rl_ib_peermem_loaded(void) {
+    return access("/sys/module/nvidia_peermem", F_OK) == 0 || access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0;
+}
+
+const char *rl_ib_gid_type_str(int type) {
+    switch (type) {
+    case RL_GID_IB: return "IB";
+    case RL_GID_ROCE_V1: return "RoCE v1";
+    case RL_GID_ROCE_V2: return "RoCE v2";
+    default: return "unknown type";
+    }
+}
+
+static int gid_is_zero(const union ibv_gid *g) {
+    for (int i = 0; i < 16; i++)
+        if (g->raw[i]) return 0;
+    return 1;
+}
+
+static int gid_is_v4mapped(const union ibv_gid *g) {
+    for (int i = 0; i < 10; i++)
+        if (g->raw[i]) return 0;
+    return g->raw[10] == 0xff && g->raw[11] == 0xff;
+}
+
+static int gid_is_linklocal(const union ibv_gid *g) { return g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80; }
+
+void rl_ib_gid_str(const union ibv_gid *g, char *buf, size_t len) {
+    if (gid_is_v4mapped(g)) {
+        snprintf(buf, len, "::ffff:%u.%u.%u.%u", g->raw[12], g->raw[13], g->raw[14], g->raw[15]);
+        return;
+    }
+    size_t o = 0;
+    for (int i = 0; i < 16 && o < len; i += 2)
+        o += (size_t)snprintf(buf + o, len - o, "%s%02x%02x", i ? ":" : "", g->raw[i], g->raw[i + 1]);
+}
+
+/* First line of a sysfs file, trailing newline cut; -1 when unreadable. */
+static int read_line(const char *path, char *buf, size_t len) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *r = fgets(buf, (int)len, f);
+    fclose(f);
+    if (!r) return -1;
+    buf[strcspn(buf, "\n")] = 0;
+    return 0;
+}
+
+/* GID `index` and its type: the library's ibv_query_gid_ex when it has one, else
+ * ibv_query_gid and sysfs (gid_attrs/types/IDX says "RoCE v2" or "IB/RoCE v1").
+ * 0, or -1 for an empty entry. */
+static int query_gid_typed(const rl_ibv *v, const rl_ib_port *p, int index, union ibv_gid *gid, int *type,
+                           char *ndev, size_t ndevlen) {
+    char path[256], line[64];
+    *type = RL_GID_UNKNOWN;
+    ndev[0] = 0;
+    if (v->query_gid_ex) {
+        struct ibv_gid_entry e;
+        memset(&e, 0, sizeof e);
+        if (v->query_gid_ex(p->ctx, (uint32_t)p->port, (uint32_t)index, &e, 0, sizeof e) != 0) return -1;
+        *gid = e.gid;
+        *type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? RL_GID_ROCE_V2
+                : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? RL_GID_ROCE_V1
+                                                       : RL_GID_IB;
+    } else {
+        if (v->query_gid(p->ctx, (uint8_t)p->port, index, gid) != 0) return -1;
+        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d", p->dev, p->port, index);
+        if (read_line(path, line, sizeof line) == 0) {
+            if (strstr(line, "v2")) *type = RL_GID_ROCE_V2;
+            else if (strstr(line, "v1")) *type = RL_GID_ROCE_V1;
+            else if (!strcmp(line, "IB")) *type = RL_GID_IB;
+        }
+    }
+    if (gid_is_zero(gid)) return -1;
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d", p->dev, p->port, index);
+    if (read_line(path, line, sizeof line) == 0) snprintf(ndev, ndevlen, "%.31s", line);
+    return 0;
+}
+
+/* How much a RoCE GID suits: higher is better, 0 = unusable. */
+static int gid_score(const union ibv_gid *g, int type, const struct sockaddr_storage *ifaddr) {
+    int match = 0;
+    if (ifaddr && ifaddr->ss_family == AF_INET && gid_is_v4mapped(g))
+        match = !memcmp(&g->raw[12], &((const struct sockaddr_in *)ifaddr)->sin_addr, 4);
+    else if (ifaddr && ifaddr->ss_family == AF_INET6)
+        match = !memcmp(g->raw, &((const struct sockaddr_in6 *)ifaddr)->sin6_addr, 16);
+    int base;
+    if (type == RL_GID_ROCE_V2 || type == RL_GID_UNKNOWN) {
+        base = gid_is_v4mapped(g) ? 40 : gid_is_linklocal(g) ? 20 : 30;
+        if (type == RL_GID_UNKNOWN) base -= 15; /* sysfs silent: below every known v2 GID */
+    } else if (type == RL_GID_ROCE_V1) {
+        base = 10;
+    } else {
+        return 0;
+    }
+    return base + (match ? 50 : 0);
+}
+
+/* Chooses the port's GID. Returns -1 (no usable GID, message in err), else how well
+ * the port suits: 2 = a RoCE GID holding the bootstrap interface's address, 1 = other. */
+static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_storage *ifaddr, char *err,
+                      size_t errlen) {
+    long long forced = rl_env_int("RINGLET_IB_GID_INDEX", -1, -1, 1 << 20);
+    union ibv_gid g;
+    int type;
+    char ndev[32];
+    if (forced >= 0) {
+        if (forced >= p->attr.gid_tbl_len || query_gid_typed(v, p, (int)forced, &g, &type, ndev, sizeof ndev) != 0) {
+            snprintf(err, errlen, "%s port %d: RINGLET_IB_GID_INDEX=%lld is not a valid GID (table of %d)", p->dev,
+                     p->port, forced, p->attr.gid_tbl_len);
+            return -1;
+        }
+        p->gid_index = (int)forced;
+        p->gid = g;
+        p->gid_type = type;
+        snprintf(p->gid_ndev, sizeof p->gid_ndev, "%s", ndev);
+        return 1;
+    }
+    if (!p->is_eth) { /* InfiniBand: LID routing, no GRH */
+        p->gid_index = -1;
+        p->gid_type = RL_GID_IB;
+        if (v->query_gid(p->ctx, (uint8_t)p->port, 0, &p->gid) != 0) memset(&p->gid, 0, sizeof p->gid);
+        return 1;
+    }
+    int best = -1, best_score = 0;
+    for (int i = 0; i < p->attr.gid_tbl_len; i++) {
+        if (query_gid_typed(v, p, i, &g, &type, ndev, sizeof ndev) != 0) continue;
+        int s = gid_score(&g, type, ifaddr);
+        if (s > best_score) {
+            best_score = s;
+            best = i;
+            p->gid = g;
+            p->gid_type = type;
+            snprintf(p->gid_ndev, sizeof p->gid_ndev, "%s", ndev);
+        }
+    }
+    if (best < 0) {
+        snprintf(err, errlen, "%s port %d (RoCE): no usable GID (set RINGLET_IB_GID_INDEX)", p->dev, p->port);
+        return -1;
+    }
+    p->gid_index = best;
+    return best_score >= 50 ? 2 : 1;
+}
+
+int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_ib_port *out, char *err,
+                    size_t errlen) {
+    const char *spec = getenv("RINGLET_IB_HCA");
+    int n = 0;
+    errno = 0;
+    struct ibv_device **list = v->get_device_list(&n);
+    if (!list || n <= 0) {
+        if (list) snprintf(err, errlen, "no RDMA device found");
+        else snprintf(err, errlen, "no RDMA device found (ibv_get_device_list: %s)", strerror(errno));
+        if (list) v->free_device_list(list);
+        return -1;
+    }
+    /* The first active port selected; a later one only if it is a RoCE port whose GID
+     * holds the bootstrap interface's address and the first is not. */
+    char why[256] = "";
+    int best = 0;
+    memset(out, 0, sizeof *out);
+    for (int d = 0; d < n && best < 2; d++) {
+        const char *name = v->get_device_name(list[d]);
+        if (!name) continue;
+        /* Skip devices the filter excludes on every port before opening them. */
+        int any = 0;
+        for (int port = 1; port <= 32 && !any; port++) any = rl_ib_hca_match(spec, name, port);
+        if (!any) continue;
+        struct ibv_context *ctx = v->open_device(list[d]);
+        if (!ctx) {
+            snprintf(why, sizeof why, "; %s: cannot open (%s)", name, strerror(errno));
+            continue;
+        }
+        rl_ib_port cand;
+        memset(&cand, 0, sizeof cand);
+        cand.ctx = ctx;
+        snprintf(cand.dev, sizeof cand.dev, "%s", name);
+        int kept = 0;
+        if (v->query_device(ctx, &cand.dattr) == 0) {
+            for (int port = 1; port <= cand.dattr.phys_port_cnt && best < 2; port++) {
+                if (!rl_ib_hca_match(spec, name, port)) continue;
+                struct ibv_port_attr pa;
+                memset(&pa, 0, sizeof pa);
+                if (v->query_port(ctx, (uint8_t)port, &pa) != 0) continue;
+                if (pa.state != IBV_PORT_ACTIVE) {
+                    snprintf(why, sizeof why, "; %s port %d is not active", name, port);
+                    continue;
+                }
+                if (pa.link_layer != IBV_LINK_LAYER_ETHERNET && pa.link_layer != IBV_LINK_LAYER_INFINIBAND &&
+                    pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED)
+                    continue;
+                cand.port = port;
+                cand.attr = pa;
+                cand.is_eth = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+                char e[200];
+                int score = choose_gid(v, &cand, ifaddr, e, sizeof e);
+                if (score < 0) {
+                    snprintf(why, sizeof why, "; %s", e);
+                    continue;
+                }
+                if (score > best) {
+                    if (out->ctx && out->ctx != ctx) v->close_device(out->ctx);
+                    *out = cand;
+                    best = score;
+                    kept = 1;
+                }
+            }
+        }
+        if (!kept) v->close_device(ctx);
+    }
+    v->free_device_list(list);
+    if (!best) {
+        snprintf(err, errlen, "no active port%s%s%s", spec && *spec ? " selected by RINGLET_IB_HCA=" : "",
+                 spec && *spec ? spec : "", why);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    return 0;
+}
+
+#else /* !RL_HAVE_VERBS */
+
+int rl_ib_dmabuf_available(void) { return 0; }
+int rl_ib_peermem_loaded(void) { return 0; }
+
+#endif
