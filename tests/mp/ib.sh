@@ -7,7 +7,7 @@
 #   - with the verbs library hidden (RINGLET_IB_LIBDIR=/nonexistent) and with
 #     RINGLET_IB_DISABLE=1, the IB transport reports itself unavailable at INFO and a
 #     2-rank job runs over TCP; RINGLET_TRANSPORT=ib then fails at init with that reason.
-# In ONE boot of the Soft-RoCE VM (/work/shared/rdma-vm/run-in-rdma-vm.sh, or
+# In ONE boot of the Soft-RoCE VM (../shared/rdma-vm/run-in-rdma-vm.sh beside the repository, or
 # $RINGLET_RDMA_VM), this script runs itself with --guest there:
 #   - ibv_devinfo;
 #   - tests/mp/ib_transport (the transport alone: sizes 0 B .. 4 MiB + 3, credits, zero-copy
@@ -36,7 +36,9 @@ if [[ "${SANITIZE:-}" == *thread* ]]; then
     echo "SKIP: IB tests in the emulated RDMA VM are not run under ThreadSanitizer (too slow); they run in the normal and ASan builds"
     exit 77
 fi
-VM=${RINGLET_RDMA_VM:-/work/shared/rdma-vm/run-in-rdma-vm.sh}
+# The VM script sits in shared/ beside the repository (as in CI's clone), or at /work/shared.
+VM=${RINGLET_RDMA_VM:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/rdma-vm/run-in-rdma-vm.sh}
+[ -x "$VM" ] || [ -n "${RINGLET_RDMA_VM:-}" ] || VM=/work/shared/rdma-vm/run-in-rdma-vm.sh
 RUN="$BUILD/bin/ringlet-run"
 COLL="$BUILD/tests/mp/collectives"
 KILL="$BUILD/tests/mp/kill"
