@@ -1,0 +1,172 @@
+"""Step time of data-parallel training: ringlet's DDP against torch's DDP over Gloo.
+
+    build/bin/ringlet-run -n 2 python3 perf/ddp_bench.py --store /tmp/fresh-file   (or perf/ddp_bench.sh)
+
+Model: --layers x Linear(--width, --width) with ReLU, and a Linear(--width, 10) head
+(defaults: 4 x 2048 x 2048 + head = 16.8 M parameters, 67 MB in float32), --batch samples
+per rank (32), SGD. Three modes, each rank running the same thing:
+  none     the model without DDP (every rank trains alone, so the machine is as busy)
+  torch    torch.nn.parallel.DistributedDataParallel, Gloo backend (FileStore)
+  ringlet  ringlet.torch.DistributedDataParallel
+Steps are interleaved one by one (after --warmup untimed steps per mode: --rounds x
+--steps rounds of one step per mode, the order rotating), so that drifts of a shared
+machine hit every mode alike. A step is zero_grad + forward + loss + backward + optimizer step; its time is
+taken on every rank and the slowest rank's counts. Prints the median step time per mode,
+the overheads over "none", and the ratios the goals are stated in:
+  ringlet / torch step time            (goal <= 1.0)
+  ringlet overhead / torch overhead    (goal <= 0.5)
+Then a trace of one ringlet step: when each bucket's all-reduce was launched and when
+finish saw it complete, relative to the start of backward, against the end of backward
+(the autograd engine's final callback), showing the first buckets' all-reduces start
+while backward is still running.
+--view: gradient_as_bucket_view in both DDPs. --threads: torch intra-op threads per rank.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import ringlet
+from ringlet.torch import DistributedDataParallel as RingletDDP
+
+
+def make_model(width, layers, seed):
+    torch.manual_seed(seed)
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    mods.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*mods)
+
+
+def max_over_ranks(v):
+    t = torch.tensor([v], dtype=torch.float64)
+    ringlet.all_reduce(t, op="max")
+    return t.item()
+
+
+def run_pass(model, opt, x, y, steps, trace=None):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times = []
+    for _ in range(steps):
+        t0 = time.monotonic()
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        tb = time.monotonic()
+        loss.backward()
+        te = time.monotonic()
+        opt.step()
+        t1 = time.monotonic()
+        times.append(t1 - t0)
+        if trace is not None:
+            trace.append((t0, tb, te, t1))
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", required=True, help="a fresh FileStore path for torch.distributed")
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per mode = rounds x steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per mode")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--view", action="store_true", help="gradient_as_bucket_view in both DDPs")
+    ap.add_argument("--modes", default="none,torch,ringlet")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", store=dist.FileStore(a.store, world), rank=rank, world_size=world)
+    ringlet.init_from_env()
+
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(a.batch, a.width, generator=g)
+    y = torch.randint(0, 10, (a.batch,), generator=g)
+    modes = a.modes.split(",")
+    models = {}
+    for m in modes:
+        net = make_model(a.width, a.layers, seed=1)
+        if m == "torch":
+            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
+                                                            gradient_as_bucket_view=a.view)
+        elif m == "ringlet":
+            net = RingletDDP(net, bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=a.view)
+        models[m] = (net, torch.optim.SGD(net.parameters(), lr=1e-4))
+    nparams = sum(p.numel() for p in models[modes[0]][0].parameters())
+    if rank == 0:
+        print("ddp_bench: world %d, %d x Linear(%d, %d) + head: %.1f M parameters (%.0f MB float32), batch %d per "
+              "rank, %d torch thread(s) per rank, bucket cap %g MB%s, %d rounds x %d steps (+%d warm-up)"
+              % (world, a.layers, a.width, a.width, nparams / 1e6, nparams * 4 / 1e6, a.batch, a.threads,
+                 a.bucket_mb, ", gradient_as_bucket_view" if a.view else "", a.rounds, a.steps, a.warmup),
+              flush=True)
+
+    samples = {m: [] for m in modes}
+    tails = []
+    for m in modes:
+        net, opt = models[m]
+        run_pass(net, opt, x, y, a.warmup)
+    for r in range(a.rounds * a.steps):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate: no mode always first
+        for m in order:
+            net, opt = models[m]
+            ringlet.barrier()
+            tr = []
+            ts = run_pass(net, opt, x, y, 1, trace=tr)
+            samples[m].append(max_over_ranks(ts[0]))  # the slowest rank's step
+            if m == "ringlet":
+                t = net.bucket_trace()
+                tails.append(max_over_ranks(t["finish_end"] - t["finish_start"]))
+    med = {m: statistics.median(samples[m]) for m in modes}
+    if rank == 0:
+        for m in modes:
+            s = sorted(samples[m])
+            print("ddp_bench: %-8s median %7.1f ms  (min %7.1f, max %7.1f, %d steps)"
+                  % (m, med[m] * 1e3, s[0] * 1e3, s[-1] * 1e3, len(s)))
+        if "none" in med and "torch" in med and "ringlet" in med:
+            ot, orl = med["torch"] - med["none"], med["ringlet"] - med["none"]
+            print("ddp_bench: overhead over no DDP: torch %.1f ms, ringlet %.1f ms" % (ot * 1e3, orl * 1e3))
+            print("ddp_bench: ringlet / torch step time = %.3f (goal <= 1.0)" % (med["ringlet"] / med["torch"]))
+            print("ddp_bench: ringlet overhead / torch overhead = %.3f (goal <= 0.5)"
+                  % (orl / ot if ot > 0 else float("nan")))
+        if tails:
+            print("ddp_bench: ringlet: median wait at the end of backward for the last buckets (finish): %.1f ms"
+                  % (statistics.median(tails) * 1e3))
+
+    if "ringlet" in models:
+        net, opt = models["ringlet"]
+        steps = []
+        run_pass(net, opt, x, y, 1, trace=steps)
+        t0, tb, te, t1 = steps[0]
+        tr = net.bucket_trace()
+        if rank == 0:
+            print("ddp_bench: trace of one ringlet step on rank 0 (ms from the start of backward; backward took "
+                  "%.1f ms, the autograd engine's final callback started at %.1f ms):"
+                  % ((te - tb) * 1e3, (tr["finish_start"] - tb) * 1e3))
+            first_hook, _ = net.backward_hook_times
+            print("ddp_bench:   first gradient ready (hook) at %.1f ms" % ((first_hook - tb) * 1e3))
+            for b in tr["buckets"]:
+                where = "before" if b["launch"] < tr["finish_start"] else "after"
+                print("ddp_bench:   bucket %d (%5.1f MB, %d params): all-reduce launched at %7.1f ms (%s backward "
+                      "ended), seen complete at %7.1f ms, gradients written back by %7.1f ms"
+                      % (b["bucket"], b["bytes"] / 1e6, b["nparams"], (b["launch"] - tb) * 1e3, where,
+                         (b["complete"] - tb) * 1e3, (b["done"] - tb) * 1e3))
+            print("ddp_bench:   backward ended at %.1f ms; finish returned at %.1f ms; %d of %d buckets launched "
+                  "before backward ended"
+                  % ((tr["finish_start"] - tb) * 1e3, (tr["finish_end"] - tb) * 1e3, tr["buckets_before_finish"],
+                     len(tr["buckets"])), flush=True)
+        net.close()
+    dist.destroy_process_group()
+    ringlet.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

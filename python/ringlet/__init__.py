@@ -1,0 +1,422 @@
+"""ringlet: collective communication without NCCL, from Python.
+
+    import ringlet
+    ringlet.init_from_env()              # torchrun / ringlet-run / srun / mpirun variables
+    ringlet.all_reduce(tensor)           # in place, sum; CPU torch tensors or numpy arrays
+    ringlet.broadcast(tensor, src=0)
+    work = ringlet.all_reduce(t, op="avg", async_op=True); work.wait()
+
+    from ringlet.torch import DistributedDataParallel as DDP
+    model = DDP(model)                   # the training loop stays as with torch's DDP
+
+Tensors: contiguous CPU torch tensors (float16, bfloat16, float32, float64, int8, uint8,
+int32, int64, bool as uint8) or numpy arrays. CUDA tensors are refused with a clear error
+until the core supports device buffers in this package.
+
+Errors raise RingletError, whose .code is the C result (ringlet.ERR_INVALID_USAGE, ...)
+and whose message names the operation, the peer or the parameter.
+
+The shared library: RINGLET_LIB (a path to libringlet.so or its folder), else
+../../build/lib next to this package, else the system's (see ringlet._lib).
+"""
+import atexit
+import ctypes
+import sys
+import threading
+import weakref
+
+from . import _lib
+from ._lib import (  # noqa: F401  (re-exported)
+    SUCCESS, ERR_CUDA, ERR_SYSTEM, ERR_INTERNAL, ERR_INVALID_ARGUMENT, ERR_INVALID_USAGE, ERR_REMOTE,
+    IN_PROGRESS, ERR_TIMEOUT,
+)
+
+__all__ = [
+    "RingletError", "Communicator", "Work", "init_from_env", "is_initialized", "get_rank", "get_world_size",
+    "get_local_rank", "default_communicator", "destroy", "all_reduce", "broadcast", "reduce", "all_gather",
+    "reduce_scatter", "barrier", "send", "recv", "version", "library_path",
+]
+
+library_path = _lib.path
+
+
+def version():
+    return _lib.lib.ringlet_version().decode()
+
+
+class RingletError(RuntimeError):
+    """A ringlet call failed. .code: the ringlet_result_t; .code_name: its text."""
+
+    def __init__(self, code, message):
+        self.code = int(code)
+        self.code_name = _lib.strerror(self.code)
+        super().__init__("%s (ringlet: %s)" % (message, self.code_name))
+
+
+_OPS = {"sum": _lib.SUM, "prod": _lib.PROD, "product": _lib.PROD, "max": _lib.MAX, "min": _lib.MIN,
+        "avg": _lib.AVG, "mean": _lib.AVG}
+
+
+def _op(op):
+    if isinstance(op, int):
+        if 0 <= op < 5:
+            return op
+    elif isinstance(op, str) and op.lower() in _OPS:
+        return _OPS[op.lower()]
+    else:  # torch.distributed.ReduceOp and the like
+        name = str(op).split(".")[-1].lower()
+        if name in _OPS:
+            return _OPS[name]
+    raise ValueError("ringlet: unknown reduction op %r (sum, prod, max, min, avg)" % (op,))
+
+
+# ---- tensors: (pointer, element count, ringlet dtype) ----
+
+_NUMPY_DTYPES = {"int8": _lib.INT8, "uint8": _lib.UINT8, "int32": _lib.INT32, "uint32": _lib.UINT32,
+                 "int64": _lib.INT64, "uint64": _lib.UINT64, "float16": _lib.FLOAT16, "float32": _lib.FLOAT32,
+                 "float64": _lib.FLOAT64, "bool": _lib.UINT8}
+_torch_dtypes = None
+
+
+def torch_dtype_code(dtype):
+    """The ringlet dtype of a torch dtype (None if ringlet has none)."""
+    global _torch_dtypes
+    if _torch_dtypes is None:
+        import torch
+        _torch_dtypes = {torch.int8: _lib.INT8, torch.uint8: _lib.UINT8, torch.int32: _lib.INT32,
+                         torch.int64: _lib.INT64, torch.float16: _lib.FLOAT16, torch.float32: _lib.FLOAT32,
+                         torch.float64: _lib.FLOAT64, torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.UINT8}
+    return _torch_dtypes.get(dtype)
+
+
+def _is_torch(t):
+    return "torch" in sys.modules and isinstance(t, sys.modules["torch"].Tensor)
+
+
+def _buffer(t, what, writable=True):
+    if _is_torch(t):
+        if t.device.type != "cpu":
+            raise RingletError(_lib.ERR_INVALID_USAGE,
+                               "%s: a %s tensor; this build of the ringlet Python package handles CPU tensors only "
+                               "(CUDA tensors come with device support in the core)" % (what, t.device.type))
+        if t.layout != sys.modules["torch"].strided:
+            raise ValueError("ringlet: %s: a %s tensor; only dense tensors are supported" % (what, t.layout))
+        if not t.is_contiguous():
+            raise ValueError("ringlet: %s: the tensor is not contiguous (call .contiguous() and use the result)" % what)
+        code = torch_dtype_code(t.dtype)
+        if code is None:
+            raise ValueError("ringlet: %s: dtype %s is not supported" % (what, t.dtype))
+        return t.data_ptr(), t.numel(), code
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(t, np.ndarray):
+        if not t.flags["C_CONTIGUOUS"]:
+            raise ValueError("ringlet: %s: the array is not C-contiguous" % what)
+        if writable and not t.flags["WRITEABLE"]:
+            raise ValueError("ringlet: %s: the array is read-only" % what)
+        code = _NUMPY_DTYPES.get(t.dtype.name)
+        if code is None:
+            raise ValueError("ringlet: %s: dtype %s is not supported" % (what, t.dtype))
+        return t.ctypes.data, t.size, code
+    raise TypeError("ringlet: %s: expected a torch.Tensor or a numpy.ndarray, got %s" % (what, type(t).__name__))
+
+
+class Work:
+    """A non-blocking operation (async_op=True). wait() raises RingletError on failure."""
+
+    def __init__(self, comm, req, what, keep):
+        self._comm = comm
+        self._req = req
+        self._what = what
+        self._keep = keep  # the tensors stay alive while the operation runs
+        self._rc = None
+
+    def is_completed(self):
+        if self._rc is not None:
+            return True
+        done = ctypes.c_int(0)
+        rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
+        if done.value:
+            self._finish(rc)
+        elif rc:
+            self._finish(rc)
+        return self._rc is not None
+
+    def wait(self, timeout=None):
+        if self._rc is None:
+            self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))
+        if self._rc:
+            raise self._comm._error(self._rc, self._what)
+        return True
+
+    def _finish(self, rc):
+        self._rc = rc
+        self._keep = None
+
+    def __del__(self):
+        if self._rc is None and self._req and self._comm._handle:
+            try:
+                _lib.lib.ringlet_wait(ctypes.byref(self._req))
+            except Exception:
+                pass
+
+
+class Communicator:
+    """A ringlet communicator (ringlet_comm_t)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._ddps = weakref.WeakSet()  # DDP handles to close before the communicator
+        r, s, lr, ls = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        self._check(_lib.lib.ringlet_comm_rank(handle, ctypes.byref(r)), "rank")
+        self._check(_lib.lib.ringlet_comm_size(handle, ctypes.byref(s)), "size")
+        self._check(_lib.lib.ringlet_comm_local_rank(handle, ctypes.byref(lr)), "local_rank")
+        self._check(_lib.lib.ringlet_comm_local_size(handle, ctypes.byref(ls)), "local_size")
+        self.rank, self.size, self.local_rank, self.local_size = r.value, s.value, lr.value, ls.value
+
+    @classmethod
+    def from_env(cls):
+        h = _lib.c_comm()
+        rc = _lib.lib.ringlet_comm_init_env(ctypes.byref(h))
+        if rc:
+            msg = _lib.lib.ringlet_comm_last_error(None).decode("utf-8", "replace")
+            raise RingletError(rc, "ringlet.init_from_env: " + msg)
+        return cls(h)
+
+    def _live(self):
+        if not self._handle:
+            raise RingletError(_lib.ERR_INVALID_USAGE, "ringlet: the communicator was destroyed")
+        return self._handle
+
+    def _error(self, rc, what):
+        msg = _lib.lib.ringlet_comm_last_error(self._handle).decode("utf-8", "replace") if self._handle else ""
+        return RingletError(rc, "ringlet.%s: %s" % (what, msg))
+
+    def _check(self, rc, what):
+        if rc:
+            raise self._error(rc, what)
+
+    def _run(self, what, blocking_fn, async_fn, args, async_op, keep):
+        h = self._live()
+        if async_op:
+            req = _lib.c_req()
+            self._check(async_fn(*args, h, None, ctypes.byref(req)), what)
+            return Work(self, req, what, keep)
+        self._check(blocking_fn(*args, h, None), what)
+        return None
+
+    # ---- collectives (in place unless an output is given) ----
+
+    def all_reduce(self, tensor, op="sum", async_op=False, output=None):
+        p, n, dt = _buffer(tensor, "all_reduce")
+        q = p
+        if output is not None:
+            q, m, dt2 = _buffer(output, "all_reduce output")
+            if m != n or dt2 != dt:
+                raise ValueError("ringlet: all_reduce: output has %d elements of dtype %d, input %d of %d"
+                                 % (m, dt2, n, dt))
+        L = _lib.lib
+        return self._run("all_reduce", L.ringlet_allreduce, L.ringlet_iallreduce, (p, q, n, dt, _op(op)),
+                         async_op, (tensor, output))
+
+    def broadcast(self, tensor, src=0, async_op=False):
+        p, n, dt = _buffer(tensor, "broadcast")
+        L = _lib.lib
+        return self._run("broadcast", L.ringlet_broadcast, L.ringlet_ibroadcast, (p, p, n, dt, int(src)),
+                         async_op, (tensor,))
+
+    def reduce(self, tensor, dst=0, op="sum", async_op=False):
+        p, n, dt = _buffer(tensor, "reduce")
+        L = _lib.lib
+        return self._run("reduce", L.ringlet_reduce, L.ringlet_ireduce, (p, p, n, dt, _op(op), int(dst)),
+                         async_op, (tensor,))
+
+    def all_gather(self, output, tensor, async_op=False):
+        """output: a tensor of size * tensor.numel() elements, or a list of size tensors
+        shaped like tensor (then this call blocks even with async_op)."""
+        p, n, dt = _buffer(tensor, "all_gather input", writable=False)
+        if isinstance(output, (list, tuple)):
+            if len(output) != self.size:
+                raise ValueError("ringlet: all_gather: %d output tensors for %d ranks" % (len(output), self.size))
+            flat = _empty_like_n(tensor, n * self.size)
+            self.all_gather(flat, tensor)
+            for r, o in enumerate(output):
+                _copy_into(o, flat, r * n, n)
+            return None
+        q, m, dt2 = _buffer(output, "all_gather output")
+        if m != n * self.size or dt2 != dt:
+            raise ValueError("ringlet: all_gather: output has %d elements, expected %d x %d" % (m, self.size, n))
+        L = _lib.lib
+        return self._run("all_gather", L.ringlet_allgather, L.ringlet_iallgather, (p, q, n, dt), async_op,
+                         (output, tensor))
+
+    def reduce_scatter(self, output, tensor, op="sum", async_op=False):
+        """tensor: size * output.numel() elements; rank r gets the reduction of block r."""
+        q, n, dt = _buffer(output, "reduce_scatter output")
+        p, m, dt2 = _buffer(tensor, "reduce_scatter input", writable=False)
+        if m != n * self.size or dt2 != dt:
+            raise ValueError("ringlet: reduce_scatter: input has %d elements, expected %d x %d" % (m, self.size, n))
+        L = _lib.lib
+        return self._run("reduce_scatter", L.ringlet_reduce_scatter, L.ringlet_ireduce_scatter,
+                         (p, q, n, dt, _op(op)), async_op, (output, tensor))
+
+    def barrier(self, async_op=False):
+        L = _lib.lib
+        return self._run("barrier", L.ringlet_barrier, L.ringlet_ibarrier, (), async_op, ())
+
+    def send(self, tensor, dst, async_op=False):
+        p, n, dt = _buffer(tensor, "send", writable=False)
+        L = _lib.lib
+        return self._run("send", L.ringlet_send, L.ringlet_isend, (p, n, dt, int(dst)), async_op, (tensor,))
+
+    def recv(self, tensor, src, async_op=False):
+        p, n, dt = _buffer(tensor, "recv")
+        L = _lib.lib
+        return self._run("recv", L.ringlet_recv, L.ringlet_irecv, (p, n, dt, int(src)), async_op, (tensor,))
+
+    # ---- life ----
+
+    def _close_ddps(self):
+        for h in list(self._ddps):
+            h.close()
+
+    def destroy(self):
+        """Collective clean shutdown (closes the DDP objects made on it first)."""
+        if self._handle:
+            self._close_ddps()
+            h, self._handle = self._handle, None
+            self._check_rc_after(_lib.lib.ringlet_comm_destroy(h), "destroy")
+
+    def abort(self):
+        if self._handle:
+            self._close_ddps()
+            h, self._handle = self._handle, None
+            _lib.lib.ringlet_comm_abort(h)
+
+    def _check_rc_after(self, rc, what):
+        if rc:
+            msg = _lib.lib.ringlet_comm_last_error(None).decode("utf-8", "replace")
+            raise RingletError(rc, "ringlet.%s: %s" % (what, msg))
+
+    def async_error(self):
+        """None while the communicator works, else a RingletError saying what broke it."""
+        if not self._handle:
+            return None
+        rc = _lib.lib.ringlet_comm_get_async_error(self._handle)
+        return self._error(rc, "async_error") if rc else None
+
+
+def _empty_like_n(t, n):
+    if _is_torch(t):
+        import torch
+        return torch.empty(n, dtype=t.dtype)
+    import numpy
+    return numpy.empty(n, dtype=t.dtype)
+
+
+def _copy_into(o, flat, off, n):
+    if _is_torch(o):
+        o.view(-1).copy_(flat[off:off + n])
+    else:
+        o.reshape(-1)[:] = flat[off:off + n]
+
+
+# ---- the default communicator (as torch.distributed's default group) ----
+
+_default = None
+_lock = threading.Lock()
+
+
+def init_from_env():
+    """Creates the default communicator from the launcher's environment (torchrun's
+    MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, ringlet-run, Slurm, Open MPI);
+    returns it. A second call returns the same one."""
+    global _default
+    with _lock:
+        if _default is None or not _default._handle:
+            _default = Communicator.from_env()
+            atexit.register(_at_exit)
+        return _default
+
+
+def _at_exit():
+    global _default
+    c = _default
+    if c is not None and c._handle:
+        try:
+            c.destroy()
+        except RingletError as e:
+            print("ringlet: at exit: %s" % e, file=sys.stderr)
+
+
+def is_initialized():
+    return _default is not None and bool(_default._handle)
+
+
+def default_communicator():
+    if not is_initialized():
+        raise RingletError(_lib.ERR_INVALID_USAGE, "ringlet: call ringlet.init_from_env() first")
+    return _default
+
+
+def destroy():
+    """Destroys the default communicator (collective)."""
+    global _default
+    if _default is not None:
+        c, _default = _default, None
+        c.destroy()
+
+
+def _c(comm):
+    return comm if comm is not None else default_communicator()
+
+
+def get_rank(comm=None):
+    return _c(comm).rank
+
+
+def get_world_size(comm=None):
+    return _c(comm).size
+
+
+def get_local_rank(comm=None):
+    return _c(comm).local_rank
+
+
+def all_reduce(tensor, op="sum", async_op=False, comm=None):
+    return _c(comm).all_reduce(tensor, op=op, async_op=async_op)
+
+
+def broadcast(tensor, src=0, async_op=False, comm=None):
+    return _c(comm).broadcast(tensor, src=src, async_op=async_op)
+
+
+def reduce(tensor, dst=0, op="sum", async_op=False, comm=None):
+    return _c(comm).reduce(tensor, dst=dst, op=op, async_op=async_op)
+
+
+def all_gather(output, tensor, async_op=False, comm=None):
+    return _c(comm).all_gather(output, tensor, async_op=async_op)
+
+
+def reduce_scatter(output, tensor, op="sum", async_op=False, comm=None):
+    return _c(comm).reduce_scatter(output, tensor, op=op, async_op=async_op)
+
+
+def barrier(async_op=False, comm=None):
+    return _c(comm).barrier(async_op=async_op)
+
+
+def send(tensor, dst, async_op=False, comm=None):
+    return _c(comm).send(tensor, dst, async_op=async_op)
+
+
+def recv(tensor, src, async_op=False, comm=None):
+    return _c(comm).recv(tensor, src, async_op=async_op)
+
+
+def __getattr__(name):
+    # `ringlet.torch` without an explicit `import ringlet.torch`
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError("module 'ringlet' has no attribute %r" % name)

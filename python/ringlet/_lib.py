@@ -1,0 +1,187 @@
+"""ctypes binding of libringlet (include/ringlet.h and include/ringlet_ddp.h).
+
+The library is found, in this order: the RINGLET_LIB environment variable (a path to
+libringlet.so, or a folder holding it); ../../build/lib relative to this package (a
+source checkout built with `make`); the system's loader (libringlet.so.0, as installed
+by `make install`).
+"""
+import ctypes
+import ctypes.util
+import os
+
+# ---- values of the C enums ----
+SUCCESS = 0
+ERR_CUDA = 1
+ERR_SYSTEM = 2
+ERR_INTERNAL = 3
+ERR_INVALID_ARGUMENT = 4
+ERR_INVALID_USAGE = 5
+ERR_REMOTE = 6
+IN_PROGRESS = 7
+ERR_TIMEOUT = 8
+
+INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = range(10)
+SUM, PROD, MAX, MIN, AVG = range(5)
+
+DDP_HOST, DDP_DEVICE = 0, 1
+DDP_NO_SYNC, DDP_SYNC, DDP_NO_GRAD = 0, 1, 2
+DDP_COMPRESS_NONE, DDP_COMPRESS_FLOAT16, DDP_COMPRESS_BFLOAT16 = 0, 1, 2
+
+c_comm = ctypes.c_void_p
+c_req = ctypes.c_void_p
+c_ddp = ctypes.c_void_p
+c_result = ctypes.c_int
+
+
+class DDPTensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("grad", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("memory", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+class DDPOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("bucket_cap_bytes", ctypes.c_size_t),
+        ("first_bucket_cap_bytes", ctypes.c_size_t),
+        ("broadcast_buffers", ctypes.c_int),
+        ("average_gradients", ctypes.c_int),
+        ("find_unused_parameters", ctypes.c_int),
+        ("gradient_as_bucket_view", ctypes.c_int),
+        ("compression", ctypes.c_int),
+        ("init_sync", ctypes.c_int),
+        ("rebuild_buckets", ctypes.c_int),
+    ]
+
+
+class DDPBucketInfo(ctypes.Structure):
+    _fields_ = [
+        ("memory", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("wire_dtype", ctypes.c_int),
+        ("nparams", ctypes.c_int),
+        ("first_param", ctypes.c_int),
+        ("last_param", ctypes.c_int),
+        ("launch_time", ctypes.c_double),
+        ("complete_time", ctypes.c_double),
+        ("done_time", ctypes.c_double),
+    ]
+
+
+class DDPStats(ctypes.Structure):
+    _fields_ = [
+        ("iterations", ctypes.c_uint64),
+        ("finish_start_time", ctypes.c_double),
+        ("finish_end_time", ctypes.c_double),
+        ("buckets_before_finish", ctypes.c_int),
+        ("buffer_broadcasts", ctypes.c_uint64),
+        ("bucket_rebuilds", ctypes.c_uint64),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("RINGLET_LIB")
+    if env:
+        if os.path.isdir(env):
+            yield os.path.join(env, "libringlet.so")
+        else:
+            yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libringlet.so"))
+    found = ctypes.util.find_library("ringlet")
+    if found:
+        yield found
+    yield "libringlet.so.0"
+
+
+def _load():
+    errors = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            errors.append("%s: not found" % path)
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+    raise ImportError(
+        "ringlet: cannot load libringlet (set RINGLET_LIB to the path of libringlet.so, or build with `make`): "
+        + "; ".join(errors)
+    )
+
+
+lib, path = _load()
+
+_SZ = ctypes.c_size_t
+_I = ctypes.c_int
+_P = ctypes.c_void_p
+
+
+def _proto(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_proto("ringlet_strerror", ctypes.c_char_p, c_result)
+_proto("ringlet_comm_last_error", ctypes.c_char_p, c_comm)
+_proto("ringlet_datatype_size", _SZ, _I)
+_proto("ringlet_version", ctypes.c_char_p)
+_proto("ringlet_comm_init_env", c_result, ctypes.POINTER(c_comm))
+_proto("ringlet_comm_destroy", c_result, c_comm)
+_proto("ringlet_comm_abort", c_result, c_comm)
+for _q in ("rank", "size", "local_rank", "local_size"):
+    _proto("ringlet_comm_" + _q, c_result, c_comm, ctypes.POINTER(_I))
+_proto("ringlet_comm_get_async_error", c_result, c_comm)
+
+_proto("ringlet_allreduce", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_broadcast", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_reduce", c_result, _P, _P, _SZ, _I, _I, _I, c_comm, _P)
+_proto("ringlet_allgather", c_result, _P, _P, _SZ, _I, c_comm, _P)
+_proto("ringlet_reduce_scatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_barrier", c_result, c_comm, _P)
+_proto("ringlet_send", c_result, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_recv", c_result, _P, _SZ, _I, _I, c_comm, _P)
+_RQ = ctypes.POINTER(c_req)
+_proto("ringlet_iallreduce", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_ibroadcast", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_ireduce", c_result, _P, _P, _SZ, _I, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_iallgather", c_result, _P, _P, _SZ, _I, c_comm, _P, _RQ)
+_proto("ringlet_ireduce_scatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_ibarrier", c_result, c_comm, _P, _RQ)
+_proto("ringlet_isend", c_result, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_irecv", c_result, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_test", c_result, _RQ, ctypes.POINTER(_I))
+_proto("ringlet_wait", c_result, _RQ)
+
+_proto("ringlet_ddp_options_init", None, ctypes.POINTER(DDPOptions))
+_proto("ringlet_ddp_create", c_result, ctypes.POINTER(c_ddp), c_comm, ctypes.POINTER(DDPTensor), _I,
+       ctypes.POINTER(DDPTensor), _I, ctypes.POINTER(DDPOptions))
+_proto("ringlet_ddp_destroy", c_result, c_ddp)
+_proto("ringlet_ddp_last_error", ctypes.c_char_p, c_ddp)
+_proto("ringlet_ddp_pre_forward", c_result, c_ddp, _I)
+_proto("ringlet_ddp_broadcast_buffers", c_result, c_ddp)
+_proto("ringlet_ddp_set_buffer", c_result, c_ddp, _I, _P)
+_proto("ringlet_ddp_grad_ready", c_result, c_ddp, _I, _P)
+_proto("ringlet_ddp_grad_unused", c_result, c_ddp, _I, _P)
+_proto("ringlet_ddp_finish", c_result, c_ddp)
+_proto("ringlet_ddp_grad_view", c_result, c_ddp, _I, ctypes.POINTER(_P))
+_proto("ringlet_ddp_param_used", c_result, c_ddp, _I, ctypes.POINTER(_I))
+_proto("ringlet_ddp_num_buckets", c_result, c_ddp, ctypes.POINTER(_I))
+_proto("ringlet_ddp_param_bucket", c_result, c_ddp, _I, ctypes.POINTER(_I), ctypes.POINTER(_SZ))
+_proto("ringlet_ddp_bucket_info", c_result, c_ddp, _I, ctypes.POINTER(DDPBucketInfo))
+_proto("ringlet_ddp_stats", c_result, c_ddp, ctypes.POINTER(DDPStats))
+
+
+def strerror(rc):
+    return lib.ringlet_strerror(rc).decode("utf-8", "replace")

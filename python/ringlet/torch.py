@@ -1,0 +1,483 @@
+"""PyTorch front of ringlet's DDP layer (include/ringlet_ddp.h).
+
+    import ringlet
+    from ringlet.torch import DistributedDataParallel as DDP
+
+    ringlet.init_from_env()                 # optional: DDP does it when nothing is initialised
+    model = DDP(model, bucket_cap_mb=25)    # broadcasts rank 0's parameters and buffers
+    for x, y in data:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()     # gradients averaged over the ranks when it returns
+        opt.step()
+
+    with model.no_sync():                   # accumulate locally ...
+        loss_fn(model(x1), y1).backward()
+    loss_fn(model(x2), y2).backward()       # ... and reduce the sum once
+
+How it hooks into autograd: one post-hook per parameter on its AccumulateGrad node
+(called once the gradient has been accumulated into .grad) reports "gradient i is
+ready" to the C layer, which copies it into its bucket and starts the bucket's
+all-reduce as soon as the bucket is complete, while backward goes on. The first hook of
+a backward queues a callback on the autograd engine that runs when backward ends: it
+waits for every bucket and writes the averaged gradients back into .grad (nothing to
+write with gradient_as_bucket_view, where .grad is a view into its bucket). Errors
+found in hooks (a gradient reported twice, ...) are raised from that callback, that is
+from loss.backward(), after every bucket has run, so the other ranks are not left
+waiting and they raise too.
+
+Launch with `ringlet-run -n 4 python3 train.py` or `torchrun --nproc-per-node 4 train.py`.
+Works with the PyTorch 1.13 of Debian (CPU); CUDA modules are refused with a clear error
+until the core handles device buffers.
+"""
+import contextlib
+import ctypes
+import time
+
+import torch
+
+import ringlet
+from ringlet import _lib, RingletError
+
+__all__ = ["DistributedDataParallel"]
+
+_COMPRESSION = {None: _lib.DDP_COMPRESS_NONE, "none": _lib.DDP_COMPRESS_NONE,
+                "fp16": _lib.DDP_COMPRESS_FLOAT16, "float16": _lib.DDP_COMPRESS_FLOAT16,
+                "half": _lib.DDP_COMPRESS_FLOAT16,
+                "bf16": _lib.DDP_COMPRESS_BFLOAT16, "bfloat16": _lib.DDP_COMPRESS_BFLOAT16}
+
+
+def _compression_code(c):
+    if c is torch.float16:
+        return _lib.DDP_COMPRESS_FLOAT16
+    if c is torch.bfloat16:
+        return _lib.DDP_COMPRESS_BFLOAT16
+    key = c.lower() if isinstance(c, str) else c
+    if key not in _COMPRESSION:
+        raise ValueError("ringlet DDP: compression must be None, 'fp16' or 'bf16', not %r" % (c,))
+    return _COMPRESSION[key]
+
+
+class _Handle:
+    """Owns the C DDP object. Bucket tensors (gradient views) hold a reference to it, so
+    the bucket memory lives as long as any of them; the communicator closes it first
+    when it is destroyed."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def close(self):
+        if self.ptr:
+            p, self.ptr = self.ptr, None
+            _lib.lib.ringlet_ddp_destroy(p)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _find_tensors(obj):
+    """Every tensor in a (nested) output: tensors, lists, tuples, dicts, dataclass-like."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _find_tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _find_tensors(o)]
+    return []
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """Data parallelism over ringlet, with the interface of torch's DistributedDataParallel.
+
+    module                  the model (CPU parameters)
+    comm / process_group    a ringlet.Communicator (default: ringlet's default one, created
+                            from the environment if there is none)
+    bucket_cap_mb           cap of a gradient bucket (25); the first bucket: first_bucket_cap_mb (1)
+    broadcast_buffers       broadcast buffers from rank 0 before each forward (True)
+    find_unused_parameters  parameters the forward's output does not depend on count as unused
+                            (found by walking the autograd graph after forward); without it, a
+                            parameter that gets no gradient is an error naming it (False)
+    gradient_as_bucket_view .grad of every parameter is a view into its bucket: no copies (False)
+    compression             None, 'fp16' or 'bf16': float32 buckets travel in 16 bits
+    average_gradients       divide the summed gradients by the world size (True)
+    init_sync               broadcast rank 0's parameters and buffers at construction (True)
+    rebuild_buckets         after the first backward, reassign the buckets in the order rank 0's
+                            gradients became ready, as torch's DDP does (True)
+    """
+
+    def __init__(self, module, comm=None, bucket_cap_mb=25, broadcast_buffers=True, find_unused_parameters=False,
+                 gradient_as_bucket_view=False, compression=None, first_bucket_cap_mb=1, average_gradients=True,
+                 init_sync=True, rebuild_buckets=True, process_group=None, device_ids=None, output_device=None,
+                 dim=0):
+        super().__init__()
+        self.module = module
+        if comm is None:
+            comm = process_group
+        if comm is None:
+            comm = ringlet.init_from_env() if not ringlet.is_initialized() else ringlet.default_communicator()
+        if not isinstance(comm, ringlet.Communicator):
+            raise TypeError("ringlet DDP: comm must be a ringlet.Communicator, not %s" % type(comm).__name__)
+        if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
+            raise RingletError(_lib.ERR_INVALID_USAGE,
+                               "ringlet DDP: device_ids/output_device name a device; this build handles CPU "
+                               "modules only (CUDA comes with device support in the core)")
+        self.comm = comm
+        self.dim = dim
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self.find_unused_parameters = bool(find_unused_parameters)
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        self.require_backward_grad_sync = True
+
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self._param_names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        for n, p in named:
+            if p.is_sparse:
+                raise ValueError("ringlet DDP: parameter %s is sparse; only dense parameters are supported" % n)
+            if p.device.type == "cpu" and not p.is_contiguous():
+                with torch.no_grad():
+                    p.data = p.data.contiguous()
+        self._buffer_names = [n for n, _ in module.named_buffers()]
+
+        opts = _lib.DDPOptions()
+        _lib.lib.ringlet_ddp_options_init(ctypes.byref(opts))
+        opts.bucket_cap_bytes = max(1, int(bucket_cap_mb * 1024 * 1024))
+        opts.first_bucket_cap_bytes = max(1, int(first_bucket_cap_mb * 1024 * 1024))
+        opts.broadcast_buffers = int(self.broadcast_buffers)
+        opts.average_gradients = int(bool(average_gradients))
+        opts.find_unused_parameters = int(self.find_unused_parameters)
+        opts.gradient_as_bucket_view = int(self.gradient_as_bucket_view)
+        opts.compression = _compression_code(compression)
+        opts.init_sync = int(bool(init_sync))
+        opts.rebuild_buckets = int(bool(rebuild_buckets))
+
+        self._keep = []  # names and shapes the C descriptors point to (only during create)
+        ptens = (_lib.DDPTensor * max(1, len(named)))()
+        for i, (n, p) in enumerate(named):
+            self._describe(ptens[i], n, p, p.grad)
+        buffers = self._current_buffers()
+        btens = (_lib.DDPTensor * max(1, len(buffers)))()
+        for j, b in enumerate(buffers):
+            self._describe(btens[j], self._buffer_names[j], b, None)
+        h = _lib.c_ddp()
+        with torch.no_grad():
+            rc = _lib.lib.ringlet_ddp_create(ctypes.byref(h), comm._live(), ptens, len(named), btens, len(buffers),
+                                             ctypes.byref(opts))
+        self._keep = None
+        if rc:
+            raise RingletError(rc, "ringlet DDP: " + _lib.lib.ringlet_ddp_last_error(None).decode("utf-8", "replace"))
+        self._h = _Handle(h)
+        comm._ddps.add(self._h)
+        self._buffer_ptrs = [b.data_ptr() for b in buffers]
+
+        self._rebuilds = 0
+        self._build_views(h)
+        if self.gradient_as_bucket_view:
+            for p, v in zip(self._params, self._views):
+                p.grad = v  # the C layer copied any existing gradient into it
+
+        # hooks
+        self._grad_accs = []
+        for i, p in enumerate(self._params):
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i))
+            self._grad_accs.append(acc)
+        self._expect_hooks = False
+        self._callback_queued = False
+        self._ready = bytearray(len(self._params))
+        self._unused = set()
+        self._unused_marked = False
+        self._hook_error = None
+        self._first_hook_time = None
+        self.backward_hook_times = None  # (first hook, callback) of the last backward
+
+    # ---- construction helpers ----
+
+    def _build_views(self, h):
+        """Bucket memory as tensors (the C layer owns it); per parameter a view of its slot."""
+        nb = ctypes.c_int()
+        self._check(_lib.lib.ringlet_ddp_num_buckets(h, ctypes.byref(nb)), "num_buckets")
+        self._bucket_tensors = []
+        for b in range(nb.value):
+            info = _lib.DDPBucketInfo()
+            self._check(_lib.lib.ringlet_ddp_bucket_info(h, b, ctypes.byref(info)), "bucket_info")
+            dtype = self._params[info.first_param].dtype
+            esize = torch.empty(0, dtype=dtype).element_size()
+            if info.count == 0:
+                t = torch.empty(0, dtype=dtype)
+            else:
+                raw = (ctypes.c_byte * (info.count * esize)).from_address(info.memory)
+                raw._ringlet_owner = self._h  # the C memory lives while any view does
+                t = torch.frombuffer(raw, dtype=dtype, count=info.count)
+            self._bucket_tensors.append(t)
+        self._views = []
+        self._bucket_of = []
+        for i, p in enumerate(self._params):
+            bi, off = ctypes.c_int(), ctypes.c_size_t()
+            self._check(_lib.lib.ringlet_ddp_param_bucket(h, i, ctypes.byref(bi), ctypes.byref(off)), "param_bucket")
+            self._bucket_of.append(bi.value)
+            self._views.append(self._bucket_tensors[bi.value][off.value:off.value + p.numel()].view(p.shape))
+
+    def _after_rebuild(self, h):
+        """The C layer reassigned the buckets (rebuild_buckets): new views; gradients that
+        were views were moved there with their content."""
+        old = [v.data_ptr() for v in self._views]
+        self._build_views(h)
+        if self.gradient_as_bucket_view:
+            for p, o, v in zip(self._params, old, self._views):
+                if p.grad is not None and p.grad.data_ptr() == o:
+                    p.grad = v
+
+    def _describe(self, d, name, t, grad):
+        if t.device.type == "cpu" and t.layout != torch.strided:
+            raise ValueError("ringlet DDP: %s is a %s tensor; only dense tensors are supported" % (name, t.layout))
+        code = ringlet.torch_dtype_code(t.dtype)
+        if code is None:
+            raise ValueError("ringlet DDP: %s has dtype %s, which ringlet does not handle" % (name, t.dtype))
+        nm = name.encode()
+        shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
+        self._keep += [nm, shape]
+        d.name = nm
+        d.data = t.data_ptr() if t.numel() else None
+        d.grad = grad.data_ptr() if grad is not None and grad.numel() and grad.is_contiguous() else None
+        d.count = t.numel()
+        d.dtype = code
+        d.memory = _lib.DDP_HOST if t.device.type == "cpu" else _lib.DDP_DEVICE
+        d.ndim = t.dim()
+        d.shape = shape
+
+    def _current_buffers(self):
+        return [b for _, b in self.module.named_buffers()]
+
+    def _err(self, rc, what):
+        msg = _lib.lib.ringlet_ddp_last_error(self._h.ptr).decode("utf-8", "replace") if self._h.ptr else ""
+        return RingletError(rc, "ringlet DDP %s: %s" % (what, msg))
+
+    def _check(self, rc, what):
+        if rc:
+            raise self._err(rc, what)
+
+    def _ptr(self):
+        if not self._h.ptr:
+            raise RingletError(_lib.ERR_INVALID_USAGE, "ringlet DDP: the object was closed (communicator destroyed)")
+        return self._h.ptr
+
+    # ---- forward ----
+
+    def forward(self, *inputs, **kwargs):
+        h = self._ptr()
+        grad = torch.is_grad_enabled()
+        sync = grad and self.require_backward_grad_sync
+        if self.broadcast_buffers and self._buffer_ptrs:
+            self._refresh_buffers(h)
+        # a forward without autograd (evaluation) leaves an iteration in progress alone
+        mode = (_lib.DDP_SYNC if sync else _lib.DDP_NO_SYNC) if grad else _lib.DDP_NO_GRAD
+        self._check(_lib.lib.ringlet_ddp_pre_forward(h, mode), "pre_forward")
+        if grad:
+            self._expect_hooks = sync
+        if sync:
+            self._ready = bytearray(len(self._params))
+            self._unused = set()
+            self._unused_marked = False
+            self._hook_error = None
+        out = self.module(*inputs, **kwargs)
+        if sync and self.find_unused_parameters:
+            self._unused = set(self._find_unused(out))
+        return out
+
+    def _refresh_buffers(self, h):
+        bufs = self._current_buffers()
+        if len(bufs) != len(self._buffer_ptrs):
+            raise RingletError(_lib.ERR_INVALID_USAGE,
+                               "ringlet DDP: the module has %d buffers now, %d at construction"
+                               % (len(bufs), len(self._buffer_ptrs)))
+        for j, b in enumerate(bufs):
+            p = b.data_ptr()
+            if p != self._buffer_ptrs[j]:
+                self._check(_lib.lib.ringlet_ddp_set_buffer(h, j, p), "set_buffer")
+                self._buffer_ptrs[j] = p
+
+    def _find_unused(self, out):
+        """Parameters whose AccumulateGrad node the output's graph does not reach."""
+        seen = set()
+        reached = set()
+        stack = [t.grad_fn for t in _find_tensors(out) if t.requires_grad and t.grad_fn is not None]
+        while stack:
+            fn = stack.pop()
+            if fn in seen:
+                continue
+            seen.add(fn)
+            var = getattr(fn, "variable", None)
+            if var is not None:
+                reached.add(id(var))
+            for nxt, _ in fn.next_functions:
+                if nxt is not None and nxt not in seen:
+                    stack.append(nxt)
+        # leaves the output is itself (a parameter returned as is)
+        for t in _find_tensors(out):
+            if t.requires_grad and t.grad_fn is None:
+                reached.add(id(t))
+        return [i for i, p in enumerate(self._params) if id(p) not in reached]
+
+    # ---- backward ----
+
+    def _make_hook(self, i):
+        def hook(*_):
+            if not self._expect_hooks:
+                return
+            try:
+                self._on_grad_ready(i)
+            except Exception as e:  # raised from the end-of-backward callback
+                if self._hook_error is None:
+                    self._hook_error = e
+        return hook
+
+    def _queue_callback(self):
+        if not self._callback_queued:
+            self._callback_queued = True
+            self._first_hook_time = time.monotonic()
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _grad_ptr(self, i):
+        """Where parameter i's gradient is (None: it has none), after putting it in place."""
+        p = self._params[i]
+        g = p.grad
+        if self.gradient_as_bucket_view:
+            v = self._views[i]
+            if g is None:
+                return None
+            if g.data_ptr() != v.data_ptr():
+                v.copy_(g)  # e.g. after zero_grad(set_to_none=True)
+                p.grad = v
+            return v.data_ptr() if v.numel() else None
+        if g is None:
+            return None
+        if not g.is_contiguous() or g.dtype != p.dtype:
+            g = g.contiguous().to(p.dtype)
+            p.grad = g
+        return g.data_ptr() if g.numel() else None
+
+    def _mark_unused(self, h):
+        self._unused_marked = True
+        for j in sorted(self._unused):
+            if not self._ready[j]:
+                self._ready[j] = 1
+                self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j)), "grad_unused")
+
+    def _on_grad_ready(self, i):
+        h = self._ptr()
+        self._queue_callback()
+        if self.find_unused_parameters and not self._unused_marked:
+            self._mark_unused(h)
+        self._ready[i] = 1
+        p = self._params[i]
+        if p.grad is not None and p.grad.is_sparse:
+            raise RingletError(_lib.ERR_INVALID_USAGE,
+                               "ringlet DDP: parameter %s got a sparse gradient; only dense gradients are supported"
+                               % self._param_names[i])
+        ptr = self._grad_ptr(i)
+        rc = _lib.lib.ringlet_ddp_grad_ready(h, i, ptr)
+        if rc and i in self._unused:
+            raise self._err(rc, "backward: parameter %s got a gradient although the forward's output does not "
+                            "depend on it (find_unused_parameters counted it as unused; is it used in the loss "
+                            "outside the module's forward?)" % self._param_names[i])
+        self._check(rc, "backward")
+
+    def _finish(self):
+        """End of backward (autograd engine callback)."""
+        self._callback_queued = False
+        h = self._ptr()
+        err = self._hook_error
+        self._hook_error = None
+        if self.find_unused_parameters:
+            try:
+                if not self._unused_marked:
+                    self._mark_unused(h)
+                for j in range(len(self._params)):  # no hook, not found by the graph walk
+                    if not self._ready[j]:
+                        self._ready[j] = 1
+                        self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j)), "grad_unused")
+            except RingletError as e:
+                err = err or e
+        rc = _lib.lib.ringlet_ddp_finish(h)
+        self.backward_hook_times = (self._first_hook_time, time.monotonic())
+        st = _lib.DDPStats()
+        if _lib.lib.ringlet_ddp_stats(h, ctypes.byref(st)) == 0 and st.bucket_rebuilds != self._rebuilds:
+            self._rebuilds = st.bucket_rebuilds
+            self._after_rebuild(h)  # the results moved with the buckets
+        if err is not None:
+            raise err
+        if rc:
+            raise self._err(rc, "backward")
+        if self.find_unused_parameters:
+            used = ctypes.c_int()
+            for j in range(len(self._params)):
+                p = self._params[j]
+                if p.grad is None:
+                    self._check(_lib.lib.ringlet_ddp_param_used(h, j, ctypes.byref(used)), "param_used")
+                    if used.value:  # unused here, used elsewhere: the average arrives here too
+                        p.grad = self._views[j] if self.gradient_as_bucket_view else self._views[j].clone()
+
+    # ---- no_sync, buffers, introspection ----
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Forwards inside accumulate gradients locally; the first forward after the block
+        reduces the accumulated sum."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def sync_buffers(self):
+        """Broadcasts the buffers from rank 0 now (collective)."""
+        h = self._ptr()
+        self._refresh_buffers(h)
+        self._check(_lib.lib.ringlet_ddp_broadcast_buffers(h), "broadcast_buffers")
+
+    @property
+    def num_buckets(self):
+        return len(self._bucket_tensors)
+
+    def bucket_assignment(self):
+        """Parameter names per bucket, in launch order."""
+        out = [[] for _ in self._bucket_tensors]
+        for i, b in enumerate(self._bucket_of):
+            out[b].append(self._param_names[i])
+        return out
+
+    def bucket_trace(self):
+        """Last synchronising backward: per bucket (launch order) a dict with the
+        time.monotonic() values of its all-reduce's launch ('launch'), of when it was first
+        seen complete ('complete': polled at each gradient report, else finish's wait) and of
+        the write-back of its gradients ('done'), its size and parameters; plus
+        'finish_start' (the end of backward) and 'finish_end'."""
+        h = self._ptr()
+        st = _lib.DDPStats()
+        self._check(_lib.lib.ringlet_ddp_stats(h, ctypes.byref(st)), "stats")
+        buckets = []
+        for b, t in enumerate(self._bucket_tensors):
+            info = _lib.DDPBucketInfo()
+            self._check(_lib.lib.ringlet_ddp_bucket_info(h, b, ctypes.byref(info)), "bucket_info")
+            buckets.append({"bucket": b, "launch": info.launch_time, "complete": info.complete_time,
+                            "done": info.done_time,
+                            "params": [self._param_names[i] for i, bi in enumerate(self._bucket_of) if bi == b],
+                            "bytes": t.numel() * t.element_size(), "nparams": info.nparams})
+        return {"buckets": buckets, "finish_start": st.finish_start_time, "finish_end": st.finish_end_time,
+                "buckets_before_finish": st.buckets_before_finish, "iterations": st.iterations,
+                "buffer_broadcasts": st.buffer_broadcasts}
+
+    def close(self):
+        """Frees the C object (its bucket memory stays while gradient views use it)."""
+        self._expect_hooks = False
+        if self.gradient_as_bucket_view:
+            for p in self._params:
+                if p.grad is not None:
+                    p.grad = p.grad.clone()
+        self._bucket_tensors = []
+        self._views = []
+        self._h.close()

@@ -1,0 +1,833 @@
+/* Multi-process test of the C DDP layer (include/ringlet_ddp.h), public API only.
+ *
+ * Every rank runs the same sequence on a synthetic model: 12 parameters of float32,
+ * float64, float16 and bfloat16 (one empty, one scalar), 4 buffers (float32, int64,
+ * uint8), tiny bucket caps so that there are many buckets (--big adds an 8 MiB
+ * parameter, which the coalesced broadcast sends from its own memory).
+ *
+ *   init      every rank starts from its own values; after create every rank holds
+ *             rank 0's parameters and buffers
+ *   buckets   at least 4 buckets; every parameter in exactly one; reverse registration
+ *             order; each closed once it reached its cap (first bucket: the first cap)
+ *   sync      iterations whose gradients are known functions of (rank, iteration,
+ *             parameter, element): after finish every gradient is the average over the
+ *             ranks; gradients reported in reverse order launch every bucket before
+ *             finish (launch times before the finish time); a rank-dependent random
+ *             order works too; buffers changed on every rank are rank 0's after
+ *             pre_forward
+ *   view      gradient_as_bucket_view: gradients written straight into the bucket views
+ *   nosync    two pre_forward(0) iterations accumulate locally, the third reduces the sum;
+ *             buffers broadcast at the first forward of the no_sync block only
+ *   sum       average_gradients = 0
+ *   compress  float16 and bfloat16 wire compression (within their rounding)
+ *   rebuild   rebuild_buckets: after the first iteration (reported in a different random order
+ *             on every rank) the buckets follow rank 0's order; gradients stay right, views
+ *             move with their content
+ *   unused    find_unused_parameters: a parameter unused everywhere keeps its gradient, one
+ *             unused on rank 0 only gets the others' average
+ *   misuse    different shapes / counts / options / an argument error on one rank / device
+ *             memory at create: the same error on every rank, naming the first difference;
+ *             a gradient reported twice (every rank, and one rank only); a parameter that got
+ *             no gradient (every rank, and one rank only): the erring rank names it, the others
+ *             say that another rank erred; calls out of order; a clean iteration afterwards
+ *
+ * Values are small multiples of 1/4, exact in every dtype, so sums are exact and only
+ * the division by the number of ranks (and compression) rounds.
+ * Output: "ddp: rank R of P: N checks, F failed"; exit 0 iff none failed.
+ * Options: --big (add the 8 MiB parameter), --iters N (sync iterations, default 4).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringlet.h"
+#include "ringlet_ddp.h"
+
+static int g_rank, g_size, g_checks, g_failed;
+static ringlet_comm_t g_comm;
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) {                                                                                                 \
+            g_failed++;                                                                                                \
+            if (g_failed <= 40) {                                                                                      \
+                printf("FAIL rank %d line %d: ", g_rank, __LINE__);                                                    \
+                printf(__VA_ARGS__);                                                                                   \
+                printf("\n");                                                                                          \
+                fflush(stdout);                                                                                        \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+
+/* ---- element access ---- */
+
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    uint16_t o;
+    if (x >= (uint32_t)(127 + 16) << 23) {
+        o = x > 0x7f800000u ? 0x7e00 : 0x7c00;
+    } else if (x < (uint32_t)113 << 23) {
+        const uint32_t mu = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
+        float fx, m;
+        memcpy(&fx, &x, 4);
+        memcpy(&m, &mu, 4);
+        fx += m;
+        uint32_t r;
+        memcpy(&r, &fx, 4);
+        o = (uint16_t)(r - mu);
+    } else {
+        uint32_t odd = (x >> 13) & 1;
+        x += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+        o = (uint16_t)(x >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, r;
+    if (e == 0) {
+        float f = (float)m * 5.9604644775390625e-8f;
+        memcpy(&r, &f, 4);
+        r |= sign;
+    } else if (e == 31) {
+        r = sign | 0x7f800000u | (m << 13);
+    } else {
+        r = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &r, 4);
+    return f;
+}
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void put(void *base, ringlet_datatype_t t, size_t j, double v) {
+    char *p = (char *)base + j * ringlet_datatype_size(t);
+    switch (t) {
+    case RINGLET_FLOAT32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case RINGLET_FLOAT64: memcpy(p, &v, 8); break;
+    case RINGLET_FLOAT16: { uint16_t x = f32_to_f16((float)v); memcpy(p, &x, 2); break; }
+    case RINGLET_BFLOAT16: { uint16_t x = f32_to_bf16((float)v); memcpy(p, &x, 2); break; }
+    case RINGLET_INT64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case RINGLET_UINT8: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    default: abort();
+    }
+}
+static double get(const void *base, ringlet_datatype_t t, size_t j) {
+    const char *p = (const char *)base + j * ringlet_datatype_size(t);
+    switch (t) {
+    case RINGLET_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
+    case RINGLET_FLOAT64: { double x; memcpy(&x, p, 8); return x; }
+    case RINGLET_FLOAT16: { uint16_t x; memcpy(&x, p, 2); return f16_to_f32(x); }
+    case RINGLET_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); return bf16_to_f32(x); }
+    case RINGLET_INT64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
+    case RINGLET_UINT8: { uint8_t x; memcpy(&x, p, 1); return x; }
+    default: abort();
+    }
+}
+
+static double get(const void *base, ringlet_datatype_t t, size_t j);
+static void put(void *base, ringlet_datatype_t t, size_t j, double v);
+/* v as stored in dtype t */
+static double roundtrip(ringlet_datatype_t t, double v) {
+    unsigned char tmp[8];
+    put(tmp, t, 0, v);
+    return get(tmp, t, 0);
+}
+
+/* Small multiples of 1/4 in [-2, 2]: exact in every floating dtype, sums exact. */
+static double val(int r, int it, int i, size_t j) {
+    uint64_t h = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(it + 7) * 0xbf58476d1ce4e5b9ull ^
+                 (uint64_t)(i + 3) * 0x94d049bb133111ebull ^ (uint64_t)j * 0x2545f4914f6cdd1dull;
+    h ^= h >> 31;
+    h *= 0xd6e9f0c2bbd1b4d5ull;
+    h ^= h >> 29;
+    return (double)((int)(h % 17) - 8) / 4.0;
+}
+
+/* ---- the model ---- */
+
+typedef struct {
+    const char *name;
+    ringlet_datatype_t dtype;
+    int ndim;
+    int64_t shape[3];
+} spec_t;
+
+static const spec_t P_SPEC[] = {
+    {"embed.weight", RINGLET_FLOAT32, 2, {64, 16}}, {"embed.bias", RINGLET_FLOAT32, 1, {16}},
+    {"half.weight", RINGLET_FLOAT16, 1, {33}},      {"fc1.weight", RINGLET_FLOAT32, 2, {40, 64}},
+    {"fc1.bias", RINGLET_FLOAT32, 1, {40}},         {"bf.weight", RINGLET_BFLOAT16, 2, {7, 9}},
+    {"fc2.weight", RINGLET_FLOAT32, 3, {10, 10, 30}}, {"fc2.bias", RINGLET_FLOAT32, 1, {3}},
+    {"dbl.weight", RINGLET_FLOAT64, 1, {100}},      {"empty", RINGLET_FLOAT32, 2, {0, 5}},
+    {"fc3.weight", RINGLET_FLOAT32, 2, {17, 31}},   {"fc3.bias", RINGLET_FLOAT32, 0, {0}},
+    {"big.weight", RINGLET_FLOAT32, 1, {2100000}},
+};
+static const spec_t B_SPEC[] = {
+    {"bn.running_mean", RINGLET_FLOAT32, 1, {40}},
+    {"bn.running_var", RINGLET_FLOAT32, 1, {40}},
+    {"bn.num_batches_tracked", RINGLET_INT64, 0, {0}},
+    {"table", RINGLET_UINT8, 1, {5}},
+};
+#define NB ((int)(sizeof B_SPEC / sizeof B_SPEC[0]))
+static int g_np = 12; /* 13 with --big */
+
+typedef struct {
+    int np, nb;
+    ringlet_ddp_tensor_t p[16], b[8];
+    void *grad_mem[16];
+} model_t;
+
+static size_t spec_count(const spec_t *s) {
+    size_t c = 1;
+    for (int k = 0; k < s->ndim; k++) c *= (size_t)s->shape[k];
+    return c;
+}
+
+static void model_init(model_t *m, int with_grads) {
+    memset(m, 0, sizeof *m);
+    m->np = g_np;
+    m->nb = NB;
+    for (int kind = 0; kind < 2; kind++) {
+        const spec_t *sp = kind ? B_SPEC : P_SPEC;
+        int n = kind ? NB : g_np;
+        for (int i = 0; i < n; i++) {
+            ringlet_ddp_tensor_t *t = kind ? &m->b[i] : &m->p[i];
+            t->name = sp[i].name;
+            t->dtype = sp[i].dtype;
+            t->count = spec_count(&sp[i]);
+            t->ndim = sp[i].ndim;
+            t->shape = sp[i].shape;
+            t->memory = RINGLET_DDP_HOST;
+            size_t bytes = t->count * ringlet_datatype_size(t->dtype);
+            t->data = calloc(bytes ? bytes : 1, 1);
+            for (size_t j = 0; j < t->count; j++) put(t->data, t->dtype, j, val(g_rank, -1 - kind, i, j));
+            if (!kind && with_grads) {
+                m->grad_mem[i] = calloc(bytes ? bytes : 1, 1);
+                t->grad = m->grad_mem[i];
+            }
+        }
+    }
+}
+
+static void model_free(model_t *m) {
+    for (int i = 0; i < m->np; i++) {
+        free(m->p[i].data);
+        free(m->grad_mem[i]);
+    }
+    for (int i = 0; i < m->nb; i++) free(m->b[i].data);
+}
+
+static ringlet_ddp_options_t small_opts(void) {
+    ringlet_ddp_options_t o;
+    ringlet_ddp_options_init(&o);
+    o.bucket_cap_bytes = 8192;
+    o.first_bucket_cap_bytes = 2048;
+    return o;
+}
+
+static double tol_of(ringlet_datatype_t t, ringlet_ddp_compression_t comp) {
+    if (t == RINGLET_FLOAT16 || comp == RINGLET_DDP_COMPRESS_FLOAT16) return 4e-3;
+    if (t == RINGLET_BFLOAT16 || comp == RINGLET_DDP_COMPRESS_BFLOAT16) return 3e-2;
+    if (t == RINGLET_FLOAT64) return 1e-13;
+    return 1e-6;
+}
+
+/* Gradient of parameter i in iteration it on rank r (accumulated over acc iterations). */
+static double grad_val(int r, int it, int i, size_t j, int acc) {
+    double s = 0;
+    for (int a = 0; a < acc; a++) s += val(r, 100 * it + a, i, j);
+    return s;
+}
+
+static void fill_grad(void *g, const ringlet_ddp_tensor_t *t, int it, int i, int acc) {
+    for (size_t j = 0; j < t->count; j++) put(g, t->dtype, j, grad_val(g_rank, it, i, j, acc));
+}
+
+/* Checks gradient memory g of parameter i against the average (or sum) over ranks,
+ * skipping ranks for which skip(r) says so (they contributed zero). */
+static int check_grad(const void *g, const ringlet_ddp_tensor_t *t, int it, int i, int acc, int average,
+                      ringlet_ddp_compression_t comp, int skip_rank, const char *what) {
+    double tol = tol_of(t->dtype, comp);
+    int bad = 0;
+    for (size_t j = 0; j < t->count; j++) {
+        double s = 0, a = 0;
+        for (int r = 0; r < g_size; r++) {
+            if (r == skip_rank) continue;
+            double v = grad_val(r, it, i, j, acc);
+            s += v;
+            a += fabs(v);
+        }
+        double exp = average ? s / g_size : s;
+        double scale = average ? a / g_size : a;
+        double got = get(g, t->dtype, j);
+        if (fabs(got - exp) > tol * (scale + fabs(exp)) + 1e-30) {
+            if (!bad)
+                CHECK(0, "%s: iteration %d parameter %d (%s) element %zu: got %.9g, expected %.9g", what, it, i,
+                      t->name, j, got, exp);
+            bad++;
+        }
+    }
+    if (!bad) CHECK(1, "ok");
+    return bad == 0;
+}
+
+static uint64_t str_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Every rank got the same message? */
+static int same_everywhere(const char *msg) {
+    uint64_t h = str_hash(msg), *all = calloc((size_t)g_size, sizeof *all);
+    ringlet_result_t rc = ringlet_allgather(&h, all, 1, RINGLET_UINT64, g_comm, NULL);
+    int same = rc == RINGLET_SUCCESS;
+    for (int r = 0; r < g_size; r++) same = same && all[r] == h;
+    free(all);
+    return same;
+}
+
+#define RC_OK(expr)                                                                                                    \
+    do {                                                                                                               \
+        ringlet_result_t rc_ = (expr);                                                                                 \
+        CHECK(rc_ == RINGLET_SUCCESS, "%s: %s: %s", #expr, ringlet_strerror(rc_), ringlet_ddp_last_error(NULL));       \
+    } while (0)
+
+static ringlet_ddp_t create(model_t *m, const ringlet_ddp_options_t *o) {
+    ringlet_ddp_t d = NULL;
+    ringlet_result_t rc = ringlet_ddp_create(&d, g_comm, m->p, m->np, m->b, m->nb, o);
+    CHECK(rc == RINGLET_SUCCESS && d, "ringlet_ddp_create: %s: %s", ringlet_strerror(rc), ringlet_ddp_last_error(NULL));
+    return d;
+}
+
+#define DRC(d, expr)                                                                                                   \
+    do {                                                                                                               \
+        ringlet_result_t rc_ = (expr);                                                                                 \
+        CHECK(rc_ == RINGLET_SUCCESS, "%s: %s: %s", #expr, ringlet_strerror(rc_), ringlet_ddp_last_error(d));          \
+    } while (0)
+
+/* ---- tests ---- */
+
+static void test_init_and_buckets(void) {
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    /* rank 0's values everywhere */
+    int bad = 0;
+    for (int kind = 0; kind < 2; kind++)
+        for (int i = 0; i < (kind ? m.nb : m.np); i++) {
+            ringlet_ddp_tensor_t *t = kind ? &m.b[i] : &m.p[i];
+            for (size_t j = 0; j < t->count; j++)
+                if (get(t->data, t->dtype, j) != roundtrip(t->dtype, val(0, -1 - kind, i, j))) bad++;
+        }
+    CHECK(bad == 0, "init: %d elements differ from rank 0's values", bad);
+
+    int nb = 0;
+    DRC(d, ringlet_ddp_num_buckets(d, &nb));
+    CHECK(nb >= 4, "only %d buckets", nb);
+    int seen[16] = {0}, prev_max = 1 << 30;
+    for (int b = 0; b < nb; b++) {
+        ringlet_ddp_bucket_info_t info;
+        DRC(d, ringlet_ddp_bucket_info(d, b, &info));
+        size_t es = ringlet_datatype_size(info.dtype);
+        /* reverse registration order: a later bucket holds earlier parameters */
+        CHECK(info.last_param < prev_max, "bucket %d holds parameter %d after a bucket with %d", b, info.last_param,
+              prev_max);
+        prev_max = info.last_param;
+        int first_of_dtype = 1;
+        for (int c = 0; c < b; c++) {
+            ringlet_ddp_bucket_info_t ci;
+            ringlet_ddp_bucket_info(d, c, &ci);
+            if (ci.dtype == info.dtype) first_of_dtype = 0;
+        }
+        size_t cap = first_of_dtype ? o.first_bucket_cap_bytes : o.bucket_cap_bytes;
+        /* closed once it reaches its cap: without its last slot it is below the cap, and a
+         * bucket below its cap (other than the last of its dtype) does not exist */
+        size_t last_off = 0;
+        for (int i = 0; i < m.np; i++) {
+            int bi;
+            size_t off;
+            ringlet_ddp_param_bucket(d, i, &bi, &off);
+            if (bi == b && off > last_off) last_off = off;
+        }
+        CHECK(last_off * es < cap, "bucket %d: %zu bytes before its last slot, cap %zu", b, last_off * es, cap);
+        int later_same = 0;
+        for (int c = b + 1; c < nb; c++) {
+            ringlet_ddp_bucket_info_t ci;
+            ringlet_ddp_bucket_info(d, c, &ci);
+            if (ci.dtype == info.dtype) later_same = 1;
+        }
+        CHECK(!later_same || info.count * es >= cap, "bucket %d: %zu bytes, below its cap %zu, yet closed", b,
+              info.count * es, cap);
+        for (int i = 0; i < m.np; i++) {
+            int bi;
+            size_t off;
+            DRC(d, ringlet_ddp_param_bucket(d, i, &bi, &off));
+            if (bi == b) {
+                seen[i]++;
+                CHECK(m.p[i].dtype == info.dtype, "parameter %d in a bucket of another dtype", i);
+                CHECK(off + m.p[i].count <= info.count, "parameter %d outside its bucket", i);
+                void *v;
+                DRC(d, ringlet_ddp_grad_view(d, i, &v));
+                CHECK(v == (char *)info.memory + off * es, "grad_view of parameter %d", i);
+            }
+        }
+    }
+    for (int i = 0; i < m.np; i++) CHECK(seen[i] == 1, "parameter %d in %d buckets", i, seen[i]);
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+/* A permutation of 0..n-1: reversed, or shuffled by (seed). */
+static void order(int *ord, int n, int shuffle, uint64_t seed) {
+    for (int i = 0; i < n; i++) ord[i] = n - 1 - i;
+    if (!shuffle) return;
+    for (int i = n - 1; i > 0; i--) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((seed >> 33) % (uint64_t)(i + 1));
+        int t = ord[i];
+        ord[i] = ord[j];
+        ord[j] = t;
+    }
+}
+
+/* Synchronising iterations, with or without views / averaging / compression. */
+/* After a rebuild: the buckets follow rank 0's order of the first iteration: in that
+ * order restricted to one dtype, every bucket holds a run of consecutive parameters, and
+ * buckets are numbered by where their run starts. */
+static void check_rebuilt(ringlet_ddp_t d, const model_t *m, const int *ord0, const char *what) {
+    int np = m->np;
+    ringlet_ddp_stats_t st;
+    ringlet_ddp_stats(d, &st);
+    CHECK(st.bucket_rebuilds == 1, "%s: %" PRIu64 " rebuilds", what, st.bucket_rebuilds);
+    int nb = 0, start[16];
+    ringlet_ddp_num_buckets(d, &nb);
+    for (int b = 0; b < nb; b++) start[b] = -1;
+    for (int b = 0; b < nb; b++) {
+        ringlet_ddp_bucket_info_t info;
+        ringlet_ddp_bucket_info(d, b, &info);
+        int first = -1, lastk = -1, runs = 0;
+        for (int k = 0, kd = 0; k < np; k++) {
+            int i = ord0[k], bi;
+            if (m->p[i].dtype != info.dtype) continue;
+            ringlet_ddp_param_bucket(d, i, &bi, NULL);
+            if (bi == b) {
+                if (first < 0) first = k;
+                if (runs == 0 || lastk != kd - 1) runs++;
+                lastk = kd;
+            }
+            kd++;
+        }
+        CHECK(runs == 1, "%s: bucket %d holds %d separate runs of rank 0's order", what, b, runs);
+        start[b] = first;
+        CHECK(b == 0 || first > start[b - 1], "%s: bucket %d starts at place %d of rank 0's order, bucket %d at %d",
+              what, b, first, b - 1, b ? start[b - 1] : -1);
+    }
+}
+
+static void test_sync_opts(int iters, int view, int average, ringlet_ddp_compression_t comp, int rebuild,
+                           const char *what) {
+    model_t m;
+    model_init(&m, !view);
+    ringlet_ddp_options_t o = small_opts();
+    o.gradient_as_bucket_view = view;
+    o.average_gradients = average;
+    o.compression = comp;
+    o.rebuild_buckets = rebuild;
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    int nb = 0;
+    ringlet_ddp_num_buckets(d, &nb);
+    for (int it = 0; it < iters; it++) {
+        /* buffers differ per rank; pre_forward makes them rank 0's, except after a
+         * forward without gradients (iteration 1 has one): then they stay */
+        for (int i = 0; i < m.nb; i++)
+            for (size_t j = 0; j < m.b[i].count; j++) put(m.b[i].data, m.b[i].dtype, j, val(g_rank, 50 + it, i, j) + 8);
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        int src = it == 2 ? g_rank : 0, bad = 0;
+        for (int i = 0; i < m.nb; i++)
+            for (size_t j = 0; j < m.b[i].count; j++)
+                if (get(m.b[i].data, m.b[i].dtype, j) != roundtrip(m.b[i].dtype, val(src, 50 + it, i, j) + 8)) bad++;
+        CHECK(bad == 0, "%s: iteration %d: %d buffer elements are not rank %d's", what, it, bad, src);
+        if (it == 1) { /* an evaluation forward between forward and backward: buffers broadcast
+                        * (the previous forward synchronised), the iteration goes on */
+            ringlet_ddp_stats_t s0, s1;
+            ringlet_ddp_stats(d, &s0);
+            DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_NO_GRAD));
+            ringlet_ddp_stats(d, &s1);
+            CHECK(s1.buffer_broadcasts == s0.buffer_broadcasts + 1, "%s: no buffer broadcast at a no-grad forward",
+                  what);
+        }
+
+        int ord[16];
+        order(ord, m.np, it % 2 == 1 || (rebuild && it == 0), (uint64_t)(it * 1000 + g_rank));
+        for (int k = 0; k < m.np; k++) {
+            int i = ord[k];
+            void *g = m.p[i].grad;
+            if (view) ringlet_ddp_grad_view(d, i, &g);
+            fill_grad(g, &m.p[i], it, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, view ? NULL : g));
+        }
+        ringlet_ddp_stats_t st;
+        ringlet_ddp_num_buckets(d, &nb);
+        DRC(d, ringlet_ddp_finish(d));
+        DRC(d, ringlet_ddp_stats(d, &st));
+        CHECK(st.buckets_before_finish == nb, "%s: %d of %d buckets launched before finish", what,
+              st.buckets_before_finish, nb);
+        ringlet_ddp_num_buckets(d, &nb);
+        for (int b = 0; b < nb && !(rebuild && it == 0); b++) { /* a rebuild's new buckets have no times yet */
+            ringlet_ddp_bucket_info_t info;
+            ringlet_ddp_bucket_info(d, b, &info);
+            CHECK(info.launch_time > 0 && info.launch_time <= st.finish_start_time &&
+                      info.done_time >= info.launch_time && info.done_time <= st.finish_end_time,
+                  "%s: bucket %d times: launch %.6f done %.6f finish %.6f..%.6f", what, b, info.launch_time,
+                  info.done_time, st.finish_start_time, st.finish_end_time);
+        }
+        for (int i = 0; i < m.np; i++) {
+            void *g = m.p[i].grad;
+            if (view) ringlet_ddp_grad_view(d, i, &g);
+            check_grad(g, &m.p[i], it, i, 1, average, comp, -1, what);
+        }
+        if (rebuild && it == 0) {
+            int ord0[16];
+            order(ord0, m.np, 1, 0); /* rank 0's order in iteration 0 */
+            check_rebuilt(d, &m, ord0, what);
+        }
+    }
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+static void test_sync(int iters, int view, int average, ringlet_ddp_compression_t comp, const char *what) {
+    test_sync_opts(iters, view, average, comp, 0, what);
+}
+
+static void test_nosync(int view) {
+    const char *what = view ? "nosync+view" : "nosync";
+    model_t m;
+    model_init(&m, !view);
+    ringlet_ddp_options_t o = small_opts();
+    o.gradient_as_bucket_view = view;
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    for (int it = 0; it < 2; it++) {
+        ringlet_ddp_stats_t s0, s1;
+        ringlet_ddp_stats(d, &s0);
+        /* zero the gradients, then 2 accumulating iterations and 1 that reduces */
+        for (int i = 0; i < m.np; i++) {
+            void *g = m.p[i].grad;
+            if (view) ringlet_ddp_grad_view(d, i, &g);
+            if (m.p[i].count) memset(g, 0, m.p[i].count * ringlet_datatype_size(m.p[i].dtype));
+        }
+        for (int a = 0; a < 3; a++) {
+            DRC(d, ringlet_ddp_pre_forward(d, a == 2));
+            for (int i = m.np - 1; i >= 0; i--) {
+                void *g = m.p[i].grad;
+                if (view) ringlet_ddp_grad_view(d, i, &g);
+                for (size_t j = 0; j < m.p[i].count; j++)
+                    put(g, m.p[i].dtype, j, get(g, m.p[i].dtype, j) + val(g_rank, 100 * it + a, i, j));
+                DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+            }
+            DRC(d, ringlet_ddp_finish(d));
+        }
+        ringlet_ddp_stats(d, &s1);
+        /* the forwards: after a synchronising one (or the first) -> broadcast; the second
+         * no_sync forward and the synchronising one after it -> none */
+        CHECK(s1.buffer_broadcasts - s0.buffer_broadcasts == 1, "%s: %" PRIu64 " buffer broadcasts in a no_sync block",
+              what, s1.buffer_broadcasts - s0.buffer_broadcasts);
+        CHECK(s1.iterations - s0.iterations == 1, "%s: %" PRIu64 " synchronising iterations", what,
+              s1.iterations - s0.iterations);
+        for (int i = 0; i < m.np; i++) {
+            void *g = m.p[i].grad;
+            if (view) ringlet_ddp_grad_view(d, i, &g);
+            check_grad(g, &m.p[i], it, i, 3, 1, RINGLET_DDP_COMPRESS_NONE, -1, what);
+        }
+    }
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+static void test_unused(void) {
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    o.find_unused_parameters = 1;
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    const int nowhere = 3, rank0_only = 6, told = 7; /* fc1.weight, fc2.weight, fc2.bias */
+    for (int it = 0; it < 2; it++) {
+        DRC(d, ringlet_ddp_pre_forward(d, 1));
+        for (size_t j = 0; j < m.p[nowhere].count; j++) put(m.p[nowhere].grad, m.p[nowhere].dtype, j, 1234.5);
+        if (it == 0) DRC(d, ringlet_ddp_grad_unused(d, told, NULL)); /* early, with no gradient: zeros */
+        for (int i = m.np - 1; i >= 0; i--) {
+            if (i == nowhere || (i == rank0_only && g_rank == 0) || (i == told && it == 0)) continue;
+            fill_grad(m.p[i].grad, &m.p[i], it, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+        }
+        if (g_rank == 0 && it == 1) DRC(d, ringlet_ddp_grad_unused(d, rank0_only, NULL));
+        DRC(d, ringlet_ddp_finish(d));
+        int used = -1;
+        DRC(d, ringlet_ddp_param_used(d, nowhere, &used));
+        CHECK(used == 0, "unused: parameter %d used = %d", nowhere, used);
+        int bad = 0;
+        for (size_t j = 0; j < m.p[nowhere].count; j++) bad += get(m.p[nowhere].grad, m.p[nowhere].dtype, j) != 1234.5;
+        CHECK(bad == 0, "unused: gradient of a parameter unused everywhere was changed (%d elements)", bad);
+        DRC(d, ringlet_ddp_param_used(d, rank0_only, &used));
+        CHECK(used == (g_size > 1), "unused: parameter %d (unused on rank 0 only) used = %d", rank0_only, used);
+        if (g_size > 1) check_grad(m.p[rank0_only].grad, &m.p[rank0_only], it, rank0_only, 1, 1, 0, 0, "unused-rank0");
+        DRC(d, ringlet_ddp_param_used(d, told, &used));
+        CHECK(used == (it == 1), "unused: parameter %d used = %d in iteration %d", told, used, it);
+        for (int i = 0; i < m.np; i++)
+            if (i != nowhere && i != rank0_only && !(i == told && it == 0))
+                check_grad(m.p[i].grad, &m.p[i], it, i, 1, 1, 0, -1, "unused-others");
+    }
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+/* create must fail on every rank with the same message containing every needle. */
+static void expect_create_error(model_t *m, const ringlet_ddp_options_t *o, ringlet_result_t want, const char *what,
+                                const char *n1, const char *n2, const char *n3) {
+    ringlet_ddp_t d = NULL;
+    ringlet_result_t rc = ringlet_ddp_create(&d, g_comm, m->p, m->np, m->b, m->nb, o);
+    const char *msg = ringlet_ddp_last_error(NULL);
+    CHECK(rc == want && d == NULL, "%s: create returned %s (%s), expected %s", what, ringlet_strerror(rc), msg,
+          ringlet_strerror(want));
+    CHECK(strstr(msg, n1) && (!n2 || strstr(msg, n2)) && (!n3 || strstr(msg, n3)),
+          "%s: message \"%s\" lacks \"%s\" / \"%s\" / \"%s\"", what, msg, n1, n2 ? n2 : "", n3 ? n3 : "");
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", msg);
+    CHECK(same_everywhere(copy), "%s: the ranks' messages differ (this rank: %s)", what, copy);
+    if (g_rank == 0) printf("ddp: %s -> %s\n", what, copy);
+    if (d) ringlet_ddp_destroy(d);
+}
+
+static void test_misuse_create(void) {
+    ringlet_ddp_options_t o = small_opts();
+    model_t m;
+    int last = g_size - 1;
+    char rk[32];
+    snprintf(rk, sizeof rk, "rank %d", last);
+
+    /* a different shape on the last rank */
+    if (g_size > 1) {
+        model_init(&m, 1);
+        int64_t other[2] = {40, 65};
+        if (g_rank == last) {
+            m.p[3].shape = other;
+            m.p[3].count = 40 * 65;
+            free(m.p[3].data);
+            m.p[3].data = calloc(40 * 65, 4);
+        }
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "shape mismatch", "parameter 3 ('fc1.weight')",
+                            "[40, 64] on rank 0", "[40, 65] on rank");
+        if (g_rank == last) {
+            free(m.p[3].data);
+            m.p[3].data = NULL;
+        }
+        model_free(&m);
+
+        /* same count, other shape and dtype on rank 1 */
+        model_init(&m, 1);
+        int64_t flat[1] = {16};
+        if (g_rank == 1) {
+            m.p[1].shape = flat;
+            m.p[1].ndim = 1;
+            m.p[1].dtype = RINGLET_FLOAT64;
+            free(m.p[1].data);
+            m.p[1].data = calloc(16, 8);
+        }
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "dtype mismatch", "parameter 1 ('embed.bias')",
+                            "float32 [16] on rank 0", "float64 [16] on rank 1");
+        model_free(&m);
+
+        /* one parameter fewer on the last rank */
+        model_init(&m, 1);
+        if (g_rank == last) m.np--;
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "count mismatch", "parameters", rk, NULL);
+        if (g_rank == last) m.np++;
+        model_free(&m);
+
+        /* a buffer with another shape */
+        model_init(&m, 1);
+        int64_t bshape[1] = {4};
+        if (g_rank == last) {
+            m.b[3].shape = bshape;
+            m.b[3].count = 4;
+        }
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "buffer mismatch", "buffer 3 ('table')", "uint8 [5]",
+                            "uint8 [4]");
+        model_free(&m);
+
+        /* an option that must agree */
+        model_init(&m, 1);
+        ringlet_ddp_options_t o2 = o;
+        if (g_rank == last) o2.bucket_cap_bytes = 4096;
+        expect_create_error(&m, &o2, RINGLET_ERR_INVALID_USAGE, "option mismatch", "bucket_cap_bytes", "8192",
+                            "4096");
+        model_free(&m);
+
+        /* an argument error on rank 1 only: every rank fails, naming it */
+        model_init(&m, 1);
+        if (g_rank == 1) m.p[5].dtype = RINGLET_INT32;
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_ARGUMENT, "argument error on rank 1", "rank 1",
+                            "parameter 5 ('bf.weight')", "int32");
+        if (g_rank == 1) m.p[5].dtype = RINGLET_BFLOAT16;
+        model_free(&m);
+    }
+    /* device memory: not supported yet */
+    model_init(&m, 1);
+    m.p[4].memory = RINGLET_DDP_DEVICE;
+    expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "device memory", "parameter 4 ('fc1.bias')", "device",
+                        "host memory only");
+    model_free(&m);
+
+    /* local argument checks that need no peers */
+    ringlet_ddp_t d = NULL;
+    CHECK(ringlet_ddp_create(NULL, g_comm, NULL, 0, NULL, 0, NULL) == RINGLET_ERR_INVALID_ARGUMENT, "NULL ddp");
+    CHECK(ringlet_ddp_create(&d, NULL, NULL, 0, NULL, 0, NULL) == RINGLET_ERR_INVALID_ARGUMENT, "NULL comm");
+    CHECK(ringlet_ddp_grad_ready(NULL, 0, NULL) == RINGLET_ERR_INVALID_ARGUMENT, "grad_ready(NULL)");
+    CHECK(strlen(ringlet_ddp_last_error(NULL)) > 0, "no message for grad_ready(NULL)");
+}
+
+static void test_misuse_iterations(void) {
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    ringlet_result_t rc;
+    /* out of order */
+    rc = ringlet_ddp_grad_ready(d, 0, NULL);
+    CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(ringlet_ddp_last_error(d), "pre_forward"),
+          "grad_ready before pre_forward: %s: %s", ringlet_strerror(rc), ringlet_ddp_last_error(d));
+    rc = ringlet_ddp_finish(d);
+    CHECK(rc == RINGLET_ERR_INVALID_USAGE, "finish before pre_forward: %s", ringlet_strerror(rc));
+    rc = ringlet_ddp_grad_ready(d, m.np, NULL);
+    CHECK(rc == RINGLET_ERR_INVALID_ARGUMENT, "grad_ready out of range: %s", ringlet_strerror(rc));
+
+    int last = g_size - 1;
+    for (int scenario = 0; scenario < 4; scenario++) {
+        /* 0: every rank reports parameter 10 twice; 1: only the last rank does;
+         * 2: no rank reports parameter 2; 3: only the last rank misses it */
+        int erring = scenario == 0 || scenario == 2 || g_rank == last;
+        int twice = scenario < 2;
+        DRC(d, ringlet_ddp_pre_forward(d, 1));
+        for (int i = m.np - 1; i >= 0; i--) {
+            if (!twice && i == 2 && erring) continue;
+            fill_grad(m.p[i].grad, &m.p[i], scenario, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+            if (twice && i == 10 && erring) {
+                rc = ringlet_ddp_grad_ready(d, i, NULL);
+                CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(ringlet_ddp_last_error(d), "'fc3.weight'") &&
+                          strstr(ringlet_ddp_last_error(d), "twice"),
+                      "scenario %d: second grad_ready: %s: %s", scenario, ringlet_strerror(rc),
+                      ringlet_ddp_last_error(d));
+            }
+        }
+        rc = ringlet_ddp_finish(d);
+        const char *msg = ringlet_ddp_last_error(d);
+        const char *need = !erring ? "other rank" : twice ? "twice" : "parameter 2 ('half.weight') got no gradient";
+        CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(msg, need), "scenario %d: finish: %s: \"%s\" (wanted \"%s\")",
+              scenario, ringlet_strerror(rc), msg, need);
+        if (g_rank == last || g_rank == 0) printf("ddp: misuse scenario %d, rank %d: %s\n", scenario, g_rank, msg);
+        /* after finish, reporting again is "twice" as well (a second backward) */
+        if (scenario == 0) {
+            rc = ringlet_ddp_grad_ready(d, 0, NULL);
+            CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(ringlet_ddp_last_error(d), "second backward"),
+                  "ready after finish: %s: %s", ringlet_strerror(rc), ringlet_ddp_last_error(d));
+            rc = ringlet_ddp_finish(d);
+            CHECK(rc == RINGLET_ERR_INVALID_USAGE, "finish twice: %s", ringlet_strerror(rc));
+        }
+        /* the next iteration is clean */
+        DRC(d, ringlet_ddp_pre_forward(d, 1));
+        for (int i = m.np - 1; i >= 0; i--) {
+            fill_grad(m.p[i].grad, &m.p[i], 10 + scenario, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+        }
+        DRC(d, ringlet_ddp_finish(d));
+        for (int i = 0; i < m.np; i++) check_grad(m.p[i].grad, &m.p[i], 10 + scenario, i, 1, 1, 0, -1, "after misuse");
+    }
+    /* an unfinished iteration blocks the next pre_forward */
+    DRC(d, ringlet_ddp_pre_forward(d, 1));
+    DRC(d, ringlet_ddp_grad_ready(d, 0, NULL));
+    rc = ringlet_ddp_pre_forward(d, 1);
+    CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(ringlet_ddp_last_error(d), "not finished"),
+          "pre_forward after an unfinished iteration: %s: %s", ringlet_strerror(rc), ringlet_ddp_last_error(d));
+    for (int i = m.np - 1; i >= 1; i--) DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+    DRC(d, ringlet_ddp_finish(d));
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+int main(int argc, char **argv) {
+    int iters = 4;
+    for (int k = 1; k < argc; k++) {
+        if (!strcmp(argv[k], "--big")) g_np = 13;
+        else if (!strcmp(argv[k], "--iters") && k + 1 < argc) iters = atoi(argv[++k]);
+        else {
+            fprintf(stderr, "usage: ddp [--big] [--iters N]\n");
+            return 2;
+        }
+    }
+    if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
+        fprintf(stderr, "init: %s\n", ringlet_comm_last_error(NULL));
+        return 1;
+    }
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_size);
+
+    test_init_and_buckets();
+    test_sync(iters, 0, 1, RINGLET_DDP_COMPRESS_NONE, "sync");
+    test_sync(iters, 1, 1, RINGLET_DDP_COMPRESS_NONE, "view");
+    test_sync(3, 0, 0, RINGLET_DDP_COMPRESS_NONE, "sum");
+    test_sync(3, 0, 1, RINGLET_DDP_COMPRESS_FLOAT16, "float16 compression");
+    test_sync(3, 1, 1, RINGLET_DDP_COMPRESS_BFLOAT16, "bfloat16 compression+view");
+    test_sync_opts(3, 0, 1, RINGLET_DDP_COMPRESS_NONE, 1, "rebuild");
+    test_sync_opts(3, 1, 1, RINGLET_DDP_COMPRESS_FLOAT16, 1, "rebuild+view+float16");
+    test_nosync(0);
+    test_nosync(1);
+    test_unused();
+    test_misuse_create();
+    test_misuse_iterations();
+
+    printf("ddp: rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks, g_failed);
+    fflush(stdout);
+    ringlet_comm_destroy(g_comm);
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,155 @@
+"""Acceptance 3 (from PyTorch) plus find_unused_parameters: misuse gives a clear error
+on every rank, and the DDP object goes on working afterwards where that makes sense.
+
+  shapes    the last rank builds Linear(8, 5) where the others build Linear(8, 4):
+            RingletError on every rank, the same message naming the parameter and both shapes
+  unused    a module with a branch its forward never uses, without find_unused_parameters:
+            loss.backward() raises on every rank, naming the parameter; the next iteration
+            (after a fix: find_unused_parameters) trains
+  twice     backward twice after one forward (retain_graph): "reported ready twice"
+  find      find_unused_parameters: a branch unused everywhere keeps .grad None; a branch
+            used on the last rank only gets the average (the others contributed zeros) on
+            every rank; the other gradients equal torch's own average
+Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
+"""
+import hashlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_common import skip_unless_torch  # noqa: E402
+
+skip_unless_torch()
+import torch  # noqa: E402
+
+import ringlet  # noqa: E402
+from ringlet.torch import DistributedDataParallel as RingletDDP  # noqa: E402
+from ddp_common import rank_world, setup_threads, log  # noqa: E402
+
+failures = []
+
+
+def check(rank, case, cond, msg):
+    log(rank, "ddp_misuse: %s: %s %s" % (case, msg, "ok" if cond else "FAIL"))
+    if not cond:
+        failures.append(case)
+
+
+def same_everywhere(text):
+    h = torch.tensor([int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")], dtype=torch.int64)
+    lo, hi = h.clone(), h.clone()
+    ringlet.all_reduce(lo, op="min")
+    ringlet.all_reduce(hi, op="max")
+    return lo.item() == hi.item() == h.item()
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = torch.nn.Linear(8, 8)
+        self.never = torch.nn.Linear(8, 8)   # unused on every rank
+        self.sometimes = torch.nn.Linear(8, 8)  # used when use_sometimes
+        self.head = torch.nn.Linear(8, 2)
+        self.use_sometimes = False
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        if self.use_sometimes:
+            h = h + self.sometimes(h)
+        return self.head(h)
+
+
+def main():
+    rank, world = rank_world()
+    setup_threads()
+    ringlet.init_from_env()
+    last = world - 1
+
+    # shapes
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4 if rank != last else 5), torch.nn.ReLU(),
+                                torch.nn.Linear(4 if rank != last else 5, 2))
+    try:
+        RingletDDP(model)
+        check(rank, "shapes", False, "construction succeeded")
+    except ringlet.RingletError as e:
+        msg = str(e)
+        check(rank, "shapes", "parameter 0 ('0.weight')" in msg and "[4, 8] on rank 0" in msg
+              and ("[5, 8] on rank %d" % last) in msg and e.code == ringlet.ERR_INVALID_USAGE, msg)
+        check(rank, "shapes", same_everywhere(msg), "the same message on every rank")
+
+    # unused without find_unused_parameters
+    ddp = RingletDDP(Branchy(seed=rank), bucket_cap_mb=300 / 2 ** 20)
+    x = torch.randn(4, 8)
+    try:
+        ddp(x).sum().backward()
+        check(rank, "unused", False, "backward succeeded")
+    except ringlet.RingletError as e:
+        msg = str(e)
+        check(rank, "unused", "'never.weight'" in msg and "got no gradient" in msg and "find_unused_parameters" in msg,
+              msg)
+    # the object goes on: a clean iteration with every parameter used is impossible for this
+    # module, so only check that the next forward is accepted and the error repeats
+    try:
+        ddp(x).sum().backward()
+        check(rank, "unused-again", False, "backward succeeded")
+    except ringlet.RingletError as e:
+        check(rank, "unused-again", "'never.weight'" in str(e), "the error repeats in the next iteration")
+    ddp.close()
+
+    # twice
+    ddp = RingletDDP(torch.nn.Linear(8, 2), bucket_cap_mb=1)
+    out = ddp(x).sum()
+    out.backward(retain_graph=True)
+    try:
+        out.backward()
+        check(rank, "twice", False, "second backward succeeded")
+    except ringlet.RingletError as e:
+        msg = str(e)
+        check(rank, "twice", "reported ready twice" in msg and ("'weight'" in msg or "'bias'" in msg), msg)
+    ddp(x).sum().backward()  # a forward starts a clean iteration
+    check(rank, "twice", True, "the next iteration trains")
+    ddp.close()
+
+    # find_unused_parameters
+    for view in (False, True):
+        case = "find%s" % ("+view" if view else "")
+        base = Branchy(seed=7)
+        ddp = RingletDDP(base, bucket_cap_mb=300 / 2 ** 20, find_unused_parameters=True,
+                         gradient_as_bucket_view=view)
+        for it in range(2):
+            for p in ddp.parameters():
+                p.grad = None
+            base.use_sometimes = rank == last
+            g = torch.Generator().manual_seed(100 * it + rank)
+            xin = torch.randn(4, 8, generator=g)
+            ddp(xin).sum().backward()
+            check(rank, case, base.never.weight.grad is None,
+                  "iteration %d: a parameter unused everywhere keeps no gradient" % it)
+            # reference: each rank's own gradient, averaged by hand
+            ref = Branchy(seed=7)
+            ref.load_state_dict(base.state_dict())
+            ref.use_sometimes = rank == last
+            ref(xin).sum().backward()
+            good = True
+            for (n, p), (_, q) in zip(base.named_parameters(), ref.named_parameters()):
+                if n.startswith("never"):
+                    continue
+                mine = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
+                ringlet.all_reduce(mine)
+                mine /= world
+                if p.grad is None or not torch.allclose(p.grad, mine, rtol=1e-5, atol=1e-6):
+                    good = False
+                    log(rank, "ddp_misuse: %s: %s: grad %s, expected %s" % (case, n, p.grad, mine))
+            check(rank, case, good, "iteration %d: gradients are the average (a branch used on rank %d only "
+                  "included)" % (it, last))
+        ddp.close()
+
+    ringlet.destroy()
+    log(rank, "ddp_misuse:", "PASS" if not failures else "FAIL (%s)" % ", ".join(failures))
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

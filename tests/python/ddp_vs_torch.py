@@ -1,0 +1,113 @@
+"""Acceptance 1: ringlet's DDP trains exactly like torch's DDP over Gloo.
+
+Each rank builds the same architecture (linear layers + BatchNorm) with its own random
+initialisation and trains it on its own data shard, for --steps SGD steps (momentum),
+twice: once wrapped in torch.nn.parallel.DistributedDataParallel over the Gloo backend
+(torch.distributed with a FileStore, --store), once in ringlet.torch.DistributedDataParallel,
+starting from the same per-rank initialisation. Both DDPs broadcast rank 0's model at
+construction and buffers before each forward, and average gradients, so the final
+parameters and BatchNorm statistics must agree up to float32 rounding (the two
+all-reduces sum in different orders). Variants (--variants): plain; nosync (every other
+step inside no_sync, so two steps' gradients are reduced at once); view
+(gradient_as_bucket_view on both); evalfwd (every third step a forward under
+torch.no_grad() after backward: buffers follow torch's rule, broadcast at that forward
+and not at the next one). The bucket cap (--bucket-kb) makes at least 4 buckets.
+
+Checks on every rank: normwise relative difference max|a-b|/max|b| <= --tol for every
+parameter and buffer (integer buffers equal), the ringlet parameters identical on all ranks,
+at least 4 buckets, the first buckets launched before backward ended.
+Prints "ddp_vs_torch: rank R: variant V: ... rel=..." lines and "... PASS"/"FAIL".
+"""
+import argparse
+import copy
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_common import skip_unless_torch  # noqa: E402
+
+skip_unless_torch()
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import ringlet  # noqa: E402
+from ringlet.torch import DistributedDataParallel as RingletDDP  # noqa: E402
+from ddp_common import rank_world, setup_threads, mlp_bn, shard, state, compare, log  # noqa: E402
+
+
+def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    loss_fn = torch.nn.MSELoss()
+    for step in range(steps):
+        x, y = shard(rank, step, batch)
+        if nosync and step % 2 == 0:
+            with model.no_sync():
+                loss_fn(model(x), y).backward()
+            continue  # accumulate: no optimizer step
+        loss_fn(model(x), y).backward()
+        if evalfwd and step % 3 == 1:
+            with torch.no_grad():  # an evaluation forward (BatchNorm in training mode)
+                model(shard(rank, step, batch, salt=9)[0])
+        opt.step()
+        opt.zero_grad()
+    return model
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", required=True, help="FileStore path for torch.distributed (fresh per run)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--bucket-kb", type=float, default=1)
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--variants", default="plain,nosync,view,evalfwd")
+    a = ap.parse_args()
+
+    rank, world = rank_world()
+    setup_threads()
+    store = dist.FileStore(a.store, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    ringlet.init_from_env()
+    cap_mb = a.bucket_kb / 1024.0
+    ok = True
+    for variant in a.variants.split(","):
+        nosync = variant == "nosync"
+        view = variant == "view"
+        evalfwd = variant == "evalfwd"
+        init = mlp_bn(seed=1000 + rank)  # a different initialisation on every rank
+        steps = a.steps * 2 if nosync else a.steps  # as many optimizer steps in every variant
+
+        ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
+                                                        gradient_as_bucket_view=view)
+        train(ref, steps, a.batch, nosync, evalfwd, rank)
+
+        mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4,
+                          gradient_as_bucket_view=view)
+        train(mine, steps, a.batch, nosync, evalfwd, rank)
+
+        s_ref, s_mine = state(ref), state(mine)
+        rel, rel_el, worst = compare(s_mine, s_ref)
+        # the ringlet parameters are the same on every rank: rank 0's copy against this one
+        # (not the buffers: every rank's last forward updated its own BatchNorm statistics)
+        flat = torch.cat([p.detach().double().reshape(-1) for p in mine.parameters()])
+        r0 = flat.clone()
+        ringlet.broadcast(r0, src=0)
+        spread = (flat - r0).abs().max().item()
+        tr = mine.bucket_trace()
+        nb = mine.num_buckets
+        early = sum(1 for b in tr["buckets"] if b["launch"] < tr["finish_start"])
+        good = rel <= a.tol and spread == 0.0 and nb >= 4 and early >= 1
+        ok = ok and good
+        log(rank, "ddp_vs_torch: variant %s: world %d, %d optimizer steps, %d buckets (%d launched before backward "
+            "ended): rel=%.3g (elementwise %.3g, worst %s), cross-rank spread %.3g %s"
+            % (variant, world, a.steps, nb, early, rel, rel_el, worst, spread, "ok" if good else "FAIL"))
+        mine.close()
+        del ref
+    dist.destroy_process_group()
+    ringlet.destroy()
+    log(rank, "ddp_vs_torch:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The Python binding's collectives on torch tensors and numpy arrays.
+
+all_reduce (every op; float32, float64, bfloat16, int64, bool as uint8; out of place
+too), broadcast from every root, reduce, all_gather (flat and list forms), reduce_scatter,
+barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed), and the errors:
+a non-CPU tensor (RingletError, invalid usage), a non-contiguous one (ValueError), an
+unknown op. Prints "ringlet_api: rank R: N checks, F failed".
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_common import skip_unless_torch  # noqa: E402
+
+skip_unless_torch()
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ringlet  # noqa: E402
+
+checks = [0, 0]
+
+
+def check(cond, what):
+    checks[0] += 1
+    if not cond:
+        checks[1] += 1
+        print("FAIL rank %d: %s" % (ringlet.get_rank(), what), flush=True)
+
+
+def main():
+    comm = ringlet.init_from_env()
+    r, w = ringlet.get_rank(), ringlet.get_world_size()
+    check(comm.rank == int(os.environ["RANK"]) and comm.size == int(os.environ["WORLD_SIZE"]), "rank/size")
+    vals = [float(k + 1) for k in range(w)]
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64):
+        for op, ref in (("sum", sum(vals)), ("max", max(vals)), ("min", min(vals)), ("avg", sum(vals) / w),
+                        ("prod", float(np.prod(vals)))):
+            t = torch.full((5,), vals[r], dtype=dtype)
+            ringlet.all_reduce(t, op=op)
+            exp = torch.full((5,), ref, dtype=torch.float64).to(dtype) if dtype.is_floating_point else \
+                torch.full((5,), int(ref), dtype=dtype)
+            check(torch.allclose(t.double(), exp.double(), rtol=1e-2), "all_reduce %s %s: %s" % (dtype, op, t))
+    b = torch.tensor([r % 2 == 0, True, False])
+    ringlet.all_reduce(b, op="max")
+    check(b.tolist() == [True, True, False], "bool all_reduce %s" % b)
+    a = np.full(7, vals[r], dtype=np.float32)
+    out = np.zeros(7, dtype=np.float32)
+    comm.all_reduce(a, output=out)
+    check(np.all(out == sum(vals)) and np.all(a == vals[r]), "numpy out-of-place all_reduce")
+    for root in range(w):
+        t = torch.arange(6, dtype=torch.float32) + (100 * r)
+        ringlet.broadcast(t, src=root)
+        check(torch.equal(t, torch.arange(6, dtype=torch.float32) + 100 * root), "broadcast from %d" % root)
+    t = torch.full((3,), vals[r])
+    ringlet.reduce(t, dst=w - 1)
+    if r == w - 1:
+        check(torch.all(t == sum(vals)).item(), "reduce")
+    flat = torch.zeros(2 * w)
+    ringlet.all_gather(flat, torch.tensor([r, -r], dtype=torch.float32))
+    check(flat.tolist() == [float(v) for k in range(w) for v in (k, -k)], "all_gather flat %s" % flat)
+    lst = [torch.zeros(2, dtype=torch.int64) for _ in range(w)]
+    ringlet.all_gather(lst, torch.tensor([r, r * r]))
+    check([x.tolist() for x in lst] == [[k, k * k] for k in range(w)], "all_gather list")
+    src = torch.arange(3 * w, dtype=torch.float64)
+    dst = torch.zeros(3, dtype=torch.float64)
+    ringlet.reduce_scatter(dst, src)
+    check(torch.equal(dst, torch.arange(3 * r, 3 * r + 3, dtype=torch.float64) * w), "reduce_scatter %s" % dst)
+    ringlet.barrier()
+    if w > 1:
+        s = torch.full((4,), float(r))
+        q = torch.zeros(4)
+        wk = ringlet.send(s, (r + 1) % w, async_op=True) if r % 2 == 0 else None
+        ringlet.recv(q, (r - 1) % w)
+        if wk is None:
+            ringlet.send(s, (r + 1) % w)
+        else:
+            wk.wait()
+        check(torch.all(q == float((r - 1) % w)).item(), "send/recv ring %s" % q)
+    works = []
+    ts = [torch.full((1000,), float(k + r)) for k in range(4)]
+    for t in ts:
+        works.append(ringlet.all_reduce(t, async_op=True))
+    for k, wk in enumerate(works):
+        wk.wait()
+        check(wk.is_completed(), "is_completed after wait")
+        check(torch.all(ts[k] == float(k * w + sum(range(w)))).item(), "async all_reduce %d" % k)
+
+    try:
+        ringlet.all_reduce(torch.empty(3, device="meta"))
+        check(False, "a meta tensor was accepted")
+    except ringlet.RingletError as e:
+        check(e.code == ringlet.ERR_INVALID_USAGE and "CPU tensors only" in str(e), "meta tensor error: %s" % e)
+    try:
+        ringlet.all_reduce(torch.zeros(4, 4).t())
+        check(False, "a non-contiguous tensor was accepted")
+    except ValueError as e:
+        check("contiguous" in str(e), "non-contiguous error: %s" % e)
+    try:
+        ringlet.all_reduce(torch.zeros(4), op="xor")
+        check(False, "op xor accepted")
+    except ValueError:
+        check(True, "")
+    ringlet.destroy()
+    print("ringlet_api: rank %d: %d checks, %d failed" % (r, checks[0], checks[1]), flush=True)
+    return 1 if checks[1] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
