@@ -38,12 +38,9 @@ static ringlet_result_t check_comm(struct ringlet_comm *c, const char *fn) {
     if (atomic_load(&c->aborted))
         return rl_error(c, RINGLET_ERR_INVALID_USAGE, "%s: the communicator was aborted (destroy it)", fn);
     if (atomic_load(&c->failed)) {
-        pthread_mutex_lock(&c->fail_mu);
         char msg[RL_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", c->fail_msg);
-        ringlet_result_t code = c->fail_code;
-        pthread_mutex_unlock(&c->fail_mu);
-        return rl_error(c, code, "%s: the communicator failed earlier: %s", fn, msg);
+        ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
+        return rl_error(c, code, "%s: the communicator failed earlier: %.400s", fn, msg);
     }
     return RINGLET_SUCCESS;
 }
@@ -149,24 +146,12 @@ static int request_done(struct ringlet_request *r) {
     struct ringlet_comm *c = r->comm;
     ringlet_result_t st = atomic_load(&r->treq.status);
     if (st != RINGLET_SUCCESS) {
-        if (atomic_load(&c->failed)) {
-            pthread_mutex_lock(&c->fail_mu);
-            st = c->fail_code;
-            snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
-                     c->fail_msg);
-            pthread_mutex_unlock(&c->fail_mu);
-        } else {
-            snprintf(r->err, sizeof r->err, "%s #%llu failed: %s", rl_op_name(r->kind), (unsigned long long)r->seq,
-                     r->treq.err);
-            rl_comm_fail_link(c, st, r->err);
-            if (atomic_load(&c->failed)) {
-                pthread_mutex_lock(&c->fail_mu);
-                st = c->fail_code;
-                snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind),
-                         (unsigned long long)r->seq, c->fail_msg);
-                pthread_mutex_unlock(&c->fail_mu);
-            }
-        }
+        /* The communicator's cause (a dead peer named by the monitor) wins over the
+         * transport's local view; either way the communicator is failed afterwards. */
+        if (!atomic_load(&c->failed)) rl_comm_fail_link(c, st, r->treq.err);
+        char msg[RL_MSG_MAX];
+        st = rl_comm_failure(c, msg, sizeof msg);
+        snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, msg);
     }
     r->result = st;
     atomic_store(&r->done, 1);

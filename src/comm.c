@@ -121,6 +121,14 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_
     return RINGLET_SUCCESS;
 }
 
+ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) {
+    pthread_mutex_lock(&c->fail_mu);
+    ringlet_result_t code = c->fail_code;
+    if (msg) snprintf(msg, len, "%s", c->fail_msg);
+    pthread_mutex_unlock(&c->fail_mu);
+    return code;
+}
+
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what) {
     double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
     while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
@@ -200,11 +208,10 @@ static void *progress_thread(void *arg) {
         pthread_mutex_unlock(&c->q_mu);
         if (!r) break;
         if (atomic_load(&c->failed)) {
-            pthread_mutex_lock(&c->fail_mu);
+            char msg[RL_MSG_MAX];
+            ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
             snprintf(r->err, sizeof r->err, "%s #%llu not run: the communicator failed earlier: %.400s",
-                     rl_op_name(r->kind), (unsigned long long)r->seq, c->fail_msg);
-            ringlet_result_t code = c->fail_code;
-            pthread_mutex_unlock(&c->fail_mu);
+                     rl_op_name(r->kind), (unsigned long long)r->seq, msg);
             finish(c, r, code);
         } else if (r->device >= 0 || r->stream) {
             char err[RL_MSG_MAX] = "";
@@ -514,9 +521,5 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
 
 ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
-    if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
-    pthread_mutex_lock(&c->fail_mu);
-    ringlet_result_t code = c->fail_code;
-    pthread_mutex_unlock(&c->fail_mu);
-    return code;
+    return atomic_load(&c->failed) ? rl_comm_failure(c, NULL, 0) : RINGLET_SUCCESS;
 }

@@ -123,6 +123,8 @@ struct ringlet_comm {
  * up and every later call returns code. failed_rank < 0 when no peer is to blame. */
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The failure that broke the communicator: its code, and (msg not NULL) its message. */
+ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
 /* A connection broke: give the monitor a moment to name the real cause (a peer's death
  * reaches every rank through rank 0 within milliseconds; the broken link may only be a
  * neighbour that aborted because of it), then fail with what is known. */

@@ -85,11 +85,10 @@ static ringlet_result_t pipe_error(pipe_t *p, ringlet_result_t code, const char 
         if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
         else rl_comm_fail(c, code, "%s", what);
     }
-    pthread_mutex_lock(&c->fail_mu);
-    code = c->fail_code;
+    char msg[RL_MSG_MAX];
+    code = rl_comm_failure(c, msg, sizeof msg);
     snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(p->r->kind),
-             (unsigned long long)p->r->seq, p->r->count, c->fail_msg);
-    pthread_mutex_unlock(&c->fail_mu);
+             (unsigned long long)p->r->seq, p->r->count, msg);
     return code;
 }
 
