@@ -88,8 +88,10 @@ ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringle
  * WORLD_SIZE, LOCAL_RANK; Slurm's SLURM_PROCID/SLURM_NTASKS; Open MPI's
  * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE. The secret comes from RINGLET_SECRET. */
 ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm);
-/* Collective clean shutdown: frees everything. Rank 0 waits (within the deadline)
- * for the others' destroy so that no rank mistakes a clean exit for a failure. */
+/* Collective clean shutdown: frees everything, including requests never completed
+ * by test/wait (their transfers are stopped; they may not be used afterwards). Rank 0
+ * waits (within the deadline) for the others' destroy so that no rank mistakes a clean
+ * exit for a failure. */
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t comm);
 /* Stops every operation at once, closes every connection, frees everything.
  * Always returns. Peers see this rank as failed. */

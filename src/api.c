@@ -130,8 +130,11 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     r->device = device;
     r->stream = a->stream;
     r->detached = out == NULL;
+    /* Tracked before it is queued: the progress thread never sees the links change. */
+    if (out) rl_comm_track(c, r, 1);
     char err[RL_MSG_MAX];
     if ((rc = rl_comm_enqueue(c, r, err))) {
+        if (out) rl_comm_track(c, r, 0);
         free(r);
         return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
     }
@@ -162,6 +165,7 @@ static ringlet_result_t complete(struct ringlet_request **req) {
     struct ringlet_request *r = *req;
     ringlet_result_t rc = r->result;
     if (rc != RINGLET_SUCCESS) rl_error(r->comm, rc, "%s", r->err);
+    rl_comm_track(r->comm, r, 0);
     free(r);
     *req = NULL;
     return rc;

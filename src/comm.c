@@ -233,6 +233,21 @@ static void *progress_thread(void *arg) {
     return NULL;
 }
 
+void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
+    pthread_mutex_lock(&c->live_mu);
+    if (add) {
+        r->live_prev = NULL;
+        r->live_next = c->live;
+        if (c->live) c->live->live_prev = r;
+        c->live = r;
+    } else {
+        if (r->live_prev) r->live_prev->live_next = r->live_next;
+        else c->live = r->live_next;
+        if (r->live_next) r->live_next->live_prev = r->live_prev;
+    }
+    pthread_mutex_unlock(&c->live_mu);
+}
+
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     pthread_mutex_lock(&c->q_mu);
     r->seq = ++c->seq;
@@ -314,6 +329,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_mutex_init(&c->q_mu, NULL);
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
+    pthread_mutex_init(&c->live_mu, NULL);
     c->infos = calloc((size_t)nranks, sizeof *c->infos);
     c->ring = calloc((size_t)nranks, sizeof *c->ring);
     c->send_conns = calloc((size_t)nranks, sizeof(rl_conn));
@@ -358,6 +374,13 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
 }
 
 static void comm_free(struct ringlet_comm *c) {
+    /* Requests never waited on: their transfers stopped with the connections. */
+    while (c->live) {
+        struct ringlet_request *r = c->live;
+        c->live = r->live_next;
+        free(r);
+    }
+    pthread_mutex_destroy(&c->live_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
     pthread_mutex_destroy(&c->fail_mu);
     pthread_mutex_destroy(&c->ev_mu);

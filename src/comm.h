@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "ringlet.h"
@@ -43,6 +44,7 @@ const char *rl_op_name(rl_op_kind k);
 struct ringlet_request {
     struct ringlet_comm *comm;
     struct ringlet_request *next; /* progress queue */
+    struct ringlet_request *live_prev, *live_next; /* requests the user still holds */
     rl_op_kind kind;
     const void *sendbuf;
     void *recvbuf;
@@ -117,6 +119,11 @@ struct ringlet_comm {
 
     pthread_mutex_t err_mu;
     char last_error[RL_MSG_MAX];
+
+    /* Requests handed to the user and not yet completed by test/wait: destroy frees
+     * them (a request may not be used after its communicator is destroyed). */
+    pthread_mutex_t live_mu;
+    struct ringlet_request *live;
 };
 
 /* Records a failure (peer died, timeout, abort): every wait on the communicator gives
@@ -145,6 +152,25 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **c
 /* Scratch for partial results, grown (never per call once large enough). */
 void *rl_comm_temp(struct ringlet_comm *c, size_t bytes);
 
+/* A copy of a request's operation only (what the algorithms read), never its links or
+ * completion state, which other threads update. */
+static inline void rl_request_shadow(struct ringlet_request *dst, const struct ringlet_request *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->comm = src->comm;
+    dst->kind = src->kind;
+    dst->sendbuf = src->sendbuf;
+    dst->recvbuf = src->recvbuf;
+    dst->count = src->count;
+    dst->dtype = src->dtype;
+    dst->op = src->op;
+    dst->root = src->root;
+    dst->peer = src->peer;
+    dst->seq = src->seq;
+    dst->device = src->device;
+}
+
+/* Track (add = 1) or forget (add = 0) a request the user holds. */
+void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
 /* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
  * stream call, makes the stream wait for it). */
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);

@@ -208,7 +208,8 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
         }
     }
     /* Host shadows of the buffers, keeping the in-place relations. */
-    struct ringlet_request h = *r;
+    struct ringlet_request h;
+    rl_request_shadow(&h, r);
     size_t es = ringlet_datatype_size(r->dtype), blk = r->count * es;
     char *hs = s ? s->stage : NULL, *hr = hs ? hs + sb : NULL;
     if (!rc) {

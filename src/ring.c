@@ -364,7 +364,7 @@ ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_reques
             char *b = rl_comm_temp(c, (size_t)P + 1);
             if (!b) return snprintf(err, RL_MSG_MAX, "barrier: out of memory"), RINGLET_ERR_SYSTEM;
             memset(b, 0, (size_t)P + 1);
-            bar = *r;
+            rl_request_shadow(&bar, r);
             bar.sendbuf = b + c->rank;
             bar.recvbuf = b;
             bar.count = 1;

@@ -63,7 +63,7 @@ struct tcp_sock {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct tcp_part *head, *tail;
-    int quit;
+    atomic_int quit; /* written under mu, read without it by conn_stopped */
 };
 
 struct tcp_ctx {
@@ -90,7 +90,7 @@ struct tcp_blob {
 };
 
 static int conn_stopped(struct tcp_conn *c, struct tcp_sock *s) {
-    return atomic_load(c->ctx->in.stop) || atomic_load(&c->broken) || s->quit;
+    return atomic_load(c->ctx->in.stop) || atomic_load(&c->broken) || atomic_load(&s->quit);
 }
 
 static void part_finish(struct tcp_conn *c, struct tcp_part *p) {
@@ -140,13 +140,13 @@ static void *sock_thread(void *arg) {
     struct tcp_conn *c = s->conn;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->head && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->head && !atomic_load(&s->quit)) pthread_cond_wait(&s->cv, &s->mu);
         struct tcp_part *p = s->head;
         if (p) {
             s->head = p->next;
             if (!s->head) s->tail = NULL;
         }
-        int quit = s->quit;
+        int quit = atomic_load(&s->quit);
         pthread_mutex_unlock(&s->mu);
         if (!p) {
             if (quit) break;
@@ -232,7 +232,7 @@ static void tcp_close(void *connp) {
         struct tcp_sock *s = &c->socks[i];
         if (s->started) {
             pthread_mutex_lock(&s->mu);
-            s->quit = 1;
+            atomic_store(&s->quit, 1);
             pthread_cond_signal(&s->cv);
             pthread_mutex_unlock(&s->mu);
             pthread_join(s->thread, NULL);
