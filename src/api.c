@@ -145,6 +145,7 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
 /* Done? Point-to-point requests complete from their transport request. */
 static int request_done(struct ringlet_request *r) {
     if (atomic_load_explicit(&r->done, memory_order_acquire)) return 1;
+    rl_comm_progress(r->comm); /* threadless transports move when someone waits */
     if (!atomic_load_explicit(&r->posted, memory_order_acquire) || !rl_treq_done(&r->treq)) return 0;
     struct ringlet_comm *c = r->comm;
     ringlet_result_t st = atomic_load(&r->treq.status);
@@ -183,14 +184,14 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     struct ringlet_request *r = *req;
     struct ringlet_comm *c = r->comm;
     for (;;) {
-        unsigned gen = atomic_load(&c->ev_gen);
+        unsigned gen = rl_comm_gen(c);
         if (request_done(r)) return complete(req);
         /* Collectives have their deadline inside the progress thread; a posted
          * point-to-point message has its own here. */
         if (atomic_load(&r->posted) && rl_now() - r->posted_at > c->timeout_s) {
             rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)",
                          rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s);
-            while (!rl_treq_done(&r->treq)) rl_comm_wait_event(c, atomic_load(&c->ev_gen), 10);
+            while (!rl_treq_done(&r->treq)) rl_comm_wait_event(c, rl_comm_gen(c), 10);
             continue;
         }
         rl_comm_wait_event(c, gen, 100);
@@ -200,6 +201,26 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
 /* A call with a stream returns at once (ordered on the stream); one without blocks. */
 static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
     if (a->stream) return submit(c, a, NULL);
+    if (a->kind != RL_OP_SEND && a->kind != RL_OP_RECV && c && c->inline_ok) {
+        /* Host memory and nothing queued: run it here, no thread hand-off. */
+        ringlet_result_t rc = check_call(c, a);
+        int device;
+        if (rc || (rc = buffers_device(c, a, &device))) return rc;
+        if (device < 0) {
+            struct ringlet_request r;
+            memset(&r, 0, sizeof r);
+            r.comm = c;
+            r.kind = a->kind;
+            r.sendbuf = a->sendbuf;
+            r.recvbuf = a->recvbuf;
+            r.count = a->count;
+            r.dtype = a->dtype;
+            r.op = a->op;
+            r.root = a->root;
+            r.device = -1;
+            if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
+        }
+    }
     ringlet_request_t r;
     ringlet_result_t rc = submit(c, a, &r);
     return rc ? rc : ringlet_wait(&r);

@@ -1,6 +1,7 @@
 /* Communicator life: init (bootstrap, transport, ring), the progress thread that runs
  * operations in issue order, failure state, destroy and abort. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "netif.h"
 #include "sha256.h"
 #include "sock.h"
+#include "trace.h"
 #include "util.h"
 
 static _Thread_local char t_last_error[RL_MSG_MAX];
@@ -55,22 +57,31 @@ const char *ringlet_comm_last_error(ringlet_comm_t c) {
 
 void rl_comm_notify(void *arg) {
     struct ringlet_comm *c = arg;
-    pthread_mutex_lock(&c->ev_mu);
-    atomic_fetch_add(&c->ev_gen, 1);
-    pthread_cond_broadcast(&c->ev_cv);
-    pthread_mutex_unlock(&c->ev_mu);
+    rl_bell_ring(atomic_load(&c->ev));
+}
+
+unsigned rl_comm_gen(struct ringlet_comm *c) { return atomic_load(&atomic_load(&c->ev)->gen); }
+
+int rl_comm_progress(struct ringlet_comm *c) {
+    if (!atomic_load_explicit(&c->polled, memory_order_relaxed)) return 0;
+    int moved = 0;
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if (c->tctx[i] && rl_transports[i]->progress) moved |= rl_transports[i]->progress(c->tctx[i]);
+    return moved;
 }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_mutex_lock(&c->ev_mu);
-    while (atomic_load(&c->ev_gen) == gen)
-        if (pthread_cond_timedwait(&c->ev_cv, &c->ev_mu, &ts) == ETIMEDOUT) break;
-    pthread_mutex_unlock(&c->ev_mu);
+    rl_bell *b = atomic_load(&c->ev);
+    if (atomic_load_explicit(&c->polled, memory_order_relaxed)) {
+        /* A peer process answers within microseconds; sleeping and being woken costs
+         * more than that, so poll for a while first (yielding: ranks may share cores). */
+        double until = rl_now() + c->spin_s;
+        do {
+            if (rl_comm_progress(c) || atomic_load(&b->gen) != gen) return;
+            sched_yield();
+        } while (rl_now() < until);
+    }
+    rl_bell_wait(b, gen, ms);
 }
 
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
@@ -100,7 +111,9 @@ static ringlet_result_t pick_transport(struct ringlet_comm *c, int peer, int *tp
         return RINGLET_ERR_INVALID_USAGE;
     }
     int same_host = !memcmp(me->hostid, them->hostid, 16);
-    *tp = !same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB] ? RL_TP_IB : RL_TP_TCP;
+    if (same_host && me->bloblen[RL_TP_SHM] && them->bloblen[RL_TP_SHM]) *tp = RL_TP_SHM;
+    else if (!same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB]) *tp = RL_TP_IB;
+    else *tp = RL_TP_TCP;
     return RINGLET_SUCCESS;
 }
 
@@ -115,6 +128,7 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_
                   : ops->accept(c->tctx[tp], peer, &slot->h, err);
         if (rc) return rc;
         slot->tp = ops;
+        if (ops->progress) atomic_store(&c->polled, 1);
         RL_INFO(c->rank, "%s rank %d over %s", send ? "sending to" : "receiving from", peer, ops->name);
     }
     *conn = slot;
@@ -132,7 +146,7 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) 
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what) {
     double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
     while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
-        rl_comm_wait_event(c, atomic_load(&c->ev_gen), 20);
+        rl_comm_wait_event(c, rl_comm_gen(c), 20);
     rl_comm_fail(c, code, "%s", what);
 }
 
@@ -195,15 +209,31 @@ static void run_p2p(struct ringlet_comm *c, struct ringlet_request *r) {
     rl_comm_notify(c);
 }
 
+/* A host collective on the calling thread; the message in r->err. */
+static ringlet_result_t run_host_collective(struct ringlet_comm *c, struct ringlet_request *r) {
+    char err[RL_MSG_MAX] = "";
+    double t0 = rl_now();
+    ringlet_result_t rc = rl_run_collective(c, r, err);
+    double t1 = rl_now();
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+    rl_trace_span(c->trace, RL_LANE_OP, rl_op_name(r->kind), t0, t1, rl_op_name(r->kind), r->seq, -1, bytes, -1);
+    RL_TRACE(c->rank, "%s #%llu count %zu: %.1f us, %s", rl_op_name(r->kind), (unsigned long long)r->seq, r->count,
+             (t1 - t0) * 1e6, rc ? err : "ok");
+    if (rc) snprintf(r->err, sizeof r->err, "%s", err);
+    return rc;
+}
+
 static void *progress_thread(void *arg) {
     struct ringlet_comm *c = arg;
     for (;;) {
         pthread_mutex_lock(&c->q_mu);
-        while (!c->q_head && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
+        /* An operation run inline by the caller finishes before the next one starts. */
+        while ((!c->q_head || c->running) && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
         struct ringlet_request *r = c->q_head;
         if (r) {
             c->q_head = r->next;
             if (!c->q_head) c->q_tail = NULL;
+            c->running = 1;
         }
         pthread_mutex_unlock(&c->q_mu);
         if (!r) break;
@@ -221,16 +251,31 @@ static void *progress_thread(void *arg) {
         } else if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
             run_p2p(c, r);
         } else {
-            char err[RL_MSG_MAX] = "";
-            double t0 = rl_now();
-            ringlet_result_t rc = rl_run_collective(c, r, err);
-            RL_TRACE(c->rank, "%s #%llu count %zu: %.1f us, %s", rl_op_name(r->kind), (unsigned long long)r->seq,
-                     r->count, (rl_now() - t0) * 1e6, rc ? err : "ok");
-            if (rc) snprintf(r->err, sizeof r->err, "%s", err);
-            finish(c, r, rc);
+            finish(c, r, run_host_collective(c, r));
         }
+        pthread_mutex_lock(&c->q_mu);
+        c->running = 0;
+        pthread_mutex_unlock(&c->q_mu);
     }
     return NULL;
+}
+
+int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
+    pthread_mutex_lock(&c->q_mu);
+    if (c->q_head || c->running || !c->progress_started) {
+        pthread_mutex_unlock(&c->q_mu);
+        return 0;
+    }
+    c->running = 1;
+    r->seq = ++c->seq;
+    pthread_mutex_unlock(&c->q_mu);
+    *rc = run_host_collective(c, r);
+    pthread_mutex_lock(&c->q_mu);
+    c->running = 0;
+    /* Calls queued meanwhile (another thread's) were held back: let them run. */
+    if (c->q_head) pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+    return 1;
 }
 
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
@@ -324,8 +369,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     c->rank = rank;
     c->nranks = nranks;
     pthread_mutex_init(&c->fail_mu, NULL);
-    pthread_mutex_init(&c->ev_mu, NULL);
-    pthread_cond_init(&c->ev_cv, NULL);
+    atomic_init(&c->ev, &c->own_bell);
     pthread_mutex_init(&c->q_mu, NULL);
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
@@ -352,6 +396,8 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
         pthread_join(c->progress, NULL);
         c->progress_started = 0;
     }
+    rl_trace_close(c->trace);
+    c->trace = NULL;
     if (!clean) atomic_store(&c->stop, 1);
     /* Goodbye first (rank 0 waits for the others while every link still works), then
      * stop whatever transfer is still posted (an irecv nobody waited for) so that
@@ -363,6 +409,9 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
         if (c->recv_conns[p].h) c->recv_conns[p].tp->close(c->recv_conns[p].h);
         c->send_conns[p].h = c->recv_conns[p].h = NULL;
     }
+    /* The shared-memory bell goes away with its transport. */
+    atomic_store(&c->ev, &c->own_bell);
+    atomic_store(&c->polled, 0);
     for (int i = 0; i < RL_TP_MAX; i++)
         if (c->tctx[i]) rl_transports[i]->fini(c->tctx[i]);
     memset(c->tctx, 0, sizeof c->tctx);
@@ -383,8 +432,6 @@ static void comm_free(struct ringlet_comm *c) {
     pthread_mutex_destroy(&c->live_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
     pthread_mutex_destroy(&c->fail_mu);
-    pthread_mutex_destroy(&c->ev_mu);
-    pthread_cond_destroy(&c->ev_cv);
     pthread_mutex_destroy(&c->q_mu);
     pthread_cond_destroy(&c->q_cv);
     pthread_mutex_destroy(&c->err_mu);
@@ -402,6 +449,17 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     c->timeout_s = rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 512 << 10, 4096, 1LL << 30);
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
+    const char *algo = getenv("RINGLET_ALGO");
+    c->algo = RL_ALGO_AUTO;
+    if (algo && !strcmp(algo, "ring")) c->algo = RL_ALGO_RING;
+    else if (algo && !strcmp(algo, "oneshot")) c->algo = RL_ALGO_ONESHOT;
+    else if (algo && *algo && strcmp(algo, "auto") != 0) {
+        if (t->listen_fd >= 0) close(t->listen_fd);
+        comm_free(c);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot", algo);
+    }
+    c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
+    c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, 65);
     const char *tname = getenv("RINGLET_TRANSPORT");
     c->forced_tp = -1;
     if (tname && *tname && strcmp(tname, "auto") != 0) {
@@ -448,6 +506,12 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
             }
         }
     }
+    /* Sleep on the bell that same-host peers can ring. */
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if (c->tctx[i] && rl_transports[i]->bell) atomic_store(&c->ev, rl_transports[i]->bell(c->tctx[i]));
+    c->spin_s = rl_env_double("RINGLET_SPIN_US", 50, 0, 1e6) * 1e-6;
+    c->trace = rl_trace_open(rank, nranks);
+    c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();
     host_id(c->infos[rank].hostid);

@@ -81,6 +81,9 @@ struct ringlet_comm {
     double timeout_s;
     size_t chunk_bytes;
     int nslots;
+    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, RL_ALGO_RING or RL_ALGO_ONESHOT */
+    size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
+    int oneshot_max_ranks;    /* ... and there are at most this many ranks */
 
     void *tctx[RL_TP_MAX];           /* transports that initialised here */
     int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */
@@ -96,10 +99,12 @@ struct ringlet_comm {
     char fail_msg[RL_MSG_MAX];
     pthread_mutex_t fail_mu;
 
-    /* wake-ups for waiters: any completion bumps gen and broadcasts */
-    pthread_mutex_t ev_mu;
-    pthread_cond_t ev_cv;
-    atomic_uint ev_gen;
+    /* wake-ups for waiters: any completion rings the bell. It is own_bell, or the
+     * shared-memory transport's bell so that peer processes can ring it too. */
+    rl_bell own_bell;
+    _Atomic(rl_bell *) ev;
+    atomic_int polled;  /* a connection over a transport without threads (shm) exists */
+    double spin_s;      /* how long a waiter polls such transports before it sleeps */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;
@@ -108,12 +113,15 @@ struct ringlet_comm {
     pthread_cond_t q_cv;
     struct ringlet_request *q_head, *q_tail;
     int q_quit;
+    int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */
+    int running; /* an operation is being run (progress thread, or inline by the caller) */
     uint64_t seq;
 
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
     char *temp;       /* grown on demand: partial results of reduce_scatter / reduce */
     size_t temp_size;
 
+    struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
     struct rl_monitor *mon;
     struct rl_dev_state *dev; /* CUDA resources (device.c), made on first use */
 
@@ -138,8 +146,12 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
 /* Wakes waiters (transport completions, finished operations). */
 void rl_comm_notify(void *comm);
-/* Waits until something completes or ms pass. */
+/* The wake-up counter's value: read it before checking for work, then wait with it. */
+unsigned rl_comm_gen(struct ringlet_comm *c);
+/* Waits until something completes or ms pass (polls threadless transports first). */
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
+/* Drives transports that have no threads of their own; non-zero if anything moved. */
+int rl_comm_progress(struct ringlet_comm *c);
 
 /* Records an error message for ringlet_comm_last_error (comm may be NULL) and
  * returns code. */
@@ -174,6 +186,17 @@ void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
 /* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
  * stream call, makes the stream wait for it). */
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+
+/* Runs a blocking host collective on the caller's thread when nothing is queued or
+ * running (no hand-off to the progress thread: the small-message latency path). Returns
+ * 0 (not run; queue it) when busy, else 1 with the result in *rc and r->err. */
+int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc);
+
+enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2 };
+/* Small messages in one exchange (oneshot.c): whether this call takes that path (the
+ * same answer on every rank), and running it. */
+int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
+ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 
 /* Runs one collective on the progress thread (ring.c); message in err. */
 ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_request *r, char *err);

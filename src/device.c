@@ -238,7 +238,7 @@ ringlet_result_t rl_dev_run(struct ringlet_comm *c, struct ringlet_request *r, c
             while (!rc && !rl_treq_done(&r->treq)) {
                 if (rl_now() - t0 > c->timeout_s) rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s with rank %d timed out",
                                                                rl_op_name(r->kind), r->peer);
-                rl_comm_wait_event(c, atomic_load(&c->ev_gen), 100);
+                rl_comm_wait_event(c, rl_comm_gen(c), 100);
             }
             if (!rc && atomic_load(&r->treq.status)) rc = atomic_load(&r->treq.status), snprintf(cerr, sizeof cerr, "%s", r->treq.err);
             if (rc) snprintf(err, RL_MSG_MAX, "%s with rank %d: %s", rl_op_name(r->kind), r->peer, cerr);

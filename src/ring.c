@@ -22,6 +22,7 @@
 #include "comm.h"
 #include "log.h"
 #include "reduce.h"
+#include "trace.h"
 #include "util.h"
 
 /* Segmentation of `count` elements into nseg segments cut into chunks of ce. */
@@ -105,11 +106,15 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
 
     size_t posted_r = 0, done_r = 0, posted_s = 0, done_s = 0;
     double last_progress = rl_now();
+    rl_trace *tr = c->trace;
+    double t_r[64], t_s[64]; /* when each in-flight chunk was posted (tracing) */
+    const char *opname = rl_op_name(p->r->kind);
     char failure[RL_ERR_MAX + 64] = "";
     ringlet_result_t fcode = RINGLET_SUCCESS;
     while ((done_r < p->nrecv || done_s < p->nsend) && fcode == RINGLET_SUCCESS) {
-        unsigned gen = atomic_load(&c->ev_gen);
+        unsigned gen = rl_comm_gen(c);
         int progressed = 0;
+        rl_comm_progress(c);
         while (posted_r < p->nrecv && posted_r - done_r < (size_t)W &&
                (!p->recv_lag || posted_r < p->recv_lag || posted_r - p->recv_lag < done_s)) {
             void *dst;
@@ -117,6 +122,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             p->recv_at(p, posted_r, &dst, &bytes);
             if (!dst) dst = c->slots + (posted_r % (size_t)W) * c->chunk_bytes;
             rconn->tp->irecv(rconn->h, dst, bytes, NULL, &rreq[posted_r % (size_t)W]);
+            if (tr) t_r[posted_r % (size_t)W] = rl_now();
             posted_r++;
             progressed = 1;
         }
@@ -126,6 +132,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             size_t bytes;
             p->send_at(p, posted_s, &src, &bytes);
             sconn->tp->isend(sconn->h, src, bytes, NULL, &sreq[posted_s % (size_t)W]);
+            if (tr) t_s[posted_s % (size_t)W] = rl_now();
             posted_s++;
             progressed = 1;
         }
@@ -139,7 +146,12 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             void *dst;
             size_t bytes;
             p->recv_at(p, done_r, &dst, &bytes);
-            if (p->process) p->process(p, done_r, dst ? NULL : c->slots + (done_r % (size_t)W) * c->chunk_bytes);
+            double t0 = tr ? rl_now() : 0;
+            if (tr) rl_trace_span(tr, RL_LANE_RECV, "recv", t_r[done_r % (size_t)W], t0, opname, p->r->seq, (long long)done_r, bytes, c->prev);
+            if (p->process) {
+                p->process(p, done_r, dst ? NULL : c->slots + (done_r % (size_t)W) * c->chunk_bytes);
+                if (tr && !dst) rl_trace_span(tr, RL_LANE_REDUCE, "reduce", t0, rl_now(), opname, p->r->seq, (long long)done_r, bytes, -1);
+            }
             done_r++;
             progressed = 1;
         }
@@ -150,6 +162,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
                 snprintf(failure, sizeof failure, "%s", t->err);
                 break;
             }
+            if (tr) rl_trace_span(tr, RL_LANE_SEND, "send", t_s[done_s % (size_t)W], rl_now(), opname, p->r->seq, (long long)done_s, t->len, c->next);
             done_s++;
             progressed = 1;
         }
@@ -174,9 +187,9 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
     /* Stop the transport's work on our buffers before handing them back. */
     ringlet_result_t code = pipe_error(p, fcode, failure, err);
     for (size_t i = done_r; i < posted_r; i++)
-        while (!rl_treq_done(&rreq[i % (size_t)W])) rl_comm_wait_event(c, atomic_load(&c->ev_gen), 10);
+        while (!rl_treq_done(&rreq[i % (size_t)W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
     for (size_t i = done_s; i < posted_s; i++)
-        while (!rl_treq_done(&sreq[i % (size_t)W])) rl_comm_wait_event(c, atomic_load(&c->ev_gen), 10);
+        while (!rl_treq_done(&sreq[i % (size_t)W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
     return code;
 }
 
@@ -322,6 +335,7 @@ ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_reques
     p.P = P;
     p.q = c->ring_pos;
     size_t cb = c->chunk_bytes;
+    if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, err);
     switch (r->kind) {
     case RL_OP_ALLREDUCE:
         if (r->count == 0) return RINGLET_SUCCESS;

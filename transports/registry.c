@@ -6,6 +6,7 @@
 const rl_transport_ops *const rl_transports[RL_TP_MAX] = {
     [RL_TP_TCP] = &rl_transport_tcp,
     [RL_TP_IB] = &rl_transport_ib,
+    [RL_TP_SHM] = &rl_transport_shm,
 };
 
 int rl_transport_by_name(const char *name) {

@@ -13,6 +13,10 @@
  *   reg_mr / dereg_mr register memory for transports that need it (verbs); others
  *   accept and ignore it.
  *   close / fini release everything; a request still in flight fails first.
+ *   progress (optional) moves data for a transport that has no threads of its own
+ *   (shared memory): whoever waits on such a transport's requests calls it.
+ *   bell (optional): a wake-up word in memory that peers on the host can reach. The
+ *   communicator then sleeps on it, so that a peer process can wake it directly.
  *
  * Deadlines and failures: a transport stops waiting as soon as *stop (owned by the
  * communicator) becomes non-zero, and fails the request; the communicator sets it when
@@ -42,6 +46,16 @@ typedef struct rl_treq {
     _Alignas(16) unsigned char priv[RL_TREQ_PRIV];
 } rl_treq;
 
+/* A wake-up counter: ring bumps gen and wakes sleepers (a futex, shared across
+ * processes when the bell lives in shared memory); wait sleeps while gen is unchanged. */
+typedef struct rl_bell {
+    atomic_uint gen;
+    atomic_uint sleepers;
+} rl_bell;
+void rl_bell_ring(rl_bell *b);
+/* Sleeps until gen differs from seen, or ms pass. */
+void rl_bell_wait(rl_bell *b, unsigned seen, int ms);
+
 typedef struct rl_transport_init {
     int rank, nranks;
     const atomic_int *stop;  /* non-zero: give up every wait */
@@ -63,6 +77,10 @@ typedef struct rl_transport_ops {
     void (*dereg_mr)(void *ctx, void *mr);
     void (*close)(void *conn);
     void (*fini)(void *ctx);
+    /* Optional (NULL for transports with their own threads). progress returns non-zero
+     * when it moved anything; it is safe from any thread. */
+    int (*progress)(void *ctx);
+    rl_bell *(*bell)(void *ctx);
 } rl_transport_ops;
 
 /* Done (1) or running (0). */
@@ -83,5 +101,6 @@ int rl_transport_by_name(const char *name);
 
 extern const rl_transport_ops rl_transport_tcp;
 extern const rl_transport_ops rl_transport_ib;
+extern const rl_transport_ops rl_transport_shm;
 
 #endif

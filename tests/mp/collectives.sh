@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Correctness of every collective (tests/mp/collectives.c) at P = 1, 2, 3, 4, 5, 8, launched
 # one after another through ringlet-run, once per transport in RINGLET_TEST_TRANSPORTS
-# (default "tcp"; each run gets RINGLET_TRANSPORT set to it).
+# (default "shm tcp": shared memory, the default on one host, and TCP; each run gets
+# RINGLET_TRANSPORT set to it).
 #
 # What runs where (normal build; L = the large count, 1000003 elements):
 #   every P: allreduce, broadcast, reduce, allgather, reduce_scatter, send/recv ring (P >= 2),
@@ -15,8 +16,11 @@
 #   (allgather / reduce_scatter: L is the per-rank block, the buffers hold P * L elements.)
 # Library knobs varied on the way (ignored by a library that lacks them): P = 3 with
 # RINGLET_CHECK=1 and RINGLET_CHUNK_SIZE=16384, RINGLET_NCHUNKS_INFLIGHT=2 (many chunks and
-# slot reuse per segment); P = 5 with RINGLET_NSOCKS_PERPEER=1; sanitizer runs with
-# RINGLET_CHUNK_SIZE=8192 so that their smaller L still spans many chunks.
+# slot reuse per segment) and RINGLET_ALGO=ring (the ring even for the small counts, which
+# otherwise take the one-shot path), plus small shared-memory slots (a message spans many);
+# P = 5 with RINGLET_NSOCKS_PERPEER=1 and RINGLET_ALGO=oneshot (the one-shot path at the
+# large count too); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
+# still spans many chunks.
 # Integers are checked bit-exact, floats within the bound stated at the top of
 # collectives.c, min/max exactly; nothing outside a result may be written.
 # Sanitizer builds (SANITIZE set, as `make test SANITIZE=...` does): L = 262147, every P
@@ -39,7 +43,7 @@ done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-collectives.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-tcp}
+TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-shm tcp}
 SAN=${SANITIZE:-}
 EXTRA=${RINGLET_COLLECTIVES_ARGS:-}
 SEED=${RINGLET_TEST_SEED:-20240613}
@@ -51,10 +55,10 @@ export RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-120}
 if [ -z "$SAN" ]; then
     PLAN="1||
 2||--large full
-3|RINGLET_CHECK=1 RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2|
+3|RINGLET_CHECK=1 RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|
 4||--phase 0
 4||--phase 1
-5|RINGLET_NSOCKS_PERPEER=1|
+5|RINGLET_NSOCKS_PERPEER=1 RINGLET_ALGO=oneshot|
 8||"
     TIMEOUT=900
 else
@@ -65,9 +69,9 @@ else
     SENV="RINGLET_CHUNK_SIZE=8192"
     PLAN="1|$SENV|$LARGE
 2|$SENV|$LARGE
-3|$SENV RINGLET_CHECK=1|$LARGE
+3|$SENV RINGLET_CHECK=1 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|$LARGE
 4|$SENV|$LARGE
-5|$SENV|$LARGE
+5|$SENV RINGLET_ALGO=oneshot|$LARGE
 8|$SENV|$LARGE"
     TIMEOUT=1800
 fi

@@ -1,0 +1,203 @@
+/* Small messages in one exchange (the latency path).
+ *
+ * A ring needs 2(P-1) steps for an all-reduce and P-1 for an all-gather, each a
+ * message round trip; under RINGLET_ONESHOT_BYTES every rank instead sends its whole
+ * contribution straight to every rank that needs it, all at once, and reduces what it
+ * received itself. One message latency instead of 2(P-1), at the cost of P-1 times
+ * the traffic, which is nothing at these sizes.
+ *
+ *   all-reduce      each rank sends its buffer to all; each reduces all P in rank order
+ *   all-gather      each rank sends its block to all (barrier: a 1-byte all-gather)
+ *   broadcast       the root sends to all
+ *   reduce          all send to the root, which reduces in rank order
+ *   reduce-scatter  each rank sends block q to rank q, which reduces in rank order
+ *
+ * Reducing in rank order (0 op 1 op ... op P-1) makes every rank's result identical,
+ * bit for bit. Every rank picks the same algorithm for a call from the same inputs
+ * (kind, bytes, P and the environment), so RINGLET_ALGO must be the same on all ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "reduce.h"
+#include "trace.h"
+#include "util.h"
+
+#define ONESHOT_MAX_PEERS 64
+
+typedef struct {
+    int peer;
+    void *buf;
+    size_t bytes;
+} xfer;
+
+int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
+    int P = c->nranks, mode = c->algo;
+    if (P < 2 || mode == 1 || P > ONESHOT_MAX_PEERS + 1 || r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) return 0;
+    if (mode == 2) return 1;
+    if (P > c->oneshot_max_ranks) return 0;
+    if (r->kind == RL_OP_BARRIER) return 1;
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+    /* What one rank receives: P-1 blocks for the reducing and gathering ones. */
+    if (r->kind == RL_OP_ALLGATHER || r->kind == RL_OP_REDUCE_SCATTER) bytes *= (size_t)P;
+    return bytes <= c->oneshot_bytes;
+}
+
+/* Posts every receive, then every send, and waits for all of them (deadline and
+ * failure as in the ring's engine). */
+static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_request *r, xfer *sends, int ns,
+                                 xfer *recvs, int nr, char *err) {
+    rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
+    double t0 = rl_now();
+    char cerr[RL_ERR_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    int posted_r = 0, posted_s = 0;
+    for (int i = 0; i < nr && !rc; i++) {
+        rl_conn *k;
+        if (!(rc = rl_comm_recv_conn(c, recvs[i].peer, &k, cerr))) {
+            k->tp->irecv(k->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
+            posted_r++;
+        }
+    }
+    for (int i = 0; i < ns && !rc; i++) {
+        rl_conn *k;
+        if (!(rc = rl_comm_send_conn(c, sends[i].peer, &k, cerr))) {
+            k->tp->isend(k->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
+            posted_s++;
+        }
+    }
+    double last = rl_now();
+    int waiting = -1; /* index of a request not done: receives first, then sends + nr */
+    while (!rc) {
+        unsigned gen = rl_comm_gen(c);
+        rl_comm_progress(c);
+        waiting = -1;
+        for (int i = 0; i < nr + ns && waiting < 0; i++) {
+            rl_treq *t = i < nr ? &rreq[i] : &sreq[i - nr];
+            if (!rl_treq_done(t)) waiting = i;
+            else if (atomic_load(&t->status) != RINGLET_SUCCESS) {
+                rc = atomic_load(&t->status);
+                snprintf(cerr, sizeof cerr, "%s", t->err);
+            }
+        }
+        if (rc || waiting < 0) break;
+        if (atomic_load(&c->failed)) {
+            rc = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
+            break;
+        }
+        if (rl_now() - last > c->timeout_s) {
+            rc = RINGLET_ERR_TIMEOUT;
+            snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
+                     waiting < nr ? "receive from" : "send to", waiting < nr ? recvs[waiting].peer : sends[waiting - nr].peer);
+            break;
+        }
+        rl_comm_wait_event(c, gen, 100);
+    }
+    if (!rc) {
+        if (c->trace) {
+            double t1 = rl_now();
+            const char *op = rl_op_name(r->kind);
+            for (int i = 0; i < nr; i++) rl_trace_span(c->trace, RL_LANE_RECV, "recv", t0, t1, op, r->seq, i, recvs[i].bytes, recvs[i].peer);
+            for (int i = 0; i < ns; i++) rl_trace_span(c->trace, RL_LANE_SEND, "send", t0, t1, op, r->seq, i, sends[i].bytes, sends[i].peer);
+        }
+        return RINGLET_SUCCESS;
+    }
+    /* Fail the communicator (a dead peer named by the monitor wins), stop the
+     * transfers still on our buffers, then report. */
+    if (!atomic_load(&c->failed)) {
+        if (rc == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, rc, cerr);
+        else rl_comm_fail(c, rc, "%s", cerr);
+    }
+    char msg[RL_MSG_MAX];
+    rc = rl_comm_failure(c, msg, sizeof msg);
+    for (int i = 0; i < posted_r; i++)
+        while (!rl_treq_done(&rreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    for (int i = 0; i < posted_s; i++)
+        while (!rl_treq_done(&sreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
+             r->count, msg);
+    return rc;
+}
+
+/* dst = blk(0) op blk(1) op ... op blk(P-1), then / P for avg. */
+static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, void *dst, const char *blocks,
+                            size_t bytes) {
+    double t0 = rl_now();
+    int P = c->nranks;
+    rl_reduce_host(dst, blocks, blocks + bytes, r->count, r->dtype, r->op);
+    for (int q = 2; q < P; q++) rl_reduce_host(dst, dst, blocks + (size_t)q * bytes, r->count, r->dtype, r->op);
+    if (r->op == RINGLET_AVG) rl_divide_host(dst, r->count, r->dtype, P);
+    rl_trace_span(c->trace, RL_LANE_REDUCE, "reduce", t0, rl_now(), rl_op_name(r->kind), r->seq, 0, bytes, -1);
+}
+
+ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    int P = c->nranks, me = c->rank, ns = 0, nr = 0;
+    size_t es = ringlet_datatype_size(r->dtype), bytes = r->count * es;
+    xfer s[ONESHOT_MAX_PEERS], v[ONESHOT_MAX_PEERS];
+    char *tmp = NULL;
+    int reduces = r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE_SCATTER ||
+                  (r->kind == RL_OP_REDUCE && r->root == me);
+    if (reduces) {
+        tmp = rl_comm_temp(c, (size_t)P * bytes);
+        if (!tmp) return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch", rl_op_name(r->kind)), RINGLET_ERR_SYSTEM;
+    }
+    unsigned char bar_in = 0, bar_out[ONESHOT_MAX_PEERS + 1];
+    for (int q = 0; q < P; q++) {
+        if (q == me) continue;
+        switch (r->kind) {
+        case RL_OP_ALLREDUCE:
+            s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
+            v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
+            break;
+        case RL_OP_REDUCE_SCATTER:
+            s[ns++] = (xfer){q, (char *)r->sendbuf + (size_t)q * bytes, bytes};
+            v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
+            break;
+        case RL_OP_REDUCE:
+            if (me == r->root) v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
+            else if (q == r->root) s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
+            break;
+        case RL_OP_BROADCAST:
+            if (me == r->root) s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
+            else if (q == r->root) v[nr++] = (xfer){q, r->recvbuf, bytes};
+            break;
+        case RL_OP_ALLGATHER:
+            s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
+            v[nr++] = (xfer){q, (char *)r->recvbuf + (size_t)q * bytes, bytes};
+            break;
+        case RL_OP_BARRIER:
+            s[ns++] = (xfer){q, &bar_in, 1};
+            v[nr++] = (xfer){q, &bar_out[q], 1};
+            break;
+        default:
+            return snprintf(err, RL_MSG_MAX, "internal: %s has no one-shot form", rl_op_name(r->kind)), RINGLET_ERR_INTERNAL;
+        }
+    }
+    /* This rank's own block, where the reduction reads it (in place, sendbuf is also
+     * the result, so it is copied before anything is written). */
+    if (r->kind == RL_OP_ALLREDUCE || (r->kind == RL_OP_REDUCE && me == r->root))
+        memcpy(tmp + (size_t)me * bytes, r->sendbuf, bytes);
+    if (r->kind == RL_OP_REDUCE_SCATTER) memcpy(tmp + (size_t)me * bytes, (const char *)r->sendbuf + (size_t)me * bytes, bytes);
+    ringlet_result_t rc = exchange(c, r, s, ns, v, nr, err);
+    if (rc) return rc;
+    switch (r->kind) {
+    case RL_OP_ALLREDUCE:
+    case RL_OP_REDUCE_SCATTER:
+    case RL_OP_REDUCE:
+        if (reduces) reduce_in_order(c, r, r->recvbuf, tmp, bytes);
+        break;
+    case RL_OP_BROADCAST:
+        if (me == r->root && r->recvbuf != r->sendbuf) memcpy(r->recvbuf, r->sendbuf, bytes);
+        break;
+    case RL_OP_ALLGATHER: {
+        char *mine = (char *)r->recvbuf + (size_t)me * bytes;
+        if (mine != (const char *)r->sendbuf) memmove(mine, r->sendbuf, bytes);
+        break;
+    }
+    default:
+        break;
+    }
+    return RINGLET_SUCCESS;
+}
