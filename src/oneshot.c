@@ -54,20 +54,14 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     int posted_r = 0, posted_s = 0;
-    for (int i = 0; i < nr && !rc; i++) {
-        rl_conn *k;
-        if (!(rc = rl_comm_recv_conn(c, recvs[i].peer, &k, cerr))) {
-            k->tp->irecv(k->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
-            posted_r++;
-        }
-    }
-    for (int i = 0; i < ns && !rc; i++) {
-        rl_conn *k;
-        if (!(rc = rl_comm_send_conn(c, sends[i].peer, &k, cerr))) {
-            k->tp->isend(k->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
-            posted_s++;
-        }
-    }
+    rl_conn *sk[ONESHOT_MAX_PEERS], *rk[ONESHOT_MAX_PEERS];
+    /* Connections first, sending ones before receiving ones: a connect never waits for
+     * the peer, an accept waits for the peer's connect, so this order cannot deadlock
+     * when the connections are made here for the first time. */
+    for (int i = 0; i < ns && !rc; i++) rc = rl_comm_send_conn(c, sends[i].peer, &sk[i], cerr);
+    for (int i = 0; i < nr && !rc; i++) rc = rl_comm_recv_conn(c, recvs[i].peer, &rk[i], cerr);
+    for (int i = 0; i < nr && !rc; i++, posted_r++) rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
+    for (int i = 0; i < ns && !rc; i++, posted_s++) sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
     double last = rl_now();
     int waiting = -1; /* index of a request not done: receives first, then sends + nr */
     while (!rc) {

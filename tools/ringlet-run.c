@@ -10,11 +10,11 @@
  *
  * Standalone: this file does not use libringlet. One thread; pipes and ppoll() in the parent.
  *
- * MASTER_PORT race: the port is found by binding port 0 on 127.0.0.1, reading the port the kernel chose
- * and closing the socket. Between that close and rank 0's bind, another process on the host may take the
- * same port; rank 0's bootstrap then fails to listen and the job fails (it does not hang or mix with the
- * other process, since peers authenticate with RINGLET_SECRET). The window is small and ephemeral ports
- * are handed out round-robin, so in practice it is rare; a retry of the job picks a new port.
+ * MASTER_PORT race: the port is a random one below the kernel's ephemeral range (where outgoing
+ * connections never take theirs) that binds on 127.0.0.1, and the socket is closed again. Between
+ * that close and rank 0's bind, only another listener picking the same random port could take it;
+ * rank 0's bootstrap would then fail to listen and the job fail (it never hangs or mixes with the
+ * other process, since peers authenticate with RINGLET_SECRET). A retry picks a new port.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -345,7 +345,10 @@ static int find_program(const char *prog)
 /* ------------------------------------------------------------------------------------------------ */
 /* environment shared by all ranks                                                                  */
 
-static int free_port(void)
+static bool random_bytes(unsigned char *p, size_t n);
+
+/* Can a listener bind this port on 127.0.0.1 (0: any)? Returns the port, or -1. */
+static int try_port(int want)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0)
@@ -354,7 +357,7 @@ static int free_port(void)
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
+    a.sin_port = htons((uint16_t)want);
     socklen_t alen = sizeof a;
     int port = -1;
     if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
@@ -362,6 +365,30 @@ static int free_port(void)
         port = ntohs(a.sin_port);
     close(s);
     return port;
+}
+
+/* A free port below the kernel's ephemeral range: outgoing connections take their local
+ * ports from that range, so on a busy host one of them could grab a port the kernel had
+ * just handed us for the listener. Falls back to a kernel-chosen port. */
+static int free_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    int first = 20000, last = lo - 1;
+    for (int i = 0; i < 64 && last > first; i++) {
+        unsigned char r[2];
+        if (!random_bytes(r, sizeof r))
+            break;
+        int port = try_port(first + (r[0] << 8 | r[1]) % (last - first + 1));
+        if (port > 0)
+            return port;
+    }
+    return try_port(0);
 }
 
 static bool random_bytes(unsigned char *p, size_t n)
