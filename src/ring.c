@@ -108,6 +108,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
     double last_progress = rl_now();
     rl_trace *tr = c->trace;
     double t_r[64], t_s[64]; /* when each in-flight chunk was posted (tracing) */
+    char mapped[64];         /* receive i % W lent a transport slot (irecv_map) */
     const char *opname = rl_op_name(p->r->kind);
     char failure[RL_ERR_MAX + 64] = "";
     ringlet_result_t fcode = RINGLET_SUCCESS;
@@ -119,9 +120,15 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
                (!p->recv_lag || posted_r < p->recv_lag || posted_r - p->recv_lag < done_s)) {
             void *dst;
             size_t bytes;
+            rl_treq *t = &rreq[posted_r % (size_t)W];
             p->recv_at(p, posted_r, &dst, &bytes);
-            if (!dst) dst = c->slots + (posted_r % (size_t)W) * c->chunk_bytes;
-            rconn->tp->irecv(rconn->h, dst, bytes, NULL, &rreq[posted_r % (size_t)W]);
+            /* Into staging: where the transport can lend its own memory (a shared-memory
+             * slot), the reduction reads straight from there and saves a copy. */
+            mapped[posted_r % (size_t)W] = !dst && rconn->tp->irecv_map && rconn->tp->irecv_map(rconn->h, bytes, t) == RINGLET_SUCCESS;
+            if (!mapped[posted_r % (size_t)W]) {
+                if (!dst) dst = c->slots + (posted_r % (size_t)W) * c->chunk_bytes;
+                rconn->tp->irecv(rconn->h, dst, bytes, NULL, t);
+            }
             if (tr) t_r[posted_r % (size_t)W] = rl_now();
             posted_r++;
             progressed = 1;
@@ -148,10 +155,13 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             p->recv_at(p, done_r, &dst, &bytes);
             double t0 = tr ? rl_now() : 0;
             if (tr) rl_trace_span(tr, RL_LANE_RECV, "recv", t_r[done_r % (size_t)W], t0, opname, p->r->seq, (long long)done_r, bytes, c->prev);
+            int lent = mapped[done_r % (size_t)W];
             if (p->process) {
-                p->process(p, done_r, dst ? NULL : c->slots + (done_r % (size_t)W) * c->chunk_bytes);
+                void *slot = lent ? (void *)t->mapped : dst ? NULL : c->slots + (done_r % (size_t)W) * c->chunk_bytes;
+                p->process(p, done_r, slot);
                 if (tr && !dst) rl_trace_span(tr, RL_LANE_REDUCE, "reduce", t0, rl_now(), opname, p->r->seq, (long long)done_r, bytes, -1);
             }
+            if (lent) rconn->tp->release(rconn->h, t);
             done_r++;
             progressed = 1;
         }

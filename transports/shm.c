@@ -79,6 +79,8 @@ typedef struct shm_op {
     char *buf;
     size_t len, off;
     int pieces; /* pieces moved so far (a 0-byte message still moves one) */
+    int map;    /* irecv_map: lend the slot instead of copying */
+    uint64_t piece_idx; /* map: the slot lent */
 } shm_op;
 _Static_assert(sizeof(shm_op) <= RL_TREQ_PRIV, "request private area too small");
 
@@ -96,6 +98,10 @@ typedef struct shm_conn {
     size_t fifo_map_len;
     seg_hdr *peer_hdr; /* the peer's header page (its bell), NULL until known */
     shm_op *head, *tail;
+    /* receiver: pieces read so far; tail (what the sender may reuse) trails it while
+     * a lent slot is held */
+    uint64_t rpos;
+    unsigned char *held; /* [nslots]: slot lent to an irecv_map and not yet released */
 } shm_conn;
 
 typedef struct shm_ctx {
@@ -294,6 +300,11 @@ static ringlet_result_t shm_accept(void *ctx, int peer, void **out, char *err) {
     k->nslots = x->nslots;
     k->slot_bytes = x->slot_bytes;
     k->slots = (char *)k->f + FIFO_HDR;
+    k->held = calloc(k->nslots, 1);
+    if (!k->held) {
+        free(k);
+        return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    }
     conn_link(x, k);
     *out = k;
     return RINGLET_SUCCESS;
@@ -370,15 +381,23 @@ static int progress_send(shm_conn *k) {
     return moved;
 }
 
+/* Frees for the sender every piece read and not lent; returns non-zero if tail moved. */
+static int advance_tail(shm_conn *k) {
+    uint64_t t0 = atomic_load_explicit(&k->f->tail, memory_order_relaxed), t = t0;
+    while (t < k->rpos && !k->held[t % k->nslots]) t++;
+    if (t == t0) return 0;
+    atomic_store_explicit(&k->f->tail, t, memory_order_release);
+    return 1;
+}
+
 static int progress_recv(shm_conn *k) {
     int moved = 0;
     while (k->head) {
         shm_op *o = k->head;
-        uint64_t t = atomic_load_explicit(&k->f->tail, memory_order_relaxed);
         uint64_t h = atomic_load_explicit(&k->f->head, memory_order_acquire);
         int popped = 0;
-        while (t < h && (o->off < o->len || o->pieces == 0)) {
-            const char *s = slot_at(k, t);
+        while (k->rpos < h && (o->off < o->len || o->pieces == 0)) {
+            char *s = slot_at(k, k->rpos);
             slot_hdr sh;
             memcpy(&sh, s, sizeof sh);
             if (sh.msg_len != o->len || sh.piece > o->len - o->off || sh.piece > k->slot_bytes) {
@@ -390,21 +409,27 @@ static int progress_recv(shm_conn *k) {
                 fail_all(k, RINGLET_ERR_INVALID_USAGE, why);
                 return 1;
             }
-            if (sh.piece) memcpy(o->buf + o->off, s + SLOT_HDR, sh.piece);
+            if (o->map) {
+                /* One piece (irecv_map checked the length): lend the slot. */
+                o->req->mapped = s + SLOT_HDR;
+                o->piece_idx = k->rpos;
+                k->held[k->rpos % k->nslots] = 1;
+            } else if (sh.piece) {
+                memcpy(o->buf + o->off, s + SLOT_HDR, sh.piece);
+            }
             o->off += sh.piece;
             o->pieces++;
-            t++;
-            atomic_store_explicit(&k->f->tail, t, memory_order_release);
+            k->rpos++;
             popped = 1;
         }
         if (popped) {
             moved = 1;
-            ring_peer(k);
+            if (advance_tail(k)) ring_peer(k);
         }
         if (o->off == o->len && o->pieces > 0) {
             op_done(k);
         } else {
-            if (!popped && atomic_load(&k->f->sender) == SIDE_CLOSED && t == atomic_load(&k->f->head))
+            if (!popped && atomic_load(&k->f->sender) == SIDE_CLOSED && k->rpos == atomic_load(&k->f->head))
                 fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
             break;
         }
@@ -436,12 +461,14 @@ static int shm_progress(void *ctx) {
     return moved;
 }
 
-static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req) {
+static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req, int map) {
     shm_op *o = (shm_op *)req->priv;
     memset(o, 0, sizeof *o);
     o->req = req;
     o->buf = buf;
     o->len = len;
+    o->map = map;
+    req->mapped = NULL;
     rl_treq_start(req, len, 1);
     pthread_mutex_lock(&k->ctx->mu);
     if (k->tail) k->tail->next = o;
@@ -458,12 +485,29 @@ static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req) {
 
 static ringlet_result_t shm_isend(void *conn, const void *buf, size_t len, void *mr, rl_treq *req) {
     (void)mr;
-    return post(conn, (void *)buf, len, req);
+    return post(conn, (void *)buf, len, req, 0);
 }
 
 static ringlet_result_t shm_irecv(void *conn, void *buf, size_t len, void *mr, rl_treq *req) {
     (void)mr;
-    return post(conn, buf, len, req);
+    return post(conn, buf, len, req, 0);
+}
+
+static ringlet_result_t shm_irecv_map(void *conn, size_t len, rl_treq *req) {
+    shm_conn *k = conn;
+    if (k->sending || len > k->slot_bytes) return RINGLET_ERR_INVALID_USAGE;
+    return post(k, NULL, len, req, 1);
+}
+
+static void shm_release(void *conn, rl_treq *req) {
+    shm_conn *k = conn;
+    const shm_op *o = (const shm_op *)req->priv;
+    pthread_mutex_lock(&k->ctx->mu);
+    if (o->map && req->mapped) {
+        k->held[o->piece_idx % k->nslots] = 0;
+        if (advance_tail(k)) ring_peer(k);
+    }
+    pthread_mutex_unlock(&k->ctx->mu);
 }
 
 static ringlet_result_t shm_reg_mr(void *ctx, void *buf, size_t len, void **mr, char *err) {
@@ -492,6 +536,7 @@ static void shm_close(void *conn) {
         munmap(k->peer_hdr, SHM_PAGE);
     }
     if (k->fifo_map) munmap(k->fifo_map, k->fifo_map_len);
+    free(k->held);
     free(k);
 }
 
@@ -519,4 +564,6 @@ const rl_transport_ops rl_transport_shm = {
     .fini = shm_fini,
     .progress = shm_progress,
     .bell = shm_bell,
+    .irecv_map = shm_irecv_map,
+    .release = shm_release,
 };

@@ -74,6 +74,7 @@ struct tcp_ctx {
     int nsocks;
     int bufsize;
     int *pending_fds; /* [peer * nsocks + index]: accepted, not yet claimed */
+    int *peer_nsocks; /* [peer]: sockets the peer's connection uses (from its hellos), 0 = none yet */
 };
 
 struct tcp_conn {
@@ -166,12 +167,23 @@ static void hello_mac(const uint8_t *secret, const struct tcp_hello *h, uint8_t 
     rl_hmac_sha256(secret, 32, h, offsetof(struct tcp_hello, mac), out);
 }
 
+/* Sockets per peer when RINGLET_NSOCKS_PERPEER is unset: enough streams to use the
+ * cores, counting a sending and a receiving thread per socket for every rank on this
+ * host (LOCAL_WORLD_SIZE as torchrun and ringlet-run set it, or Open MPI's), 1 to 8. */
+static int default_nsocks(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long local = rl_env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
+    if (!local) local = rl_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, 1 << 20);
+    long n = cores / (2 * (local > 0 ? local : 1));
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
 static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void *blob, size_t *bloblen, char *err) {
     struct tcp_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
     ctx->in = *in;
     memcpy(ctx->secret, in->secret, 32);
-    ctx->nsocks = (int)rl_env_int("RINGLET_NSOCKS_PERPEER", 2, 1, TCP_MAX_SOCKS);
+    ctx->nsocks = (int)rl_env_int("RINGLET_NSOCKS_PERPEER", default_nsocks(), 1, TCP_MAX_SOCKS);
     ctx->bufsize = (int)rl_env_int("RINGLET_SOCKET_BUFSIZE", 0, 0, 1 << 30);
     ctx->addr = *(const struct sockaddr_storage *)in->local_addr;
     rl_sockaddr_set_port(&ctx->addr, 0);
@@ -183,7 +195,10 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
         return RINGLET_ERR_SYSTEM;
     }
     ctx->pending_fds = malloc(sizeof(int) * (size_t)in->nranks * (size_t)ctx->nsocks);
-    if (!ctx->pending_fds) {
+    ctx->peer_nsocks = calloc((size_t)in->nranks, sizeof(int));
+    if (!ctx->pending_fds || !ctx->peer_nsocks) {
+        free(ctx->pending_fds);
+        free(ctx->peer_nsocks);
         close(ctx->lfd);
         free(ctx);
         return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
@@ -251,12 +266,13 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
     if (bloblen != sizeof b) return snprintf(err, RL_ERR_MAX, "tcp: bad address blob for rank %d", peer),
                                     RINGLET_ERR_INTERNAL;
     memcpy(&b, peer_blob, sizeof b);
-    if (b.nsocks != ctx->nsocks)
-        return snprintf(err, RL_ERR_MAX, "tcp: rank %d uses RINGLET_NSOCKS_PERPEER=%d, this rank %d", peer, b.nsocks,
-                        ctx->nsocks),
-               RINGLET_ERR_INVALID_USAGE;
+    if (b.nsocks < 1 || b.nsocks > TCP_MAX_SOCKS)
+        return snprintf(err, RL_ERR_MAX, "tcp: bad address blob for rank %d", peer), RINGLET_ERR_INTERNAL;
     struct tcp_conn *c = conn_new(ctx, peer, 1);
     if (!c) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
+    /* The pair uses the smaller of the two ranks' socket counts; the hellos tell the
+     * accepting side how many to expect. */
+    if (b.nsocks < c->nsocks) c->nsocks = b.nsocks;
     double deadline = rl_now() + ctx->in.timeout_s;
     for (int i = 0; i < c->nsocks; i++) {
         rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, ctx->in.stop, &c->socks[i].fd);
@@ -297,7 +313,8 @@ static void accept_one(struct tcp_ctx *ctx, int fd) {
     uint8_t mac[32];
     if (r == RL_IO_OK) hello_mac(ctx->secret, &h, mac);
     if (r != RL_IO_OK || h.magic != TCP_MAGIC || !rl_ct_equal(mac, h.mac, 32) || h.to != ctx->in.rank ||
-        h.from < 0 || h.from >= ctx->in.nranks || h.index < 0 || h.index >= ctx->nsocks || h.nsocks != ctx->nsocks) {
+        h.from < 0 || h.from >= ctx->in.nranks || h.nsocks < 1 || h.nsocks > ctx->nsocks || h.index < 0 ||
+        h.index >= h.nsocks || (ctx->peer_nsocks[h.from] && ctx->peer_nsocks[h.from] != h.nsocks)) {
         RL_WARN(ctx->in.rank, "tcp: refused a connection that did not authenticate (%s)",
                 r == RL_IO_OK ? "bad hello" : rl_io_str(r));
         close(fd);
@@ -311,6 +328,7 @@ static void accept_one(struct tcp_ctx *ctx, int fd) {
     }
     rl_sock_tune(fd, ctx->bufsize);
     *slot = fd;
+    ctx->peer_nsocks[h.from] = h.nsocks;
 }
 
 static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err) {
@@ -318,9 +336,9 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
     int *slots = &ctx->pending_fds[(size_t)peer * (size_t)ctx->nsocks];
     double deadline = rl_now() + ctx->in.timeout_s;
     for (;;) {
-        int have = 0;
+        int have = 0, want = ctx->peer_nsocks[peer];
         for (int i = 0; i < ctx->nsocks; i++) have += slots[i] >= 0;
-        if (have == ctx->nsocks) break;
+        if (want && have == want) break;
         int fd;
         rl_io_t r = rl_sock_accept(ctx->lfd, deadline, ctx->in.stop, &fd);
         if (r != RL_IO_OK) {
@@ -331,7 +349,9 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
     }
     struct tcp_conn *c = conn_new(ctx, peer, 0);
     if (!c) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
-    for (int i = 0; i < ctx->nsocks; i++) {
+    c->nsocks = ctx->peer_nsocks[peer];
+    ctx->peer_nsocks[peer] = 0;
+    for (int i = 0; i < c->nsocks; i++) {
         c->socks[i].fd = slots[i];
         slots[i] = -1;
     }
@@ -403,6 +423,7 @@ static void tcp_fini(void *ctxp) {
     for (size_t i = 0; i < (size_t)ctx->in.nranks * (size_t)ctx->nsocks; i++)
         if (ctx->pending_fds[i] >= 0) close(ctx->pending_fds[i]);
     free(ctx->pending_fds);
+    free(ctx->peer_nsocks);
     close(ctx->lfd);
     free(ctx);
 }

@@ -43,6 +43,7 @@ typedef struct rl_treq {
     atomic_int status;   /* ringlet_result_t of the first failure, else RINGLET_SUCCESS */
     char err[RL_ERR_MAX]; /* written before status is set */
     size_t len;
+    const void *mapped;  /* irecv_map: where the message lies, once done */
     _Alignas(16) unsigned char priv[RL_TREQ_PRIV];
 } rl_treq;
 
@@ -81,6 +82,13 @@ typedef struct rl_transport_ops {
      * when it moved anything; it is safe from any thread. */
     int (*progress)(void *ctx);
     rl_bell *(*bell)(void *ctx);
+    /* Optional: receive without a copy. Done, req->mapped points at the message inside
+     * the transport's own memory (a shared-memory slot), valid until release(conn, req);
+     * an algorithm reduces straight from it. Releases come in posting order. Returns
+     * RINGLET_ERR_INVALID_USAGE (nothing posted) when len does not fit one slot: the
+     * caller then posts a normal irecv. */
+    ringlet_result_t (*irecv_map)(void *conn, size_t len, rl_treq *req);
+    void (*release)(void *conn, rl_treq *req);
 } rl_transport_ops;
 
 /* Done (1) or running (0). */

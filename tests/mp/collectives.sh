@@ -18,7 +18,7 @@
 # RINGLET_CHECK=1 and RINGLET_CHUNK_SIZE=16384, RINGLET_NCHUNKS_INFLIGHT=2 (many chunks and
 # slot reuse per segment) and RINGLET_ALGO=ring (the ring even for the small counts, which
 # otherwise take the one-shot path), plus small shared-memory slots (a message spans many);
-# P = 5 with RINGLET_NSOCKS_PERPEER=1 and RINGLET_ALGO=oneshot (the one-shot path at the
+# P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
 # large count too); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
 # still spans many chunks.
 # Integers are checked bit-exact, floats within the bound stated at the top of
@@ -58,7 +58,7 @@ if [ -z "$SAN" ]; then
 3|RINGLET_CHECK=1 RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|
 4||--phase 0
 4||--phase 1
-5|RINGLET_NSOCKS_PERPEER=1 RINGLET_ALGO=oneshot|
+5|RINGLET_NSOCKS_PERPEER=3 RINGLET_ALGO=oneshot|
 8||"
     TIMEOUT=900
 else
