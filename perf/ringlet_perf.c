@@ -308,6 +308,11 @@ static inline int64_t gen(const pattern_t *p, int rank, size_t i) {
 }
 
 static void fill(void *buf, ringlet_datatype_t dt, const pattern_t *p, int rank, size_t first, size_t n) {
+    if (dt == RINGLET_FLOAT32) { /* the common case, without store_val's switch per element */
+        float *f = buf;
+        for (size_t i = 0; i < n; i++) f[i] = (float)gen(p, rank, first + i);
+        return;
+    }
     for (size_t i = 0; i < n; i++) store_val(buf, dt, i, gen(p, rank, first + i));
 }
 
@@ -324,6 +329,10 @@ typedef struct {
     ringlet_datatype_t dt;
     ringlet_op_t op;
     int op_given;
+    int average;      /* -a: time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max */
+    int average_given;
+    int per_iter;     /* -I 1: time every iteration */
+    const char *json; /* -J: rank 0 writes the results there */
 } opts_t;
 
 static int env_rank_guess(void) {
@@ -350,6 +359,9 @@ static void usage(FILE *f) {
             "  -o op         sum prod min max avg all (default sum)\n"
             "  -r root       root rank of broadcast and reduce (default 0)\n"
             "  -z 0|1        1: blocking calls; 0: issue the non-blocking forms, then wait (default 1)\n"
+            "  -a 0|1|2|3    time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max (default 3)\n"
+            "  -I 0|1        1: time each iteration; min/median/max lines, and the times in -J (default 0)\n"
+            "  -J file       rank 0 writes every row (and -I's times) to file as JSON\n"
             "  -h            this text\n"
             "Launch one process per rank, e.g.: ringlet-run -n 4 ringlet-perf allreduce -b 4K -e 64M -f 4\n");
 }
@@ -410,7 +422,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
                   .blocking = 1,
                   .root = 0,
                   .dt = RINGLET_FLOAT32,
-                  .op = RINGLET_SUM};
+                  .op = RINGLET_SUM,
+                  .average = 3};
     const char *collname = NULL;
     int first = 1;
     if (argc > 1 && argv[1][0] != '-') {
@@ -474,6 +487,19 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
         case 'r':
             bad = parse_int(v, 0, INT_MAX, &l);
             o->root = (int)l;
+            break;
+        case 'a':
+            bad = parse_int(v, 0, 3, &l);
+            o->average = (int)l;
+            o->average_given = 1;
+            break;
+        case 'I':
+            bad = parse_int(v, 0, 1, &l);
+            o->per_iter = (int)l;
+            break;
+        case 'J':
+            bad = *v == '\0';
+            o->json = v;
             break;
         case 'd': {
             bad = 1;
@@ -553,6 +579,10 @@ typedef struct {
     size_t alloc_bytes;
     ringlet_request_t *reqs;
     int nreqs;
+    double *iter_s;   /* -I 1: seconds of each timed call, [form][iters] */
+    double *iter_red; /* the same reduced across ranks (-a) */
+    FILE *json;       /* -J, rank 0 only */
+    int json_rows;
     /* current test */
     ringlet_datatype_t dt;
     ringlet_op_t op;
@@ -661,19 +691,37 @@ static void pointers(const ctx_t *c, const layout_t *L, int inplace, const void 
     *r = c->rbuf + L->out_off_ip * c->ts;
 }
 
-/* Runs `iters` calls; the average seconds per call on this rank. */
-static double run_loop(ctx_t *c, const layout_t *L, int inplace, int iters, int timed) {
+/* Runs `iters` calls; the average seconds per call on this rank. With iter_s, also
+ * each call's seconds: blocking, from the end of the previous call (or the start) to
+ * its return; non-blocking, from the previous wait's return (the first: from before
+ * the first issue) to its wait's return. The pieces add up to the total. No barrier
+ * between calls, so the loop is timed exactly as without -I. */
+static double run_loop(ctx_t *c, const layout_t *L, int inplace, int iters, int timed, double *iter_s) {
     const void *s;
     void *r;
     pointers(c, L, inplace, &s, &r);
     const char *name = coll_call_name(c->o.coll, c->o.blocking);
     if (timed) CHECK_RL(c, "ringlet_barrier", ringlet_barrier(c->comm, NULL));
-    double t0 = now_s();
+    double t0 = now_s(), prev = t0;
     if (c->o.blocking) {
-        for (int k = 0; k < iters; k++) CHECK_RL(c, name, issue(c, s, r, L->pc, NULL));
+        for (int k = 0; k < iters; k++) {
+            CHECK_RL(c, name, issue(c, s, r, L->pc, NULL));
+            if (iter_s) {
+                double t = now_s();
+                iter_s[k] = t - prev;
+                prev = t;
+            }
+        }
     } else {
         for (int k = 0; k < iters; k++) CHECK_RL(c, name, issue(c, s, r, L->pc, &c->reqs[k]));
-        for (int k = 0; k < iters; k++) CHECK_RL(c, "ringlet_wait", ringlet_wait(&c->reqs[k]));
+        for (int k = 0; k < iters; k++) {
+            CHECK_RL(c, "ringlet_wait", ringlet_wait(&c->reqs[k]));
+            if (iter_s) {
+                double t = now_s();
+                iter_s[k] = t - prev;
+                prev = t;
+            }
+        }
     }
     double t1 = now_s();
     return iters > 0 ? (t1 - t0) / iters : 0.0;
@@ -844,6 +892,36 @@ static int wrong_elem(const checker_t *k, const void *buf, size_t i, size_t idx,
     return !(fabs(got - want) <= k->tol * scale);
 }
 
+/* The same answer as wrong_elem, summed over m elements, for float32 and float64
+ * with an exact expectation (k->tol == 0): element i0 + j of buf against input
+ * index idx0 + j of rank src, or (src < 0) the sum over all ranks. Works a block of
+ * elements at a time, one rank after the other, which makes large checks several
+ * times faster than wrong_elem (a 256 MiB check took seconds per rank). */
+static int64_t fast_wrong(const checker_t *k, const void *buf, size_t i0, size_t idx0, size_t m, int src) {
+    enum { BLK = 2048 };
+    int64_t acc[BLK];
+    int64_t wrong = 0;
+    for (size_t b = 0; b < m; b += BLK) {
+        size_t len = m - b < BLK ? m - b : BLK;
+        size_t idx = idx0 + b;
+        if (src >= 0) {
+            for (size_t j = 0; j < len; j++) acc[j] = gen(&k->pat, src, idx + j);
+        } else {
+            memset(acc, 0, len * sizeof acc[0]);
+            for (int r = 0; r < k->n; r++)
+                for (size_t j = 0; j < len; j++) acc[j] += gen(&k->pat, r, idx + j);
+        }
+        if (k->dt == RINGLET_FLOAT32) {
+            const float *f = (const float *)buf + i0 + b;
+            for (size_t j = 0; j < len; j++) wrong += !(f[j] == (float)acc[j]);
+        } else {
+            const double *d = (const double *)buf + i0 + b;
+            for (size_t j = 0; j < len; j++) wrong += !(d[j] == (double)acc[j]);
+        }
+    }
+    return wrong;
+}
+
 /* Fills the input, poisons the rest of rbuf, runs the collective once, and counts
  * wrong elements: wrong results, changed inputs, and writes outside the output. */
 static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
@@ -872,7 +950,30 @@ static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
     /* 3. the output */
     int64_t wrong = 0;
     const char *out = r;
-    for (size_t i = 0; i < L->out_elems; i++) {
+    /* exact float32/float64 results: the block-wise checker (sum only when reducing) */
+    const int fast = (c->dt == RINGLET_FLOAT32 || c->dt == RINGLET_FLOAT64) && k.tol == 0.0;
+    const int fast_out = fast && (!k.has_op || k.op == RINGLET_SUM);
+    if (fast_out) {
+        switch (coll) {
+        case C_ALLREDUCE:
+        case C_REDUCE:
+            wrong += fast_wrong(&k, out, 0, 0, L->out_elems, -1);
+            break;
+        case C_BROADCAST:
+            wrong += fast_wrong(&k, out, 0, 0, L->out_elems, c->o.root);
+            break;
+        case C_ALLGATHER:
+            for (int src = 0; src < c->nranks && L->pc; src++)
+                wrong += fast_wrong(&k, out, (size_t)src * L->pc, 0, L->pc, src);
+            break;
+        case C_REDUCESCATTER:
+            wrong += fast_wrong(&k, out, 0, (size_t)me * L->pc, L->out_elems, -1);
+            break;
+        default:
+            break;
+        }
+    }
+    for (size_t i = 0; i < (fast_out ? 0 : L->out_elems); i++) {
         switch (coll) {
         case C_ALLREDUCE:
         case C_REDUCE:
@@ -895,7 +996,18 @@ static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
     /* 4. inputs must be left as they were (the parts that are not output) */
     const size_t out_lo = inplace ? L->out_off_ip : 0, out_hi = out_lo + L->out_elems;
     const size_t in_lo = inplace ? L->in_off_ip : 0;
-    for (size_t j = 0; j < L->in_elems; j++) {
+    if (fast) { /* the input indices outside [out_lo, out_hi) in place; all of them otherwise */
+        size_t a = L->in_elems, b = L->in_elems;
+        if (inplace) {
+            a = out_lo > in_lo ? out_lo - in_lo : 0;
+            b = out_hi > in_lo ? out_hi - in_lo : 0;
+            if (a > L->in_elems) a = L->in_elems;
+            if (b > L->in_elems) b = L->in_elems;
+            if (b < a) b = a;
+        }
+        wrong += fast_wrong(&k, in, 0, 0, a, me) + fast_wrong(&k, in, b, b, L->in_elems - b, me);
+    }
+    for (size_t j = 0; j < (fast ? 0 : L->in_elems); j++) {
         size_t pos = in_lo + j; /* position in rbuf when in place */
         if (inplace && pos >= out_lo && pos < out_hi) continue;
         wrong += wrong_elem(&k, in, j, j, me);
@@ -942,35 +1054,172 @@ typedef struct {
     int64_t wrong_total;
 } totals_t;
 
+static const char *kAverageName[4] = {"rank0", "mean", "min", "max"};
+
+/* Times across ranks as -a asks: 0 rank 0's own (no communication: only rank 0
+ * prints), 1 the mean, 2 the smallest, 3 the largest. out[i] from in[i]. */
+static void reduce_times(ctx_t *c, const double *in, double *out, size_t n) {
+    if (c->o.average == 0) {
+        memcpy(out, in, n * sizeof *in);
+        return;
+    }
+    ringlet_op_t op = c->o.average == 1 ? RINGLET_SUM : c->o.average == 2 ? RINGLET_MIN : RINGLET_MAX;
+    CHECK_RL(c, "ringlet_allreduce (time)", ringlet_allreduce(in, out, n, RINGLET_FLOAT64, op, c->comm, NULL));
+    if (c->o.average == 1)
+        for (size_t i = 0; i < n; i++) out[i] /= c->nranks;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* min, median, max of v[0..n) (n >= 1); sorts v */
+static void stats3(double *v, size_t n, double out[3]) {
+    qsort(v, n, sizeof *v, cmp_double);
+    out[0] = v[0];
+    out[1] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    out[2] = v[n - 1];
+}
+
+/* ---- JSON (-J), written by rank 0 as it goes: a run that dies leaves a file that
+ * does not parse, which says so ---- */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.9g", v);
+    else
+        fputs("null", f);
+}
+
+typedef struct {
+    int32_t pid;
+    int32_t local_rank;
+    char host[56];
+} rankinfo_t;
+
+static void json_begin(ctx_t *c, const rankinfo_t *info) {
+    FILE *f = c->json;
+    const opts_t *o = &c->o;
+    fprintf(f, "{\n  \"tool\": \"ringlet-perf\",\n  \"version\": ");
+    json_str(f, ringlet_version());
+    fprintf(f, ",\n  \"collective\": \"%s\",\n  \"nranks\": %d,\n", kColl[o->coll].name, c->nranks);
+    fprintf(f,
+            "  \"settings\": {\"min_bytes\": %zu, \"max_bytes\": %zu, \"step_%s\": %zu, \"warmup\": %d, "
+            "\"iters\": %d, \"check\": %d, \"blocking\": %d, \"average\": %d, \"average_name\": \"%s\", "
+            "\"per_iteration\": %d},\n",
+            o->minb, o->maxb, o->stepfactor > 1 ? "factor" : "bytes",
+            o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes, o->warmup, o->iters, o->check, o->blocking,
+            o->average, kAverageName[o->average], o->per_iter);
+    fprintf(f, "  \"env\": {");
+    int first = 1;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "RINGLET_", 8) != 0 || strncmp(*e, "RINGLET_SECRET=", 15) == 0) continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+        fputs(first ? "" : ", ", f);
+        json_str(f, name);
+        fputs(": ", f);
+        json_str(f, eq + 1);
+        first = 0;
+    }
+    fprintf(f, "},\n  \"ranks\": [");
+    for (int r = 0; r < c->nranks; r++) {
+        fprintf(f, "%s\n    {\"rank\": %d, \"pid\": %d, \"host\": ", r ? "," : "", r, (int)info[r].pid);
+        json_str(f, info[r].host);
+        fprintf(f, ", \"local_rank\": %d}", (int)info[r].local_rank);
+    }
+    fprintf(f, "\n  ],\n  \"results\": [");
+    fflush(f);
+}
+
+static void json_row(ctx_t *c, const layout_t *L, const double sec[2], const double bw[2][2], const int64_t wrong[2]) {
+    FILE *f = c->json;
+    const int has_op = kColl[c->o.coll].has_op, has_root = kColl[c->o.coll].has_root;
+    fprintf(f, "%s\n    {\"collective\": \"%s\", \"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+               "\"root\": %d, \"nranks\": %d",
+            c->json_rows++ ? "," : "", kColl[c->o.coll].name, L->bytes, L->count_col, type_name(c->dt),
+            has_op ? op_name(c->op) : "none", has_root ? c->o.root : -1, c->nranks);
+    for (int ip = 0; ip < 2; ip++) {
+        fprintf(f, ",\n     \"%s\": {\"time_us\": ", ip ? "in_place" : "out_of_place");
+        json_num(f, sec[ip] * 1e6);
+        fputs(", \"algbw\": ", f);
+        json_num(f, bw[ip][0]);
+        fputs(", \"busbw\": ", f);
+        json_num(f, bw[ip][1]);
+        if (c->o.check)
+            fprintf(f, ", \"wrong\": %lld", (long long)wrong[ip]);
+        else
+            fputs(", \"wrong\": null", f);
+        if (c->iter_red) {
+            fputs(",\n       \"iter_us\": [", f);
+            const double *v = c->iter_red + (size_t)ip * c->o.iters;
+            for (int k = 0; k < c->o.iters; k++) {
+                if (k) fputs(k % 8 ? ", " : ",\n         ", f);
+                json_num(f, v[k] * 1e6);
+            }
+            fputs("]", f);
+        }
+        fputs("}", f);
+    }
+    fputs("}", f);
+    fflush(f);
+}
+
+static void json_end(ctx_t *c, const totals_t *tot) {
+    FILE *f = c->json;
+    fprintf(f, "\n  ],\n  \"wrong_total\": %lld,\n  \"avg_busbw\": ", (long long)tot->wrong_total);
+    json_num(f, tot->bw_count ? tot->bw_sum / (double)tot->bw_count : 0.0);
+    fprintf(f, ",\n  \"ok\": %s\n}\n", tot->wrong_total ? "false" : "true");
+}
+
 /* One size: out-of-place then in-place, timed then checked. */
 static void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
     layout_t L = make_layout(c, reqbytes);
-    double t[2] = {0, 0}, tmax[2] = {0, 0};
+    double t[2] = {0, 0}, tred[2] = {0, 0};
     int64_t w[2] = {0, 0}, wsum[2] = {0, 0};
     const pattern_t pat = make_pattern(c->dt, kColl[c->o.coll].has_op, c->op);
     for (int ip = 0; ip < 2; ip++) {
         /* timed data: the check pattern (small integers: no denormals, no NaN; in
          * place, sums grow but prod, min, max and avg stay put) */
         fill(ip ? c->rbuf + L.in_off_ip * c->ts : c->sbuf, c->dt, &pat, c->rank, 0, L.in_elems);
-        if (c->o.warmup > 0) run_loop(c, &L, ip, c->o.warmup, 0);
-        t[ip] = run_loop(c, &L, ip, c->o.iters, 1);
+        if (c->o.warmup > 0) run_loop(c, &L, ip, c->o.warmup, 0, NULL);
+        t[ip] = run_loop(c, &L, ip, c->o.iters, 1, c->iter_s ? c->iter_s + (size_t)ip * c->o.iters : NULL);
         if (c->o.check) w[ip] = check_once(c, &L, ip);
     }
-    CHECK_RL(c, "ringlet_allreduce (max time)",
-             ringlet_allreduce(t, tmax, 2, RINGLET_FLOAT64, RINGLET_MAX, c->comm, NULL));
+    reduce_times(c, t, tred, 2);
+    if (c->iter_s) reduce_times(c, c->iter_s, c->iter_red, 2 * (size_t)c->o.iters);
     if (c->o.check)
         CHECK_RL(c, "ringlet_allreduce (#wrong)", ringlet_allreduce(w, wsum, 2, RINGLET_INT64, RINGLET_SUM, c->comm, NULL));
     tot->wrong_total += wsum[0] + wsum[1]; /* the same on every rank */
     if (c->rank != 0) return;
 
     const int has_op = kColl[c->o.coll].has_op, has_root = kColl[c->o.coll].has_root;
+    double bw[2][2];
     printf("%12zu  %12zu  %8s  %6s  %6d", L.bytes, L.count_col, type_name(c->dt), has_op ? op_name(c->op) : "none",
            has_root ? c->o.root : -1);
     for (int ip = 0; ip < 2; ip++) {
         char ts[32], ws[32];
-        double sec = tmax[ip];
+        double sec = tred[ip];
         double algbw = sec > 0 ? (double)L.bytes / 1e9 / sec : 0.0;
         double busbw = algbw * bus_factor(c->o.coll, c->nranks);
+        bw[ip][0] = algbw;
+        bw[ip][1] = busbw;
         fmt_time(ts, sizeof ts, sec * 1e6);
         if (c->o.check)
             snprintf(ws, sizeof ws, "%5lld", (long long)wsum[ip]);
@@ -981,14 +1230,26 @@ static void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
         tot->bw_count++;
     }
     printf("\n");
+    if (c->iter_red) {
+        /* per-iteration times (us): min / median / max, as comment lines under the row */
+        double *tmp = malloc((size_t)c->o.iters * sizeof *tmp);
+        if (tmp) {
+            printf("#  %10zu  per-iteration time (us, %s across ranks, %d calls):", L.bytes, kAverageName[c->o.average],
+                   c->o.iters);
+            for (int ip = 0; ip < 2; ip++) {
+                double st[3];
+                memcpy(tmp, c->iter_red + (size_t)ip * c->o.iters, (size_t)c->o.iters * sizeof *tmp);
+                stats3(tmp, (size_t)c->o.iters, st);
+                printf("  %s min %.2f median %.2f max %.2f", ip ? "in-place" : "out-of-place", st[0] * 1e6,
+                       st[1] * 1e6, st[2] * 1e6);
+            }
+            printf("\n");
+            free(tmp);
+        }
+    }
     fflush(stdout);
+    if (c->json) json_row(c, &L, tred, bw, wsum);
 }
-
-typedef struct {
-    int32_t pid;
-    int32_t local_rank;
-    char host[56];
-} rankinfo_t;
 
 static void print_header(ctx_t *c, const rankinfo_t *info) {
     const opts_t *o = &c->o;
@@ -997,6 +1258,9 @@ static void print_header(ctx_t *c, const rankinfo_t *info) {
            "blocking: %d\n",
            c->nranks, o->minb, o->maxb, o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes,
            o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check, o->blocking);
+    if (o->average_given || o->per_iter || o->json) /* only with the new flags: the header stays nccl-tests' */
+        printf("# time across ranks: %s (-a %d)  per-iteration: %d  json: %s\n", kAverageName[o->average], o->average,
+               o->per_iter, o->json ? o->json : "-");
     printf("#\n# ringlet %s", ringlet_version());
     for (char **e = environ; e && *e; e++) /* the knobs that were set, for the record */
         if (strncmp(*e, "RINGLET_", 8) == 0 && strncmp(*e, "RINGLET_SECRET=", 15) != 0) printf("  %s", *e);
@@ -1052,7 +1316,11 @@ int main(int argc, char **argv) {
     c->nreqs = o.iters > o.warmup ? o.iters : o.warmup;
     if (c->nreqs < 1) c->nreqs = 1;
     c->reqs = calloc((size_t)c->nreqs, sizeof *c->reqs);
-    if (!c->sbuf || !c->rbuf || !c->reqs) {
+    if (o.per_iter) {
+        c->iter_s = calloc(2 * (size_t)o.iters, sizeof *c->iter_s);
+        c->iter_red = calloc(2 * (size_t)o.iters, sizeof *c->iter_red);
+    }
+    if (!c->sbuf || !c->rbuf || !c->reqs || (o.per_iter && (!c->iter_s || !c->iter_red))) {
         fprintf(stderr, "ringlet-perf: rank %d: cannot allocate 2 x %zu bytes\n", c->rank, c->alloc_bytes);
         ringlet_comm_abort(c->comm);
         return 1;
@@ -1074,7 +1342,25 @@ int main(int argc, char **argv) {
     }
     CHECK_RL(c, "ringlet_allgather (rank info)",
              ringlet_allgather(&mine, all, sizeof mine, RINGLET_UINT8, c->comm, NULL));
+
+    /* -J: rank 0 opens the file; every rank learns whether it could */
+    if (o.json) {
+        int32_t ok = 1, all_ok = 0;
+        if (c->rank == 0) {
+            c->json = fopen(o.json, "w");
+            if (!c->json) {
+                fprintf(stderr, "ringlet-perf: cannot write %s: %s\n", o.json, strerror(errno));
+                ok = 0;
+            }
+        }
+        CHECK_RL(c, "ringlet_allreduce (json)", ringlet_allreduce(&ok, &all_ok, 1, RINGLET_INT32, RINGLET_MIN, c->comm, NULL));
+        if (!all_ok) {
+            ringlet_comm_destroy(c->comm);
+            return 1;
+        }
+    }
     if (c->rank == 0) print_header(c, all);
+    if (c->json) json_begin(c, all);
     free(all);
 
     totals_t tot = {0, 0, 0};
@@ -1114,10 +1400,17 @@ int main(int argc, char **argv) {
         printf("#\n# Collective test concluded: ringlet-perf %s\n#\n", kColl[o.coll].name);
         fflush(stdout);
     }
+    if (c->json) {
+        json_end(c, &tot);
+        if (fclose(c->json) != 0) fprintf(stderr, "ringlet-perf: writing %s: %s\n", o.json, strerror(errno));
+        c->json = NULL;
+    }
     CHECK_RL(c, "ringlet_comm_destroy", ringlet_comm_destroy(c->comm));
     c->comm = NULL;
     free(c->sbuf);
     free(c->rbuf);
     free(c->reqs);
+    free(c->iter_s);
+    free(c->iter_red);
     return tot.wrong_total ? 2 : 0; /* every rank knows the total */
 }

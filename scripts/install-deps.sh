@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ringlet needs, when some are missing.
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh peers      also the peers perf/ compares against (Open MPI, Gloo)
+#   scripts/install-deps.sh peers      also the peers perf/compare runs (Open MPI, Gloo) and its plot (matplotlib)
 # As root it runs apt-get; otherwise it says what to install and goes on (the build
 # itself only needs a C compiler and make).
 set -u
@@ -12,7 +12,7 @@ pkgs=(gcc g++ make libc6-dev pkg-config python3 procps iproute2
       libibverbs-dev ibverbs-providers rdma-core perftest
       python3-torch python3-numpy)
 if [ "${1:-}" = peers ]; then
-    pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3)
+    pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3 python3-matplotlib)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
