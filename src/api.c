@@ -1,6 +1,7 @@
 /* Public entry points: argument checks, requests, test and wait. Every argument error
  * is local (no peer is contacted), leaves the communicator usable, and names the
  * argument in ringlet_comm_last_error. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,8 +208,9 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
         int device;
         if (rc || (rc = buffers_device(c, a, &device))) return rc;
         if (device < 0) {
+            /* A collective never touches the point-to-point part (treq): zero the rest. */
             struct ringlet_request r;
-            memset(&r, 0, sizeof r);
+            memset(&r, 0, offsetof(struct ringlet_request, treq));
             r.comm = c;
             r.kind = a->kind;
             r.sendbuf = a->sendbuf;

@@ -50,7 +50,7 @@ int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *
 static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_request *r, xfer *sends, int ns,
                                  xfer *recvs, int nr, char *err) {
     rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
-    double t0 = rl_now();
+    double t0 = c->trace ? rl_now() : 0;
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     int posted_r = 0, posted_s = 0;
@@ -62,7 +62,7 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     for (int i = 0; i < nr && !rc; i++) rc = rl_comm_recv_conn(c, recvs[i].peer, &rk[i], cerr);
     for (int i = 0; i < nr && !rc; i++, posted_r++) rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     for (int i = 0; i < ns && !rc; i++, posted_s++) sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
-    double last = rl_now();
+    double last = 0; /* read the clock only once something must be waited for */
     int waiting = -1; /* index of a request not done: receives first, then sends + nr */
     while (!rc) {
         unsigned gen = rl_comm_gen(c);
@@ -81,7 +81,9 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
             rc = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
             break;
         }
-        if (rl_now() - last > c->timeout_s) {
+        double now = rl_now();
+        if (last == 0) last = now;
+        if (now - last > c->timeout_s) {
             rc = RINGLET_ERR_TIMEOUT;
             snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
                      waiting < nr ? "receive from" : "send to", waiting < nr ? recvs[waiting].peer : sends[waiting - nr].peer);
@@ -118,12 +120,12 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
 /* dst = blk(0) op blk(1) op ... op blk(P-1), then / P for avg. */
 static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, void *dst, const char *blocks,
                             size_t bytes) {
-    double t0 = rl_now();
+    double t0 = c->trace ? rl_now() : 0;
     int P = c->nranks;
     rl_reduce_host(dst, blocks, blocks + bytes, r->count, r->dtype, r->op);
     for (int q = 2; q < P; q++) rl_reduce_host(dst, dst, blocks + (size_t)q * bytes, r->count, r->dtype, r->op);
     if (r->op == RINGLET_AVG) rl_divide_host(dst, r->count, r->dtype, P);
-    rl_trace_span(c->trace, RL_LANE_REDUCE, "reduce", t0, rl_now(), rl_op_name(r->kind), r->seq, 0, bytes, -1);
+    if (c->trace) rl_trace_span(c->trace, RL_LANE_REDUCE, "reduce", t0, rl_now(), rl_op_name(r->kind), r->seq, 0, bytes, -1);
 }
 
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, char *err) {

@@ -6,6 +6,14 @@
 #include <stdint.h>
 
 double rl_now(void); /* monotonic seconds */
+/* A spin-wait hint to the CPU (x86 pause). */
+static inline void rl_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 void rl_sleep_ms(int ms);
 /* Integer from the environment, def when unset; a value that does not parse or is out
  * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. */

@@ -2,9 +2,10 @@
  * process) or in a shared mapping (a peer process rings it), so the futex calls are the
  * shared kind.
  *
- * Invariant that makes a wake-up never lost: the ringer bumps gen then reads sleepers;
- * the sleeper bumps sleepers then re-reads gen before sleeping (both sequentially
- * consistent), so at least one of them sees the other. */
+ * Invariant that makes a wake-up never lost: the ringer bumps gen (or, for a peer's
+ * data, publishes it) then reads sleepers; the sleeper bumps sleepers then re-reads gen
+ * (and polls for the data) before sleeping, all sequentially consistent, so at least
+ * one of them sees the other. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -19,9 +20,16 @@ void rl_bell_ring(rl_bell *b) {
     if (atomic_load(&b->sleepers)) syscall(SYS_futex, (void *)&b->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void rl_bell_wait(rl_bell *b, unsigned seen, int ms) {
+/* The ringer published its data before this fence; a sleeper counts itself before it
+ * polls. Either the ringer sees the sleeper, or the sleeper's poll sees the data. */
+void rl_bell_ring_sleeper(rl_bell *b) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&b->sleepers)) rl_bell_ring(b);
+}
+
+void rl_bell_wait(rl_bell *b, unsigned seen, int ms, int (*poll)(void *), void *arg) {
     atomic_fetch_add(&b->sleepers, 1);
-    if (atomic_load(&b->gen) == seen) {
+    if (atomic_load(&b->gen) == seen && !(poll && poll(arg))) {
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         syscall(SYS_futex, (void *)&b->gen, FUTEX_WAIT, seen, &ts, NULL, 0);
     }

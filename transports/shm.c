@@ -324,7 +324,7 @@ static void ring_peer(shm_conn *k) {
         if (map_peer(k->ctx, name, k->peer, 0, 0, 0, &unused, &h, err) == RINGLET_SUCCESS) k->peer_hdr = h;
         else RL_WARN(k->ctx->in.rank, "shared memory: %s", err);
     }
-    if (k->peer_hdr) rl_bell_ring(&k->peer_hdr->bell);
+    if (k->peer_hdr) rl_bell_ring_sleeper(&k->peer_hdr->bell);
 }
 
 static void op_done(shm_conn *k) {

@@ -48,14 +48,22 @@ typedef struct rl_treq {
 } rl_treq;
 
 /* A wake-up counter: ring bumps gen and wakes sleepers (a futex, shared across
- * processes when the bell lives in shared memory); wait sleeps while gen is unchanged. */
+ * processes when the bell lives in shared memory); wait sleeps while gen is unchanged.
+ * gen and sleepers sit on separate cache lines: the owner bumps gen often, peers read
+ * sleepers often. */
 typedef struct rl_bell {
     atomic_uint gen;
+    char pad_[60];
     atomic_uint sleepers;
 } rl_bell;
 void rl_bell_ring(rl_bell *b);
-/* Sleeps until gen differs from seen, or ms pass. */
-void rl_bell_wait(rl_bell *b, unsigned seen, int ms);
+/* For a peer that has just published data the sleeper's poll would find: wakes it only
+ * when it sleeps (a read of a clean cache line otherwise). Pairs with rl_bell_wait's
+ * poll after it counts itself as a sleeper. */
+void rl_bell_ring_sleeper(rl_bell *b);
+/* Sleeps until gen differs from seen, or ms pass. poll (may be NULL) runs once after
+ * this thread counts as a sleeper: non-zero (it found work) returns at once. */
+void rl_bell_wait(rl_bell *b, unsigned seen, int ms, int (*poll)(void *), void *arg);
 
 typedef struct rl_transport_init {
     int rank, nranks;
