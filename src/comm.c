@@ -465,7 +465,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     memcpy(c->secret, t->secret, 32);
     c->timeout_s = rl_timeout_s();
-    c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 512 << 10, 4096, 1LL << 30);
+    c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
     const char *algo = getenv("RINGLET_ALGO");
     c->algo = RL_ALGO_AUTO;
@@ -540,6 +540,18 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);
+        if (!c->chunk_bytes) {
+            /* Measured defaults: 256 KiB when both ring neighbours are reached over shared
+             * memory (a chunk then fits one lent slot and stays in cache), 512 KiB for the
+             * network transports. Every rank of a one-host job picks the same. */
+            int tn = RL_TP_TCP, tp = RL_TP_TCP;
+            char e2[RL_ERR_MAX];
+            if (nranks > 1 && pick_transport(c, c->next, &tn, e2) == RINGLET_SUCCESS &&
+                pick_transport(c, c->prev, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
+                c->chunk_bytes = 256 << 10;
+            else
+                c->chunk_bytes = 512 << 10;
+        }
         char a[96];
         rl_sockaddr_str((struct sockaddr *)&c->ifaddr, a, sizeof a);
         RL_INFO(rank, "%d ranks, local rank %d of %d; transport %s; TCP on interface %s (%s); ring prev %d next %d; "

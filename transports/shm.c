@@ -147,9 +147,9 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
     x->in = *in;
     memcpy(x->secret, in->secret, 32);
     pthread_mutex_init(&x->mu, NULL);
-    x->slot_bytes = (uint64_t)rl_env_int("RINGLET_SHM_SLOT_SIZE", 128 << 10, 4096, 64LL << 20);
+    x->slot_bytes = (uint64_t)rl_env_int("RINGLET_SHM_SLOT_SIZE", 256 << 10, 4096, 64LL << 20);
     x->slot_bytes = (x->slot_bytes + 63) & ~(uint64_t)63;
-    x->nslots = (uint32_t)rl_env_int("RINGLET_SHM_NSLOTS", 16, 2, 1024);
+    x->nslots = (uint32_t)rl_env_int("RINGLET_SHM_NSLOTS", 8, 2, 1024);
     size_t fifo = FIFO_HDR + (size_t)x->nslots * slot_stride(x->slot_bytes);
     x->fifo_stride = (fifo + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE;
     x->seg_len = SHM_PAGE + (size_t)in->nranks * x->fifo_stride;
