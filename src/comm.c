@@ -83,7 +83,7 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
             /* The first rounds in a pause loop (a reply often comes within a
              * microsecond, and a yield is a system call), then yield the core; the
              * clock is read only every 64 rounds. */
-            if (n < 256) {
+            if (n < c->spin_pause) {
                 rl_cpu_relax();
                 continue;
             }
@@ -540,6 +540,9 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);
+        /* More ranks than cores here: a waiter yields at once, since the rank it waits
+         * for may need this core to run at all. */
+        c->spin_pause = c->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 256;
         if (!c->chunk_bytes) {
             /* Measured defaults: 256 KiB when both ring neighbours are reached over shared
              * memory (a chunk then fits one lent slot and stays in cache), 512 KiB for the

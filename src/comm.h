@@ -105,6 +105,7 @@ struct ringlet_comm {
     _Atomic(rl_bell *) ev;
     atomic_int polled;  /* a connection over a transport without threads (shm) exists */
     double spin_s;      /* how long a waiter polls such transports before it sleeps */
+    unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;
