@@ -217,6 +217,16 @@ then
     fails=$((fails + 1))
 fi
 
+# perf/trace_summary.py reads the merged file: one allreduce row per rank, shares within 0..100%
+if "$PY" "$(dirname "$0")/../../perf/trace_summary.py" "$TMP/merged.json" >"$TMP/summary.out" 2>&1 &&
+    [ "$(grep -cE '^[0-2] +allreduce +[0-9]+ +[0-9.]+ +[0-9.]+% +[0-9.]+% +[0-9.]+%$' "$TMP/summary.out")" = 3 ] &&
+    awk '/allreduce/ { for (i = 5; i <= 7; i++) if ($i + 0 > 100.05) bad = 1 } END { exit bad }' "$TMP/summary.out"; then
+    pass "trace_summary.py: $(grep -m1 -E '^0 +allreduce' "$TMP/summary.out")"
+else
+    fail "trace_summary.py: unexpected output"
+    cat "$TMP/summary.out"
+fi
+
 if [ $fails = 0 ]; then
     echo "trace: all passed"
     exit 0
