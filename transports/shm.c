@@ -10,8 +10,10 @@
  * A FIFO is a ring of nslots slots of slot_bytes each. A message is cut into pieces of
  * at most one slot (a message of 0 bytes is one empty piece); every piece carries the
  * message's length, so a receive posted with another length fails on both ends. The
- * sender owns head, the receiver owns tail; a slot is written before head moves past
- * it (release) and read after (acquire), and reused only after tail moved past it.
+ * piece at position p goes to slot p % nslots, and its header's seq becomes p + 1 after
+ * the piece is written (release; the receiver polls that one cache line, acquire). The
+ * receiver owns tail, the count of slots the sender may reuse; the sender reads it only
+ * when its cached copy says the FIFO is full.
  *
  * There are no threads: isend/irecv copy what fits at once, and progress() (called by
  * whoever waits) copies the rest. Moving data rings the peer's bell.
@@ -42,7 +44,7 @@
 #define SHM_NAME_MAX 64
 #define SHM_PREFIX "ringlet-"
 #define FIFO_HDR 256u
-#define SLOT_HDR 64u
+#define SLOT_HDR 32u /* a small message shares its slot header's cache line */
 
 typedef struct {
     rl_bell bell; /* first: the owner sleeps on it, peers ring it */
@@ -56,8 +58,7 @@ typedef struct {
 enum { SIDE_NONE = 0, SIDE_OPEN = 1, SIDE_CLOSED = 2 };
 
 typedef struct {
-    _Alignas(64) atomic_ullong head; /* pieces published (sender) */
-    _Alignas(64) atomic_ullong tail; /* pieces consumed (receiver) */
+    _Alignas(64) atomic_ullong tail; /* pieces consumed (receiver); the sender may reuse their slots */
     _Alignas(64) atomic_int sender;  /* SIDE_*: connect sets OPEN after writing sender_seg */
     atomic_int receiver;
     atomic_int mismatch; /* the receiver saw a length mismatch: the sender fails too */
@@ -65,9 +66,11 @@ typedef struct {
 } fifo_hdr;
 
 typedef struct {
+    atomic_ullong seq; /* position + 1 once the piece is written (release) */
     uint64_t msg_len;
     uint64_t piece;
 } slot_hdr;
+_Static_assert(sizeof(slot_hdr) <= SLOT_HDR, "slot header too large");
 
 _Static_assert(sizeof(fifo_hdr) <= FIFO_HDR, "FIFO header too large");
 _Static_assert(sizeof(seg_hdr) <= SHM_PAGE, "segment header too large");
@@ -99,8 +102,9 @@ typedef struct shm_conn {
     seg_hdr *peer_hdr; /* the peer's header page (its bell), NULL until known */
     shm_op *head, *tail;
     /* receiver: pieces read so far; tail (what the sender may reuse) trails it while
-     * a lent slot is held */
+     * a lent slot is held. sender: pieces written so far, and the last tail seen. */
     uint64_t rpos;
+    uint64_t spos, tail_seen;
     unsigned char *held; /* [nslots]: slot lent to an irecv_map and not yet released */
 } shm_conn;
 
@@ -356,21 +360,22 @@ static int progress_send(shm_conn *k) {
             fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
             return 1;
         }
-        uint64_t h = atomic_load_explicit(&k->f->head, memory_order_relaxed);
-        uint64_t t = atomic_load_explicit(&k->f->tail, memory_order_acquire);
+        uint64_t h = k->spos;
+        if (h - k->tail_seen >= k->nslots) k->tail_seen = atomic_load_explicit(&k->f->tail, memory_order_acquire);
         int pushed = 0;
-        while (h - t < k->nslots && (o->off < o->len || o->pieces == 0)) {
-            char *s = slot_at(k, h);
+        while (h - k->tail_seen < k->nslots && (o->off < o->len || o->pieces == 0)) {
+            slot_hdr *sh = (slot_hdr *)slot_at(k, h);
             size_t piece = o->len - o->off < k->slot_bytes ? o->len - o->off : (size_t)k->slot_bytes;
-            slot_hdr sh = {o->len, piece};
-            memcpy(s, &sh, sizeof sh);
-            if (piece) memcpy(s + SLOT_HDR, o->buf + o->off, piece);
+            sh->msg_len = o->len;
+            sh->piece = piece;
+            if (piece) memcpy((char *)sh + SLOT_HDR, o->buf + o->off, piece);
             o->off += piece;
             o->pieces++;
+            atomic_store_explicit(&sh->seq, h + 1, memory_order_release);
             h++;
-            atomic_store_explicit(&k->f->head, h, memory_order_release);
             pushed = 1;
         }
+        k->spos = h;
         if (pushed) {
             moved = 1;
             ring_peer(k);
@@ -394,12 +399,14 @@ static int progress_recv(shm_conn *k) {
     int moved = 0;
     while (k->head) {
         shm_op *o = k->head;
-        uint64_t h = atomic_load_explicit(&k->f->head, memory_order_acquire);
         int popped = 0;
-        while (k->rpos < h && (o->off < o->len || o->pieces == 0)) {
+        while (o->off < o->len || o->pieces == 0) {
             char *s = slot_at(k, k->rpos);
-            slot_hdr sh;
-            memcpy(&sh, s, sizeof sh);
+            slot_hdr *shp = (slot_hdr *)s;
+            if (atomic_load_explicit(&shp->seq, memory_order_acquire) != k->rpos + 1) break;
+            struct {
+                uint64_t msg_len, piece;
+            } sh = {shp->msg_len, shp->piece};
             if (sh.msg_len != o->len || sh.piece > o->len - o->off || sh.piece > k->slot_bytes) {
                 atomic_store(&k->f->mismatch, 1);
                 ring_peer(k);
@@ -429,7 +436,8 @@ static int progress_recv(shm_conn *k) {
         if (o->off == o->len && o->pieces > 0) {
             op_done(k);
         } else {
-            if (!popped && atomic_load(&k->f->sender) == SIDE_CLOSED && k->rpos == atomic_load(&k->f->head))
+            if (!popped && atomic_load(&k->f->sender) == SIDE_CLOSED &&
+                atomic_load(&((slot_hdr *)slot_at(k, k->rpos))->seq) != k->rpos + 1)
                 fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
             break;
         }
