@@ -62,13 +62,14 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     for (int i = 0; i < nr && !rc; i++) rc = rl_comm_recv_conn(c, recvs[i].peer, &rk[i], cerr);
     for (int i = 0; i < nr && !rc; i++, posted_r++) rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     for (int i = 0; i < ns && !rc; i++, posted_s++) sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
-    double last = 0; /* read the clock only once something must be waited for */
-    int waiting = -1; /* index of a request not done: receives first, then sends + nr */
+    double last = 0; /* when a request last completed; the clock is read only while waiting */
+    int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
+    int first = 0;     /* requests before this one are done */
     while (!rc) {
         unsigned gen = rl_comm_gen(c);
         rl_comm_progress(c);
         waiting = -1;
-        for (int i = 0; i < nr + ns && waiting < 0; i++) {
+        for (int i = first; i < nr + ns && waiting < 0; i++) {
             rl_treq *t = i < nr ? &rreq[i] : &sreq[i - nr];
             if (!rl_treq_done(t)) waiting = i;
             else if (atomic_load(&t->status) != RINGLET_SUCCESS) {
@@ -82,7 +83,8 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
             break;
         }
         double now = rl_now();
-        if (last == 0) last = now;
+        if (last == 0 || waiting > first) last = now; /* progress: the deadline restarts */
+        first = waiting;
         if (now - last > c->timeout_s) {
             rc = RINGLET_ERR_TIMEOUT;
             snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
