@@ -111,14 +111,8 @@ static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, 
     return RINGLET_SUCCESS;
 }
 
-static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out) {
-    if (out) *out = NULL;
-    ringlet_result_t rc = check_call(c, a);
-    if (rc) return rc;
-    int device;
-    if ((rc = buffers_device(c, a, &device))) return rc;
-    struct ringlet_request *r = calloc(1, sizeof *r);
-    if (!r) return rl_error(c, RINGLET_ERR_SYSTEM, "%s: out of memory for a request", rl_op_name(a->kind));
+/* A request's operation from a checked call (links and completion state left alone). */
+static void request_set(struct ringlet_request *r, struct ringlet_comm *c, const call_t *a, int device) {
     r->comm = c;
     r->kind = a->kind;
     r->sendbuf = a->sendbuf;
@@ -130,6 +124,17 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     r->peer = a->peer;
     r->device = device;
     r->stream = a->stream;
+}
+
+static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out) {
+    if (out) *out = NULL;
+    ringlet_result_t rc = check_call(c, a);
+    if (rc) return rc;
+    int device;
+    if ((rc = buffers_device(c, a, &device))) return rc;
+    struct ringlet_request *r = calloc(1, sizeof *r);
+    if (!r) return rl_error(c, RINGLET_ERR_SYSTEM, "%s: out of memory for a request", rl_op_name(a->kind));
+    request_set(r, c, a, device);
     r->detached = out == NULL;
     /* Tracked before it is queued: the progress thread never sees the links change. */
     if (out) rl_comm_track(c, r, 1);
@@ -211,15 +216,7 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
             /* A collective never touches the point-to-point part (treq): zero the rest. */
             struct ringlet_request r;
             memset(&r, 0, offsetof(struct ringlet_request, treq));
-            r.comm = c;
-            r.kind = a->kind;
-            r.sendbuf = a->sendbuf;
-            r.recvbuf = a->recvbuf;
-            r.count = a->count;
-            r.dtype = a->dtype;
-            r.op = a->op;
-            r.root = a->root;
-            r.device = -1;
+            request_set(&r, c, a, -1);
             if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
         }
     }

@@ -164,6 +164,19 @@ void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char
     rl_comm_fail(c, code, "%s", what);
 }
 
+ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
+                                   const char *what, char *err) {
+    if (!atomic_load(&c->failed)) {
+        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
+        else rl_comm_fail(c, code, "%s", what);
+    }
+    char msg[RL_MSG_MAX];
+    code = rl_comm_failure(c, msg, sizeof msg);
+    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
+             r->count, msg);
+    return code;
+}
+
 ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
     return get_conn(c, peer, 1, conn, err);
 }

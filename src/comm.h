@@ -145,6 +145,12 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
  * reaches every rank through rank 0 within milliseconds; the broken link may only be a
  * neighbour that aborted because of it), then fail with what is known. */
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
+/* An operation failed with code (what: the local view): fails the communicator if it
+ * has not failed yet (a broken link first gives the monitor a moment to name the real
+ * cause), and writes "<op> #seq (count n) failed: <the communicator's cause>" to err
+ * (RL_MSG_MAX). Returns the communicator's failure code. */
+ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
+                                   const char *what, char *err);
 /* Wakes waiters (transport completions, finished operations). */
 void rl_comm_notify(void *comm);
 /* The wake-up counter's value: read it before checking for work, then wait with it. */

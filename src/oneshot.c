@@ -104,18 +104,11 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     }
     /* Fail the communicator (a dead peer named by the monitor wins), stop the
      * transfers still on our buffers, then report. */
-    if (!atomic_load(&c->failed)) {
-        if (rc == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, rc, cerr);
-        else rl_comm_fail(c, rc, "%s", cerr);
-    }
-    char msg[RL_MSG_MAX];
-    rc = rl_comm_failure(c, msg, sizeof msg);
+    rc = rl_comm_op_failed(c, r, rc, cerr, err);
     for (int i = 0; i < posted_r; i++)
         while (!rl_treq_done(&rreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
     for (int i = 0; i < posted_s; i++)
         while (!rl_treq_done(&sreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
-    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
-             r->count, msg);
     return rc;
 }
 

@@ -81,16 +81,7 @@ struct pipe {
 /* Turns a failure into the operation's error; the communicator's own message (a dead
  * peer named by the monitor) wins over the transport's local view. */
 static ringlet_result_t pipe_error(pipe_t *p, ringlet_result_t code, const char *what, char *err) {
-    struct ringlet_comm *c = p->c;
-    if (!atomic_load(&c->failed)) {
-        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
-        else rl_comm_fail(c, code, "%s", what);
-    }
-    char msg[RL_MSG_MAX];
-    code = rl_comm_failure(c, msg, sizeof msg);
-    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(p->r->kind),
-             (unsigned long long)p->r->seq, p->r->count, msg);
-    return code;
+    return rl_comm_op_failed(p->c, p->r, code, what, err);
 }
 
 static ringlet_result_t pipe_run(pipe_t *p, char *err) {
