@@ -58,9 +58,11 @@ BINS    := $(BUILD)/bin/ringlet-run $(BUILD)/bin/ringlet-perf
 all: lib $(BINS) $(UNIT_BIN) $(MP_BIN)
 lib: $(SO) $(A)
 
-# Objects rebuild when the flags change (CUDA=0 after CUDA=1, another CC, ...).
+# Objects rebuild when the flags or the configuration change (CUDA=0 after CUDA=1,
+# another CC, the verbs headers installed since the last build, ...).
+HAVE_VERBS := $(shell echo '\#include <infiniband/verbs.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
 FLAGS_FILE := $(BUILD)/.flags
-FLAGS_NOW  := $(CC) $(CPPFLAGS) $(CFLAGS) $(NVFLAGS) $(CUDA)
+FLAGS_NOW  := $(CC) $(CPPFLAGS) $(CFLAGS) $(NVFLAGS) $(CUDA) verbs=$(HAVE_VERBS)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_FILE) || echo '$(FLAGS_NOW)' > $(FLAGS_FILE)))
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_FILE)
@@ -106,10 +108,14 @@ $(BUILD)/tests/mp/%: tests/mp/%.c $(SO)
 deps:
 	@scripts/install-deps.sh
 
-test: deps all
+# The dependency step first, then a fresh make: what it installed (verbs headers, nvcc)
+# changes the configuration, and so what gets rebuilt.
+test: deps
+	$(MAKE) --no-print-directory all
 	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run.sh
 
-run: deps all
+run: deps
+	$(MAKE) --no-print-directory all
 	$(BUILD)/bin/ringlet-run -n 4 $(BUILD)/bin/ringlet-perf allreduce -b 4K -e 64M -f 4 -c 1
 
 install: lib

@@ -220,6 +220,7 @@ static void run_p2p(struct ringlet_comm *c, struct ringlet_request *r) {
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);
     ringlet_result_t rc = r->kind == RL_OP_SEND ? rl_comm_send_conn(c, r->peer, &conn, err)
                                                 : rl_comm_recv_conn(c, r->peer, &conn, err);
+    rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, r->kind == RL_OP_SEND ? RL_FAULT_SEND : RL_FAULT_RECV, 0);
     if (rc == RINGLET_SUCCESS)
         rc = r->kind == RL_OP_SEND ? conn->tp->isend(conn->h, r->sendbuf, bytes, NULL, &r->treq)
                                    : conn->tp->irecv(conn->h, r->recvbuf, bytes, NULL, &r->treq);
@@ -542,6 +543,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         if (c->tctx[i] && rl_transports[i]->bell) atomic_store(&c->ev, rl_transports[i]->bell(c->tctx[i]));
     c->spin_s = rl_env_double("RINGLET_SPIN_US", 50, 0, 1e6) * 1e-6;
     c->trace = rl_trace_open(rank, nranks);
+    rl_fault_from_env(&c->fault);
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "fault.h"
 #include "ringlet.h"
 #include "transport.h"
 
@@ -123,6 +124,7 @@ struct ringlet_comm {
     size_t temp_size;
 
     struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
+    rl_fault fault;         /* RINGLET_FAULT_KILL (tests) */
     struct rl_monitor *mon;
     struct rl_dev_state *dev; /* CUDA resources (device.c), made on first use */
 

@@ -60,8 +60,15 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
      * when the connections are made here for the first time. */
     for (int i = 0; i < ns && !rc; i++) rc = rl_comm_send_conn(c, sends[i].peer, &sk[i], cerr);
     for (int i = 0; i < nr && !rc; i++) rc = rl_comm_recv_conn(c, recvs[i].peer, &rk[i], cerr);
-    for (int i = 0; i < nr && !rc; i++, posted_r++) rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
-    for (int i = 0; i < ns && !rc; i++, posted_s++) sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
+    const char *opname = rl_op_name(r->kind);
+    for (int i = 0; i < nr && !rc; i++, posted_r++) {
+        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV, (size_t)i);
+        rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
+    }
+    for (int i = 0; i < ns && !rc; i++, posted_s++) {
+        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND, (size_t)i);
+        sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
+    }
     double last = 0; /* when a request last completed; the clock is read only while waiting */
     int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
     int first = 0;     /* requests before this one are done */
@@ -96,9 +103,8 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     if (!rc) {
         if (c->trace) {
             double t1 = rl_now();
-            const char *op = rl_op_name(r->kind);
-            for (int i = 0; i < nr; i++) rl_trace_span(c->trace, RL_LANE_RECV, "recv", t0, t1, op, r->seq, i, recvs[i].bytes, recvs[i].peer);
-            for (int i = 0; i < ns; i++) rl_trace_span(c->trace, RL_LANE_SEND, "send", t0, t1, op, r->seq, i, sends[i].bytes, sends[i].peer);
+            for (int i = 0; i < nr; i++) rl_trace_span(c->trace, RL_LANE_RECV, "recv", t0, t1, opname, r->seq, i, recvs[i].bytes, recvs[i].peer);
+            for (int i = 0; i < ns; i++) rl_trace_span(c->trace, RL_LANE_SEND, "send", t0, t1, opname, r->seq, i, sends[i].bytes, sends[i].peer);
         }
         return RINGLET_SUCCESS;
     }

@@ -112,6 +112,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
             void *dst;
             size_t bytes;
             rl_treq *t = &rreq[posted_r % (size_t)W];
+            rl_fault_point(&c->fault, c->rank, opname, p->r->seq, RL_FAULT_RECV, posted_r);
             p->recv_at(p, posted_r, &dst, &bytes);
             /* Into staging: where the transport can lend its own memory (a shared-memory
              * slot), the reduction reads straight from there and saves a copy. */
@@ -128,6 +129,7 @@ static ringlet_result_t pipe_run(pipe_t *p, char *err) {
                (!p->send_dep || posted_s < p->lag || posted_s - p->lag < done_r)) {
             const void *src;
             size_t bytes;
+            rl_fault_point(&c->fault, c->rank, opname, p->r->seq, RL_FAULT_SEND, posted_s);
             p->send_at(p, posted_s, &src, &bytes);
             sconn->tp->isend(sconn->h, src, bytes, NULL, &sreq[posted_s % (size_t)W]);
             if (tr) t_s[posted_s % (size_t)W] = rl_now();

@@ -1,23 +1,33 @@
-/* A rank dies in the middle of a large collective; the survivors must get an error
- * that names the dead rank and the operation, within the deadline, and abort and
- * destroy must return. Run by kill.sh under ringlet-run with RINGLET_TIMEOUT=5.
+/* A rank dies inside a large collective; the survivors must get an error that names the
+ * dead rank and the operation, within the deadline, and abort and destroy must return.
+ * Run by kill.sh under ringlet-run with RINGLET_TIMEOUT=5.
  *
- *   kill --victim V --coll allreduce|allgather|broadcast [--mib M] [--delay-ms D] [--root R] [--tag X]
+ *   kill --victim V --coll allreduce|allgather|broadcast --at send:N|recv:N --sync DIR
+ *        [--mib M] [--root R] [--tag X]
  *
- * Every rank starts the non-blocking collective on M MiB of float32 (default 256:
- * allreduce in place on M MiB; allgather into an M MiB recvbuf; broadcast of M MiB
- * from --root, default 0). The victim checks after D ms (default 300) that
- * ringlet_test still says "not done", then sends itself SIGKILL. Each survivor times
- * ringlet_wait from the start of the collective and wants: an error code
- * (RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT), a message (ringlet_comm_last_error)
- * containing "rank V" and the collective's name, and less than 10 s. It prints
- *   survivor R: OK error in X s: <message>
- * (or "survivor R: FAIL ..."), then calls ringlet_comm_abort (must return) and
- * ringlet_comm_destroy, and exits 0 when OK. --victim -1: nobody dies, every rank
- * prints how long the collective took (to choose sizes). --tag is ignored (kill.sh puts a marker
- * there to find leftover processes).
+ * Nothing here depends on timing. The victim arms the library's fault injection
+ * (RINGLET_FAULT_KILL, src/fault.h) for the collective (operation #2, after a warm-up
+ * barrier): it SIGKILLs itself just before posting its N-th send (or receive) of that
+ * collective, so it provably dies inside it, and every byte of its data past what it
+ * had posted provably never left it. kill.sh picks N so that every survivor still needs
+ * such bytes (all-reduce, all-gather, the middle of a broadcast chain), or, for the end
+ * of a broadcast chain, so that a survivor may rightly finish.
+ *
+ * Every rank starts the non-blocking collective on M MiB of float32 (default 64:
+ * all-reduce in place on M MiB; all-gather into an M MiB recvbuf; broadcast of M MiB
+ * from --root, default 0) and waits for it. A survivor passes when either
+ *   - the wait fails with RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT, in less than 10 s,
+ *     with a message naming "rank V" and the collective; or
+ *   - the wait succeeds (a survivor that already had everything it needed), the result
+ *     is correct element by element, and its next call (a barrier) fails naming "rank V".
+ * It prints "survivor R: OK error in X s: <message>" (or "survivor R: FAIL ..."). Then it
+ * waits until every survivor has reached that point (a file per survivor in DIR, 30 s at
+ * most), so that no survivor leaves, and breaks links, while another still waits for its
+ * verdict; then ringlet_comm_abort (must return), ringlet_comm_destroy, exit 0 when OK.
+ * A victim that comes back from the wait prints "FAIL victim ..." and exits 3.
+ * --tag is ignored (kill.sh puts a marker there to find leftover processes).
  */
-#include <signal.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,43 +44,92 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void sleep_until(double t) {
+/* Element i of rank r's input. */
+static float input(size_t i, int r) { return (float)(i % 1024) * 0.5f + (float)r; }
+
+/* Whether buf holds the collective's result; where not, the first bad index in *bad. */
+static int result_ok(const char *coll, const float *buf, size_t n, int P, int root, size_t *bad) {
+    for (size_t i = 0; i < n; i++) {
+        float want;
+        if (strcmp(coll, "allreduce") == 0) {
+            /* Small integers and halves: every partial sum is exact in float32. */
+            want = 0;
+            for (int r = 0; r < P; r++) want += input(i, r);
+        } else if (strcmp(coll, "allgather") == 0) {
+            size_t per = n / (size_t)P;
+            want = input(i % per, (int)(i / per));
+        } else {
+            want = input(i, root);
+        }
+        if (buf[i] != want) {
+            *bad = i;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Marks this survivor done in dir and waits until `count` survivors are. */
+static void survivors_meet(const char *dir, int me, int count) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/done.%d", dir, me);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) close(fd);
+    const double until = now_s() + 30.0;
     for (;;) {
-        double left = t - now_s();
-        if (left <= 0) return;
-        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        int n = 0;
+        for (int r = 0; r < 64; r++) {
+            snprintf(path, sizeof path, "%s/done.%d", dir, r);
+            n += access(path, F_OK) == 0;
+        }
+        if (n >= count) return;
+        if (now_s() > until) {
+            printf("survivor %d: only %d of %d survivors reached the end within 30 s; leaving anyway\n", me, n, count);
+            return;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
 }
 
 int main(int argc, char **argv) {
-    int victim = 2, root = 0;
-    long mib = 256, delay_ms = 300;
-    const char *coll = "allreduce";
+    int victim = -1, root = 0;
+    long mib = 64;
+    const char *coll = NULL, *at = NULL, *sync_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--victim") == 0 && i + 1 < argc)
             victim = atoi(argv[++i]);
         else if (strcmp(argv[i], "--coll") == 0 && i + 1 < argc)
             coll = argv[++i];
+        else if (strcmp(argv[i], "--at") == 0 && i + 1 < argc)
+            at = argv[++i];
+        else if (strcmp(argv[i], "--sync") == 0 && i + 1 < argc)
+            sync_dir = argv[++i];
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
             mib = atol(argv[++i]);
-        else if (strcmp(argv[i], "--delay-ms") == 0 && i + 1 < argc)
-            delay_ms = atol(argv[++i]);
         else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc)
             root = atoi(argv[++i]);
         else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             i++;
-        else {
-            fprintf(stderr, "usage: kill --victim V --coll allreduce|allgather|broadcast [--mib M] [--delay-ms D] "
-                            "[--root R]\n");
-            return 2;
-        }
+        else
+            coll = NULL, i = argc;
     }
-    if (strcmp(coll, "allreduce") != 0 && strcmp(coll, "allgather") != 0 && strcmp(coll, "broadcast") != 0) {
-        fprintf(stderr, "kill: unknown collective %s\n", coll);
+    if (!coll || !at || !sync_dir || mib < 1 ||
+        (strcmp(coll, "allreduce") != 0 && strcmp(coll, "allgather") != 0 && strcmp(coll, "broadcast") != 0) ||
+        (strncmp(at, "send:", 5) != 0 && strncmp(at, "recv:", 5) != 0)) {
+        fprintf(stderr, "usage: kill --victim V --coll allreduce|allgather|broadcast --at send:N|recv:N --sync DIR "
+                        "[--mib M] [--root R]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+
+    /* The victim arms the fault before init; operation #2 is the collective. */
+    const char *rank_env = getenv("RANK");
+    if (rank_env && atoi(rank_env) == victim) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "2:%s", at);
+        setenv("RINGLET_FAULT_KILL", spec, 1);
+    }
 
     ringlet_comm_t comm = NULL;
     ringlet_result_t rc = ringlet_comm_init_env(&comm);
@@ -81,20 +140,23 @@ int main(int argc, char **argv) {
     int me = -1, P = 0;
     ringlet_comm_rank(comm, &me);
     ringlet_comm_size(comm, &P);
-    if (victim < -1 || victim >= P || root < 0 || root >= P) {
+    if (victim < 0 || victim >= P || root < 0 || root >= P || P > 64) {
         printf("FAIL: victim %d or root %d out of range for %d ranks\n", victim, root, P);
         return 1;
     }
 
-    const size_t bytes = (size_t)mib << 20, n = bytes / sizeof(float);
+    const size_t bytes = (size_t)mib << 20, n = bytes / sizeof(float), per = n / (size_t)P;
     float *buf = malloc(bytes);
     if (!buf) {
         printf("FAIL rank %d: cannot allocate %ld MiB\n", me, mib);
         return 1;
     }
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 1024) * 0.5f + (float)me;
+    int is_allgather = strcmp(coll, "allgather") == 0;
+    for (size_t i = 0; i < n; i++) buf[i] = is_allgather ? 0.0f : input(i, me);
+    if (is_allgather)
+        for (size_t i = 0; i < per; i++) buf[(size_t)me * per + i] = input(i, me);
 
-    /* every connection up before the clock starts */
+    /* Operation #1: every connection up before the collective. */
     rc = ringlet_barrier(comm, NULL);
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL rank %d: warm-up barrier returned %d: %s\n", me, (int)rc, ringlet_comm_last_error(comm));
@@ -103,60 +165,61 @@ int main(int argc, char **argv) {
 
     ringlet_request_t req = NULL;
     const double t0 = now_s();
-    if (strcmp(coll, "allreduce") == 0) {
+    if (strcmp(coll, "allreduce") == 0)
         rc = ringlet_iallreduce(buf, buf, n, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL, &req);
-    } else if (strcmp(coll, "allgather") == 0) {
-        const size_t per = n / (size_t)P;
+    else if (is_allgather)
         rc = ringlet_iallgather(buf + (size_t)me * per, buf, per, RINGLET_FLOAT32, comm, NULL, &req);
-    } else {
+    else
         rc = ringlet_ibroadcast(buf, buf, n, RINGLET_FLOAT32, root, comm, NULL, &req);
-    }
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL rank %d: starting the %s returned %d: %s\n", me, coll, (int)rc, ringlet_comm_last_error(comm));
         return 1;
     }
-
-    if (me == victim) {
-        sleep_until(t0 + (double)delay_ms * 1e-3);
-        int done = -1;
-        rc = ringlet_test(&req, &done);
-        if (done != 0 || rc != RINGLET_SUCCESS) {
-            printf("FAIL victim %d: the %s was no longer running after %ld ms (done %d, result %d): the test "
-                   "proves nothing; use a larger --mib\n",
-                   me, coll, delay_ms, done, (int)rc);
-            fflush(stdout);
-            _exit(3);
-        }
-        printf("victim %d: %s still running after %.0f ms, SIGKILL\n", me, coll, (now_s() - t0) * 1e3);
-        fflush(stdout);
-        kill(getpid(), SIGKILL);
-        for (;;) pause();
-    }
-
     rc = ringlet_wait(&req);
     const double dt = now_s() - t0;
-    if (victim < 0) { /* --victim -1: nobody dies; measures how long the collective takes */
-        printf("rank %d: %s of %ld MiB returned %d in %.3f s\n", me, coll, mib, (int)rc, dt);
-        ringlet_comm_destroy(comm);
-        free(buf);
-        return rc == RINGLET_SUCCESS ? 0 : 1;
+    if (me == victim) {
+        printf("FAIL victim %d: the %s returned %d (%s) instead of the fault killing this rank at %s\n", me, coll,
+               (int)rc, ringlet_strerror(rc), at);
+        return 3;
     }
-    const char *msg = ringlet_comm_last_error(comm);
+
     char want_rank[32];
     snprintf(want_rank, sizeof want_rank, "rank %d", victim);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ringlet_comm_last_error(comm));
     int ok = 1;
-    char why[256] = "";
+    char why[512] = "";
     if (rc == RINGLET_SUCCESS) {
-        ok = 0;
-        snprintf(why, sizeof why, "the %s succeeded although rank %d died", coll, victim);
+        /* It had every byte it needed before the victim died: the data must be right, and
+         * the communicator must still learn of the death. */
+        size_t bad = 0;
+        size_t len = is_allgather ? per * (size_t)P : n;
+        if (!result_ok(coll, buf, len, P, root, &bad)) {
+            ok = 0;
+            snprintf(why, sizeof why, "the %s succeeded with a wrong result: element %zu is %g", coll, bad,
+                     (double)buf[bad]);
+        } else {
+            ringlet_result_t brc = ringlet_barrier(comm, NULL);
+            snprintf(msg, sizeof msg, "%s succeeded with a correct result; the next call (barrier) returned %d: %s",
+                     coll, (int)brc, ringlet_comm_last_error(comm));
+            if (brc != RINGLET_ERR_REMOTE && brc != RINGLET_ERR_TIMEOUT) {
+                ok = 0;
+                snprintf(why, sizeof why, "the %s succeeded, and the next barrier returned %d (%s), want an error",
+                         coll, (int)brc, ringlet_strerror(brc));
+            } else if (!strstr(msg, want_rank)) {
+                ok = 0;
+                snprintf(why, sizeof why, "the barrier after the %s does not name '%s'", coll, want_rank);
+            }
+        }
     } else if (rc != RINGLET_ERR_REMOTE && rc != RINGLET_ERR_TIMEOUT) {
         ok = 0;
         snprintf(why, sizeof why, "result %d (%s), want RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT", (int)rc,
                  ringlet_strerror(rc));
-    } else if (!msg || !strstr(msg, want_rank) || !strstr(msg, coll)) {
+    } else if (!strstr(msg, want_rank) || !strstr(msg, coll)) {
         ok = 0;
         snprintf(why, sizeof why, "message does not name '%s' and '%s'", want_rank, coll);
-    } else if (dt >= 10.0) {
+    }
+    if (ok && dt >= 10.0) {
         ok = 0;
         snprintf(why, sizeof why, "took %.2f s, want < 10 s", dt);
     }
@@ -164,8 +227,7 @@ int main(int argc, char **argv) {
         ok = 0;
         snprintf(why, sizeof why, "ringlet_wait left *request non-NULL");
     }
-    ringlet_result_t async = ringlet_comm_get_async_error(comm);
-    if (ok && async == RINGLET_SUCCESS) {
+    if (ok && ringlet_comm_get_async_error(comm) == RINGLET_SUCCESS) {
         ok = 0;
         snprintf(why, sizeof why, "ringlet_comm_get_async_error is still success after the failure");
     }
@@ -173,8 +235,9 @@ int main(int argc, char **argv) {
         printf("survivor %d: OK error in %.2f s: %s\n", me, dt, msg);
     else
         printf("survivor %d: FAIL after %.2f s: %s; code %d (%s), message: %s\n", me, dt, why, (int)rc,
-               ringlet_strerror(rc), msg ? msg : "(NULL)");
+               ringlet_strerror(rc), msg);
 
+    survivors_meet(sync_dir, me, P - 1);
     double ta = now_s();
     ringlet_result_t arc = ringlet_comm_abort(comm);
     double tb = now_s();

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# A rank is SIGKILLed 300 ms into a large collective (tests/mp/kill.c), P = 4,
-# RINGLET_TIMEOUT=5, ringlet-run --grace 20 --timeout 60. Cases:
-#   1. rank 2 dies during an allreduce
-#   2. rank 0, the bootstrap root, dies during an allreduce
-#   3. rank 3 dies during an allgather (1 GiB: 256 MiB from each rank; see below)
-#   4. rank 3 dies during a broadcast from rank 0 (1 GiB; rank 3 is the end of the chain)
-# Each case passes when the launcher reports the victim's SIGKILL (exit 137), exactly the
-# three survivors print "survivor R: OK error in X s: <message naming rank V and the
-# collective>" (X < 10), and no process of the job is left afterwards.
-# RINGLET_TEST_TRANSPORTS (default "tcp") lists the transports to run it on.
-# Exit 0 = all passed, 1 = a failure. Takes about 15-30 s per transport.
+# A rank is SIGKILLed inside a large collective (tests/mp/kill.c), P = 4, RINGLET_TIMEOUT=5,
+# ringlet-run --grace 20 --timeout 60. The victim dies by construction, not by timing: the
+# library's fault injection (RINGLET_FAULT_KILL, src/fault.h) kills it just before it posts
+# its N-th send (or receive) of the collective. Cases (64 MiB of float32, 512 KiB chunks, so
+# each all-reduce segment is 16 MiB = 32 chunks):
+#   1. rank 2 dies during an allreduce before its 2nd send (reduce-scatter, step 0): only its
+#      first chunk left it, and every result element needs all of its input
+#   2. rank 0, the bootstrap root, dies during an allreduce before send 3*32+1 (all-gather,
+#      step 0): it had the only fully reduced copy of a segment, and sent one chunk of it
+#   3. rank 3 dies during an allgather before its 2nd send: only one chunk of its block left
+#   4. rank 1 dies during a broadcast from rank 0 before its 2nd send: the middle of the
+#      chain 0 -> 1 -> 2 -> 3, so ranks 2 and 3 still need it
+#   5. rank 3 dies during a broadcast from rank 0 before its 2nd receive: the end of the
+#      chain, which nobody needs; a survivor may rightly finish, and is then checked for a
+#      correct result and for its next call failing, naming rank 3
+# Each case passes when the launcher reports the victim's SIGKILL (exit 137), the victim
+# logged the fault, exactly the three survivors print "survivor R: OK error in X s: <message
+# naming rank V and the collective>" (X < 10), and no process of the job is left afterwards.
+# RINGLET_TEST_TRANSPORTS (default "shm tcp") lists the transports to run it on.
+# Exit 0 = all passed, 1 = a failure. Takes about 10-20 s per transport.
 set -u
 
 BUILD=${BUILD:-build}
@@ -45,24 +54,26 @@ cleanup() {
 trap cleanup EXIT
 
 fails=0
-TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-tcp}
+TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-shm tcp}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-run_case() { # transport victim collective [extra args]
-    local tr=$1 victim=$2 coll=$3
-    shift 3
-    local name="$tr: rank $victim killed during $coll" ok=1 t rc dt r n line
+run_case() { # transport victim collective at [extra args]
+    local tr=$1 victim=$2 coll=$3 at=$4
+    shift 4
+    local name="$tr: rank $victim killed during $coll at $at" ok=1 t rc dt r n line
+    rm -rf "$TMP/sync" && mkdir "$TMP/sync"
     t=$(now_ms)
-    RINGLET_TRANSPORT=$tr RINGLET_TIMEOUT=5 "$RUN" -n 4 --grace 20 --timeout 60 \
-        "$PROG" --victim "$victim" --coll "$coll" "$@" --tag "$MARK" >"$TMP/out" 2>"$TMP/err"
+    RINGLET_TRANSPORT=$tr RINGLET_TIMEOUT=5 RINGLET_CHUNK_SIZE=512K "$RUN" -n 4 --grace 20 --timeout 60 \
+        "$PROG" --victim "$victim" --coll "$coll" --at "$at" --sync "$TMP/sync" --mib "$MIB" "$@" --tag "$MARK" \
+        >"$TMP/out" 2>"$TMP/err"
     rc=$?
     dt=$(($(now_ms) - t))
     if [ "$rc" != 137 ]; then
         echo "FAIL: $name: launcher exit status $rc, want 137 (the victim's SIGKILL)"
         ok=0
     fi
-    if ! grep -qE "^\[$victim\] victim $victim: $coll still running" "$TMP/out"; then
-        echo "FAIL: $name: the victim did not report the collective still running before its SIGKILL"
+    if ! grep -qE "^\[$victim\] .*fault injection: SIGKILL in $coll #2 before posting" "$TMP/out" "$TMP/err"; then
+        echo "FAIL: $name: the victim did not log the fault injection inside the $coll"
         ok=0
     fi
     n=$(grep -cE '^\[[0-9]+\] survivor [0-9]+: OK ' "$TMP/out")
@@ -101,19 +112,16 @@ run_case() { # transport victim collective [extra args]
     fi
 }
 
-# A 256 MiB allreduce takes 0.5-0.7 s at P = 4 on a 2-core machine, so the 300 ms kill lands in
-# its middle. A 256 MiB allgather or broadcast takes only about 0.27 s there, so those run on
-# 1 GiB (the allgather: 256 MiB from each rank), about 1 s; under the thread sanitizer (whose
-# shadow memory would make 4 GiB far bigger, and which slows everything down) on 256 MiB.
-# Should a faster machine finish a collective before the kill, the victim (ringlet_test says
-# done) or the survivors ("succeeded although rank V died") fail the case; raise --mib then.
-BIG=1024
-case "${SANITIZE:-}" in *thread*) BIG=256 ;; esac
+# 64 MiB: 32 chunks of 512 KiB per all-reduce segment at P = 4 (so send 3*32+1 is the second
+# send of the all-gather phase); the thread sanitizer gets 16 MiB (8 chunks: send 3*8+1).
+MIB=64 AG=97
+case "${SANITIZE:-}" in *thread*) MIB=16 AG=25 ;; esac
 for tr in $TRANSPORTS; do
-    run_case "$tr" 2 allreduce --mib 256
-    run_case "$tr" 0 allreduce --mib 256
-    run_case "$tr" 3 allgather --mib "$BIG"
-    run_case "$tr" 3 broadcast --mib "$BIG" --root 0
+    run_case "$tr" 2 allreduce send:1
+    run_case "$tr" 0 allreduce "send:$AG"
+    run_case "$tr" 3 allgather send:1
+    run_case "$tr" 1 broadcast send:1 --root 0
+    run_case "$tr" 3 broadcast recv:1 --root 0
 done
 
 if [ $fails = 0 ]; then

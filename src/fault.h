@@ -1,0 +1,34 @@
+/* Fault injection for tests: kill this rank at a point inside an operation chosen by
+ * construction, not by timing.
+ *
+ *   RINGLET_FAULT_KILL=<seq>:send:<n>   SIGKILL just before operation #seq posts its
+ *   RINGLET_FAULT_KILL=<seq>:recv:<n>   n-th send (receive), counting from 0
+ *
+ * Operation numbers are the communicator's sequence numbers (1 for the first call,
+ * as in error messages). With send:1, only the rank's first message of that operation
+ * can have left it, so every peer that needs more of its data provably still needs
+ * it when it dies. The rank logs a WARN line ("fault injection: ...") first. */
+#ifndef RINGLET_FAULT_H
+#define RINGLET_FAULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RL_FAULT_NONE = 0, RL_FAULT_SEND = 1, RL_FAULT_RECV = 2 };
+
+typedef struct rl_fault {
+    int dir;      /* RL_FAULT_*; NONE: no fault asked for */
+    uint64_t seq;
+    size_t n;
+} rl_fault;
+
+/* Reads RINGLET_FAULT_KILL; a malformed value is a warning and no fault. */
+void rl_fault_from_env(rl_fault *f);
+/* Called before posting message n (dir) of operation seq (name for the log line). */
+void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n);
+/* The same, cheap enough for every message: nothing unless a fault is armed for seq. */
+static inline void rl_fault_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n) {
+    if (f->dir == dir && f->seq == seq && f->n == n) rl_fault_kill_point(f, rank, name, seq, dir, n);
+}
+
+#endif
