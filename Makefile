@@ -19,7 +19,7 @@ comma := ,
 
 SOVERSION := 0
 VERSION   := 0.1.0
-CPPFLAGS  += -Iinclude -Isrc -Itransports -Ikernels -D_GNU_SOURCE
+CPPFLAGS  += -Iinclude -Isrc -Isrc/base -Isrc/device -Itransports -Ikernels -D_GNU_SOURCE
 CFLAGS    += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread $(SANFLAGS)
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl -lm
@@ -35,7 +35,7 @@ endif
 CU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
            -gencode arch=compute_90,code=compute_90
 
-LIB_SRC := $(wildcard src/*.c) $(wildcard src/ddp/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
+LIB_SRC := $(wildcard src/*.c) $(wildcard src/base/*.c) $(wildcard src/device/*.c) $(wildcard src/ddp/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 ifeq ($(CUDA),1)
 CU_SRC  := $(wildcard kernels/*.cu) $(wildcard transports/*.cu)
@@ -72,7 +72,7 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_FILE)
 
 $(BUILD)/obj/%.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
-	$(NVCC) -Iinclude -Isrc -Ikernels -Itransports $(NVFLAGS) -c $< -o $@
+	$(NVCC) -Iinclude -Isrc/base -Isrc/device -Ikernels $(NVFLAGS) -c $< -o $@
 
 $(SO): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -12,7 +12,7 @@
  *      buf[i] = f(buf[i]);
  *   4. launch: alignment, vector width, grid size;
  *   5. the C entry points, which map (dtype, op) onto the templates;
- *   6. rl_stream_wait_flag.
+ *   6. rl_stream_wait_flag, rl_stream_write_flag.
  *
  * Vectorisation
  *
@@ -378,6 +378,15 @@ __global__ void wait_flag_kernel(volatile const uint64_t *flag, uint64_t value) 
     __threadfence_system();
 }
 
+/* Stores value into *flag once the stream's earlier work is done: the fence first makes
+ * that work's writes visible system-wide (to the host, to a peer's mapping), then the
+ * flag says so. */
+__global__ void write_flag_kernel(volatile uint64_t *flag, uint64_t value) {
+    __threadfence_system();
+    *flag = value;
+    __threadfence_system();
+}
+
 } // namespace
 
 extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
@@ -420,5 +429,11 @@ extern "C" int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int 
 extern "C" int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *stream) {
     if (flag == nullptr) return cudaErrorInvalidValue;
     wait_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream) {
+    if (flag == nullptr) return cudaErrorInvalidValue;
+    write_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
     return static_cast<int>(cudaGetLastError());
 }

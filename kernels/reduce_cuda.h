@@ -24,6 +24,9 @@ int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, vo
  * (cudaHostAlloc(..., cudaHostAllocMapped)) seen through its device pointer; the host
  * sets it when an operation the stream depends on is done. */
 int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *stream);
+/* Stores value into *flag (pinned or device memory, also a peer's mapped memory) once
+ * the stream's earlier work is done and visible. */
+int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream);
 
 #ifdef __cplusplus
 }

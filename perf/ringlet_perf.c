@@ -7,11 +7,14 @@
  * One process per rank; the ranks come from the launcher's environment
  * (ringlet_comm_init_env). Only rank 0 prints. See perf/README.md.
  *
- * Uses only the public header include/ringlet.h.
+ * Uses the public header include/ringlet.h, and the device layer's internal header
+ * (src/device/device.h) for device memory and streams (-M device): the same source runs
+ * over CUDA on a GPU and over the simulated GPU (RINGLET_DEVICE=sim).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "device.h"
 #include "ringlet.h"
 
 #include <errno.h>
@@ -333,6 +336,7 @@ typedef struct {
     int average_given;
     int per_iter;     /* -I 1: time every iteration */
     const char *json; /* -J: rank 0 writes the results there */
+    int memory;       /* -M: 0 host, 1 device, -1 not given (device when a device backend runs) */
 } opts_t;
 
 static int env_rank_guess(void) {
@@ -362,6 +366,9 @@ static void usage(FILE *f) {
             "  -a 0|1|2|3    time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max (default 3)\n"
             "  -I 0|1        1: time each iteration; min/median/max lines, and the times in -J (default 0)\n"
             "  -J file       rank 0 writes every row (and -I's times) to file as JSON\n"
+            "  -M host|device  buffers in host or device memory (default: device when a GPU is usable,\n"
+            "                or RINGLET_DEVICE=sim asks for the simulated one; else host). Device: calls\n"
+            "                are ordered on a stream and each size's timing ends with a stream sync\n"
             "  -h            this text\n"
             "Launch one process per rank, e.g.: ringlet-run -n 4 ringlet-perf allreduce -b 4K -e 64M -f 4\n");
 }
@@ -423,7 +430,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
                   .root = 0,
                   .dt = RINGLET_FLOAT32,
                   .op = RINGLET_SUM,
-                  .average = 3};
+                  .average = 3,
+                  .memory = -1};
     const char *collname = NULL;
     int first = 1;
     if (argc > 1 && argv[1][0] != '-') {
@@ -501,6 +509,10 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
             bad = *v == '\0';
             o->json = v;
             break;
+        case 'M':
+            bad = strcmp(v, "host") != 0 && strcmp(v, "device") != 0;
+            o->memory = strcmp(v, "device") == 0;
+            break;
         case 'd': {
             bad = 1;
             o->all_types = strcmp(v, "all") == 0;
@@ -577,6 +589,11 @@ typedef struct {
     int rank, nranks;
     char *sbuf, *rbuf; /* both alloc_bytes long, 64-byte aligned */
     size_t alloc_bytes;
+    /* -M device: the buffers the calls get are device twins of sbuf/rbuf; data is
+     * filled and checked in sbuf/rbuf and copied across */
+    const rl_device_ops *dev;
+    rl_dev_stream_t stream;
+    char *dsbuf, *drbuf;
     ringlet_request_t *reqs;
     int nreqs;
     double *iter_s;   /* -I 1: seconds of each timed call, [form][iters] */
@@ -612,22 +629,23 @@ static double now_s(void) {
 /* Issues one collective on (s, r) with paramcount pc: blocking when req is NULL. */
 static ringlet_result_t issue(ctx_t *c, const void *s, void *r, size_t pc, ringlet_request_t *req) {
     const opts_t *o = &c->o;
+    void *st = c->stream; /* NULL for host memory */
     switch (o->coll) {
     case C_ALLREDUCE:
-        return req ? ringlet_iallreduce(s, r, pc, c->dt, c->op, c->comm, NULL, req)
-                   : ringlet_allreduce(s, r, pc, c->dt, c->op, c->comm, NULL);
+        return req ? ringlet_iallreduce(s, r, pc, c->dt, c->op, c->comm, st, req)
+                   : ringlet_allreduce(s, r, pc, c->dt, c->op, c->comm, st);
     case C_BROADCAST:
-        return req ? ringlet_ibroadcast(s, r, pc, c->dt, o->root, c->comm, NULL, req)
-                   : ringlet_broadcast(s, r, pc, c->dt, o->root, c->comm, NULL);
+        return req ? ringlet_ibroadcast(s, r, pc, c->dt, o->root, c->comm, st, req)
+                   : ringlet_broadcast(s, r, pc, c->dt, o->root, c->comm, st);
     case C_REDUCE:
-        return req ? ringlet_ireduce(s, r, pc, c->dt, c->op, o->root, c->comm, NULL, req)
-                   : ringlet_reduce(s, r, pc, c->dt, c->op, o->root, c->comm, NULL);
+        return req ? ringlet_ireduce(s, r, pc, c->dt, c->op, o->root, c->comm, st, req)
+                   : ringlet_reduce(s, r, pc, c->dt, c->op, o->root, c->comm, st);
     case C_ALLGATHER:
-        return req ? ringlet_iallgather(s, r, pc, c->dt, c->comm, NULL, req)
-                   : ringlet_allgather(s, r, pc, c->dt, c->comm, NULL);
+        return req ? ringlet_iallgather(s, r, pc, c->dt, c->comm, st, req)
+                   : ringlet_allgather(s, r, pc, c->dt, c->comm, st);
     case C_REDUCESCATTER:
-        return req ? ringlet_ireduce_scatter(s, r, pc, c->dt, c->op, c->comm, NULL, req)
-                   : ringlet_reduce_scatter(s, r, pc, c->dt, c->op, c->comm, NULL);
+        return req ? ringlet_ireduce_scatter(s, r, pc, c->dt, c->op, c->comm, st, req)
+                   : ringlet_reduce_scatter(s, r, pc, c->dt, c->op, c->comm, st);
     default:
         return RINGLET_ERR_INVALID_ARGUMENT;
     }
@@ -681,14 +699,33 @@ static layout_t make_layout(const ctx_t *c, size_t reqbytes) {
     return L;
 }
 
+/* The call's buffers: host, or their device twins. */
 static void pointers(const ctx_t *c, const layout_t *L, int inplace, const void **s, void **r) {
+    char *sb = c->dev ? c->dsbuf : c->sbuf, *rb = c->dev ? c->drbuf : c->rbuf;
     if (!inplace) {
-        *s = c->sbuf;
-        *r = c->rbuf;
+        *s = sb;
+        *r = rb;
         return;
     }
-    *s = c->rbuf + L->in_off_ip * c->ts;
-    *r = c->rbuf + L->out_off_ip * c->ts;
+    *s = rb + L->in_off_ip * c->ts;
+    *r = rb + L->out_off_ip * c->ts;
+}
+
+static void die_dev(ctx_t *c, const char *what) {
+    fprintf(stderr, "ringlet-perf: rank %d: %s: %s\n", c->rank, what, rl_dev_error());
+    if (c->comm) ringlet_comm_abort(c->comm);
+    exit(1);
+}
+
+/* -M device: host buffers to their twins, or back; bytes from the start of each. */
+static void copy_across(ctx_t *c, int to_device, size_t bytes) {
+    if (!c->dev || !bytes) return;
+    for (int i = 0; i < 2; i++) {
+        char *h = i ? c->rbuf : c->sbuf, *d = i ? c->drbuf : c->dsbuf;
+        if (c->dev->memcpy_async(to_device ? d : h, to_device ? h : d, bytes, c->stream) != RL_DEV_OK)
+            die_dev(c, "copy between host and device");
+    }
+    if (c->dev->stream_sync(c->stream) != RL_DEV_OK) die_dev(c, "stream sync");
 }
 
 /* Runs `iters` calls; the average seconds per call on this rank. With iter_s, also
@@ -706,12 +743,16 @@ static double run_loop(ctx_t *c, const layout_t *L, int inplace, int iters, int 
     if (c->o.blocking) {
         for (int k = 0; k < iters; k++) {
             CHECK_RL(c, name, issue(c, s, r, L->pc, NULL));
+            /* -I on a stream: each call's own time needs its own sync */
+            if (iter_s && c->dev && c->dev->stream_sync(c->stream) != RL_DEV_OK) die_dev(c, "stream sync");
             if (iter_s) {
                 double t = now_s();
                 iter_s[k] = t - prev;
                 prev = t;
             }
         }
+        /* Stream calls returned at once: the work is done when the stream is. */
+        if (c->dev && c->dev->stream_sync(c->stream) != RL_DEV_OK) die_dev(c, "stream sync");
     } else {
         for (int k = 0; k < iters; k++) CHECK_RL(c, name, issue(c, s, r, L->pc, &c->reqs[k]));
         for (int k = 0; k < iters; k++) {
@@ -935,9 +976,10 @@ static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
     char *in = inplace ? c->rbuf + L->in_off_ip * ts : c->sbuf;
     fill(in, c->dt, &k.pat, me, 0, L->in_elems);
 
-    /* 2. one call, in the mode under test */
+    /* 2. one call, in the mode under test (device: on the twins, copied across) */
     const void *s;
     void *r;
+    copy_across(c, 1, c->alloc_bytes);
     pointers(c, L, inplace, &s, &r);
     const char *name = coll_call_name(coll, c->o.blocking);
     if (c->o.blocking)
@@ -946,10 +988,11 @@ static int64_t check_once(ctx_t *c, const layout_t *L, int inplace) {
         CHECK_RL(c, name, issue(c, s, r, L->pc, &c->reqs[0]));
         CHECK_RL(c, "ringlet_wait", ringlet_wait(&c->reqs[0]));
     }
+    copy_across(c, 0, c->alloc_bytes);
 
     /* 3. the output */
     int64_t wrong = 0;
-    const char *out = r;
+    const char *out = inplace ? c->rbuf + L->out_off_ip * ts : c->rbuf;
     /* exact float32/float64 results: the block-wise checker (sum only when reducing) */
     const int fast = (c->dt == RINGLET_FLOAT32 || c->dt == RINGLET_FLOAT64) && k.tol == 0.0;
     const int fast_out = fast && (!k.has_op || k.op == RINGLET_SUM);
@@ -1109,6 +1152,7 @@ typedef struct {
     int32_t pid;
     int32_t local_rank;
     char host[56];
+    char memory[40]; /* "host memory", "device 0 (cuda)" */
 } rankinfo_t;
 
 static void json_begin(ctx_t *c, const rankinfo_t *info) {
@@ -1120,10 +1164,10 @@ static void json_begin(ctx_t *c, const rankinfo_t *info) {
     fprintf(f,
             "  \"settings\": {\"min_bytes\": %zu, \"max_bytes\": %zu, \"step_%s\": %zu, \"warmup\": %d, "
             "\"iters\": %d, \"check\": %d, \"blocking\": %d, \"average\": %d, \"average_name\": \"%s\", "
-            "\"per_iteration\": %d},\n",
+            "\"per_iteration\": %d, \"memory\": \"%s\"},\n",
             o->minb, o->maxb, o->stepfactor > 1 ? "factor" : "bytes",
             o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes, o->warmup, o->iters, o->check, o->blocking,
-            o->average, kAverageName[o->average], o->per_iter);
+            o->average, kAverageName[o->average], o->per_iter, info[0].memory);
     fprintf(f, "  \"env\": {");
     int first = 1;
     for (char **e = environ; e && *e; e++) {
@@ -1198,6 +1242,7 @@ static void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
         /* timed data: the check pattern (small integers: no denormals, no NaN; in
          * place, sums grow but prod, min, max and avg stay put) */
         fill(ip ? c->rbuf + L.in_off_ip * c->ts : c->sbuf, c->dt, &pat, c->rank, 0, L.in_elems);
+        copy_across(c, 1, (L.in_elems + L.in_off_ip) * c->ts);
         if (c->o.warmup > 0) run_loop(c, &L, ip, c->o.warmup, 0, NULL);
         t[ip] = run_loop(c, &L, ip, c->o.iters, 1, c->iter_s ? c->iter_s + (size_t)ip * c->o.iters : NULL);
         if (c->o.check) w[ip] = check_once(c, &L, ip);
@@ -1266,8 +1311,8 @@ static void print_header(ctx_t *c, const rankinfo_t *info) {
         if (strncmp(*e, "RINGLET_", 8) == 0 && strncmp(*e, "RINGLET_SECRET=", 15) != 0) printf("  %s", *e);
     printf("\n#\n# Using ranks\n");
     for (int r = 0; r < c->nranks; r++)
-        printf("#  Rank %2d Group  0 Pid %6d on %10s local_rank %2d [host memory]\n", r, (int)info[r].pid,
-               info[r].host, (int)info[r].local_rank);
+        printf("#  Rank %2d Group  0 Pid %6d on %10s local_rank %2d [%s]\n", r, (int)info[r].pid, info[r].host,
+               (int)info[r].local_rank, info[r].memory);
     fflush(stdout);
 }
 
@@ -1328,12 +1373,35 @@ int main(int argc, char **argv) {
     memset(c->sbuf, 0, c->alloc_bytes); /* first touch, by the rank that uses them */
     memset(c->rbuf, 0, c->alloc_bytes);
 
+    /* -M: device memory when asked, or by default when a device backend runs */
+    const rl_device_ops *dev = rl_device();
+    if (o.memory == 1 && !dev) {
+        fprintf(stderr, "ringlet-perf: rank %d: -M device, but no device backend: %s\n", c->rank,
+                rl_device_unavailable());
+        ringlet_comm_abort(c->comm);
+        return 1;
+    }
+    int device = -1;
+    if (dev && o.memory != 0) {
+        int ndev = 0;
+        c->dev = dev;
+        if (dev->count(&ndev) != RL_DEV_OK || ndev < 1) die_dev(c, "device count");
+        device = local_rank % ndev; /* one device per local rank, round robin */
+        if (dev->set_device(device) != RL_DEV_OK) die_dev(c, "set device");
+        if (dev->mem_alloc((void **)&c->dsbuf, c->alloc_bytes) != RL_DEV_OK ||
+            dev->mem_alloc((void **)&c->drbuf, c->alloc_bytes) != RL_DEV_OK)
+            die_dev(c, "device memory for the buffers");
+        if (dev->stream_create(&c->stream) != RL_DEV_OK) die_dev(c, "stream");
+    }
+
     /* who is where */
     rankinfo_t mine;
     memset(&mine, 0, sizeof mine);
     mine.pid = (int32_t)getpid();
     mine.local_rank = local_rank;
     if (gethostname(mine.host, sizeof mine.host - 1) != 0) strcpy(mine.host, "?");
+    if (c->dev) snprintf(mine.memory, sizeof mine.memory, "device %d (%s)", device, c->dev->name);
+    else snprintf(mine.memory, sizeof mine.memory, "host memory");
     rankinfo_t *all = calloc((size_t)c->nranks, sizeof *all);
     if (!all) {
         fprintf(stderr, "ringlet-perf: out of memory\n");
@@ -1407,6 +1475,11 @@ int main(int argc, char **argv) {
     }
     CHECK_RL(c, "ringlet_comm_destroy", ringlet_comm_destroy(c->comm));
     c->comm = NULL;
+    if (c->dev) {
+        c->dev->mem_free(c->dsbuf);
+        c->dev->mem_free(c->drbuf);
+        c->dev->stream_destroy(c->stream);
+    }
     free(c->sbuf);
     free(c->rbuf);
     free(c->reqs);

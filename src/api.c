@@ -9,27 +9,11 @@
 
 #include "comm.h"
 #include "device.h"
+#include "failure.h"
+#include "p2p.h"
+#include "progress.h"
 #include "util.h"
-
-const char *ringlet_strerror(ringlet_result_t r) {
-    switch (r) {
-    case RINGLET_SUCCESS: return "success";
-    case RINGLET_ERR_CUDA: return "CUDA error";
-    case RINGLET_ERR_SYSTEM: return "system error";
-    case RINGLET_ERR_INTERNAL: return "internal error";
-    case RINGLET_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case RINGLET_ERR_INVALID_USAGE: return "invalid usage";
-    case RINGLET_ERR_REMOTE: return "remote error (a peer failed)";
-    case RINGLET_IN_PROGRESS: return "in progress";
-    case RINGLET_ERR_TIMEOUT: return "timeout";
-    default: return "unknown result code";
-    }
-}
-
-size_t ringlet_datatype_size(ringlet_datatype_t d) {
-    static const size_t sz[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-    return (unsigned)d < RINGLET_NUM_DATATYPES ? sz[d] : 0;
-}
+#include "wait.h"
 
 const char *ringlet_version(void) { return "0.1.0"; }
 
@@ -100,9 +84,10 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     return RINGLET_SUCCESS;
 }
 
-/* The CUDA device of the call's buffers, -1 for host memory; mixing is an error. */
+/* The device of the call's buffers (device layer), -1 for host memory; mixing is an
+ * error. */
 static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, int *device) {
-    int ds = rl_dev_of_ptr(a->sendbuf), dr = rl_dev_of_ptr(a->recvbuf);
+    int ds = rl_dev_ptr_device(a->sendbuf), dr = rl_dev_ptr_device(a->recvbuf);
     *device = ds >= 0 ? ds : dr;
     if (a->sendbuf && a->recvbuf && ds != dr)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
@@ -141,31 +126,18 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     char err[RL_MSG_MAX];
     if ((rc = rl_comm_enqueue(c, r, err))) {
         if (out) rl_comm_track(c, r, 0);
-        free(r);
+        rl_request_free(r);
         return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
     }
     if (out) *out = r;
     return RINGLET_SUCCESS;
 }
 
-/* Done? Point-to-point requests complete from their transport request. */
+/* Done? Posted point-to-point requests complete from their pieces. */
 static int request_done(struct ringlet_request *r) {
     if (atomic_load_explicit(&r->done, memory_order_acquire)) return 1;
     rl_comm_progress(r->comm); /* threadless transports move when someone waits */
-    if (!atomic_load_explicit(&r->posted, memory_order_acquire) || !rl_treq_done(&r->treq)) return 0;
-    struct ringlet_comm *c = r->comm;
-    ringlet_result_t st = atomic_load(&r->treq.status);
-    if (st != RINGLET_SUCCESS) {
-        /* The communicator's cause (a dead peer named by the monitor) wins over the
-         * transport's local view; either way the communicator is failed afterwards. */
-        if (!atomic_load(&c->failed)) rl_comm_fail_link(c, st, r->treq.err);
-        char msg[RL_MSG_MAX];
-        st = rl_comm_failure(c, msg, sizeof msg);
-        snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, msg);
-    }
-    r->result = st;
-    atomic_store(&r->done, 1);
-    return 1;
+    return rl_p2p_test(r);
 }
 
 static ringlet_result_t complete(struct ringlet_request **req) {
@@ -173,7 +145,7 @@ static ringlet_result_t complete(struct ringlet_request **req) {
     ringlet_result_t rc = r->result;
     if (rc != RINGLET_SUCCESS) rl_error(r->comm, rc, "%s", r->err);
     rl_comm_track(r->comm, r, 0);
-    free(r);
+    rl_request_free(r);
     *req = NULL;
     return rc;
 }
@@ -197,7 +169,7 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
         if (atomic_load(&r->posted) && rl_now() - r->posted_at > c->timeout_s) {
             rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)",
                          rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s);
-            while (!rl_treq_done(&r->treq)) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+            rl_p2p_drain(r);
             continue;
         }
         rl_comm_wait_event(c, gen, 100);
@@ -213,9 +185,9 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
         int device;
         if (rc || (rc = buffers_device(c, a, &device))) return rc;
         if (device < 0) {
-            /* A collective never touches the point-to-point part (treq): zero the rest. */
+            /* A collective never touches the point-to-point piece (treq1): zero the rest. */
             struct ringlet_request r;
-            memset(&r, 0, offsetof(struct ringlet_request, treq));
+            memset(&r, 0, offsetof(struct ringlet_request, treq1));
             request_set(&r, c, a, -1);
             if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
         }

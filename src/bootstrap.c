@@ -25,7 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "bootstrap.h"
+#include "failure.h"
 #include "log.h"
 #include "netif.h"
 #include "sha256.h"

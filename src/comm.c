@@ -1,349 +1,24 @@
-/* Communicator life: init (bootstrap, transport, ring), the progress thread that runs
- * operations in issue order, failure state, destroy and abort. */
+/* Communicator life: init (bootstrap, transports, ring order, progress thread),
+ * destroy and abort. */
 #include <errno.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "comm.h"
-#include "device.h"
+#include "conn.h"
+#include "devcomm.h"
+#include "failure.h"
 #include "log.h"
 #include "netif.h"
+#include "progress.h"
 #include "sha256.h"
 #include "sock.h"
 #include "trace.h"
 #include "util.h"
-
-static _Thread_local char t_last_error[RL_MSG_MAX];
-
-const char *rl_op_name(rl_op_kind k) {
-    static const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-                                  "barrier",   "send",      "recv"};
-    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
-}
-
-ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
-    char msg[RL_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(t_last_error, sizeof t_last_error, "%s", msg);
-    if (c) {
-        pthread_mutex_lock(&c->err_mu);
-        snprintf(c->last_error, sizeof c->last_error, "%s", msg);
-        pthread_mutex_unlock(&c->err_mu);
-        RL_INFO(c->rank, "error %d (%s): %s", code, ringlet_strerror(code), msg);
-    } else {
-        RL_INFO(-1, "error %d (%s): %s", code, ringlet_strerror(code), msg);
-    }
-    return code;
-}
-
-const char *ringlet_comm_last_error(ringlet_comm_t c) {
-    if (c) {
-        /* Copy under the lock: the progress thread may write it meanwhile. */
-        static _Thread_local char copy[RL_MSG_MAX];
-        pthread_mutex_lock(&c->err_mu);
-        memcpy(copy, c->last_error, sizeof copy);
-        pthread_mutex_unlock(&c->err_mu);
-        return copy;
-    }
-    return t_last_error;
-}
-
-void rl_comm_notify(void *arg) {
-    struct ringlet_comm *c = arg;
-    rl_bell_ring(atomic_load(&c->ev));
-}
-
-unsigned rl_comm_gen(struct ringlet_comm *c) { return atomic_load(&atomic_load(&c->ev)->gen); }
-
-int rl_comm_progress(struct ringlet_comm *c) {
-    if (!atomic_load_explicit(&c->polled, memory_order_relaxed)) return 0;
-    int moved = 0;
-    for (int i = 0; i < RL_TP_MAX; i++)
-        if (c->tctx[i] && rl_transports[i]->progress) moved |= rl_transports[i]->progress(c->tctx[i]);
-    return moved;
-}
-
-static int comm_poll(void *c) { return rl_comm_progress(c); }
-
-void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
-    rl_bell *b = atomic_load(&c->ev);
-    if (atomic_load_explicit(&c->polled, memory_order_relaxed)) {
-        /* A peer process answers within microseconds; sleeping and being woken costs
-         * more than that, so poll for a while first (yielding: ranks may share cores). */
-        double until = 0;
-        for (unsigned n = 0;; n++) {
-            if (rl_comm_progress(c) || atomic_load(&b->gen) != gen) return;
-            /* The first rounds in a pause loop (a reply often comes within a
-             * microsecond, and a yield is a system call), then yield the core; the
-             * clock is read only every 64 rounds. */
-            if (n < c->spin_pause) {
-                rl_cpu_relax();
-                continue;
-            }
-            sched_yield();
-            if (n % 64 == 0) {
-                double now = rl_now();
-                if (until == 0) until = now + c->spin_s;
-                else if (now > until) break;
-            }
-        }
-    }
-    rl_bell_wait(b, gen, ms, comm_poll, c);
-}
-
-void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
-    pthread_mutex_lock(&c->fail_mu);
-    if (!atomic_load(&c->failed)) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
-        va_end(ap);
-        c->fail_code = code;
-        atomic_store(&c->failed, 1);
-        if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
-    }
-    pthread_mutex_unlock(&c->fail_mu);
-    atomic_store(&c->stop, 1);
-    rl_comm_notify(c);
-}
-
-/* The transport for a pair: the forced one, else the best both ranks have (IB
- * between hosts, TCP otherwise). Both ends compute the same answer from the table. */
-static ringlet_result_t pick_transport(struct ringlet_comm *c, int peer, int *tp, char *err) {
-    const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
-    if (c->forced_tp >= 0) {
-        *tp = c->forced_tp;
-        if (them->bloblen[*tp]) return RINGLET_SUCCESS;
-        snprintf(err, RL_ERR_MAX, "RINGLET_TRANSPORT=%s, but rank %d does not have it", rl_transports[*tp]->name, peer);
-        return RINGLET_ERR_INVALID_USAGE;
-    }
-    int same_host = !memcmp(me->hostid, them->hostid, 16);
-    if (same_host && me->bloblen[RL_TP_SHM] && them->bloblen[RL_TP_SHM]) *tp = RL_TP_SHM;
-    else if (!same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB]) *tp = RL_TP_IB;
-    else *tp = RL_TP_TCP;
-    return RINGLET_SUCCESS;
-}
-
-static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_conn **conn, char *err) {
-    rl_conn *slot = send ? &c->send_conns[peer] : &c->recv_conns[peer];
-    if (!slot->h) {
-        int tp;
-        ringlet_result_t rc = pick_transport(c, peer, &tp, err);
-        if (rc) return rc;
-        const rl_transport_ops *ops = rl_transports[tp];
-        rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)
-                  : ops->accept(c->tctx[tp], peer, &slot->h, err);
-        if (rc) return rc;
-        slot->tp = ops;
-        if (ops->progress) atomic_store(&c->polled, 1);
-        RL_INFO(c->rank, "%s rank %d over %s", send ? "sending to" : "receiving from", peer, ops->name);
-    }
-    *conn = slot;
-    return RINGLET_SUCCESS;
-}
-
-ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) {
-    pthread_mutex_lock(&c->fail_mu);
-    ringlet_result_t code = c->fail_code;
-    if (msg) snprintf(msg, len, "%s", c->fail_msg);
-    pthread_mutex_unlock(&c->fail_mu);
-    return code;
-}
-
-void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what) {
-    double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
-    while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
-        rl_comm_wait_event(c, rl_comm_gen(c), 20);
-    rl_comm_fail(c, code, "%s", what);
-}
-
-ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
-                                   const char *what, char *err) {
-    if (!atomic_load(&c->failed)) {
-        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
-        else rl_comm_fail(c, code, "%s", what);
-    }
-    char msg[RL_MSG_MAX];
-    code = rl_comm_failure(c, msg, sizeof msg);
-    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
-             r->count, msg);
-    return code;
-}
-
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
-    return get_conn(c, peer, 1, conn, err);
-}
-
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
-    return get_conn(c, peer, 0, conn, err);
-}
-
-void *rl_comm_temp(struct ringlet_comm *c, size_t bytes) {
-    if (bytes > c->temp_size) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-        free(c->temp);
-        c->temp = p;
-        c->temp_size = bytes;
-    }
-    return c->temp ? c->temp : (void *)c->slots;
-}
-
-/* ---- progress thread ---- */
-
-static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t rc) {
-    rl_dev_release(c, r);
-    if (r->detached) {
-        /* A stream call: its error is the communicator's (ringlet_comm_get_async_error). */
-        if (rc) {
-            rl_error(c, rc, "%s", r->err);
-            if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
-        }
-        free(r);
-        return;
-    }
-    r->result = rc;
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    rl_comm_notify(c);
-}
-
-static void run_p2p(struct ringlet_comm *c, struct ringlet_request *r) {
-    char err[RL_ERR_MAX] = "";
-    rl_conn *conn;
-    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
-    ringlet_result_t rc = r->kind == RL_OP_SEND ? rl_comm_send_conn(c, r->peer, &conn, err)
-                                                : rl_comm_recv_conn(c, r->peer, &conn, err);
-    rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, r->kind == RL_OP_SEND ? RL_FAULT_SEND : RL_FAULT_RECV, 0);
-    if (rc == RINGLET_SUCCESS)
-        rc = r->kind == RL_OP_SEND ? conn->tp->isend(conn->h, r->sendbuf, bytes, NULL, &r->treq)
-                                   : conn->tp->irecv(conn->h, r->recvbuf, bytes, NULL, &r->treq);
-    if (rc != RINGLET_SUCCESS) {
-        if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%.200s", c->fail_msg);
-        snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %s", rl_op_name(r->kind),
-                 (unsigned long long)r->seq, r->peer, err);
-        finish(c, r, rc);
-        return;
-    }
-    /* The waiter completes it from the transport request. */
-    r->posted_at = rl_now();
-    atomic_store_explicit(&r->posted, 1, memory_order_release);
-    rl_comm_notify(c);
-}
-
-/* A host collective on the calling thread; the message in r->err. */
-static ringlet_result_t run_host_collective(struct ringlet_comm *c, struct ringlet_request *r) {
-    char err[RL_MSG_MAX];
-    err[0] = 0;
-    int timed = c->trace || rl_log_level() >= RL_LOG_TRACE; /* a clock read costs ~10% of a small call */
-    double t0 = timed ? rl_now() : 0;
-    ringlet_result_t rc = rl_run_collective(c, r, err);
-    if (timed) {
-        double t1 = rl_now();
-        size_t bytes = r->count * ringlet_datatype_size(r->dtype);
-        rl_trace_span(c->trace, RL_LANE_OP, rl_op_name(r->kind), t0, t1, rl_op_name(r->kind), r->seq, -1, bytes, -1);
-        RL_TRACE(c->rank, "%s #%llu count %zu: %.1f us, %s", rl_op_name(r->kind), (unsigned long long)r->seq, r->count,
-                 (t1 - t0) * 1e6, rc ? err : "ok");
-    }
-    if (rc) snprintf(r->err, sizeof r->err, "%s", err);
-    return rc;
-}
-
-static void *progress_thread(void *arg) {
-    struct ringlet_comm *c = arg;
-    for (;;) {
-        pthread_mutex_lock(&c->q_mu);
-        /* An operation run inline by the caller finishes before the next one starts. */
-        while ((!c->q_head || c->running) && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
-        struct ringlet_request *r = c->q_head;
-        if (r) {
-            c->q_head = r->next;
-            if (!c->q_head) c->q_tail = NULL;
-            c->running = 1;
-        }
-        pthread_mutex_unlock(&c->q_mu);
-        if (!r) break;
-        if (atomic_load(&c->failed)) {
-            char msg[RL_MSG_MAX];
-            ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
-            snprintf(r->err, sizeof r->err, "%s #%llu not run: the communicator failed earlier: %.400s",
-                     rl_op_name(r->kind), (unsigned long long)r->seq, msg);
-            finish(c, r, code);
-        } else if (r->device >= 0 || r->stream) {
-            char err[RL_MSG_MAX] = "";
-            ringlet_result_t rc = rl_dev_run(c, r, err);
-            if (rc) snprintf(r->err, sizeof r->err, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, err);
-            finish(c, r, rc);
-        } else if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
-            run_p2p(c, r);
-        } else {
-            finish(c, r, run_host_collective(c, r));
-        }
-        pthread_mutex_lock(&c->q_mu);
-        c->running = 0;
-        pthread_mutex_unlock(&c->q_mu);
-    }
-    return NULL;
-}
-
-int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
-    pthread_mutex_lock(&c->q_mu);
-    if (c->q_head || c->running || !c->progress_started) {
-        pthread_mutex_unlock(&c->q_mu);
-        return 0;
-    }
-    c->running = 1;
-    r->seq = ++c->seq;
-    pthread_mutex_unlock(&c->q_mu);
-    *rc = run_host_collective(c, r);
-    pthread_mutex_lock(&c->q_mu);
-    c->running = 0;
-    /* Calls queued meanwhile (another thread's) were held back: let them run. */
-    if (c->q_head) pthread_cond_signal(&c->q_cv);
-    pthread_mutex_unlock(&c->q_mu);
-    return 1;
-}
-
-void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
-    pthread_mutex_lock(&c->live_mu);
-    if (add) {
-        r->live_prev = NULL;
-        r->live_next = c->live;
-        if (c->live) c->live->live_prev = r;
-        c->live = r;
-    } else {
-        if (r->live_prev) r->live_prev->live_next = r->live_next;
-        else c->live = r->live_next;
-        if (r->live_next) r->live_next->live_prev = r->live_prev;
-    }
-    pthread_mutex_unlock(&c->live_mu);
-}
-
-ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
-    pthread_mutex_lock(&c->q_mu);
-    r->seq = ++c->seq;
-    if (r->stream) {
-        ringlet_result_t rc = rl_dev_enqueue(c, r, err);
-        if (rc) {
-            c->seq--;
-            pthread_mutex_unlock(&c->q_mu);
-            return rc;
-        }
-    }
-    r->next = NULL;
-    if (c->q_tail) c->q_tail->next = r;
-    else c->q_head = r;
-    c->q_tail = r;
-    pthread_cond_signal(&c->q_cv);
-    pthread_mutex_unlock(&c->q_mu);
-    return RINGLET_SUCCESS;
-}
+#include "wait.h"
 
 /* ---- init ---- */
 
@@ -420,14 +95,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
 /* Stops threads and closes connections; keeps the struct (an aborted handle must still
  * answer calls with an error until it is destroyed). */
 static void comm_teardown(struct ringlet_comm *c, int clean) {
-    if (c->progress_started) {
-        pthread_mutex_lock(&c->q_mu);
-        c->q_quit = 1;
-        pthread_cond_signal(&c->q_cv);
-        pthread_mutex_unlock(&c->q_mu);
-        pthread_join(c->progress, NULL);
-        c->progress_started = 0;
-    }
+    rl_progress_stop(c);
     rl_trace_close(c->trace);
     c->trace = NULL;
     if (!clean) atomic_store(&c->stop, 1);
@@ -436,18 +104,14 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
      * closing the connections never waits on a peer. */
     rl_monitor_stop(c, clean);
     atomic_store(&c->stop, 1);
-    for (int p = 0; p < c->nranks; p++) {
-        if (c->send_conns[p].h) c->send_conns[p].tp->close(c->send_conns[p].h);
-        if (c->recv_conns[p].h) c->recv_conns[p].tp->close(c->recv_conns[p].h);
-        c->send_conns[p].h = c->recv_conns[p].h = NULL;
-    }
+    rl_conn_close_all(c);
     /* The shared-memory bell goes away with its transport. */
     atomic_store(&c->ev, &c->own_bell);
     atomic_store(&c->polled, 0);
     for (int i = 0; i < RL_TP_MAX; i++)
         if (c->tctx[i]) rl_transports[i]->fini(c->tctx[i]);
     memset(c->tctx, 0, sizeof c->tctx);
-    rl_dev_comm_fini(c);
+    rl_devcomm_fini(c);
     free(c->slots);
     free(c->temp);
     c->slots = c->temp = NULL;
@@ -455,12 +119,7 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
 }
 
 static void comm_free(struct ringlet_comm *c) {
-    /* Requests never waited on: their transfers stopped with the connections. */
-    while (c->live) {
-        struct ringlet_request *r = c->live;
-        c->live = r->live_next;
-        free(r);
-    }
+    rl_comm_free_live(c);
     pthread_mutex_destroy(&c->live_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
     pthread_mutex_destroy(&c->fail_mu);
@@ -564,8 +223,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
              * network transports. Every rank of a one-host job picks the same. */
             int tn = RL_TP_TCP, tp = RL_TP_TCP;
             char e2[RL_ERR_MAX];
-            if (nranks > 1 && pick_transport(c, c->next, &tn, e2) == RINGLET_SUCCESS &&
-                pick_transport(c, c->prev, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
+            if (nranks > 1 && rl_conn_pick_transport(c, c->next, &tn, e2) == RINGLET_SUCCESS &&
+                rl_conn_pick_transport(c, c->prev, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
                 c->chunk_bytes = 256 << 10;
             else
                 c->chunk_bytes = 512 << 10;
@@ -586,14 +245,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     rl_conn *conn;
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, &conn, err);
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, &conn, err);
-    if (rc == RINGLET_SUCCESS) {
-        if (pthread_create(&c->progress, NULL, progress_thread, c) != 0) {
-            rc = RINGLET_ERR_SYSTEM;
-            snprintf(err, sizeof err, "cannot start the progress thread");
-        } else {
-            c->progress_started = 1;
-        }
-    }
+    if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
+        snprintf(err, sizeof err, "cannot start the progress thread");
     if (rc != RINGLET_SUCCESS) {
         if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%s", c->fail_msg);
         comm_teardown(c, 0);
@@ -652,9 +305,4 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
     comm_teardown(c, 0);
     return RINGLET_SUCCESS;
-}
-
-ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
-    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
-    return atomic_load(&c->failed) ? rl_comm_failure(c, NULL, 0) : RINGLET_SUCCESS;
 }

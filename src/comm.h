@@ -1,4 +1,7 @@
-/* The communicator's internal state, shared by the core's files. */
+/* The communicator's and the request's internal state, shared by the core's files.
+ * Functions live in headers of their own: failure.h (errors and the failed state),
+ * wait.h (wake-ups), conn.h (connections), progress.h (the queue), collective.h (the
+ * algorithms), devcomm.h (device buffers and streams), bootstrap.h. */
 #ifndef RINGLET_COMM_H
 #define RINGLET_COMM_H
 
@@ -40,7 +43,17 @@ typedef enum {
     RL_OP_RECV,
 } rl_op_kind;
 
-const char *rl_op_name(rl_op_kind k);
+/* "allreduce", ...; "?" out of range. */
+static inline const char *rl_op_name(rl_op_kind k) {
+    static const char *const names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+                                        "barrier",   "send",      "recv"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+/* Point-to-point messages are cut into pieces of this many bytes (the last shorter; a
+ * message of up to this size, 0 included, is one piece), whatever the memory, so that
+ * a host buffer on one end and a device buffer on the other agree. */
+#define RL_P2P_PIECE ((size_t)1 << 20)
 
 struct ringlet_request {
     struct ringlet_comm *comm;
@@ -57,20 +70,25 @@ struct ringlet_request {
     atomic_int done;   /* set last, after result and err */
     ringlet_result_t result;
     char err[RL_MSG_MAX];
-    /* CUDA: device of the buffers (-1: host), the user's stream, the event marking the
-     * stream's work before the call; detached: a stream call nobody waits on (the
-     * progress thread frees it) */
+    /* Device: the device of the buffers (-1: host memory); the user's stream (NULL: none),
+     * with the event that marks the stream's work before the call; detached: a stream
+     * call nobody waits on (the progress thread frees it). */
     int device;
     void *stream;
     void *event;
     int detached;
-    /* point to point: the progress thread posts treq, then sets posted */
+    /* Point to point on host memory: the progress thread posts the pieces' transport
+     * requests (treqs: treq1, or an array for more than one piece), then sets posted;
+     * the waiter completes the request from them. */
     atomic_int posted;
     double posted_at;
-    rl_treq treq;
+    size_t ntreq, ndone; /* pieces posted, pieces seen done (in order) */
+    rl_treq *treqs;
+    rl_treq treq1;
 };
 
-struct rl_monitor; /* bootstrap connections kept for failure notices (bootstrap.c) */
+struct rl_monitor;  /* bootstrap connections kept for failure notices (bootstrap.c) */
+struct rl_devcomm;  /* device streams, staging slots and scratch (devcomm.c) */
 
 struct ringlet_comm {
     int rank, nranks, local_rank, local_size;
@@ -126,7 +144,7 @@ struct ringlet_comm {
     struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
     rl_fault fault;         /* RINGLET_FAULT_KILL (tests) */
     struct rl_monitor *mon;
-    struct rl_dev_state *dev; /* CUDA resources (device.c), made on first use */
+    struct rl_devcomm *dev; /* made by the first call on device buffers or with a stream */
 
     pthread_mutex_t err_mu;
     char last_error[RL_MSG_MAX];
@@ -136,42 +154,6 @@ struct ringlet_comm {
     pthread_mutex_t live_mu;
     struct ringlet_request *live;
 };
-
-/* Records a failure (peer died, timeout, abort): every wait on the communicator gives
- * up and every later call returns code. failed_rank < 0 when no peer is to blame. */
-void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* The failure that broke the communicator: its code, and (msg not NULL) its message. */
-ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
-/* A connection broke: give the monitor a moment to name the real cause (a peer's death
- * reaches every rank through rank 0 within milliseconds; the broken link may only be a
- * neighbour that aborted because of it), then fail with what is known. */
-void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
-/* An operation failed with code (what: the local view): fails the communicator if it
- * has not failed yet (a broken link first gives the monitor a moment to name the real
- * cause), and writes "<op> #seq (count n) failed: <the communicator's cause>" to err
- * (RL_MSG_MAX). Returns the communicator's failure code. */
-ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
-                                   const char *what, char *err);
-/* Wakes waiters (transport completions, finished operations). */
-void rl_comm_notify(void *comm);
-/* The wake-up counter's value: read it before checking for work, then wait with it. */
-unsigned rl_comm_gen(struct ringlet_comm *c);
-/* Waits until something completes or ms pass (polls threadless transports first). */
-void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
-/* Drives transports that have no threads of their own; non-zero if anything moved. */
-int rl_comm_progress(struct ringlet_comm *c);
-
-/* Records an error message for ringlet_comm_last_error (comm may be NULL) and
- * returns code. */
-ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Connections made on first use (progress thread only). */
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
-/* Scratch for partial results, grown (never per call once large enough). */
-void *rl_comm_temp(struct ringlet_comm *c, size_t bytes);
 
 /* A copy of a request's operation only (what the algorithms read), never its links or
  * completion state, which other threads update. */
@@ -190,38 +172,6 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->device = src->device;
 }
 
-/* Track (add = 1) or forget (add = 0) a request the user holds. */
-void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
-/* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
- * stream call, makes the stream wait for it). */
-ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
-
-/* Runs a blocking host collective on the caller's thread when nothing is queued or
- * running (no hand-off to the progress thread: the small-message latency path). Returns
- * 0 (not run; queue it) when busy, else 1 with the result in *rc and r->err. */
-int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc);
-
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2 };
-/* Small messages in one exchange (oneshot.c): whether this call takes that path (the
- * same answer on every rank), and running it. */
-int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
-ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, char *err);
-
-/* Runs one collective on the progress thread (ring.c); message in err. */
-ringlet_result_t rl_run_collective(struct ringlet_comm *c, struct ringlet_request *r, char *err);
-
-/* Bootstrap (bootstrap.c). */
-typedef struct rl_boot_target {
-    struct sockaddr_storage addr; /* where rank 0 listens */
-    uint8_t secret[32];
-    int listen_fd;                /* rank 0: the listener already open (unique id), or -1 */
-} rl_boot_target;
-ringlet_result_t rl_boot_make_id(ringlet_unique_id_t *id, char *err);
-ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_boot_target *t, char *err);
-ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err);
-/* Every rank's info to every rank, authenticated; leaves the monitor running. */
-ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err);
-/* Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
-void rl_monitor_stop(struct ringlet_comm *c, int clean);
 
 #endif

@@ -15,15 +15,22 @@
  * Reducing in rank order (0 op 1 op ... op P-1) makes every rank's result identical,
  * bit for bit. Every rank picks the same algorithm for a call from the same inputs
  * (kind, bytes, P and the environment), so RINGLET_ALGO must be the same on all ranks.
+ *
+ * Device buffers: this rank's contribution is copied by the device into pinned memory,
+ * exchanged from there into pinned blocks, and the device reduces the blocks in rank
+ * order (or copies them into place): the CUDA kernels read the pinned blocks directly.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
-#include "reduce.h"
+#include "collective.h"
+#include "conn.h"
+#include "devcomm.h"
+#include "failure.h"
 #include "trace.h"
 #include "util.h"
+#include "wait.h"
 
 #define ONESHOT_MAX_PEERS 64
 
@@ -35,8 +42,8 @@ typedef struct {
 
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
     int P = c->nranks, mode = c->algo;
-    if (P < 2 || mode == 1 || P > ONESHOT_MAX_PEERS + 1 || r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) return 0;
-    if (mode == 2) return 1;
+    if (P < 2 || mode == RL_ALGO_RING || P > ONESHOT_MAX_PEERS + 1 || r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) return 0;
+    if (mode == RL_ALGO_ONESHOT) return 1;
     if (P > c->oneshot_max_ranks) return 0;
     if (r->kind == RL_OP_BARRIER) return 1;
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);
@@ -119,50 +126,84 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
 }
 
 /* dst = blk(0) op blk(1) op ... op blk(P-1), then / P for avg. */
-static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, void *dst, const char *blocks,
-                            size_t bytes) {
+static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, void *dst,
+                            const char *blocks, size_t bytes) {
     double t0 = c->trace ? rl_now() : 0;
     int P = c->nranks;
-    rl_reduce_host(dst, blocks, blocks + bytes, r->count, r->dtype, r->op);
-    for (int q = 2; q < P; q++) rl_reduce_host(dst, dst, blocks + (size_t)q * bytes, r->count, r->dtype, r->op);
-    if (r->op == RINGLET_AVG) rl_divide_host(dst, r->count, r->dtype, P);
+    rl_mem_reduce(mem, dst, blocks, blocks + bytes, r->count, r->dtype, r->op);
+    for (int q = 2; q < P; q++) rl_mem_reduce(mem, dst, dst, blocks + (size_t)q * bytes, r->count, r->dtype, r->op);
+    if (r->op == RINGLET_AVG) rl_mem_divide(mem, dst, r->count, r->dtype, P);
     if (c->trace) rl_trace_span(c->trace, RL_LANE_REDUCE, "reduce", t0, rl_now(), rl_op_name(r->kind), r->seq, 0, bytes, -1);
 }
 
-ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+/* Where this rank's contribution is read from: the user's buffer (host), or a pinned
+ * copy the device made (device: the sends and the reduction read it there). */
+static ringlet_result_t stage_input(struct ringlet_comm *c, rl_mem *mem, const void *src, size_t bytes, char *pinned,
+                                    const char **out, char *err) {
+    if (!mem->dev) {
+        *out = src;
+        return RINGLET_SUCCESS;
+    }
+    struct rl_devcomm *d = mem->dev;
+    *out = pinned;
+    if (!bytes) return RINGLET_SUCCESS;
+    if (d->d->memcpy_async(pinned, src, bytes, d->s_send) != RL_DEV_OK || d->d->event_record(d->ev_send[0], d->s_send) != RL_DEV_OK)
+        return rl_devcomm_error("copy of the input to pinned memory", err);
+    return rl_devcomm_wait(c, d->ev_send[0], "the copy of the input to pinned memory", err);
+}
+
+ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     int P = c->nranks, me = c->rank, ns = 0, nr = 0;
     size_t es = ringlet_datatype_size(r->dtype), bytes = r->count * es;
     xfer s[ONESHOT_MAX_PEERS], v[ONESHOT_MAX_PEERS];
-    char *tmp = NULL;
     int reduces = r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE_SCATTER ||
                   (r->kind == RL_OP_REDUCE && r->root == me);
-    if (reduces) {
-        tmp = rl_comm_temp(c, (size_t)P * bytes);
+    /* Host: tmp holds the P blocks a reducing rank combines. Device: also every block
+     * received, and (out) this rank's staged input. */
+    char *tmp = NULL, *out = NULL;
+    size_t in_bytes = (size_t)P * bytes, out_bytes = r->kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
+    if (mem->dev) {
+        char e[RL_MSG_MAX] = "";
+        tmp = rl_devcomm_pinned(c, in_bytes + out_bytes, e);
+        if (!tmp) return snprintf(err, RL_MSG_MAX, "%s: %s", rl_op_name(r->kind), e), RINGLET_ERR_CUDA;
+        out = tmp + in_bytes;
+    } else if (reduces) {
+        tmp = rl_comm_temp(c, in_bytes);
         if (!tmp) return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch", rl_op_name(r->kind)), RINGLET_ERR_SYSTEM;
     }
+    int sends_input = r->kind != RL_OP_BARRIER && (r->kind != RL_OP_BROADCAST || me == r->root) &&
+                      (r->kind != RL_OP_REDUCE || me != r->root);
+    const char *input = NULL;
+    if (sends_input || reduces) {
+        ringlet_result_t rc = stage_input(c, mem, r->sendbuf, out_bytes, out, &input, err);
+        if (rc) return rc;
+    }
+    /* Device: every received block lands in the pinned blocks, then goes into place. */
+    int dev = mem->dev != NULL;
     unsigned char bar_in = 0, bar_out[ONESHOT_MAX_PEERS + 1];
     for (int q = 0; q < P; q++) {
         if (q == me) continue;
+        char *blk = tmp ? tmp + (size_t)q * bytes : NULL;
         switch (r->kind) {
         case RL_OP_ALLREDUCE:
-            s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
-            v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
+            s[ns++] = (xfer){q, (void *)input, bytes};
+            v[nr++] = (xfer){q, blk, bytes};
             break;
         case RL_OP_REDUCE_SCATTER:
-            s[ns++] = (xfer){q, (char *)r->sendbuf + (size_t)q * bytes, bytes};
-            v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
+            s[ns++] = (xfer){q, (char *)input + (size_t)q * bytes, bytes};
+            v[nr++] = (xfer){q, blk, bytes};
             break;
         case RL_OP_REDUCE:
-            if (me == r->root) v[nr++] = (xfer){q, tmp + (size_t)q * bytes, bytes};
-            else if (q == r->root) s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
+            if (me == r->root) v[nr++] = (xfer){q, blk, bytes};
+            else if (q == r->root) s[ns++] = (xfer){q, (void *)input, bytes};
             break;
         case RL_OP_BROADCAST:
-            if (me == r->root) s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
-            else if (q == r->root) v[nr++] = (xfer){q, r->recvbuf, bytes};
+            if (me == r->root) s[ns++] = (xfer){q, (void *)input, bytes};
+            else if (q == r->root) v[nr++] = (xfer){q, dev ? blk : r->recvbuf, bytes};
             break;
         case RL_OP_ALLGATHER:
-            s[ns++] = (xfer){q, (void *)r->sendbuf, bytes};
-            v[nr++] = (xfer){q, (char *)r->recvbuf + (size_t)q * bytes, bytes};
+            s[ns++] = (xfer){q, (void *)input, bytes};
+            v[nr++] = (xfer){q, dev ? blk : (char *)r->recvbuf + (size_t)q * bytes, bytes};
             break;
         case RL_OP_BARRIER:
             s[ns++] = (xfer){q, &bar_in, 1};
@@ -174,27 +215,30 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     }
     /* This rank's own block, where the reduction reads it (in place, sendbuf is also
      * the result, so it is copied before anything is written). */
-    if (r->kind == RL_OP_ALLREDUCE || (r->kind == RL_OP_REDUCE && me == r->root))
-        memcpy(tmp + (size_t)me * bytes, r->sendbuf, bytes);
-    if (r->kind == RL_OP_REDUCE_SCATTER) memcpy(tmp + (size_t)me * bytes, (const char *)r->sendbuf + (size_t)me * bytes, bytes);
+    if (reduces) {
+        const char *mine = r->kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
+        memcpy(tmp + (size_t)me * bytes, mine, bytes); /* host or pinned memory, both */
+    }
     ringlet_result_t rc = exchange(c, r, s, ns, v, nr, err);
     if (rc) return rc;
     switch (r->kind) {
     case RL_OP_ALLREDUCE:
     case RL_OP_REDUCE_SCATTER:
     case RL_OP_REDUCE:
-        if (reduces) reduce_in_order(c, r, r->recvbuf, tmp, bytes);
+        if (reduces) reduce_in_order(c, r, mem, r->recvbuf, tmp, bytes);
         break;
     case RL_OP_BROADCAST:
-        if (me == r->root && r->recvbuf != r->sendbuf) memcpy(r->recvbuf, r->sendbuf, bytes);
+        if (me == r->root) rl_mem_copy(mem, r->recvbuf, r->sendbuf, bytes);
+        else if (dev) rl_mem_copy(mem, r->recvbuf, tmp + (size_t)r->root * bytes, bytes);
         break;
-    case RL_OP_ALLGATHER: {
-        char *mine = (char *)r->recvbuf + (size_t)me * bytes;
-        if (mine != (const char *)r->sendbuf) memmove(mine, r->sendbuf, bytes);
+    case RL_OP_ALLGATHER:
+        rl_mem_copy(mem, (char *)r->recvbuf + (size_t)me * bytes, r->sendbuf, bytes);
+        for (int q = 0; q < P && dev; q++)
+            if (q != me) rl_mem_copy(mem, (char *)r->recvbuf + (size_t)q * bytes, tmp + (size_t)q * bytes, bytes);
         break;
-    }
     default:
         break;
     }
+    if (mem->rc) return snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, mem->err), mem->rc;
     return RINGLET_SUCCESS;
 }

@@ -12,16 +12,21 @@
 #                    rl_divide_device; rl_stream_wait_flag (tests/gpu/test_kernels.cu)
 #   memcheck         compute-sanitizer --tool memcheck on a small test_kernels run (when
 #                    compute-sanitizer is installed)
-#   collectives_gpu  multi-process tests on device buffers: tests/gpu/collectives_gpu.sh,
-#                    when present (see the marked section below)
+#   device-collectives  tests/mp/collectives.sh on device buffers over the cuda backend
+#                    (RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device): every collective x
+#                    dtype x op, P = 1..5, over shm and tcp, several ranks on each GPU
+#   device-stream    tests/mp/stream.sh over cuda: stream order, abort, async errors
+#   device-memcheck  compute-sanitizer --tool memcheck on a small device collectives run (P = 2)
 #   bench            perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at
 #                    256 MiB; PASS at >= 90% of cudaMemcpy D2D bandwidth
-#   host-suite       make test (the CI suite: unit and multi-process tests on host buffers)
+#   device-bench     perf/device_bench.sh: device vs host buffers over tcp and shm, and PyTorch's
+#                    Gloo on CUDA tensors, at 2 and 4 ranks, 64 MiB (the goals' table)
+#   host-suite       make test (the CI suite; its device tests run over the simulator there)
 # and closes with a summary table.
 #
 # Options:
-#   --tests-only     build-gpu-tests, test_kernels, memcheck, collectives_gpu only: no make, no
-#                    bench, no host suite (tests/mp/gpu.sh runs this, from inside `make test`)
+#   --tests-only     build-gpu-tests, test_kernels, memcheck and the device-* tests only: no make,
+#                    no bench, no host suite (tests/mp/gpu.sh runs this, from inside `make test`)
 #   --no-bench       leave out the benchmark
 #   --no-host-suite  leave out `make test`
 # Environment: BUILD (default build), NVCC (default: nvcc on PATH, else $CUDA_HOME/bin/nvcc),
@@ -147,18 +152,22 @@ else
     record test_kernels SKIP 0 "SKIP: test programs not built"
 fi
 
-# =============================================================================
-# Multi-process tests on device buffers (a colleague adds them here).
-# tests/gpu/collectives_gpu.sh, when present, runs with BUILD exported, from the repository
-# root, after the library build above. Its exit status: 0 = pass, 77 = skip (say why on the
-# output), anything else = fail. Add further device-buffer scripts to this section.
-# =============================================================================
-if [ -f tests/gpu/collectives_gpu.sh ]; then
-    run_step collectives_gpu 900 all bash tests/gpu/collectives_gpu.sh
+# ---- multi-process tests on device buffers, over the cuda backend ----
+if [ $have_gpu = 0 ]; then
+    record device-collectives SKIP 0 "SKIP: no GPU"
+    record device-stream SKIP 0 "SKIP: no GPU"
 else
-    record collectives_gpu SKIP 0 "SKIP: tests/gpu/collectives_gpu.sh not present yet"
+    run_step device-collectives 1500 '^(ok|FAIL|collectives)' env RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device \
+        BUILD="$BUILD" bash tests/mp/collectives.sh
+    run_step device-stream 600 '^(ok|FAIL|stream)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/stream.sh
+    if [ -n "$SANITIZER" ]; then
+        run_step device-memcheck 900 'ERROR SUMMARY|FAIL|collectives: rank' env RINGLET_DEVICE=cuda RINGLET_TIMEOUT=120 \
+            "$BUILD/bin/ringlet-run" -n 2 --timeout 850 "$SANITIZER" --tool memcheck --error-exitcode 99 --print-limit 20 \
+            "$BUILD/tests/mp/collectives" --memory device --quick --max-count 4099
+    else
+        record device-memcheck SKIP 0 "SKIP: compute-sanitizer not found"
+    fi
 fi
-# ============================ end of the multi-process section ===============
 
 # ---- benchmark ----
 if [ $bench = 1 ]; then
@@ -166,6 +175,11 @@ if [ $bench = 1 ]; then
         run_step bench 300 all "$GB/gpu_kernels_bench"
     else
         record bench SKIP 0 "SKIP: benchmark not built"
+    fi
+    if [ $have_gpu = 1 ]; then
+        run_step device-bench 900 all env BUILD="$BUILD" bash perf/device_bench.sh -p 3 -o "$GB/device_bench"
+    else
+        record device-bench SKIP 0 "SKIP: no GPU"
     fi
 fi
 

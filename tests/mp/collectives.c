@@ -62,6 +62,17 @@
  *                   collective x dtype x op the other in-place variant at the large count
  *   --colls LIST    comma-separated subset of allreduce,broadcast,reduce,allgather,
  *                   reduce_scatter,sendrecv,barrier
+ *   --memory device every buffer in device memory (the device layer's backend:
+ *                   RINGLET_DEVICE=sim in CI, cuda on a GPU). Each buffer has a device twin
+ *                   of the same layout, guards included; the bytes a case set up are copied
+ *                   to the twin before the call and back after it, both on a stream of the
+ *                   test's, and every check reads what came back. Three cases in four pass
+ *                   that stream to the call (stream-ordered: the copy to the device is still
+ *                   queued when the call returns, and the copy back is queued right after
+ *                   it, so a library that does not wait for the stream, or does not hold it,
+ *                   reads or returns the wrong bytes); the fourth passes NULL (the call
+ *                   blocks) after synchronising the copy. Send/receive use the same order in
+ *                   both forms: even ranks send first, odd ranks receive first.
  *   --verbose       print every case
  * Output: one summary line per rank, "collectives: rank R of P: N cases checked,
  * F failed (T s)"; failures (at most 30 lines per rank) before it. Exit 0 iff none
@@ -75,6 +86,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h" /* the device layer's backends: device memory and streams for --memory device */
 #include "ringlet.h"
 
 enum { C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCE_SCATTER, C_SENDRECV, C_BARRIER, C_NUM };
@@ -97,7 +109,9 @@ typedef struct {
 
 typedef struct {
     unsigned char *base;
-    size_t cap; /* bytes usable between the guards */
+    size_t cap;           /* bytes usable between the guards */
+    unsigned char *dbase; /* --memory device: the device twin of base (same layout) */
+    size_t used;          /* bytes from base the current case set up (guards included) */
 } buf_t;
 
 static ringlet_comm_t g_comm;
@@ -107,6 +121,9 @@ static long g_cases, g_failed, g_printed;
 static int g_verbose;
 static double g_t_call; /* seconds spent inside the calls under test */
 static buf_t g_sbuf, g_rbuf, g_cpy, g_exp;
+static const rl_device_ops *g_dev;    /* --memory device */
+static rl_dev_stream_t g_stream;      /* the test's stream (device mode) */
+static void *g_call_stream;           /* the stream the current case passes, or NULL */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -311,9 +328,21 @@ static void fatal_rc(const case_t *c, const char *call, ringlet_result_t rc) {
     exit(1);
 }
 
-static void buf_init(buf_t *b, size_t cap) {
+/* twin (device mode): a device twin, and the host side in pinned memory, so that the
+ * copies between them are asynchronous (a copy from pageable memory may synchronise). */
+static void buf_init(buf_t *b, size_t cap, int twin) {
+    size_t bytes = (cap + 2 * GUARD + 63) / 64 * 64;
     b->cap = cap;
-    b->base = aligned_alloc(64, (cap + 2 * GUARD + 63) / 64 * 64);
+    b->dbase = NULL;
+    if (twin && g_dev) {
+        if (g_dev->host_alloc((void **)&b->base, bytes) != RL_DEV_OK ||
+            g_dev->mem_alloc((void **)&b->dbase, bytes) != RL_DEV_OK) {
+            printf("FAIL rank %d: device or pinned memory (%zu bytes): %s\n", g_rank, bytes, rl_dev_error());
+            exit(1);
+        }
+        return;
+    }
+    b->base = aligned_alloc(64, bytes);
     if (!b->base) {
         printf("rank %d: out of memory (%zu bytes)\n", g_rank, cap);
         exit(1);
@@ -322,7 +351,10 @@ static void buf_init(buf_t *b, size_t cap) {
 static inline void *bp(const buf_t *b) { return b->base + GUARD; }
 
 /* Sentinel over [0, used) and both guards. */
-static void sentinel(buf_t *b, size_t used) { memset(b->base, SENT, used + 2 * GUARD); }
+static void sentinel(buf_t *b, size_t used) {
+    memset(b->base, SENT, used + 2 * GUARD);
+    b->used = used + 2 * GUARD;
+}
 
 static void check_guards(const case_t *c, const buf_t *b, size_t used, const char *name) {
     for (size_t i = 0; i < GUARD; i++) {
@@ -486,36 +518,71 @@ static void check_reduction(const case_t *c, const void *got, size_t off, size_t
 
 static ringlet_result_t do_call2(const case_t *c, const void *s, void *r, size_t n, int peer_send, int peer_recv);
 
-/* Issue the case's call (blocking or i-form + test/wait). */
+static void dev_check(const char *what, int rc) {
+    if (rc == RL_DEV_OK) return;
+    printf("FAIL rank %d: %s: %s\n", g_rank, what, rl_dev_error());
+    printf("collectives: rank %d of %d: %ld cases checked, %ld failed (stopped at the error above)\n", g_rank, g_P,
+           g_cases, g_failed + 1);
+    exit(1);
+}
+
+/* The device twin of a pointer into g_sbuf or g_rbuf (NULL stays NULL). */
+static void *twin(const void *p) {
+    const buf_t *bufs[2] = {&g_sbuf, &g_rbuf};
+    for (int i = 0; p && i < 2; i++)
+        if ((const unsigned char *)p >= bufs[i]->base && (const unsigned char *)p <= bufs[i]->base + bufs[i]->cap + 2 * GUARD)
+            return bufs[i]->dbase + ((const unsigned char *)p - bufs[i]->base);
+    return NULL;
+}
+
+/* Issue the case's call (blocking or i-form + test/wait); device mode: on the twins. */
 static ringlet_result_t do_call(const case_t *c, const void *s, void *r, size_t n, int peer_send, int peer_recv) {
+    buf_t *bufs[2] = {&g_sbuf, &g_rbuf};
+    if (g_dev) {
+        for (int i = 0; i < 2; i++)
+            if (bufs[i]->used)
+                dev_check("copy to the device", g_dev->memcpy_async(bufs[i]->dbase, bufs[i]->base, bufs[i]->used, g_stream));
+        g_call_stream = c->idx % 4 == 3 ? NULL : (void *)g_stream;
+        if (!g_call_stream) dev_check("stream_sync", g_dev->stream_sync(g_stream));
+        s = twin(s);
+        r = twin(r);
+    }
     const double t0 = now_s();
     ringlet_result_t rc = do_call2(c, s, r, n, peer_send, peer_recv);
     g_t_call += now_s() - t0;
+    if (g_dev) {
+        /* Queued behind the call on a stream call: it must see the result. */
+        for (int i = 0; i < 2; i++)
+            if (bufs[i]->used)
+                dev_check("copy from the device", g_dev->memcpy_async(bufs[i]->base, bufs[i]->dbase, bufs[i]->used, g_stream));
+        dev_check("stream_sync", g_dev->stream_sync(g_stream));
+    }
     return rc;
 }
 
 static ringlet_result_t do_call2(const case_t *c, const void *s, void *r, size_t n, int peer_send, int peer_recv) {
     ringlet_comm_t cm = g_comm;
     const int dt = c->dt, op = c->op, root = c->root;
+    void *st = g_call_stream;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (!c->nb) {
         switch (c->coll) {
-        case C_ALLREDUCE: rc = ringlet_allreduce(s, r, n, dt, op, cm, NULL); break;
-        case C_BROADCAST: rc = ringlet_broadcast(s, r, n, dt, root, cm, NULL); break;
-        case C_REDUCE: rc = ringlet_reduce(s, r, n, dt, op, root, cm, NULL); break;
-        case C_ALLGATHER: rc = ringlet_allgather(s, r, n, dt, cm, NULL); break;
-        case C_REDUCE_SCATTER: rc = ringlet_reduce_scatter(s, r, n, dt, op, cm, NULL); break;
-        case C_BARRIER: rc = ringlet_barrier(cm, NULL); break;
+        case C_ALLREDUCE: rc = ringlet_allreduce(s, r, n, dt, op, cm, st); break;
+        case C_BROADCAST: rc = ringlet_broadcast(s, r, n, dt, root, cm, st); break;
+        case C_REDUCE: rc = ringlet_reduce(s, r, n, dt, op, root, cm, st); break;
+        case C_ALLGATHER: rc = ringlet_allgather(s, r, n, dt, cm, st); break;
+        case C_REDUCE_SCATTER: rc = ringlet_reduce_scatter(s, r, n, dt, op, cm, st); break;
+        case C_BARRIER: rc = ringlet_barrier(cm, st); break;
         case C_SENDRECV:
             if (g_rank % 2 == 0) {
-                rc = ringlet_send(s, n, dt, peer_send, cm, NULL);
+                rc = ringlet_send(s, n, dt, peer_send, cm, st);
                 if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_send", rc);
-                rc = ringlet_recv(r, n, dt, peer_recv, cm, NULL);
+                rc = ringlet_recv(r, n, dt, peer_recv, cm, st);
                 if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_recv", rc);
             } else {
-                rc = ringlet_recv(r, n, dt, peer_recv, cm, NULL);
+                rc = ringlet_recv(r, n, dt, peer_recv, cm, st);
                 if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_recv", rc);
-                rc = ringlet_send(s, n, dt, peer_send, cm, NULL);
+                rc = ringlet_send(s, n, dt, peer_send, cm, st);
                 if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_send", rc);
             }
             break;
@@ -525,17 +592,25 @@ static ringlet_result_t do_call2(const case_t *c, const void *s, void *r, size_t
     }
     ringlet_request_t req = NULL, req2 = NULL;
     switch (c->coll) {
-    case C_ALLREDUCE: rc = ringlet_iallreduce(s, r, n, dt, op, cm, NULL, &req); break;
-    case C_BROADCAST: rc = ringlet_ibroadcast(s, r, n, dt, root, cm, NULL, &req); break;
-    case C_REDUCE: rc = ringlet_ireduce(s, r, n, dt, op, root, cm, NULL, &req); break;
-    case C_ALLGATHER: rc = ringlet_iallgather(s, r, n, dt, cm, NULL, &req); break;
-    case C_REDUCE_SCATTER: rc = ringlet_ireduce_scatter(s, r, n, dt, op, cm, NULL, &req); break;
-    case C_BARRIER: rc = ringlet_ibarrier(cm, NULL, &req); break;
+    case C_ALLREDUCE: rc = ringlet_iallreduce(s, r, n, dt, op, cm, st, &req); break;
+    case C_BROADCAST: rc = ringlet_ibroadcast(s, r, n, dt, root, cm, st, &req); break;
+    case C_REDUCE: rc = ringlet_ireduce(s, r, n, dt, op, root, cm, st, &req); break;
+    case C_ALLGATHER: rc = ringlet_iallgather(s, r, n, dt, cm, st, &req); break;
+    case C_REDUCE_SCATTER: rc = ringlet_ireduce_scatter(s, r, n, dt, op, cm, st, &req); break;
+    case C_BARRIER: rc = ringlet_ibarrier(cm, st, &req); break;
     case C_SENDRECV:
-        rc = ringlet_isend(s, n, dt, peer_send, cm, NULL, &req);
+        /* Device memory: a rank's sends and receives run one after another (a send and the
+         * receive issued right after it together), so odd ranks receive first. */
+        if (g_dev && g_rank % 2) {
+            rc = ringlet_irecv(r, n, dt, peer_recv, cm, st, &req2);
+            if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_irecv", rc);
+        }
+        rc = ringlet_isend(s, n, dt, peer_send, cm, st, &req);
         if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_isend", rc);
-        rc = ringlet_irecv(r, n, dt, peer_recv, cm, NULL, &req2);
-        if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_irecv", rc);
+        if (!g_dev || g_rank % 2 == 0) {
+            rc = ringlet_irecv(r, n, dt, peer_recv, cm, st, &req2);
+            if (rc != RINGLET_SUCCESS) fatal_rc(c, "ringlet_irecv", rc);
+        }
         if (req2 == NULL) failf(c, "ringlet_irecv returned success but no request");
         break;
     }
@@ -581,6 +656,7 @@ static void run_case(const case_t *c) {
         printf("case %s\n", d);
     }
     g_cases++;
+    g_sbuf.used = g_rbuf.used = 0;
     switch (c->coll) {
     case C_ALLREDUCE:
         sentinel(&g_rbuf, nb);
@@ -752,13 +828,13 @@ static int parse_colls(const char *s, int *want) {
 
 static void usage(void) {
     fprintf(stderr, "usage: collectives [--max-count N] [--quick] [--seed S] [--large full|rotate] "
-                    "[--phase K] [--colls a,b,...] [--verbose]\n");
+                    "[--phase K] [--colls a,b,...] [--memory host|device] [--verbose]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     size_t max_count = 1000003;
-    int quick = 0, large_full = 0, want[C_NUM];
+    int quick = 0, large_full = 0, want[C_NUM], device = 0;
     uint64_t rot = 0; /* rotation of the variants at the large count */
     for (int i = 0; i < C_NUM; i++) want[i] = 1;
     for (int i = 1; i < argc; i++) {
@@ -780,6 +856,12 @@ int main(int argc, char **argv) {
                 large_full = 0;
             else
                 usage();
+        } else if (strcmp(argv[i], "--memory") == 0 && i + 1 < argc) {
+            i++;
+            if (strcmp(argv[i], "device") == 0)
+                device = 1;
+            else if (strcmp(argv[i], "host") != 0)
+                usage();
         } else if (strcmp(argv[i], "--colls") == 0 && i + 1 < argc) {
             if (parse_colls(argv[++i], want) != 0) usage();
         } else
@@ -787,6 +869,21 @@ int main(int argc, char **argv) {
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (uint32_t h = 0; h < 65536; h++) h2f_table[h] = h2f_slow((uint16_t)h);
+    if (device) {
+        g_dev = rl_device();
+        if (!g_dev) {
+            printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
+            return 1;
+        }
+        /* One device per local rank, as a job on a multi-GPU host would use them. */
+        int ndev = 0;
+        const char *lr = getenv("LOCAL_RANK");
+        if (g_dev->count(&ndev) != RL_DEV_OK || ndev < 1 ||
+            g_dev->set_device((lr ? atoi(lr) : 0) % ndev) != RL_DEV_OK || g_dev->stream_create(&g_stream) != RL_DEV_OK) {
+            printf("FAIL: device setup: %s\n", rl_dev_error());
+            return 1;
+        }
+    }
 
     ringlet_result_t rc = ringlet_comm_init_env(&g_comm);
     if (rc != RINGLET_SUCCESS) {
@@ -825,10 +922,10 @@ int main(int argc, char **argv) {
     size_t big = 0;
     for (size_t i = 0; i < ncounts; i++) big = counts[i] > big ? counts[i] : big;
     size_t cap = (big * (size_t)P + 16) * 8;
-    buf_init(&g_sbuf, cap);
-    buf_init(&g_rbuf, cap);
-    buf_init(&g_cpy, cap);
-    buf_init(&g_exp, (big + 16) * 8);
+    buf_init(&g_sbuf, cap, 1);
+    buf_init(&g_rbuf, cap, 1);
+    buf_init(&g_cpy, cap, 0);
+    buf_init(&g_exp, (big + 16) * 8, 0);
 
     int roots[3], nroots = 0;
     int rc3[3] = {0, P / 2, P - 1};
@@ -892,8 +989,16 @@ int main(int argc, char **argv) {
         g_failed++;
     }
     if (g_printed > MAX_PRINT) printf("rank %d: %ld failure lines not printed\n", g_rank, g_printed - MAX_PRINT);
-    printf("collectives: rank %d of %d: %ld cases checked, %ld failed (%.1f s, %.1f s of it in the calls)\n", g_rank,
-           P, g_cases, g_failed, now_s() - t0, g_t_call);
+    printf("collectives: rank %d of %d: %ld cases checked, %ld failed (%.1f s, %.1f s of it in the calls)%s\n", g_rank,
+           P, g_cases, g_failed, now_s() - t0, g_t_call, g_dev ? " on device memory" : "");
+    if (g_dev) {
+        g_dev->mem_free(g_sbuf.dbase);
+        g_dev->mem_free(g_rbuf.dbase);
+        g_dev->host_free(g_sbuf.base);
+        g_dev->host_free(g_rbuf.base);
+        g_sbuf.base = g_rbuf.base = NULL;
+        g_dev->stream_destroy(g_stream);
+    }
     free(g_sbuf.base);
     free(g_rbuf.base);
     free(g_cpy.base);

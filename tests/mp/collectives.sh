@@ -27,7 +27,14 @@
 # rotating; thread sanitizer: L = 65537 and --quick (two ops per dtype at the reducing
 # collectives). RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
 # "--max-count 1000" for a fast check).
-# Takes about 2 minutes on a 2-core machine (normal -O2 build).
+# Device memory (--memory device, DPLAN below): the same grid on device buffers, through the
+# device layer's backend RINGLET_TEST_DEVICE (default sim, the simulated GPU; cuda on a GPU;
+# "none" leaves them out), stream-ordered, over each transport: P = 1, 2, 3 (the ring with
+# small chunks, two slots, RINGLET_SIM_JITTER so that a missing stream wait shows), 4 (the
+# kernels reduce from device copies of the slots), 5 (the one-shot path at every count), with smaller large counts (the simulator copies every chunk
+# through pinned slots on 2 cores). RINGLET_TEST_MEMORY ("host device" by default) chooses
+# which halves run.
+# Takes about 4 minutes on a 2-core machine (normal -O2 build).
 # Exit 0 = all passed, 1 = a failure.
 set -u
 
@@ -76,21 +83,50 @@ else
     TIMEOUT=1800
 fi
 
+# Device memory: P|environment|arguments, as PLAN.
+DEVICE=${RINGLET_TEST_DEVICE:-sim}
+MEMORY=${RINGLET_TEST_MEMORY:-host device}
+JIT="RINGLET_SIM_JITTER=50"
+if [ -z "$SAN" ]; then
+    DLARGE="--max-count 100003"
+    DPLAN="1||$DLARGE
+2||--max-count 262147
+3|RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
+4|$JIT RINGLET_DEVICE_REDUCE=copy|$DLARGE
+5|RINGLET_ALGO=oneshot|--max-count 30011"
+else
+    case "$SAN" in
+    *thread*) DLARGE="--max-count 16411 --quick" ;;
+    *) DLARGE="--max-count 65537" ;;
+    esac
+    DPLAN="1|RINGLET_CHUNK_SIZE=8192|$DLARGE
+2|RINGLET_CHUNK_SIZE=8192 $JIT|$DLARGE
+3|RINGLET_CHUNK_SIZE=8192 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
+4|RINGLET_CHUNK_SIZE=8192|$DLARGE
+5|RINGLET_ALGO=oneshot|--max-count 4099 --quick"
+fi
+
 fails=0
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 t_all=$(now_ms)
-for tr in $TRANSPORTS; do
+for mem in $MEMORY; do
+  [ "$mem" = device ] && [ "$DEVICE" = none ] && continue
+  for tr in $TRANSPORTS; do
+    plan=$PLAN margs="" menv=""
+    if [ "$mem" = device ]; then
+        plan=$DPLAN margs="--memory device" menv="RINGLET_DEVICE=$DEVICE"
+    fi
     while IFS='|' read -r P envs args; do
         [ -n "$P" ] || continue
         t=$(now_ms)
         # shellcheck disable=SC2086
-        env RINGLET_TRANSPORT="$tr" $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $args $EXTRA \
-            >"$TMP/out" 2>"$TMP/err"
+        env RINGLET_TRANSPORT="$tr" $menv $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $margs $args \
+            $EXTRA >"$TMP/out" 2>"$TMP/err"
         rc=$?
         dt=$(($(now_ms) - t))
         good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of $P: [0-9]+ cases checked, 0 failed" "$TMP/out")
         cases=$(sed -n "s/^\[0\] collectives: rank 0 of $P: \([0-9]*\) cases checked.*/\1/p" "$TMP/out")
-        name="$tr P=$P ${args:-(rotating at the large count)}${EXTRA:+ $EXTRA}${envs:+ ($envs)}"
+        name="$tr${margs:+ $DEVICE device memory} P=$P ${args:-(rotating at the large count)}${EXTRA:+ $EXTRA}${envs:+ ($envs)}"
         if [ "$rc" = 0 ] && [ "$good" = "$P" ]; then
             echo "ok:   $name: ${cases:-?} cases per rank, $((dt / 1000)).$((dt % 1000 / 100)) s"
         else
@@ -101,7 +137,8 @@ for tr in $TRANSPORTS; do
             tail -n 20 "$TMP/err"
             echo "-----"
         fi
-    done <<<"$PLAN"
+    done <<<"$plan"
+  done
 done
 dt=$(($(now_ms) - t_all))
 if [ $fails = 0 ]; then

@@ -16,7 +16,8 @@
 #   - tests/mp/collectives with RINGLET_TRANSPORT=ib at P = 2, 3, 4 (every collective,
 #     every dtype x op incl. float32/int32 all ops and bfloat16 sum, counts 0, 1, P-1,
 #     P+1 in place and out of place, blocking and not, random data, exact check; large
-#     counts as listed in PLAN below);
+#     counts as listed in PLAN below), and at P = 3 on device memory over the simulated
+#     GPU (chunks staged through pinned slots, over verbs);
 #   - a rank SIGKILLed during an allreduce (rank 2, and rank 0) and an allgather, P = 4
 #     (tests/mp/kill, as kill.sh, with 32 MiB: the VM is slow and has 2 GiB);
 #   - the benchmark: ringlet-perf allreduce at 2 ranks, 4 MiB, RINGLET_TRANSPORT=ib, and
@@ -114,7 +115,8 @@ guest() {
     local PLAN="2||--max-count $L2 $Q
 2||--max-count $L2 --phase 1 --colls allreduce $Q
 3|RINGLET_CHUNK_SIZE=16384 RINGLET_IB_SLOT_SIZE=4096 RINGLET_IB_NSLOTS=4 RINGLET_IB_QPS_PER_PEER=2|--max-count $L3 $Q
-4|RINGLET_CHECK=1|--max-count $L4 $Q"
+4|RINGLET_CHECK=1|--max-count $L4 $Q
+3|RINGLET_DEVICE=sim RINGLET_CHUNK_SIZE=16384 RINGLET_SIM_JITTER=50|--memory device --max-count $L3 --quick"
     local P envs args good name
     while IFS='|' read -r P envs args; do
         [ -n "$P" ] || continue

@@ -1,0 +1,86 @@
+#include "collective.h"
+
+#include <stdio.h>
+
+#include "devcomm.h"
+#include "failure.h"
+#include "log.h"
+#include "trace.h"
+#include "util.h"
+
+/* Host buffers with a stream: the stream's earlier work must be done before the host
+ * reads them. */
+static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    const rl_device_ops *d = c->dev->d;
+    double t0 = rl_now();
+    int q;
+    while ((q = d->event_query(r->event)) == RL_DEV_NOT_READY) {
+        if (atomic_load(&c->stop)) return snprintf(err, RL_MSG_MAX, "stopped: the communicator failed"), RINGLET_ERR_REMOTE;
+        if (rl_now() - t0 > c->timeout_s)
+            return snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s",
+                            c->timeout_s),
+                   RINGLET_ERR_TIMEOUT;
+        rl_sleep_ms(rl_now() - t0 < 1e-3 ? 0 : 1);
+    }
+    return q == RL_DEV_OK ? RINGLET_SUCCESS : rl_devcomm_error("the stream", err);
+}
+
+static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
+                                      rl_mem *mem, char *err) {
+    if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
+        struct ringlet_request *send = r->kind == RL_OP_SEND ? r : partner, *recv = r->kind == RL_OP_RECV ? r : partner;
+        return rl_run_p2p_pipe(c, send, recv, mem, err);
+    }
+    if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
+    return rl_run_ring(c, r, mem, err);
+}
+
+/* Before the algorithm: the device state (device buffers: the internal streams wait
+ * for the user's stream) or the user's stream itself (host buffers). */
+static ringlet_result_t prepare(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    char derr[RL_MSG_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (r->device >= 0) rc = rl_devcomm_begin(c, r, &mem->dev, derr);
+    else if (r->event) rc = wait_user_stream(c, r, derr);
+    if (rc) snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, derr);
+    return rc;
+}
+
+ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
+                           char *err, char *partner_err) {
+    err[0] = 0;
+    int timed = c->trace || rl_log_level() >= RL_LOG_TRACE; /* a clock read costs ~10% of a small call */
+    double t0 = timed ? rl_now() : 0;
+    rl_mem mem = {.dev = NULL, .rc = RINGLET_SUCCESS};
+    ringlet_result_t rc = prepare(c, r, &mem, err);
+    if (!rc && partner) rc = prepare(c, partner, &mem, err);
+    if (!rc) rc = run_algorithm(c, r, partner, &mem, err);
+    if (mem.dev) {
+        /* The device work this operation enqueued finishes before its memory is reused. */
+        char derr[RL_MSG_MAX] = "";
+        ringlet_result_t drc = rl_devcomm_drain(c, derr);
+        if (drc && !rc) {
+            rc = drc;
+            snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, derr);
+        }
+    }
+    if (partner && rc) {
+        /* One exchange ran both, and both failed: each message names its own call. */
+        char msg[RL_MSG_MAX] = "";
+        if (atomic_load(&c->failed)) rl_comm_failure(c, msg, sizeof msg);
+        else snprintf(msg, sizeof msg, "%.400s", err);
+        snprintf(err, RL_MSG_MAX, "%s #%llu with rank %d failed: %.400s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, r->peer, msg);
+        snprintf(partner_err, RL_MSG_MAX, "%s #%llu with rank %d failed: %.400s", rl_op_name(partner->kind),
+                 (unsigned long long)partner->seq, partner->peer, msg);
+    }
+    if (timed) {
+        double t1 = rl_now();
+        size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+        rl_trace_span(c->trace, RL_LANE_OP, rl_op_name(r->kind), t0, t1, rl_op_name(r->kind), r->seq, -1, bytes, -1);
+        RL_TRACE(c->rank, "%s #%llu count %zu%s%s: %.1f us, %s", rl_op_name(r->kind), (unsigned long long)r->seq,
+                 r->count, mem.dev ? " (device)" : "", partner ? " (with its partner)" : "", (t1 - t0) * 1e6,
+                 rc ? err : "ok");
+    }
+    return rc;
+}

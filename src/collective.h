@@ -1,0 +1,32 @@
+/* Running one operation: on which memory, with which algorithm.
+ *
+ * rl_run_op is the one entry: it sets up the memory (host, or device buffers through
+ * the communicator's device state, waiting for the user's stream), picks the one-shot
+ * path or the ring for a collective, or the pipelined point-to-point transfer, and
+ * drains the device work before it returns. The algorithms below only move chunks and
+ * reduce them through rl_mem. */
+#ifndef RINGLET_COLLECTIVE_H
+#define RINGLET_COLLECTIVE_H
+
+#include "comm.h"
+#include "mem.h"
+
+/* The whole operation; the message in err (RL_MSG_MAX) names it. partner (or NULL): a
+ * receive for a send r (or a send for a receive r), issued right after it, that runs in
+ * the same exchange, so that a send and a receive between ranks never wait for each
+ * other; it shares r's result, its message in partner_err. */
+ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
+                           char *err, char *partner_err);
+
+/* The ring (ring.c). */
+ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* Small messages in one exchange (oneshot.c): whether this call takes that path (the
+ * same answer on every rank), and running it. */
+int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
+ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* A send, a receive, or both at once, as pipelined sequences of pieces (p2p.c): device
+ * memory, or calls ordered on a stream. send or recv may be NULL. */
+ringlet_result_t rl_run_p2p_pipe(struct ringlet_comm *c, struct ringlet_request *send, struct ringlet_request *recv,
+                                 rl_mem *mem, char *err);
+
+#endif

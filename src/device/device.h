@@ -1,0 +1,131 @@
+/* The device layer: the only code of ringlet that calls CUDA (kernels/ aside).
+ *
+ * One interface of coarse, stream-ordered operations, the ones algorithms and
+ * transports need: device memory (also memory a peer process on the host can map),
+ * pinned host memory the device reads and writes, asynchronous copies, the reduction
+ * kernels, events, and flags in memory that one side writes and a stream waits on.
+ * It knows data types and ops (for the kernels) and nothing else of ringlet.
+ *
+ * Backends (one per process, chosen at the first call by RINGLET_DEVICE):
+ *   cuda   the CUDA runtime and kernels/reduce_cuda.cu (device.c picks it by default
+ *          when the build has CUDA and a device is usable)
+ *   sim    a simulated GPU on the CPU (sim_*.c): device memory host code cannot touch,
+ *          streams that run on threads of their own, the CPU kernels; for tests, and
+ *          for people without a GPU
+ *   none   no device: every pointer is host memory (the default without CUDA)
+ * RINGLET_DEVICE=auto (or unset) | cuda | sim | none.
+ *
+ * Conventions: every function returns 0 on success and RL_DEV_ERR on failure, with the
+ * reason in rl_dev_error() (the calling thread's last error, e.g. "cudaMemcpyAsync:
+ * invalid argument"); event_query also returns RL_DEV_NOT_READY. Work enqueued on a
+ * stream runs after everything enqueued on it before, and asynchronously: a failure
+ * inside it (a kernel that reads memory the device cannot reach) is reported by a
+ * later call, as CUDA reports its sticky errors. Pointers are addresses as the
+ * caller sees them: device memory from mem_alloc or mem_import, pinned host memory
+ * from host_alloc, or ordinary (pageable) host memory, which copies accept and
+ * kernels do not.
+ */
+#ifndef RINGLET_DEVICE_H
+#define RINGLET_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringlet.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { RL_DEV_OK = 0, RL_DEV_NOT_READY = 1, RL_DEV_ERR = -1 };
+
+typedef struct rl_dev_stream_s *rl_dev_stream_t; /* cuda: a cudaStream_t */
+typedef struct rl_dev_event_s *rl_dev_event_t;   /* cuda: a cudaEvent_t */
+
+/* What a peer process on the same host needs to map device memory (mem_export). */
+#define RL_DEV_HANDLE_BYTES 128
+typedef struct rl_dev_handle {
+    unsigned char bytes[RL_DEV_HANDLE_BYTES];
+} rl_dev_handle;
+
+typedef struct rl_device_ops {
+    const char *name; /* "cuda", "sim" */
+
+    /* Devices and the calling thread's current device (as cudaSetDevice). */
+    int (*count)(int *n);
+    int (*set_device)(int dev);
+    int (*get_device)(int *dev);
+    /* The device whose memory p points into (device memory from mem_alloc or
+     * mem_import), or -1 for host memory, pinned or not. Never fails. */
+    int (*ptr_device)(const void *p);
+
+    /* Device memory on the current device; exportable to peer processes. */
+    int (*mem_alloc)(void **p, size_t bytes);
+    /* Waits for every stream of the device first (as cudaFree does). */
+    int (*mem_free)(void *p);
+    /* Pinned host memory: host code reads and writes it, copies run at full speed, and
+     * kernels (and flag waits) on any stream read and write it directly. */
+    int (*host_alloc)(void **p, size_t bytes);
+    int (*host_free)(void *p);
+    /* A handle for memory from mem_alloc (the start of the allocation), and mapping it
+     * in another process of the same host (a new address there; mem_unimport unmaps).
+     * A handle to memory that was freed since is refused, not mapped. */
+    int (*mem_export)(void *p, rl_dev_handle *h);
+    int (*mem_import)(const rl_dev_handle *h, void **p);
+    int (*mem_unimport)(void *p);
+
+    /* Streams run their work in order; streams of one device run concurrently. */
+    int (*stream_create)(rl_dev_stream_t *s);
+    int (*stream_destroy)(rl_dev_stream_t s); /* after its work is done */
+    /* Blocks the calling thread until the stream's work is done (tests and tools; the
+     * core polls events instead, within its deadlines). */
+    int (*stream_sync)(rl_dev_stream_t s);
+
+    /* Events mark a point in a stream: query says whether everything enqueued on the
+     * stream before the last record is done (an event never recorded is done). */
+    int (*event_create)(rl_dev_event_t *e);
+    int (*event_destroy)(rl_dev_event_t e);
+    int (*event_record)(rl_dev_event_t e, rl_dev_stream_t s);
+    int (*event_query)(rl_dev_event_t e); /* RL_DEV_OK done, RL_DEV_NOT_READY, RL_DEV_ERR */
+    /* Work enqueued on s from now on waits for the event's last record. */
+    int (*stream_wait_event)(rl_dev_stream_t s, rl_dev_event_t e);
+
+    /* Copies bytes in any direction (device, pinned or pageable host memory). */
+    int (*memcpy_async)(void *dst, const void *src, size_t bytes, rl_dev_stream_t s);
+    int (*memset_async)(void *dst, int value, size_t bytes, rl_dev_stream_t s);
+    /* Reduction kernels, kernels/reduce.h's contract: dst[i] = a[i] op b[i] (avg
+     * reduces as a sum), and buf[i] /= divisor. Operands are device or pinned memory. */
+    int (*reduce)(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                  rl_dev_stream_t s);
+    int (*divide)(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
+
+    /* Flags: 8-byte words in pinned or device memory (also memory imported from a
+     * peer). wait_flag holds the stream until *flag >= value; write_flag stores value
+     * once the stream's earlier work is done (visible to the host and to peers). */
+    int (*wait_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+    int (*write_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+} rl_device_ops;
+
+/* The process's backend; NULL when it has none (every pointer is host memory). The
+ * first call decides; a backend that RINGLET_DEVICE asks for and that cannot run here
+ * gives NULL, with the reason in rl_device_unavailable(). */
+const rl_device_ops *rl_device(void);
+/* Why rl_device() is NULL ("" when it is not). */
+const char *rl_device_unavailable(void);
+/* The device of p, or -1 (also when there is no backend). */
+int rl_dev_ptr_device(const void *p);
+
+/* The calling thread's last error of the device layer. */
+const char *rl_dev_error(void);
+/* For backends: sets it (printf-style) and returns RL_DEV_ERR. */
+int rl_dev_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+extern const rl_device_ops rl_device_sim;
+#ifdef RINGLET_CUDA
+extern const rl_device_ops rl_device_cuda;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,355 @@
+/* The simulated GPU's memory (simgpu.h): device allocations as doubly mapped memfds,
+ * pinned host memory, the table that tells them apart, and sharing with another process
+ * as CUDA IPC does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "simgpu.h"
+#include "util.h"
+
+#define PAGE ((size_t)4096)
+#define HDR_MAGIC 0x55504753u    /* "SGPU": the memfd's header page */
+#define HANDLE_MAGIC 0x48504753u /* "SGPH": an exported handle */
+
+enum { KIND_DEVICE, KIND_IMPORTED, KIND_PINNED };
+
+typedef struct alloc {
+    char *user;   /* the address callers see (PROT_NONE for device memory) */
+    char *eng;    /* the engine's read-write view (pinned: = user) */
+    size_t bytes; /* as asked: the bound of every range check */
+    size_t map;   /* mapped bytes (pages) */
+    int fd;       /* memfd (device, imported), -1 (pinned) */
+    int kind, device;
+    uint8_t nonce[16];
+} alloc_t;
+
+/* The memfd's first page. */
+struct header {
+    uint32_t magic;
+    int32_t device;
+    uint64_t bytes;
+    uint8_t nonce[16];
+};
+
+/* What mem_export hands out. */
+struct handle {
+    uint32_t magic;
+    int32_t pid, fd, device;
+    uint64_t bytes;
+    uint8_t nonce[16];
+};
+_Static_assert(sizeof(struct handle) <= RL_DEV_HANDLE_BYTES, "handle too large");
+
+/* Allocations sorted by user address. */
+static pthread_rwlock_t g_mu = PTHREAD_RWLOCK_INITIALIZER;
+static alloc_t **g_tab;
+static size_t g_n, g_cap;
+
+static _Thread_local int t_device;
+
+static size_t round_page(size_t n) { return n ? (n + PAGE - 1) / PAGE * PAGE : PAGE; }
+
+/* Index of the last allocation whose user address is <= p, or g_n (lock held). */
+static size_t find_below(const void *p) {
+    size_t lo = 0, hi = g_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((const char *)g_tab[mid]->user <= (const char *)p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? lo - 1 : g_n;
+}
+
+/* The allocation whose mapping contains p (lock held), or NULL. */
+static alloc_t *find(const void *p) {
+    size_t i = find_below(p);
+    if (i == g_n) return NULL;
+    alloc_t *a = g_tab[i];
+    return (const char *)p < a->user + a->map ? a : NULL;
+}
+
+static int insert(alloc_t *a) {
+    pthread_rwlock_wrlock(&g_mu);
+    if (g_n == g_cap) {
+        size_t cap = g_cap ? 2 * g_cap : 64;
+        alloc_t **t = realloc(g_tab, cap * sizeof *t);
+        if (!t) {
+            pthread_rwlock_unlock(&g_mu);
+            return -1;
+        }
+        g_tab = t;
+        g_cap = cap;
+    }
+    size_t i = g_n;
+    while (i > 0 && g_tab[i - 1]->user > a->user) {
+        g_tab[i] = g_tab[i - 1];
+        i--;
+    }
+    g_tab[i] = a;
+    g_n++;
+    pthread_rwlock_unlock(&g_mu);
+    return 0;
+}
+
+/* Takes the allocation that starts at p and has the kind out of the table, or NULL. */
+static alloc_t *take(const void *p, int kind) {
+    pthread_rwlock_wrlock(&g_mu);
+    size_t i = find_below(p);
+    alloc_t *a = i < g_n && g_tab[i]->user == p && g_tab[i]->kind == kind ? g_tab[i] : NULL;
+    if (a) {
+        memmove(&g_tab[i], &g_tab[i + 1], (g_n - i - 1) * sizeof *g_tab);
+        g_n--;
+    }
+    pthread_rwlock_unlock(&g_mu);
+    return a;
+}
+
+int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t whylen) {
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = p ? find(p) : NULL;
+    int kind = SIM_MEM_PAGEABLE;
+    *eng = (void *)p;
+    if (a) {
+        size_t off = (size_t)((const char *)p - a->user);
+        if (off > a->bytes || bytes > a->bytes - off) {
+            snprintf(why, whylen, "%zu bytes at +%zu run past the end of a %s allocation of %zu bytes", bytes, off,
+                     a->kind == KIND_PINNED ? "pinned" : "device", a->bytes);
+            kind = SIM_MEM_BAD;
+        } else if (a->kind == KIND_PINNED) {
+            kind = SIM_MEM_PINNED;
+        } else {
+            kind = SIM_MEM_DEVICE;
+            *eng = a->eng + off;
+        }
+    }
+    pthread_rwlock_unlock(&g_mu);
+    return kind;
+}
+
+int sim_current_device(void) { return t_device; }
+
+static int ndevices(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
+
+int sim_count(int *n) {
+    *n = ndevices();
+    return RL_DEV_OK;
+}
+
+int sim_set_device(int dev) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    if (dev < 0 || dev >= ndevices())
+        return rl_dev_fail("set_device: device %d does not exist (RINGLET_SIM_DEVICES=%d)", dev, ndevices());
+    t_device = dev;
+    return RL_DEV_OK;
+}
+
+int sim_get_device(int *dev) {
+    *dev = t_device;
+    return RL_DEV_OK;
+}
+
+int sim_ptr_device(const void *p) {
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    int d = a && a->kind != KIND_PINNED ? a->device : -1;
+    pthread_rwlock_unlock(&g_mu);
+    return d;
+}
+
+/* Maps fd's data (after the header page) twice: no access for callers, read-write for
+ * the engine. */
+static int map_twice(alloc_t *a, const char *what) {
+    a->user = mmap(NULL, a->map, PROT_NONE, MAP_SHARED, a->fd, (off_t)PAGE);
+    if (a->user == MAP_FAILED) return a->user = NULL, rl_dev_fail("%s: mmap: %s", what, strerror(errno));
+    a->eng = mmap(NULL, a->map, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, (off_t)PAGE);
+    if (a->eng == MAP_FAILED) {
+        int e = errno;
+        munmap(a->user, a->map);
+        a->user = a->eng = NULL;
+        return rl_dev_fail("%s: mmap: %s", what, strerror(e));
+    }
+    return RL_DEV_OK;
+}
+
+static void unmap(alloc_t *a) {
+    if (a->kind == KIND_PINNED) {
+        munmap(a->user, a->map);
+    } else {
+        munmap(a->user, a->map);
+        munmap(a->eng, a->map);
+        close(a->fd);
+    }
+    free(a);
+}
+
+int sim_mem_alloc(void **p, size_t bytes) {
+    *p = NULL;
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    if (bytes == 0) return RL_DEV_OK; /* as cudaMalloc */
+    if (bytes > SIZE_MAX - 2 * PAGE) return rl_dev_fail("mem_alloc: %zu bytes: out of memory", bytes);
+    alloc_t *a = calloc(1, sizeof *a);
+    if (!a) return rl_dev_fail("mem_alloc: out of memory");
+    a->kind = KIND_DEVICE;
+    a->device = t_device;
+    a->bytes = bytes;
+    a->map = round_page(bytes);
+    a->fd = memfd_create("ringlet-sim-device", MFD_CLOEXEC);
+    struct header h = {HDR_MAGIC, a->device, bytes, {0}};
+    int rc = RL_DEV_OK;
+    if (a->fd < 0) rc = rl_dev_fail("mem_alloc: memfd_create: %s", strerror(errno));
+    else if (ftruncate(a->fd, (off_t)(PAGE + a->map)) != 0)
+        rc = rl_dev_fail("mem_alloc: %zu bytes: %s", bytes, strerror(errno));
+    else if (getrandom(a->nonce, sizeof a->nonce, 0) != (ssize_t)sizeof a->nonce)
+        rc = rl_dev_fail("mem_alloc: getrandom: %s", strerror(errno));
+    if (!rc) {
+        memcpy(h.nonce, a->nonce, sizeof h.nonce);
+        if (pwrite(a->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) rc = rl_dev_fail("mem_alloc: header: %s", strerror(errno));
+    }
+    if (!rc) rc = map_twice(a, "mem_alloc");
+    if (!rc && insert(a) != 0) {
+        munmap(a->user, a->map);
+        munmap(a->eng, a->map);
+        rc = rl_dev_fail("mem_alloc: out of memory");
+    }
+    if (rc) {
+        if (a->fd >= 0) close(a->fd);
+        free(a);
+        return rc;
+    }
+    *p = a->user;
+    return RL_DEV_OK;
+}
+
+int sim_mem_free(void *p) {
+    if (!p) return RL_DEV_OK;
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    sim_sync_all();
+    alloc_t *a = take(p, KIND_DEVICE);
+    if (!a) return rl_dev_fail("mem_free: %p is not the start of a device allocation (invalid device pointer)", p);
+    unmap(a);
+    return RL_DEV_OK;
+}
+
+int sim_host_alloc(void **p, size_t bytes) {
+    *p = NULL;
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    alloc_t *a = calloc(1, sizeof *a);
+    if (!a) return rl_dev_fail("host_alloc: out of memory");
+    a->kind = KIND_PINNED;
+    a->device = -1;
+    a->fd = -1;
+    a->bytes = bytes;
+    a->map = round_page(bytes);
+    a->user = a->eng = mmap(NULL, a->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a->user == MAP_FAILED) {
+        free(a);
+        return rl_dev_fail("host_alloc: %zu bytes: %s", bytes, strerror(errno));
+    }
+    if (insert(a) != 0) {
+        munmap(a->user, a->map);
+        free(a);
+        return rl_dev_fail("host_alloc: out of memory");
+    }
+    *p = a->user;
+    return RL_DEV_OK;
+}
+
+int sim_host_free(void *p) {
+    if (!p) return RL_DEV_OK;
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    sim_sync_all();
+    alloc_t *a = take(p, KIND_PINNED);
+    if (!a) return rl_dev_fail("host_free: %p is not the start of a pinned allocation (invalid host pointer)", p);
+    unmap(a);
+    return RL_DEV_OK;
+}
+
+int sim_mem_export(void *p, rl_dev_handle *h) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    struct handle x;
+    memset(&x, 0, sizeof x);
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    int ok = a && a->kind == KIND_DEVICE && a->user == p;
+    if (ok) {
+        x.magic = HANDLE_MAGIC;
+        x.pid = (int32_t)getpid();
+        x.fd = a->fd;
+        x.device = a->device;
+        x.bytes = a->bytes;
+        memcpy(x.nonce, a->nonce, sizeof x.nonce);
+    }
+    pthread_rwlock_unlock(&g_mu);
+    if (!ok) return rl_dev_fail("mem_export: %p is not the start of a device allocation of this process", p);
+    memset(h, 0, sizeof *h);
+    memcpy(h->bytes, &x, sizeof x);
+    return RL_DEV_OK;
+}
+
+int sim_mem_import(const rl_dev_handle *h, void **p) {
+    *p = NULL;
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    struct handle x;
+    memcpy(&x, h->bytes, sizeof x);
+    if (x.magic != HANDLE_MAGIC || x.bytes == 0) return rl_dev_fail("mem_import: not a handle of the simulated GPU");
+    if (x.pid == (int32_t)getpid()) return rl_dev_fail("mem_import: the handle is this process's own memory");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)x.pid, (int)x.fd);
+    alloc_t *a = calloc(1, sizeof *a);
+    if (!a) return rl_dev_fail("mem_import: out of memory");
+    a->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (a->fd < 0) {
+        int e = errno;
+        free(a);
+        return rl_dev_fail("mem_import: cannot open %s (pid %d's memory): %s", path, (int)x.pid, strerror(e));
+    }
+    /* The fd number may since hold another file (the memory was freed): the header's
+     * nonce says whether it is the allocation the handle names. */
+    struct header hd;
+    struct stat st;
+    if (pread(a->fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd || hd.magic != HDR_MAGIC ||
+        memcmp(hd.nonce, x.nonce, sizeof x.nonce) != 0 || hd.bytes != x.bytes || fstat(a->fd, &st) != 0 ||
+        (size_t)st.st_size < PAGE + round_page(x.bytes)) {
+        close(a->fd);
+        free(a);
+        return rl_dev_fail("mem_import: the handle's memory no longer exists (pid %d freed it; fd %d holds something "
+                           "else now)",
+                           (int)x.pid, (int)x.fd);
+    }
+    a->kind = KIND_IMPORTED;
+    a->device = x.device;
+    a->bytes = x.bytes;
+    a->map = round_page(x.bytes);
+    memcpy(a->nonce, x.nonce, sizeof a->nonce);
+    int rc = map_twice(a, "mem_import");
+    if (!rc && insert(a) != 0) {
+        munmap(a->user, a->map);
+        munmap(a->eng, a->map);
+        rc = rl_dev_fail("mem_import: out of memory");
+    }
+    if (rc) {
+        close(a->fd);
+        free(a);
+        return rc;
+    }
+    *p = a->user;
+    return RL_DEV_OK;
+}
+
+int sim_mem_unimport(void *p) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    sim_sync_all();
+    alloc_t *a = take(p, KIND_IMPORTED);
+    if (!a) return rl_dev_fail("mem_unimport: %p is not memory this process imported", p);
+    unmap(a);
+    return RL_DEV_OK;
+}

@@ -1,0 +1,89 @@
+#include "failure.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "log.h"
+#include "util.h"
+#include "wait.h"
+
+static _Thread_local char t_last_error[RL_MSG_MAX];
+
+ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    char msg[RL_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    if (c) {
+        pthread_mutex_lock(&c->err_mu);
+        snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+        pthread_mutex_unlock(&c->err_mu);
+        RL_INFO(c->rank, "error %d (%s): %s", code, ringlet_strerror(code), msg);
+    } else {
+        RL_INFO(-1, "error %d (%s): %s", code, ringlet_strerror(code), msg);
+    }
+    return code;
+}
+
+const char *ringlet_comm_last_error(ringlet_comm_t c) {
+    if (c) {
+        /* Copy under the lock: the progress thread may write it meanwhile. */
+        static _Thread_local char copy[RL_MSG_MAX];
+        pthread_mutex_lock(&c->err_mu);
+        memcpy(copy, c->last_error, sizeof copy);
+        pthread_mutex_unlock(&c->err_mu);
+        return copy;
+    }
+    return t_last_error;
+}
+
+void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    pthread_mutex_lock(&c->fail_mu);
+    if (!atomic_load(&c->failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
+        va_end(ap);
+        c->fail_code = code;
+        atomic_store(&c->failed, 1);
+        if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
+    }
+    pthread_mutex_unlock(&c->fail_mu);
+    atomic_store(&c->stop, 1);
+    rl_comm_notify(c);
+}
+
+ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) {
+    pthread_mutex_lock(&c->fail_mu);
+    ringlet_result_t code = c->fail_code;
+    if (msg) snprintf(msg, len, "%s", c->fail_msg);
+    pthread_mutex_unlock(&c->fail_mu);
+    return code;
+}
+
+void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what) {
+    double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
+    while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
+        rl_comm_wait_event(c, rl_comm_gen(c), 20);
+    rl_comm_fail(c, code, "%s", what);
+}
+
+ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
+                                   const char *what, char *err) {
+    if (!atomic_load(&c->failed)) {
+        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
+        else rl_comm_fail(c, code, "%s", what);
+    }
+    char msg[RL_MSG_MAX];
+    code = rl_comm_failure(c, msg, sizeof msg);
+    snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq,
+             r->count, msg);
+    return code;
+}
+
+ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
+    return atomic_load(&c->failed) ? rl_comm_failure(c, NULL, 0) : RINGLET_SUCCESS;
+}

@@ -1,0 +1,34 @@
+/* Errors and the failed state of a communicator.
+ *
+ * Argument errors are local: rl_error records a message for ringlet_comm_last_error and
+ * returns the code. A failure (a peer died, a link broke, a deadline passed, abort) is
+ * the communicator's: the first one wins, every wait gives up, and every later call
+ * returns its code with its message. */
+#ifndef RINGLET_FAILURE_H
+#define RINGLET_FAILURE_H
+
+#include "comm.h"
+
+/* Records an error message for ringlet_comm_last_error (comm may be NULL) and
+ * returns code. */
+ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fails the communicator (first failure wins): every wait on it gives up and every
+ * later call returns code. */
+void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The failure that broke the communicator: its code, and (msg not NULL) its message. */
+ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
+/* A connection broke: give the monitor a moment to name the real cause (a peer's death
+ * reaches every rank through rank 0 within milliseconds; the broken link may only be a
+ * neighbour that aborted because of it), then fail with what is known. */
+void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
+/* An operation failed with code (what: the local view): fails the communicator if it
+ * has not failed yet (a broken link first gives the monitor a moment to name the real
+ * cause), and writes "<op> #seq (count n) failed: <the communicator's cause>" to err
+ * (RL_MSG_MAX). Returns the communicator's failure code. */
+ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
+                                   const char *what, char *err);
+
+#endif

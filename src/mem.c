@@ -1,0 +1,45 @@
+#include "mem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "reduce.h"
+
+static void failed(rl_mem *m, const char *what) {
+    if (m->rc) return;
+    m->rc = rl_devcomm_error(what, m->err);
+}
+
+void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
+                   ringlet_op_t op) {
+    if (!m->dev) {
+        rl_reduce_host(dst, a, b, n, dt, op);
+    } else if (n && m->dev->d->reduce(dst, a, b, n, dt, op, m->dev->s_recv) != RL_DEV_OK) {
+        failed(m, "reduction kernel");
+    }
+}
+
+void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
+    if (!m->dev) {
+        rl_divide_host(buf, n, dt, divisor);
+    } else if (n && divisor > 1 && m->dev->d->divide(buf, n, dt, divisor, m->dev->s_recv) != RL_DEV_OK) {
+        failed(m, "division kernel");
+    }
+}
+
+void rl_mem_copy(rl_mem *m, void *dst, const void *src, size_t bytes) {
+    if (dst == src || !bytes) return;
+    if (!m->dev) memmove(dst, src, bytes);
+    else if (m->dev->d->memcpy_async(dst, src, bytes, m->dev->s_recv) != RL_DEV_OK) failed(m, "copy");
+}
+
+void *rl_comm_temp(struct ringlet_comm *c, size_t bytes) {
+    if (bytes > c->temp_size) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+        free(c->temp);
+        c->temp = p;
+        c->temp_size = bytes;
+    }
+    return c->temp ? c->temp : (void *)c->slots;
+}

@@ -1,0 +1,123 @@
+#include "p2p.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "collective.h"
+#include "conn.h"
+#include "failure.h"
+#include "pipe.h"
+#include "util.h"
+#include "wait.h"
+
+static size_t piece_bytes(size_t total, size_t i) {
+    size_t off = i * RL_P2P_PIECE;
+    return total - off < RL_P2P_PIECE ? total - off : RL_P2P_PIECE;
+}
+
+/* Waits until every posted piece finished (they fail fast once the communicator has). */
+static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {
+    for (size_t i = 0; i < r->ntreq; i++)
+        while (!rl_treq_done(&r->treqs[i])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+}
+
+ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) {
+    char err[RL_ERR_MAX] = "";
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype), n = rl_p2p_pieces(bytes);
+    int send = r->kind == RL_OP_SEND;
+    rl_conn *conn = NULL;
+    ringlet_result_t rc = send ? rl_comm_send_conn(c, r->peer, &conn, err) : rl_comm_recv_conn(c, r->peer, &conn, err);
+    r->ntreq = r->ndone = 0;
+    r->treqs = n == 1 ? &r->treq1 : calloc(n, sizeof(rl_treq));
+    if (!rc && !r->treqs) rc = RINGLET_ERR_SYSTEM, snprintf(err, sizeof err, "out of memory for %zu pieces", n);
+    for (size_t i = 0; i < n && !rc; i++) {
+        rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV, i);
+        size_t off = i * RL_P2P_PIECE, len = piece_bytes(bytes, i);
+        rc = send ? conn->tp->isend(conn->h, (const char *)r->sendbuf + off, len, NULL, &r->treqs[i])
+                  : conn->tp->irecv(conn->h, (char *)r->recvbuf + off, len, NULL, &r->treqs[i]);
+        if (!rc) r->ntreq++;
+        else snprintf(err, sizeof err, "%s", r->treqs[i].err);
+    }
+    if (rc) {
+        /* Pieces already posted must stop before the request goes back to the user. */
+        if (r->ntreq) {
+            rl_comm_fail(c, rc, "%s #%llu with rank %d: %s", rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, err);
+            wait_posted(c, r);
+        }
+        if (atomic_load(&c->failed)) rl_comm_failure(c, err, sizeof err);
+        snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %.400s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, r->peer, err);
+        return rc;
+    }
+    /* The waiter completes it from the pieces. */
+    r->posted_at = rl_now();
+    atomic_store_explicit(&r->posted, 1, memory_order_release);
+    rl_comm_notify(c);
+    return RINGLET_SUCCESS;
+}
+
+int rl_p2p_test(struct ringlet_request *r) {
+    if (!atomic_load_explicit(&r->posted, memory_order_acquire)) return 0;
+    struct ringlet_comm *c = r->comm;
+    while (r->ndone < r->ntreq && rl_treq_done(&r->treqs[r->ndone])) r->ndone++;
+    if (r->ndone < r->ntreq) return 0;
+    ringlet_result_t st = RINGLET_SUCCESS;
+    const char *why = "";
+    for (size_t i = 0; i < r->ntreq && !st; i++)
+        if ((st = atomic_load(&r->treqs[i].status)) != RINGLET_SUCCESS) why = r->treqs[i].err;
+    if (st != RINGLET_SUCCESS) {
+        /* The communicator's cause (a dead peer named by the monitor) wins over the
+         * transport's local view; either way the communicator is failed afterwards. */
+        if (!atomic_load(&c->failed)) rl_comm_fail_link(c, st, why);
+        char msg[RL_MSG_MAX];
+        st = rl_comm_failure(c, msg, sizeof msg);
+        snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, msg);
+    }
+    r->result = st;
+    atomic_store(&r->done, 1);
+    return 1;
+}
+
+void rl_p2p_drain(struct ringlet_request *r) {
+    if (atomic_load_explicit(&r->posted, memory_order_acquire)) wait_posted(r->comm, r);
+}
+
+void rl_p2p_free(struct ringlet_request *r) {
+    if (r->treqs && r->treqs != &r->treq1) free(r->treqs);
+    r->treqs = NULL;
+}
+
+/* ---- the pipelined form ---- */
+
+static void p2p_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
+    const struct ringlet_request *r = p->r_recv;
+    *dst = (char *)r->recvbuf + i * RL_P2P_PIECE;
+    *bytes = piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
+}
+
+static void p2p_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
+    const struct ringlet_request *r = p->r;
+    *src = (const char *)r->sendbuf + i * RL_P2P_PIECE;
+    *bytes = piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
+}
+
+ringlet_result_t rl_run_p2p_pipe(struct ringlet_comm *c, struct ringlet_request *send, struct ringlet_request *recv,
+                                 rl_mem *mem, char *err) {
+    rl_pipe p;
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.r = send ? send : recv;
+    p.r_recv = recv ? recv : send;
+    p.mem = mem;
+    if (send) {
+        p.send_peer = send->peer;
+        p.nsend = rl_p2p_pieces(send->count * ringlet_datatype_size(send->dtype));
+    }
+    if (recv) {
+        p.recv_peer = recv->peer;
+        p.nrecv = rl_p2p_pieces(recv->count * ringlet_datatype_size(recv->dtype));
+    }
+    p.recv_at = p2p_recv_at;
+    p.send_at = p2p_send_at;
+    return rl_pipe_run(&p, err);
+}

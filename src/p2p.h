@@ -1,0 +1,26 @@
+/* Point to point: a message of n bytes travels as pieces of RL_P2P_PIECE bytes (comm.h),
+ * whatever the memory on either end.
+ *
+ * Host memory, no stream: the progress thread posts every piece's transport request in
+ * issue order and goes on; the waiter completes the request from them. So a receive
+ * and a send posted by one rank can be in flight at once, in any order.
+ * Device memory, or a call ordered on a stream: the progress thread runs the transfer
+ * to the end as a pipelined sequence of pieces (collective.h's rl_run_p2p_pipe). */
+#ifndef RINGLET_P2P_H
+#define RINGLET_P2P_H
+
+#include "comm.h"
+
+/* Progress thread: posts the pieces of a host send or receive (on failure: the
+ * request's error in r->err, returned). */
+ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r);
+/* Waiter: whether the posted request finished (1), with its result set; 0 if not. */
+int rl_p2p_test(struct ringlet_request *r);
+/* Waits until every posted piece finished (after the communicator failed). */
+void rl_p2p_drain(struct ringlet_request *r);
+/* Frees the pieces' requests (request teardown). */
+void rl_p2p_free(struct ringlet_request *r);
+/* Number of pieces of a message of `bytes` (at least 1). */
+static inline size_t rl_p2p_pieces(size_t bytes) { return bytes <= RL_P2P_PIECE ? 1 : (bytes + RL_P2P_PIECE - 1) / RL_P2P_PIECE; }
+
+#endif

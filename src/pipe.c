@@ -1,0 +1,301 @@
+/* The pipelined exchange (pipe.h).
+ *
+ * Each direction keeps counters over its chunk sequence. Receives: posted (to the
+ * transport), landed (the transport is done and the chunk was processed, or, on a
+ * device, its copy or kernel enqueued), done (device work finished: the slot is free).
+ * Sends: staged (device: the copy into the pinned slot enqueued), posted, done. On
+ * host memory staged = posted and done = landed. Up to nslots chunks are between
+ * posted (staged) and done in each direction, one per slot.
+ */
+#include "pipe.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "conn.h"
+#include "failure.h"
+#include "trace.h"
+#include "util.h"
+#include "wait.h"
+
+rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int equal_blocks) {
+    rl_geom g;
+    g.es = es;
+    g.nseg = nseg;
+    g.base = equal_blocks ? count : count / (size_t)nseg;
+    g.rem = equal_blocks ? 0 : count % (size_t)nseg;
+    g.ce = chunk_bytes / es ? chunk_bytes / es : 1;
+    size_t maxseg = g.base + (g.rem > 0);
+    g.nc = maxseg ? (maxseg + g.ce - 1) / g.ce : 1;
+    return g;
+}
+
+void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len) {
+    size_t us = (size_t)s;
+    size_t seg_off = us * g->base + (us < g->rem ? us : g->rem);
+    size_t seg_len = g->base + (us < g->rem);
+    size_t lo = j * g->ce;
+    *off = seg_off + lo;
+    *len = lo >= seg_len ? 0 : (seg_len - lo < g->ce ? seg_len - lo : g->ce);
+}
+
+#define MAXW 64
+
+typedef struct {
+    rl_pipe *p;
+    struct rl_devcomm *dev; /* NULL: host memory */
+    int W;
+    size_t slot_bytes;
+    rl_conn *sconn, *rconn;
+    size_t posted_r, landed_r, done_r, staged_s, posted_s, done_s;
+    rl_treq rreq[MAXW], sreq[MAXW];
+    char lent[MAXW];          /* host: receive k lent a transport slot (irecv_map) */
+    const void *ssrc[MAXW];   /* host: where send k reads */
+    size_t sbytes[MAXW];
+    double t_r[MAXW], t_s[MAXW], t_l[MAXW]; /* tracing: posted, staged, landed */
+    ringlet_result_t fcode;
+    char failure[RL_ERR_MAX + 64];
+} run_t;
+
+static void fail_with(run_t *s, ringlet_result_t code, const char *msg) {
+    if (s->fcode) return;
+    s->fcode = code;
+    snprintf(s->failure, sizeof s->failure, "%.300s", msg);
+}
+
+static char *recv_slot(run_t *s, size_t i) {
+    size_t k = i % (size_t)s->W;
+    return s->dev ? s->dev->recv_slots + k * s->slot_bytes : s->p->c->slots + k * s->p->c->chunk_bytes;
+}
+
+/* Device work is not announced on the communicator's bell: a waiter that has some
+ * outstanding polls, yielding, then sleeping briefly. */
+static void wait_device(struct ringlet_comm *c, unsigned rounds) {
+    rl_comm_progress(c);
+    if (rounds < 200) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int post_receives(run_t *s) {
+    rl_pipe *p = s->p;
+    struct ringlet_comm *c = p->c;
+    int moved = 0;
+    while (s->posted_r < p->nrecv && s->posted_r - s->done_r < (size_t)s->W &&
+           (!p->recv_lag || s->posted_r < p->recv_lag || s->posted_r - p->recv_lag < s->done_s)) {
+        size_t i = s->posted_r, k = i % (size_t)s->W;
+        void *dst;
+        size_t bytes;
+        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r_recv->kind), p->r_recv->seq, RL_FAULT_RECV, i);
+        p->recv_at(p, i, &dst, &bytes);
+        rl_treq *t = &s->rreq[k];
+        if (s->dev) {
+            s->rconn->tp->irecv(s->rconn->h, recv_slot(s, i), bytes, NULL, t);
+        } else {
+            /* Into staging: where the transport can lend its own memory (a shared-memory
+             * slot), the reduction reads straight from there and saves a copy. */
+            s->lent[k] = !dst && s->rconn->tp->irecv_map && s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
+            if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, dst ? dst : recv_slot(s, i), bytes, NULL, t);
+        }
+        if (c->trace) s->t_r[k] = rl_now();
+        s->posted_r++;
+        moved = 1;
+    }
+    return moved;
+}
+
+static int stage_sends(run_t *s) {
+    rl_pipe *p = s->p;
+    int moved = 0;
+    while (s->staged_s < p->nsend && s->staged_s - s->done_s < (size_t)s->W &&
+           (!p->send_dep || s->staged_s < p->lag || s->staged_s - p->lag < s->done_r)) {
+        size_t i = s->staged_s, k = i % (size_t)s->W;
+        const void *src;
+        p->send_at(p, i, &src, &s->sbytes[k]);
+        if (s->dev) {
+            const rl_device_ops *d = s->dev->d;
+            char *slot = s->dev->send_slots + k * s->slot_bytes;
+            if ((s->sbytes[k] && d->memcpy_async(slot, src, s->sbytes[k], s->dev->s_send) != RL_DEV_OK) ||
+                d->event_record(s->dev->ev_send[k], s->dev->s_send) != RL_DEV_OK) {
+                char e[RL_MSG_MAX];
+                fail_with(s, rl_devcomm_error("copy of a chunk into a pinned send slot", e), e);
+                return 1;
+            }
+            src = slot;
+        }
+        s->ssrc[k] = src;
+        if (p->c->trace) s->t_s[k] = rl_now();
+        s->staged_s++;
+        moved = 1;
+    }
+    return moved;
+}
+
+static int post_sends(run_t *s) {
+    rl_pipe *p = s->p;
+    struct ringlet_comm *c = p->c;
+    int moved = 0;
+    while (s->posted_s < s->staged_s) {
+        size_t i = s->posted_s, k = i % (size_t)s->W;
+        if (s->dev) {
+            int q = s->dev->d->event_query(s->dev->ev_send[k]);
+            if (q == RL_DEV_NOT_READY) break;
+            if (q != RL_DEV_OK) {
+                char e[RL_MSG_MAX];
+                fail_with(s, rl_devcomm_error("copy of a chunk into a pinned send slot", e), e);
+                return 1;
+            }
+        }
+        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r->kind), p->r->seq, RL_FAULT_SEND, i);
+        s->sconn->tp->isend(s->sconn->h, s->ssrc[k], s->sbytes[k], NULL, &s->sreq[k]);
+        s->posted_s++;
+        moved = 1;
+    }
+    return moved;
+}
+
+static int land_receives(run_t *s) {
+    rl_pipe *p = s->p;
+    struct ringlet_comm *c = p->c;
+    rl_trace *tr = c->trace;
+    const char *opname = rl_op_name(p->r_recv->kind);
+    int moved = 0;
+    while (!s->fcode && s->landed_r < s->posted_r && rl_treq_done(&s->rreq[s->landed_r % (size_t)s->W])) {
+        size_t i = s->landed_r, k = i % (size_t)s->W;
+        rl_treq *t = &s->rreq[k];
+        if (atomic_load(&t->status) != RINGLET_SUCCESS) {
+            fail_with(s, atomic_load(&t->status), t->err);
+            break;
+        }
+        void *dst;
+        size_t bytes;
+        p->recv_at(p, i, &dst, &bytes);
+        double t0 = tr ? rl_now() : 0;
+        if (tr) rl_trace_span(tr, RL_LANE_RECV, "recv", s->t_r[k], t0, opname, p->r_recv->seq, (long long)i, bytes, p->recv_peer);
+        if (s->dev) {
+            /* Into place, or reduced into place, by the device, from the pinned slot. */
+            if (dst) {
+                rl_mem_copy(p->mem, dst, recv_slot(s, i), bytes);
+            } else if (s->dev->dev_slots) {
+                char *ds = s->dev->dev_slots + k * s->slot_bytes;
+                rl_mem_copy(p->mem, ds, recv_slot(s, i), bytes);
+                p->process(p, i, ds);
+            } else {
+                p->process(p, i, recv_slot(s, i));
+            }
+            if (!p->mem->rc && s->dev->d->event_record(s->dev->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
+                p->mem->rc = rl_devcomm_error("device", p->mem->err);
+            if (p->mem->rc) {
+                fail_with(s, p->mem->rc, p->mem->err);
+                break;
+            }
+            s->t_l[k] = t0;
+        } else {
+            if (!dst) {
+                p->process(p, i, s->lent[k] ? t->mapped : recv_slot(s, i));
+                if (tr) rl_trace_span(tr, RL_LANE_REDUCE, "reduce", t0, rl_now(), opname, p->r_recv->seq, (long long)i, bytes, -1);
+            }
+            if (s->lent[k]) s->rconn->tp->release(s->rconn->h, t);
+            s->done_r++;
+        }
+        s->landed_r++;
+        moved = 1;
+    }
+    /* Device: a slot is free once the work that reads it finished, in order. */
+    while (s->dev && !s->fcode && s->done_r < s->landed_r) {
+        size_t k = s->done_r % (size_t)s->W;
+        int q = s->dev->d->event_query(s->dev->ev_recv[k]);
+        if (q == RL_DEV_NOT_READY) break;
+        if (q != RL_DEV_OK) {
+            char e[RL_MSG_MAX];
+            fail_with(s, rl_devcomm_error("device work on a received chunk", e), e);
+            break;
+        }
+        if (tr) rl_trace_span(tr, RL_LANE_REDUCE, "device", s->t_l[k], rl_now(), opname, p->r_recv->seq, (long long)s->done_r, 0, -1);
+        s->done_r++;
+        moved = 1;
+    }
+    return moved;
+}
+
+static int complete_sends(run_t *s) {
+    rl_pipe *p = s->p;
+    rl_trace *tr = p->c->trace;
+    int moved = 0;
+    while (!s->fcode && s->done_s < s->posted_s && rl_treq_done(&s->sreq[s->done_s % (size_t)s->W])) {
+        size_t k = s->done_s % (size_t)s->W;
+        rl_treq *t = &s->sreq[k];
+        if (atomic_load(&t->status) != RINGLET_SUCCESS) {
+            fail_with(s, atomic_load(&t->status), t->err);
+            break;
+        }
+        if (tr) rl_trace_span(tr, RL_LANE_SEND, "send", s->t_s[k], rl_now(), rl_op_name(p->r->kind), p->r->seq, (long long)s->done_s, t->len, p->send_peer);
+        s->done_s++;
+        moved = 1;
+    }
+    return moved;
+}
+
+ringlet_result_t rl_pipe_run(rl_pipe *p, char *err) {
+    struct ringlet_comm *c = p->c;
+    /* On the stack, and only the counters zeroed: a small call must not pay for
+     * clearing 64 transport requests. */
+    run_t state, *s = &state;
+    if (!p->r_recv) p->r_recv = p->r;
+    s->p = p;
+    s->posted_r = s->landed_r = s->done_r = s->staged_s = s->posted_s = s->done_s = 0;
+    s->fcode = RINGLET_SUCCESS;
+    s->sconn = s->rconn = NULL;
+    s->dev = p->mem->dev;
+    s->W = c->nslots < MAXW ? c->nslots : MAXW;
+    s->slot_bytes = s->dev ? s->dev->slot_bytes : c->chunk_bytes;
+    char cerr[RL_ERR_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (p->nsend) rc = rl_comm_send_conn(c, p->send_peer, &s->sconn, cerr);
+    if (!rc && p->nrecv) rc = rl_comm_recv_conn(c, p->recv_peer, &s->rconn, cerr);
+    if (rc) return rl_comm_op_failed(c, p->r, rc, cerr, err);
+
+    double last_progress = rl_now();
+    unsigned idle = 0;
+    while ((s->done_r < p->nrecv || s->done_s < p->nsend) && !s->fcode) {
+        unsigned gen = rl_comm_gen(c);
+        rl_comm_progress(c);
+        int moved = post_receives(s);
+        moved |= stage_sends(s);
+        moved |= post_sends(s);
+        moved |= land_receives(s);
+        moved |= complete_sends(s);
+        if (moved || s->fcode) {
+            last_progress = rl_now();
+            idle = 0;
+            continue;
+        }
+        if (atomic_load(&c->failed)) {
+            s->fcode = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
+            break;
+        }
+        if (rl_now() - last_progress > c->timeout_s) {
+            int waiting_recv = s->done_r < s->posted_r;
+            char what[160];
+            snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
+                     waiting_recv ? "receive from" : "send to", waiting_recv ? p->recv_peer : p->send_peer);
+            fail_with(s, RINGLET_ERR_TIMEOUT, what);
+            break;
+        }
+        if (s->dev && (s->posted_s < s->staged_s || s->done_r < s->landed_r)) wait_device(c, idle++);
+        else rl_comm_wait_event(c, gen, 100);
+    }
+    if (!s->fcode) return RINGLET_SUCCESS;
+    /* Fail the communicator (a dead peer named by the monitor wins), then stop the
+     * transports' work on our buffers before handing them back. */
+    rc = rl_comm_op_failed(c, p->r, s->fcode, s->failure, err);
+    for (size_t i = s->landed_r; i < s->posted_r; i++)
+        while (!rl_treq_done(&s->rreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    for (size_t i = s->done_s; i < s->posted_s; i++)
+        while (!rl_treq_done(&s->sreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* The pipelined exchange every ring algorithm (and point to point on device memory)
+ * runs: this rank receives a sequence of messages from one peer and sends a sequence to
+ * another, chunk by chunk, with several chunks in flight in each direction, so that
+ * the network, the peer and the local work overlap.
+ *
+ * The algorithm says where chunk i goes and comes from (recv_at, send_at) and what to
+ * do once receive i landed in a staging slot (process: reduce it into place). Send i
+ * may wait for receive i - lag to be processed (send_dep), which is how data flows
+ * round a ring; receive i may wait for send i - recv_lag to complete (recv_lag > 0:
+ * it overwrites memory that send reads).
+ *
+ * Host memory: a chunk is sent straight from the user's buffer and received into place
+ * or into a staging slot (a transport that lends its own memory, shared memory, lends
+ * it instead, and process reads it there).
+ * Device memory: a chunk is copied by the device into a pinned send slot, then sent; a
+ * received chunk lands in a pinned receive slot, and the device copies it into place or
+ * process enqueues the reduction kernel that reads it there. The copies and kernels run
+ * on the communicator's two streams while the transports move other chunks. */
+#ifndef RINGLET_PIPE_H
+#define RINGLET_PIPE_H
+
+#include "comm.h"
+#include "mem.h"
+
+/* count elements cut into nseg segments, each cut into chunks of ce elements. */
+typedef struct rl_geom {
+    size_t es;        /* element size */
+    size_t base, rem; /* segment s has base + (s < rem) elements */
+    size_t ce;        /* elements per chunk */
+    size_t nc;        /* chunks per segment (of the largest) */
+    int nseg;
+} rl_geom;
+
+/* equal_blocks: nseg segments of count elements each (all-gather blocks); else count
+ * split as evenly as possible. */
+rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int equal_blocks);
+/* Element offset and length of chunk j of segment s (length 0 past the segment's end). */
+void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len);
+
+typedef struct rl_pipe rl_pipe;
+struct rl_pipe {
+    struct ringlet_comm *c;
+    const struct ringlet_request *r;
+    const struct ringlet_request *r_recv; /* the receives' operation, when not r (a send/receive pair) */
+    rl_mem *mem;
+    int send_peer, recv_peer;
+    size_t nrecv, nsend;
+    size_t lag;       /* send i waits for receive i - lag to be processed (if send_dep) */
+    int send_dep;
+    size_t recv_lag;  /* > 0: receive i waits until send i - recv_lag completed */
+    /* Where chunk i goes (dst NULL: a staging slot, then process) and comes from. */
+    void (*recv_at)(rl_pipe *p, size_t i, void **dst, size_t *bytes);
+    void (*send_at)(rl_pipe *p, size_t i, const void **src, size_t *bytes);
+    /* Receive i (dst NULL) is in slot: reduce it into place through p->mem. */
+    void (*process)(rl_pipe *p, size_t i, const void *slot);
+    /* the algorithm's own */
+    rl_geom g;
+    int P, q;
+    char *work;
+};
+
+/* Runs the exchange to the end, or fails the communicator (rl_comm_op_failed) and
+ * returns its code with the message in err (RL_MSG_MAX). Device work it enqueued may
+ * still run: the caller drains the streams (rl_devcomm_drain) before reusing memory. */
+ringlet_result_t rl_pipe_run(rl_pipe *p, char *err);
+
+#endif

@@ -1,0 +1,184 @@
+#include "progress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "collective.h"
+#include "devcomm.h"
+#include "failure.h"
+#include "p2p.h"
+#include "wait.h"
+
+void rl_request_free(struct ringlet_request *r) {
+    rl_p2p_free(r);
+    free(r);
+}
+
+/* An operation is over: release its stream, hand the result to the waiter (or, for a
+ * stream call nobody waits on, to the communicator). */
+static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t rc) {
+    if (c->dev) rl_devcomm_release(c, r);
+    if (r->detached) {
+        /* A stream call: its error is the communicator's (ringlet_comm_get_async_error). */
+        if (rc) {
+            rl_error(c, rc, "%s", r->err);
+            if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
+        }
+        rl_request_free(r);
+        return;
+    }
+    r->result = rc;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    rl_comm_notify(c);
+}
+
+static ringlet_result_t run(struct ringlet_comm *c, struct ringlet_request *r) {
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_run_op(c, r, NULL, err, NULL);
+    if (rc) snprintf(r->err, sizeof r->err, "%s", err);
+    return rc;
+}
+
+/* A send or receive the progress thread runs to the end itself (device memory, or
+ * ordered on a stream), rather than posting it for the waiter. */
+static int p2p_pipelined(const struct ringlet_request *r) {
+    return (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) && (r->device >= 0 || r->stream);
+}
+
+/* Queue lock held: the next queued request, when it pairs with r (a pipelined send and
+ * receive, in either order, on the same memory), taken off the queue. Running them in
+ * one exchange keeps ranks that send to each other from waiting for each other. Not on
+ * one stream: there the second waits for the first by the stream's order (as NCCL's
+ * calls outside a group do). */
+static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct ringlet_request *r) {
+    struct ringlet_request *n = c->q_head;
+    if (!n || !p2p_pipelined(r) || !p2p_pipelined(n) || n->kind == r->kind || n->device != r->device) return NULL;
+    if (r->stream && r->stream == n->stream) return NULL;
+    c->q_head = n->next;
+    if (!c->q_head) c->q_tail = NULL;
+    return n;
+}
+
+static void *progress_thread(void *arg) {
+    struct ringlet_comm *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->q_mu);
+        /* An operation run inline by the caller finishes before the next one starts. */
+        while ((!c->q_head || c->running) && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
+        struct ringlet_request *r = c->q_head, *partner = NULL;
+        if (r) {
+            c->q_head = r->next;
+            if (!c->q_head) c->q_tail = NULL;
+            c->running = 1;
+            partner = take_partner(c, r);
+        }
+        pthread_mutex_unlock(&c->q_mu);
+        if (!r) break;
+        if (atomic_load(&c->failed)) {
+            char msg[RL_MSG_MAX];
+            ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
+            for (struct ringlet_request *q = r; q; q = q == r ? partner : NULL) {
+                snprintf(q->err, sizeof q->err, "%s #%llu not run: the communicator failed earlier: %.400s",
+                         rl_op_name(q->kind), (unsigned long long)q->seq, msg);
+                finish(c, q, code);
+            }
+        } else if ((r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) && !p2p_pipelined(r)) {
+            /* Posted and left to the waiter, so that sends and receives overlap. */
+            ringlet_result_t rc = rl_p2p_post(c, r);
+            if (rc) finish(c, r, rc);
+        } else if (partner) {
+            char err[RL_MSG_MAX], perr[RL_MSG_MAX];
+            ringlet_result_t rc = rl_run_op(c, r, partner, err, perr);
+            if (rc) {
+                snprintf(r->err, sizeof r->err, "%s", err);
+                snprintf(partner->err, sizeof partner->err, "%s", perr);
+            }
+            finish(c, r, rc);
+            finish(c, partner, rc);
+        } else {
+            finish(c, r, run(c, r));
+        }
+        pthread_mutex_lock(&c->q_mu);
+        c->running = 0;
+        pthread_mutex_unlock(&c->q_mu);
+    }
+    return NULL;
+}
+
+ringlet_result_t rl_progress_start(struct ringlet_comm *c) {
+    if (pthread_create(&c->progress, NULL, progress_thread, c) != 0) return RINGLET_ERR_SYSTEM;
+    c->progress_started = 1;
+    return RINGLET_SUCCESS;
+}
+
+void rl_progress_stop(struct ringlet_comm *c) {
+    if (!c->progress_started) return;
+    pthread_mutex_lock(&c->q_mu);
+    c->q_quit = 1;
+    pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+    pthread_join(c->progress, NULL);
+    c->progress_started = 0;
+}
+
+int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
+    pthread_mutex_lock(&c->q_mu);
+    if (c->q_head || c->running || !c->progress_started) {
+        pthread_mutex_unlock(&c->q_mu);
+        return 0;
+    }
+    c->running = 1;
+    r->seq = ++c->seq;
+    pthread_mutex_unlock(&c->q_mu);
+    *rc = run(c, r);
+    pthread_mutex_lock(&c->q_mu);
+    c->running = 0;
+    /* Calls queued meanwhile (another thread's) were held back: let them run. */
+    if (c->q_head) pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+    return 1;
+}
+
+void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
+    pthread_mutex_lock(&c->live_mu);
+    if (add) {
+        r->live_prev = NULL;
+        r->live_next = c->live;
+        if (c->live) c->live->live_prev = r;
+        c->live = r;
+    } else {
+        if (r->live_prev) r->live_prev->live_next = r->live_next;
+        else c->live = r->live_next;
+        if (r->live_next) r->live_next->live_prev = r->live_prev;
+    }
+    pthread_mutex_unlock(&c->live_mu);
+}
+
+void rl_comm_free_live(struct ringlet_comm *c) {
+    /* Requests never waited on: their transfers stopped with the connections. */
+    while (c->live) {
+        struct ringlet_request *r = c->live;
+        c->live = r->live_next;
+        rl_request_free(r);
+    }
+}
+
+ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    pthread_mutex_lock(&c->q_mu);
+    r->seq = ++c->seq;
+    if (r->stream) {
+        ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
+        if (rc) {
+            c->seq--;
+            pthread_mutex_unlock(&c->q_mu);
+            return rc;
+        }
+    }
+    r->next = NULL;
+    if (c->q_tail) c->q_tail->next = r;
+    else c->q_head = r;
+    c->q_tail = r;
+    pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+    return RINGLET_SUCCESS;
+}

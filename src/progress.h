@@ -1,0 +1,26 @@
+/* The communicator's queue of operations and the progress thread that runs them in
+ * issue order; blocking host calls may run on the caller's thread instead when nothing
+ * is queued (the small-message latency path). */
+#ifndef RINGLET_PROGRESS_H
+#define RINGLET_PROGRESS_H
+
+#include "comm.h"
+
+/* Starts (stops: after the queued operations) the progress thread. */
+ringlet_result_t rl_progress_start(struct ringlet_comm *c);
+void rl_progress_stop(struct ringlet_comm *c);
+/* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
+ * stream call, makes the stream wait for it). */
+ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+/* Runs a blocking host collective on the caller's thread when nothing is queued or
+ * running. Returns 0 (not run; queue it) when busy, else 1 with the result in *rc and
+ * r->err. */
+int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc);
+/* Track (add = 1) or forget (add = 0) a request the user holds. */
+void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
+/* Frees requests the user never completed (destroy). */
+void rl_comm_free_live(struct ringlet_comm *c);
+/* Frees a request (its point-to-point pieces too). */
+void rl_request_free(struct ringlet_request *r);
+
+#endif

@@ -1,0 +1,19 @@
+/* Waiting for completions: every completion (a transport's, an operation's) rings the
+ * communicator's bell; a waiter reads the bell's counter, checks for its work, and
+ * sleeps until the counter moves. Transports without threads of their own (shared
+ * memory) move data when a waiter polls them. */
+#ifndef RINGLET_WAIT_H
+#define RINGLET_WAIT_H
+
+#include "comm.h"
+
+/* Wakes waiters (transport completions, finished operations); arg is the comm. */
+void rl_comm_notify(void *comm);
+/* The wake-up counter's value: read it before checking for work, then wait with it. */
+unsigned rl_comm_gen(struct ringlet_comm *c);
+/* Waits until something completes or ms pass (polls threadless transports first). */
+void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
+/* Drives transports that have no threads of their own; non-zero if anything moved. */
+int rl_comm_progress(struct ringlet_comm *c);
+
+#endif

@@ -1,0 +1,285 @@
+/* Stream semantics on device buffers (NCCL's): a call with a stream returns at once and
+ * is ordered on the stream; it sees the work queued on the stream before it, the work
+ * queued after it sees its result, its failure reaches ringlet_comm_get_async_error,
+ * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
+ * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
+ *
+ *   stream --case order|abort|async [--count N]
+ *
+ * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
+ *   it the copy of its input to the device, the all-reduce, the copy of the result back,
+ *   and an event. While the flag holds the stream nothing can have run, by construction:
+ *   the event must not be done and the host result buffer must still hold its marker.
+ *   Then rank 0 releases the flag: the result must be right, which it is if the library
+ *   waited for the input copy (queued before the call, and held back until the release)
+ *   and held the copy back (queued after the call) until the result was in place. A
+ *   correct library passes whatever the timing; a library that misses the wait reads
+ *   stale input only if it gets there before the release, so rank 0 keeps the flag for
+ *   20 ms first (that makes such a bug show; it changes nothing for a correct library).
+ *   Rank 1 takes part with a stream of its own (no holding). Repeated with blocking and
+ *   non-blocking forms, and an all-gather and a broadcast.
+ * abort: rank 0 queues an all-reduce on its stream and a copy after it; rank 1 never
+ *   calls it (it waits at a file-system rendezvous). Rank 0 aborts: the stream must go on
+ *   (its event done within 30 s), and ringlet_comm_get_async_error must report an error.
+ * async: rank 1 exits (without destroying its communicator) after the warm-up; rank 0
+ *   queues an all-reduce on its stream: the stream goes on (released when the call
+ *   failed) and ringlet_comm_get_async_error names rank 1 within RINGLET_TIMEOUT.
+ * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "ringlet.h"
+
+static int g_rank = -1;
+static const rl_device_ops *D;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        printf("FAIL rank %d: ", g_rank);                                                                              \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
+        exit(1);                                                                                                       \
+    } while (0)
+
+#define DEV(call)                                                                                                      \
+    do {                                                                                                               \
+        if ((call) != RL_DEV_OK) FAIL("%s: %s", #call, rl_dev_error());                                                \
+    } while (0)
+
+/* Waits for the event, at most s seconds; 1 when done. */
+static int event_done_within(rl_dev_event_t e, double s) {
+    double until = now_s() + s;
+    for (;;) {
+        int q = D->event_query(e);
+        if (q == RL_DEV_OK) return 1;
+        if (q != RL_DEV_NOT_READY) FAIL("event_query: %s", rl_dev_error());
+        if (now_s() > until) return 0;
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static uint32_t input(int rank, size_t i) { return (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503u + 7); }
+
+static void file_wait(const char *path, double s) {
+    double until = now_s() + s;
+    while (access(path, F_OK) != 0 && now_s() < until) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void file_touch(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
+
+/* One held-stream round: kind 0 all-reduce (blocking form), 1 all-reduce (i-form),
+ * 2 all-gather, 3 broadcast from rank 1. */
+static void order_round(ringlet_comm_t comm, int P, int kind, size_t n) {
+    const char *names[] = {"allreduce", "iallreduce", "allgather", "broadcast"};
+    size_t out_n = kind == 2 ? n * (size_t)P : n;
+    uint32_t *in, *out; /* pinned: copies on a held stream must not synchronise (pageable ones may) */
+    void *din, *dout, *flag_mem;
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, out_n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i);
+    for (size_t i = 0; i < out_n; i++) out[i] = 0xdeadbeefu; /* the marker */
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, out_n * 4));
+    DEV(D->memset_async(din, 0, n * 4, NULL));
+    DEV(D->memset_async(dout, 0, out_n * 4, NULL));
+    DEV(D->stream_sync(NULL));
+    DEV(D->host_alloc(&flag_mem, 64));
+    volatile uint64_t *flag = flag_mem;
+    *flag = 0;
+    rl_dev_stream_t s;
+    rl_dev_event_t done;
+    DEV(D->stream_create(&s));
+    DEV(D->event_create(&done));
+    int hold = g_rank == 0;
+    if (hold) DEV(D->wait_flag(flag, 1, s)); /* nothing after this runs until the flag is 1 */
+    DEV(D->memcpy_async(din, in, n * 4, s));
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    ringlet_request_t req = NULL;
+    switch (kind) {
+    case 0: rc = ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s); break;
+    case 1: rc = ringlet_iallreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s, &req); break;
+    case 2: rc = ringlet_allgather(din, dout, n, RINGLET_UINT32, comm, s); break;
+    default: rc = ringlet_broadcast(din, dout, n, RINGLET_UINT32, 1, comm, s); break;
+    }
+    if (rc != RINGLET_SUCCESS) FAIL("%s on a stream returned %d: %s", names[kind], (int)rc, ringlet_comm_last_error(comm));
+    DEV(D->memcpy_async(out, dout, out_n * 4, s));
+    DEV(D->event_record(done, s));
+    if (hold) {
+        /* By construction nothing queued after the flag wait ran: the call returned
+         * while its input copy was still queued. */
+        if (D->event_query(done) != RL_DEV_NOT_READY) FAIL("%s: the held stream's event is done", names[kind]);
+        if (out[0] != 0xdeadbeefu) FAIL("%s: the result copy ran while the stream was held", names[kind]);
+        if (req) {
+            int d = -1;
+            if (ringlet_test(&req, &d) != RINGLET_SUCCESS || d != 0)
+                FAIL("%s: ringlet_test says done (%d) while the stream holding its input is held", names[kind], d);
+        }
+        struct timespec hold = {0, 20 * 1000 * 1000};
+        nanosleep(&hold, NULL);
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    }
+    if (req && ringlet_wait(&req) != RINGLET_SUCCESS) FAIL("%s: wait: %s", names[kind], ringlet_comm_last_error(comm));
+    if (!event_done_within(done, 60)) FAIL("%s: the stream did not finish within 60 s", names[kind]);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < out_n; i++) {
+        uint32_t want;
+        if (kind <= 1) {
+            want = 0;
+            for (int r = 0; r < P; r++) want += input(r, i);
+        } else if (kind == 2) {
+            want = input((int)(i / n), i % n);
+        } else {
+            want = input(1, i);
+        }
+        if (out[i] != want && bad++ == 0) first = i;
+    }
+    if (bad)
+        FAIL("%s: %zu of %zu elements wrong, first at %zu: got 0x%08x (the library did not wait for the stream's "
+             "copy before the call, or did not hold the copy after it)",
+             names[kind], bad, out_n, first, out[first]);
+    printf("stream: rank %d: %s on a %s stream: %zu elements right\n", g_rank, names[kind], hold ? "held" : "free",
+           out_n);
+    DEV(D->event_destroy(done));
+    DEV(D->stream_destroy(s));
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(dout));
+    DEV(D->host_free(flag_mem));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+}
+
+int main(int argc, char **argv) {
+    const char *cas = "order", *dir = ".";
+    size_t n = 300007;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc) cas = argv[++i];
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else {
+            fprintf(stderr, "usage: stream --case order|abort|async [--count N] [--dir D]\n");
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    D = rl_device();
+    if (!D) {
+        printf("SKIP: no device backend: %s\n", rl_device_unavailable());
+        return 77;
+    }
+    ringlet_comm_t comm;
+    if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("init: %s", ringlet_comm_last_error(NULL));
+    int P;
+    ringlet_comm_rank(comm, &g_rank);
+    ringlet_comm_size(comm, &P);
+    if (P != 2) FAIL("run with 2 ranks");
+    int ndev = 1;
+    DEV(D->count(&ndev));
+    DEV(D->set_device(g_rank % ndev));
+    if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
+    char path[4096];
+
+    if (!strcmp(cas, "order")) {
+        for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK order\n", g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "abort")) {
+        snprintf(path, sizeof path, "%s/aborted", dir);
+        if (g_rank == 1) {
+            /* Never joins the all-reduce: waits until rank 0 has aborted, then aborts too. */
+            file_wait(path, 60);
+            ringlet_comm_abort(comm);
+            ringlet_comm_destroy(comm);
+            printf("stream: rank 1: OK abort (the idle side)\n");
+            return 0;
+        }
+        void *d;
+        uint32_t *host;
+        rl_dev_stream_t s;
+        rl_dev_event_t done;
+        DEV(D->host_alloc((void **)&host, 16));
+        DEV(D->mem_alloc(&d, 16));
+        DEV(D->stream_create(&s));
+        DEV(D->event_create(&done));
+        DEV(D->memcpy_async(d, host, 16, s));
+        if (ringlet_allreduce(d, d, 4, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+            FAIL("allreduce on a stream: %s", ringlet_comm_last_error(comm));
+        DEV(D->memcpy_async(host, d, 16, s)); /* pinned: queued behind the held call, not waited for */
+        DEV(D->event_record(done, s));
+        if (D->event_query(done) == RL_DEV_OK) FAIL("the stream went on although rank 1 never joined");
+        double t0 = now_s();
+        if (ringlet_comm_abort(comm) != RINGLET_SUCCESS) FAIL("abort");
+        double ta = now_s() - t0;
+        file_touch(path);
+        if (!event_done_within(done, 30)) FAIL("the stream is still held 30 s after abort");
+        ringlet_result_t a = ringlet_comm_get_async_error(comm);
+        if (a == RINGLET_SUCCESS) FAIL("get_async_error is success after an abort with a stream call pending");
+        ringlet_comm_destroy(comm);
+        DEV(D->event_destroy(done));
+        DEV(D->stream_destroy(s));
+        DEV(D->mem_free(d));
+        DEV(D->host_free(host));
+        printf("stream: rank 0: OK abort: returned in %.2f s, the stream went on, async error %d (%s)\n", ta, (int)a,
+               ringlet_strerror(a));
+        return 0;
+    }
+
+    if (!strcmp(cas, "async")) {
+        if (g_rank == 1) {
+            printf("stream: rank 1: OK async (leaving without destroy)\n");
+            fflush(stdout);
+            _exit(0);
+        }
+        void *d;
+        uint32_t host[4] = {1, 2, 3, 4};
+        rl_dev_stream_t s;
+        rl_dev_event_t done;
+        DEV(D->mem_alloc(&d, sizeof host));
+        DEV(D->stream_create(&s));
+        DEV(D->event_create(&done));
+        DEV(D->memcpy_async(d, host, sizeof host, s));
+        double t0 = now_s();
+        ringlet_result_t rc = ringlet_allreduce(d, d, 4, RINGLET_UINT32, RINGLET_SUM, comm, s);
+        /* The call may return the failure at once (the monitor already heard), or queue. */
+        DEV(D->event_record(done, s));
+        if (!event_done_within(done, 60)) FAIL("the stream is still held 60 s after rank 1 left");
+        ringlet_result_t a = ringlet_comm_get_async_error(comm);
+        for (double until = now_s() + 60; a == RINGLET_SUCCESS && now_s() < until; a = ringlet_comm_get_async_error(comm)) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        const char *msg = ringlet_comm_last_error(comm);
+        if (a == RINGLET_SUCCESS) FAIL("get_async_error is still success 60 s after rank 1 left (call returned %d)", (int)rc);
+        if (!strstr(msg, "rank 1")) FAIL("the error does not name rank 1: %s", msg);
+        printf("stream: rank 0: OK async: error %d (%s) after %.2f s: %s\n", (int)a, ringlet_strerror(a), now_s() - t0, msg);
+        ringlet_comm_abort(comm);
+        ringlet_comm_destroy(comm);
+        DEV(D->event_destroy(done));
+        DEV(D->stream_destroy(s));
+        DEV(D->mem_free(d));
+        return 0;
+    }
+    FAIL("unknown case %s", cas);
+}
