@@ -51,7 +51,9 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     err[0] = 0;
     int timed = c->trace || rl_log_level() >= RL_LOG_TRACE; /* a clock read costs ~10% of a small call */
     double t0 = timed ? rl_now() : 0;
-    rl_mem mem = {.dev = NULL, .rc = RINGLET_SUCCESS};
+    rl_mem mem; /* not zeroed whole: its message buffer is written only on failure */
+    mem.dev = NULL;
+    mem.rc = RINGLET_SUCCESS;
     ringlet_result_t rc = prepare(c, r, &mem, err);
     if (!rc && partner) rc = prepare(c, partner, &mem, err);
     if (!rc) rc = run_algorithm(c, r, partner, &mem, err);

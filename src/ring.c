@@ -151,7 +151,7 @@ static void rd_process(rl_pipe *p, size_t i, const void *slot) {
 static char *scratch(struct ringlet_comm *c, rl_mem *mem, size_t bytes, char *err) {
     char e[RL_MSG_MAX] = "";
     char *w = mem->dev ? rl_devcomm_scratch(c, bytes, e) : rl_comm_temp(c, bytes);
-    if (!w) snprintf(err, RL_MSG_MAX, "out of memory for %zu bytes of scratch%s%s", bytes, *e ? ": " : "", e);
+    if (!w) snprintf(err, RL_MSG_MAX, "out of memory for %zu bytes of scratch%s%.300s", bytes, *e ? ": " : "", e);
     return w;
 }
 
@@ -166,6 +166,7 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
     int P = c->nranks;
     size_t es = ringlet_datatype_size(r->dtype);
     rl_pipe p;
+    struct ringlet_request bar; /* a barrier's 1-byte all-gather: lives until the pipe ran */
     memset(&p, 0, sizeof p);
     p.c = c;
     p.r = r;
@@ -209,7 +210,6 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
         break;
     case RL_OP_ALLGATHER:
     case RL_OP_BARRIER: {
-        struct ringlet_request bar;
         if (r->kind == RL_OP_BARRIER) {
             /* A barrier is an all-gather of one byte (host memory): after P-1 steps every
              * rank has heard, through the ring, from every other rank. */
