@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "conn.h"
 #include "devcomm.h"
+#include "doorbell.h"
 #include "failure.h"
 #include "log.h"
 #include "netif.h"
@@ -85,8 +86,11 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     c->ring = calloc((size_t)nranks, sizeof *c->ring);
     c->send_conns = calloc((size_t)nranks, sizeof(rl_conn));
     c->recv_conns = calloc((size_t)nranks, sizeof(rl_conn));
-    if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns) {
-        free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns), free(c);
+    c->send_conns_dev = calloc((size_t)nranks, sizeof(rl_conn));
+    c->recv_conns_dev = calloc((size_t)nranks, sizeof(rl_conn));
+    if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns || !c->send_conns_dev || !c->recv_conns_dev) {
+        free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
+        free(c->send_conns_dev), free(c->recv_conns_dev), free(c);
         return NULL;
     }
     return c;
@@ -104,13 +108,13 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
      * closing the connections never waits on a peer. */
     rl_monitor_stop(c, clean);
     atomic_store(&c->stop, 1);
+    rl_devcomm_release_all(c);
     rl_conn_close_all(c);
-    /* The shared-memory bell goes away with its transport. */
-    atomic_store(&c->ev, &c->own_bell);
     atomic_store(&c->polled, 0);
     for (int i = 0; i < RL_TP_MAX; i++)
         if (c->tctx[i]) rl_transports[i]->fini(c->tctx[i]);
     memset(c->tctx, 0, sizeof c->tctx);
+    rl_doorbell_close(c);
     rl_devcomm_fini(c);
     free(c->slots);
     free(c->temp);
@@ -122,6 +126,7 @@ static void comm_free(struct ringlet_comm *c) {
     rl_comm_free_live(c);
     pthread_mutex_destroy(&c->live_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
+    free(c->send_conns_dev), free(c->recv_conns_dev);
     pthread_mutex_destroy(&c->fail_mu);
     pthread_mutex_destroy(&c->q_mu);
     pthread_cond_destroy(&c->q_cv);
@@ -178,7 +183,9 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     c->ifaddr = nif[0].addr;
     snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
 
-    rl_transport_init tin = {rank, nranks, &c->stop, rl_comm_notify, c, c->timeout_s, c->secret, &c->ifaddr};
+    rl_doorbell_open(c);
+    rl_transport_init tin = {rank,           nranks,    &c->stop,  rl_comm_notify,    c, c->timeout_s,
+                             c->secret,      &c->ifaddr, rl_doorbell_peer, c};
     /* Every transport that can run here publishes its blob; TCP must. */
     for (int i = 0; i < RL_TP_MAX && rc == RINGLET_SUCCESS; i++) {
         if (!rl_transports[i]) continue;
@@ -197,9 +204,6 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
             }
         }
     }
-    /* Sleep on the bell that same-host peers can ring. */
-    for (int i = 0; i < RL_TP_MAX; i++)
-        if (c->tctx[i] && rl_transports[i]->bell) atomic_store(&c->ev, rl_transports[i]->bell(c->tctx[i]));
     c->spin_s = rl_env_double("RINGLET_SPIN_US", 50, 0, 1e6) * 1e-6;
     c->trace = rl_trace_open(rank, nranks);
     rl_fault_from_env(&c->fault);
@@ -223,8 +227,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
              * network transports. Every rank of a one-host job picks the same. */
             int tn = RL_TP_TCP, tp = RL_TP_TCP;
             char e2[RL_ERR_MAX];
-            if (nranks > 1 && rl_conn_pick_transport(c, c->next, &tn, e2) == RINGLET_SUCCESS &&
-                rl_conn_pick_transport(c, c->prev, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
+            if (nranks > 1 && rl_conn_pick_transport(c, c->next, 0, &tn, e2) == RINGLET_SUCCESS &&
+                rl_conn_pick_transport(c, c->prev, 0, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
                 c->chunk_bytes = 256 << 10;
             else
                 c->chunk_bytes = 512 << 10;
@@ -243,8 +247,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     /* The ring's connections now, so that init fails rather than the first call. */
     rl_conn *conn;
-    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, &conn, err);
-    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, &conn, err);
+    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, 0, &conn, err);
+    if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, 0, &conn, err);
     if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
         snprintf(err, sizeof err, "cannot start the progress thread");
     if (rc != RINGLET_SUCCESS) {

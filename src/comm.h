@@ -16,6 +16,7 @@
 #include "transport.h"
 
 #define RL_MSG_MAX 512
+#define RL_BELL_NAME_MAX 64
 
 /* What each rank publishes at bootstrap. Same binary on every rank, so sent as is. */
 typedef struct rl_rank_info {
@@ -24,6 +25,7 @@ typedef struct rl_rank_info {
     int32_t pid;
     uint32_t bloblen[RL_TP_MAX]; /* 0: that transport is not available on the rank */
     uint8_t blob[RL_TP_MAX][RL_BLOB_MAX];
+    char bell_name[RL_BELL_NAME_MAX]; /* its doorbell (doorbell.h), "" when it has none */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */
@@ -107,6 +109,7 @@ struct ringlet_comm {
     void *tctx[RL_TP_MAX];           /* transports that initialised here */
     int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */
     rl_conn *send_conns, *recv_conns; /* per peer rank, made on first use */
+    rl_conn *send_conns_dev, *recv_conns_dev; /* device buffers, where another transport carries them */
     struct sockaddr_storage ifaddr;  /* the interface chosen */
     char ifname[64];
 
@@ -118,10 +121,11 @@ struct ringlet_comm {
     char fail_msg[RL_MSG_MAX];
     pthread_mutex_t fail_mu;
 
-    /* wake-ups for waiters: any completion rings the bell. It is own_bell, or the
-     * shared-memory transport's bell so that peer processes can ring it too. */
+    /* wake-ups for waiters: any completion rings the bell. It is the doorbell (shared
+     * memory, so that peer processes can ring it too), or own_bell without one. */
     rl_bell own_bell;
     _Atomic(rl_bell *) ev;
+    struct rl_doorbell *db;
     atomic_int polled;  /* a connection over a transport without threads (shm) exists */
     double spin_s;      /* how long a waiter polls such transports before it sleeps */
     unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */

@@ -4,7 +4,7 @@
 
 #include "log.h"
 
-ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int *tp, char *err) {
+ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
     const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
     if (c->forced_tp >= 0) {
         *tp = c->forced_tp;
@@ -13,42 +13,60 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int *t
         return RINGLET_ERR_INVALID_USAGE;
     }
     int same_host = !memcmp(me->hostid, them->hostid, 16);
+    if (device && same_host && me->bloblen[RL_TP_CUDA_IPC] && them->bloblen[RL_TP_CUDA_IPC]) {
+        const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
+        char why[RL_ERR_MAX] = "";
+        if (!ipc->reachable ||
+            ipc->reachable(c->tctx[RL_TP_CUDA_IPC], peer, them->blob[RL_TP_CUDA_IPC], them->bloblen[RL_TP_CUDA_IPC], why)) {
+            *tp = RL_TP_CUDA_IPC;
+            return RINGLET_SUCCESS;
+        }
+        /* Said once per peer (reachable caches its answer and says so). */
+        if (!strstr(why, "tried before"))
+            RL_INFO(c->rank, "device buffers with rank %d: not over cuda_ipc (%s); staged through host memory", peer, why);
+    }
     if (same_host && me->bloblen[RL_TP_SHM] && them->bloblen[RL_TP_SHM]) *tp = RL_TP_SHM;
     else if (!same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB]) *tp = RL_TP_IB;
     else *tp = RL_TP_TCP;
     return RINGLET_SUCCESS;
 }
 
-static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, rl_conn **conn, char *err) {
-    rl_conn *slot = send ? &c->send_conns[peer] : &c->recv_conns[peer];
+static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int device, rl_conn **conn, char *err) {
+    int tp, host_tp = -1;
+    ringlet_result_t rc = rl_conn_pick_transport(c, peer, device, &tp, err);
+    if (!rc && device) rc = rl_conn_pick_transport(c, peer, 0, &host_tp, err);
+    if (rc) return rc;
+    /* A separate connection only where device buffers take another transport. */
+    int dev_table = device && tp != host_tp;
+    rl_conn *slot = dev_table ? (send ? &c->send_conns_dev[peer] : &c->recv_conns_dev[peer])
+                              : (send ? &c->send_conns[peer] : &c->recv_conns[peer]);
     if (!slot->h) {
-        int tp;
-        ringlet_result_t rc = rl_conn_pick_transport(c, peer, &tp, err);
-        if (rc) return rc;
         const rl_transport_ops *ops = rl_transports[tp];
         rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)
                   : ops->accept(c->tctx[tp], peer, &slot->h, err);
         if (rc) return rc;
         slot->tp = ops;
         if (ops->progress) atomic_store(&c->polled, 1);
-        RL_INFO(c->rank, "%s rank %d over %s", send ? "sending to" : "receiving from", peer, ops->name);
+        RL_INFO(c->rank, "%s rank %d over %s%s", send ? "sending to" : "receiving from", peer, ops->name,
+                dev_table ? " (device buffers)" : "");
     }
     *conn = slot;
     return RINGLET_SUCCESS;
 }
 
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
-    return get_conn(c, peer, 1, conn, err);
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err) {
+    return get_conn(c, peer, 1, device, conn, err);
 }
 
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
-    return get_conn(c, peer, 0, conn, err);
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err) {
+    return get_conn(c, peer, 0, device, conn, err);
 }
 
 void rl_conn_close_all(struct ringlet_comm *c) {
-    for (int p = 0; p < c->nranks; p++) {
-        if (c->send_conns[p].h) c->send_conns[p].tp->close(c->send_conns[p].h);
-        if (c->recv_conns[p].h) c->recv_conns[p].tp->close(c->recv_conns[p].h);
-        c->send_conns[p].h = c->recv_conns[p].h = NULL;
-    }
+    rl_conn *tables[4] = {c->send_conns, c->recv_conns, c->send_conns_dev, c->recv_conns_dev};
+    for (int t = 0; t < 4; t++)
+        for (int p = 0; p < c->nranks && tables[t]; p++) {
+            if (tables[t][p].h) tables[t][p].tp->close(tables[t][p].h);
+            tables[t][p].h = NULL;
+        }
 }

@@ -1,17 +1,20 @@
-/* Connections to peers, made on first use, over the transport chosen per pair. */
+/* Connections to peers, made on first use, over the transport chosen per pair and per
+ * kind of memory. */
 #ifndef RINGLET_CONN_H
 #define RINGLET_CONN_H
 
 #include "comm.h"
 
-/* The transport for the pair (this rank, peer): the forced one, else shared memory on
- * one host, IB between hosts that both have it, TCP otherwise. Both ends compute the
- * same answer from the bootstrap table. */
-ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int *tp, char *err);
-/* The send (receive) connection to peer, made now if it does not exist yet (by the
- * progress thread, or by whoever runs an operation). */
-ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
-ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
+/* The transport for the pair (this rank, peer), for host or device buffers: the forced
+ * one (RINGLET_TRANSPORT), else for device buffers CUDA IPC when both ranks are on one
+ * host and this rank can map the peer's memory; else shared memory on one host, IB
+ * between hosts that both have it, TCP otherwise. Both ends compute the same answer. */
+ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err);
+/* The send (receive) connection to peer for host (device = 0) or device buffers, made
+ * now if it does not exist yet (by the progress thread, or by whoever runs an operation).
+ * Host and device buffers share a connection when they pick the same transport. */
+ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
+ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
 /* Closes every connection (teardown). */
 void rl_conn_close_all(struct ringlet_comm *c);
 

@@ -151,6 +151,14 @@ void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r) {
     if (r->stream && s) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
 }
 
+ringlet_result_t rl_devcomm_device_slots(struct ringlet_comm *c, char *err) {
+    struct rl_devcomm *s = c->dev;
+    if (s->dev_slots) return RINGLET_SUCCESS;
+    if (s->d->mem_alloc((void **)&s->dev_slots, s->slot_bytes * (size_t)s->nslots) != RL_DEV_OK)
+        return rl_devcomm_error("device staging slots", err);
+    return RINGLET_SUCCESS;
+}
+
 static void *grow(struct ringlet_comm *c, int pinned, size_t bytes, char *err) {
     struct rl_devcomm *s = c->dev;
     void **buf = pinned ? &s->pinned : &s->scratch;
@@ -180,13 +188,17 @@ static void *grow(struct ringlet_comm *c, int pinned, size_t bytes, char *err) {
 void *rl_devcomm_scratch(struct ringlet_comm *c, size_t bytes, char *err) { return grow(c, 0, bytes, err); }
 void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err) { return grow(c, 1, bytes, err); }
 
+void rl_devcomm_release_all(struct ringlet_comm *c) {
+    if (c->dev) __atomic_store_n(c->dev->flag, UINT64_MAX, __ATOMIC_RELEASE);
+}
+
 void rl_devcomm_fini(struct ringlet_comm *c) {
     struct rl_devcomm *s = c->dev;
     if (!s) return;
     const rl_device_ops *d = s->d;
     /* Every queued operation released its stream already; this lets go of any stream
      * still waiting (an aborted communicator) before the flag's memory goes. */
-    __atomic_store_n(s->flag, UINT64_MAX, __ATOMIC_RELEASE);
+    rl_devcomm_release_all(c);
     char err[RL_MSG_MAX];
     if (rl_devcomm_drain(c, err) != RINGLET_SUCCESS) RL_WARN(c->rank, "device teardown: %s", err);
     for (int i = 0; i < RL_DEV_MAX_SLOTS; i++) {

@@ -57,10 +57,15 @@ ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, cons
 ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err);
 /* Lets the request's stream go on (flag = seq), whatever the outcome. */
 void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r);
+/* The device staging slots (dev_slots), made on first use. */
+ringlet_result_t rl_devcomm_device_slots(struct ringlet_comm *c, char *err);
 /* Device scratch (rl_devcomm_scratch) or pinned scratch (rl_devcomm_pinned) of at least
  * bytes; NULL with err on failure. Valid until the next call of the same kind. */
 void *rl_devcomm_scratch(struct ringlet_comm *c, size_t bytes, char *err);
 void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err);
+/* Lets go of every user stream still held (teardown, before anything is freed: freeing
+ * device memory waits for every stream of the device, as cudaFree does). */
+void rl_devcomm_release_all(struct ringlet_comm *c);
 /* Releases every stream still waiting, then frees everything (teardown). */
 void rl_devcomm_fini(struct ringlet_comm *c);
 

@@ -38,6 +38,7 @@ typedef struct {
     int peer;
     void *buf;
     size_t bytes;
+    rl_conn *conn;
 } xfer;
 
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
@@ -61,20 +62,14 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     int posted_r = 0, posted_s = 0;
-    rl_conn *sk[ONESHOT_MAX_PEERS], *rk[ONESHOT_MAX_PEERS];
-    /* Connections first, sending ones before receiving ones: a connect never waits for
-     * the peer, an accept waits for the peer's connect, so this order cannot deadlock
-     * when the connections are made here for the first time. */
-    for (int i = 0; i < ns && !rc; i++) rc = rl_comm_send_conn(c, sends[i].peer, &sk[i], cerr);
-    for (int i = 0; i < nr && !rc; i++) rc = rl_comm_recv_conn(c, recvs[i].peer, &rk[i], cerr);
     const char *opname = rl_op_name(r->kind);
-    for (int i = 0; i < nr && !rc; i++, posted_r++) {
+    for (int i = 0; i < nr; i++, posted_r++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV, (size_t)i);
-        rk[i]->tp->irecv(rk[i]->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
+        recvs[i].conn->tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     }
-    for (int i = 0; i < ns && !rc; i++, posted_s++) {
+    for (int i = 0; i < ns; i++, posted_s++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND, (size_t)i);
-        sk[i]->tp->isend(sk[i]->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
+        sends[i].conn->tp->isend(sends[i].conn->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
     }
     double last = 0; /* when a request last completed; the clock is read only while waiting */
     int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
@@ -152,74 +147,106 @@ static ringlet_result_t stage_input(struct ringlet_comm *c, rl_mem *mem, const v
     return rl_devcomm_wait(c, d->ev_send[0], "the copy of the input to pinned memory", err);
 }
 
+/* Whether this rank sends to (receives from) q in the one-shot form of r. */
+static void roles(const struct ringlet_request *r, int me, int q, int *send, int *recv) {
+    switch (r->kind) {
+    case RL_OP_REDUCE:
+        *send = me != r->root && q == r->root;
+        *recv = me == r->root;
+        break;
+    case RL_OP_BROADCAST:
+        *send = me == r->root;
+        *recv = me != r->root && q == r->root;
+        break;
+    default: /* all-reduce, reduce-scatter, all-gather, barrier: everybody with everybody */
+        *send = *recv = 1;
+        break;
+    }
+}
+
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     int P = c->nranks, me = c->rank, ns = 0, nr = 0;
     size_t es = ringlet_datatype_size(r->dtype), bytes = r->count * es;
     xfer s[ONESHOT_MAX_PEERS], v[ONESHOT_MAX_PEERS];
+    if (r->kind != RL_OP_ALLREDUCE && r->kind != RL_OP_REDUCE_SCATTER && r->kind != RL_OP_REDUCE &&
+        r->kind != RL_OP_BROADCAST && r->kind != RL_OP_ALLGATHER && r->kind != RL_OP_BARRIER)
+        return snprintf(err, RL_MSG_MAX, "internal: %s has no one-shot form", rl_op_name(r->kind)), RINGLET_ERR_INTERNAL;
+
+    /* Connections first, sending ones before receiving ones: a connect never waits for
+     * the peer, an accept waits for the peer's connect, so this order cannot deadlock
+     * when the connections are made here for the first time. */
+    char cerr[RL_ERR_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    int dev = mem->dev != NULL, direct = dev;
+    for (int pass = 0; pass < 2 && !rc; pass++)
+        for (int q = 0; q < P && !rc; q++) {
+            int snd, rcv;
+            if (q == me) continue;
+            roles(r, me, q, &snd, &rcv);
+            if (pass == 0 && snd) {
+                s[ns] = (xfer){q, NULL, bytes, NULL};
+                rc = rl_comm_send_conn(c, q, dev, &s[ns].conn, cerr);
+                if (!rc) direct &= s[ns++].conn->tp->device_memory;
+            } else if (pass == 1 && rcv) {
+                v[nr] = (xfer){q, NULL, bytes, NULL};
+                rc = rl_comm_recv_conn(c, q, dev, &v[nr].conn, cerr);
+                if (!rc) direct &= v[nr++].conn->tp->device_memory;
+            }
+        }
+    if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
+    /* Device buffers go three ways: every peer over a transport that moves device memory
+     * (direct: from and into device memory; the user's earlier stream work must be done
+     * first, those transports do not wait for it), or staged through pinned memory. */
+    int staged = dev && !direct;
+    if (direct && r->event && (rc = rl_devcomm_wait(c, r->event, "the stream's work before the call", cerr)))
+        return rl_comm_op_failed(c, r, rc, cerr, err);
+
     int reduces = r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE_SCATTER ||
                   (r->kind == RL_OP_REDUCE && r->root == me);
-    /* Host: tmp holds the P blocks a reducing rank combines. Device: also every block
-     * received, and (out) this rank's staged input. */
+    /* tmp holds the P blocks a reducing rank combines (staged: also every block received,
+     * and, after them, this rank's input). */
     char *tmp = NULL, *out = NULL;
     size_t in_bytes = (size_t)P * bytes, out_bytes = r->kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
-    if (mem->dev) {
-        char e[RL_MSG_MAX] = "";
-        tmp = rl_devcomm_pinned(c, in_bytes + out_bytes, e);
-        if (!tmp) return snprintf(err, RL_MSG_MAX, "%s: %s", rl_op_name(r->kind), e), RINGLET_ERR_CUDA;
-        out = tmp + in_bytes;
+    char e[RL_MSG_MAX] = "";
+    if (staged) {
+        if ((tmp = rl_devcomm_pinned(c, in_bytes + out_bytes, e))) out = tmp + in_bytes;
     } else if (reduces) {
-        tmp = rl_comm_temp(c, in_bytes);
-        if (!tmp) return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch", rl_op_name(r->kind)), RINGLET_ERR_SYSTEM;
+        tmp = direct ? rl_devcomm_scratch(c, in_bytes, e) : rl_comm_temp(c, in_bytes);
     }
-    int sends_input = r->kind != RL_OP_BARRIER && (r->kind != RL_OP_BROADCAST || me == r->root) &&
-                      (r->kind != RL_OP_REDUCE || me != r->root);
-    const char *input = NULL;
-    if (sends_input || reduces) {
-        ringlet_result_t rc = stage_input(c, mem, r->sendbuf, out_bytes, out, &input, err);
-        if (rc) return rc;
-    }
-    /* Device: every received block lands in the pinned blocks, then goes into place. */
-    int dev = mem->dev != NULL;
+    if ((staged || reduces) && !tmp)
+        return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch%s%.300s", rl_op_name(r->kind), *e ? ": " : "", e),
+               dev ? RINGLET_ERR_CUDA : RINGLET_ERR_SYSTEM;
+    const char *input = r->sendbuf;
+    if (staged && r->kind != RL_OP_BARRIER && (ns > 0 || reduces) &&
+        (rc = stage_input(c, mem, r->sendbuf, out_bytes, out, &input, err)))
+        return rc;
+
     unsigned char bar_in = 0, bar_out[ONESHOT_MAX_PEERS + 1];
-    for (int q = 0; q < P; q++) {
-        if (q == me) continue;
+    for (int i = 0; i < ns; i++) {
+        int q = s[i].peer;
+        s[i].buf = r->kind == RL_OP_BARRIER ? (void *)&bar_in
+                   : r->kind == RL_OP_REDUCE_SCATTER ? (char *)input + (size_t)q * bytes
+                                                     : (void *)input;
+        if (r->kind == RL_OP_BARRIER) s[i].bytes = 1;
+    }
+    for (int i = 0; i < nr; i++) {
+        int q = v[i].peer;
         char *blk = tmp ? tmp + (size_t)q * bytes : NULL;
         switch (r->kind) {
-        case RL_OP_ALLREDUCE:
-            s[ns++] = (xfer){q, (void *)input, bytes};
-            v[nr++] = (xfer){q, blk, bytes};
-            break;
-        case RL_OP_REDUCE_SCATTER:
-            s[ns++] = (xfer){q, (char *)input + (size_t)q * bytes, bytes};
-            v[nr++] = (xfer){q, blk, bytes};
-            break;
-        case RL_OP_REDUCE:
-            if (me == r->root) v[nr++] = (xfer){q, blk, bytes};
-            else if (q == r->root) s[ns++] = (xfer){q, (void *)input, bytes};
-            break;
-        case RL_OP_BROADCAST:
-            if (me == r->root) s[ns++] = (xfer){q, (void *)input, bytes};
-            else if (q == r->root) v[nr++] = (xfer){q, dev ? blk : r->recvbuf, bytes};
-            break;
-        case RL_OP_ALLGATHER:
-            s[ns++] = (xfer){q, (void *)input, bytes};
-            v[nr++] = (xfer){q, dev ? blk : (char *)r->recvbuf + (size_t)q * bytes, bytes};
-            break;
-        case RL_OP_BARRIER:
-            s[ns++] = (xfer){q, &bar_in, 1};
-            v[nr++] = (xfer){q, &bar_out[q], 1};
-            break;
-        default:
-            return snprintf(err, RL_MSG_MAX, "internal: %s has no one-shot form", rl_op_name(r->kind)), RINGLET_ERR_INTERNAL;
+        case RL_OP_BROADCAST: v[i].buf = staged ? blk : r->recvbuf; break;
+        case RL_OP_ALLGATHER: v[i].buf = staged ? blk : (char *)r->recvbuf + (size_t)q * bytes; break;
+        case RL_OP_BARRIER: v[i].buf = &bar_out[q], v[i].bytes = 1; break;
+        default: v[i].buf = blk; break;
         }
     }
     /* This rank's own block, where the reduction reads it (in place, sendbuf is also
      * the result, so it is copied before anything is written). */
     if (reduces) {
         const char *mine = r->kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
-        memcpy(tmp + (size_t)me * bytes, mine, bytes); /* host or pinned memory, both */
+        if (direct) rl_mem_copy(mem, tmp + (size_t)me * bytes, mine, bytes);
+        else memcpy(tmp + (size_t)me * bytes, mine, bytes); /* host or pinned memory, both */
     }
-    ringlet_result_t rc = exchange(c, r, s, ns, v, nr, err);
+    rc = exchange(c, r, s, ns, v, nr, err);
     if (rc) return rc;
     switch (r->kind) {
     case RL_OP_ALLREDUCE:
@@ -229,11 +256,11 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
         break;
     case RL_OP_BROADCAST:
         if (me == r->root) rl_mem_copy(mem, r->recvbuf, r->sendbuf, bytes);
-        else if (dev) rl_mem_copy(mem, r->recvbuf, tmp + (size_t)r->root * bytes, bytes);
+        else if (staged) rl_mem_copy(mem, r->recvbuf, tmp + (size_t)r->root * bytes, bytes);
         break;
     case RL_OP_ALLGATHER:
         rl_mem_copy(mem, (char *)r->recvbuf + (size_t)me * bytes, r->sendbuf, bytes);
-        for (int q = 0; q < P && dev; q++)
+        for (int q = 0; q < P && staged; q++)
             if (q != me) rl_mem_copy(mem, (char *)r->recvbuf + (size_t)q * bytes, tmp + (size_t)q * bytes, bytes);
         break;
     default:

@@ -26,7 +26,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     size_t bytes = r->count * ringlet_datatype_size(r->dtype), n = rl_p2p_pieces(bytes);
     int send = r->kind == RL_OP_SEND;
     rl_conn *conn = NULL;
-    ringlet_result_t rc = send ? rl_comm_send_conn(c, r->peer, &conn, err) : rl_comm_recv_conn(c, r->peer, &conn, err);
+    ringlet_result_t rc = send ? rl_comm_send_conn(c, r->peer, 0, &conn, err) : rl_comm_recv_conn(c, r->peer, 0, &conn, err);
     r->ntreq = r->ndone = 0;
     r->treqs = n == 1 ? &r->treq1 : calloc(n, sizeof(rl_treq));
     if (!rc && !r->treqs) rc = RINGLET_ERR_SYSTEM, snprintf(err, sizeof err, "out of memory for %zu pieces", n);

@@ -45,12 +45,14 @@ void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len) 
 typedef struct {
     rl_pipe *p;
     struct rl_devcomm *dev; /* NULL: host memory */
+    int sdev, rdev;         /* device buffers over a transport that moves device memory itself */
     int W;
     size_t slot_bytes;
     rl_conn *sconn, *rconn;
     size_t posted_r, landed_r, done_r, staged_s, posted_s, done_s;
     rl_treq rreq[MAXW], sreq[MAXW];
-    char lent[MAXW];          /* host: receive k lent a transport slot (irecv_map) */
+    char lent[MAXW];          /* receive k lent a transport slot (irecv_map) */
+    char noev[MAXW];          /* device: receive k needs no device work (the transport put it in place) */
     const void *ssrc[MAXW];   /* host: where send k reads */
     size_t sbytes[MAXW];
     double t_r[MAXW], t_s[MAXW], t_l[MAXW]; /* tracing: posted, staged, landed */
@@ -93,12 +95,23 @@ static int post_receives(run_t *s) {
         rl_fault_point(&c->fault, c->rank, rl_op_name(p->r_recv->kind), p->r_recv->seq, RL_FAULT_RECV, i);
         p->recv_at(p, i, &dst, &bytes);
         rl_treq *t = &s->rreq[k];
-        if (s->dev) {
+        s->lent[k] = 0;
+        if (s->rdev) {
+            /* The transport moves device memory: into place, or lent where the peer put
+             * it (the kernel reads it there), else into a device staging slot. */
+            if (dst) {
+                s->rconn->tp->irecv(s->rconn->h, dst, bytes, NULL, t);
+            } else {
+                s->lent[k] = s->rconn->tp->irecv_map && s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
+                if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, s->dev->dev_slots + k * s->slot_bytes, bytes, NULL, t);
+            }
+        } else if (s->dev) {
             s->rconn->tp->irecv(s->rconn->h, recv_slot(s, i), bytes, NULL, t);
         } else {
             /* Into staging: where the transport can lend its own memory (a shared-memory
              * slot), the reduction reads straight from there and saves a copy. */
-            s->lent[k] = !dst && s->rconn->tp->irecv_map && s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
+            s->lent[k] = !dst && s->rconn->tp->irecv_map && !s->rconn->tp->device_memory &&
+                         s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
             if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, dst ? dst : recv_slot(s, i), bytes, NULL, t);
         }
         if (c->trace) s->t_r[k] = rl_now();
@@ -116,7 +129,7 @@ static int stage_sends(run_t *s) {
         size_t i = s->staged_s, k = i % (size_t)s->W;
         const void *src;
         p->send_at(p, i, &src, &s->sbytes[k]);
-        if (s->dev) {
+        if (s->dev && !s->sdev) {
             const rl_device_ops *d = s->dev->d;
             char *slot = s->dev->send_slots + k * s->slot_bytes;
             if ((s->sbytes[k] && d->memcpy_async(slot, src, s->sbytes[k], s->dev->s_send) != RL_DEV_OK) ||
@@ -141,7 +154,7 @@ static int post_sends(run_t *s) {
     int moved = 0;
     while (s->posted_s < s->staged_s) {
         size_t i = s->posted_s, k = i % (size_t)s->W;
-        if (s->dev) {
+        if (s->dev && !s->sdev) {
             int q = s->dev->d->event_query(s->dev->ev_send[k]);
             if (q == RL_DEV_NOT_READY) break;
             if (q != RL_DEV_OK) {
@@ -176,8 +189,20 @@ static int land_receives(run_t *s) {
         p->recv_at(p, i, &dst, &bytes);
         double t0 = tr ? rl_now() : 0;
         if (tr) rl_trace_span(tr, RL_LANE_RECV, "recv", s->t_r[k], t0, opname, p->r_recv->seq, (long long)i, bytes, p->recv_peer);
-        if (s->dev) {
+        if (s->rdev) {
+            /* The transport put it in place, or where the kernel reads it. */
+            s->noev[k] = dst != NULL;
+            if (!dst) p->process(p, i, s->lent[k] ? t->mapped : s->dev->dev_slots + k * s->slot_bytes);
+            if (!s->noev[k] && !p->mem->rc && s->dev->d->event_record(s->dev->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
+                p->mem->rc = rl_devcomm_error("device", p->mem->err);
+            if (p->mem->rc) {
+                fail_with(s, p->mem->rc, p->mem->err);
+                break;
+            }
+            s->t_l[k] = t0;
+        } else if (s->dev) {
             /* Into place, or reduced into place, by the device, from the pinned slot. */
+            s->noev[k] = 0;
             if (dst) {
                 rl_mem_copy(p->mem, dst, recv_slot(s, i), bytes);
             } else if (s->dev->dev_slots) {
@@ -208,7 +233,7 @@ static int land_receives(run_t *s) {
     /* Device: a slot is free once the work that reads it finished, in order. */
     while (s->dev && !s->fcode && s->done_r < s->landed_r) {
         size_t k = s->done_r % (size_t)s->W;
-        int q = s->dev->d->event_query(s->dev->ev_recv[k]);
+        int q = s->noev[k] ? RL_DEV_OK : s->dev->d->event_query(s->dev->ev_recv[k]);
         if (q == RL_DEV_NOT_READY) break;
         if (q != RL_DEV_OK) {
             char e[RL_MSG_MAX];
@@ -216,6 +241,7 @@ static int land_receives(run_t *s) {
             break;
         }
         if (tr) rl_trace_span(tr, RL_LANE_REDUCE, "device", s->t_l[k], rl_now(), opname, p->r_recv->seq, (long long)s->done_r, 0, -1);
+        if (s->lent[k]) s->rconn->tp->release(s->rconn->h, &s->rreq[k]);
         s->done_r++;
         moved = 1;
     }
@@ -255,9 +281,21 @@ ringlet_result_t rl_pipe_run(rl_pipe *p, char *err) {
     s->slot_bytes = s->dev ? s->dev->slot_bytes : c->chunk_bytes;
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
-    if (p->nsend) rc = rl_comm_send_conn(c, p->send_peer, &s->sconn, cerr);
-    if (!rc && p->nrecv) rc = rl_comm_recv_conn(c, p->recv_peer, &s->rconn, cerr);
+    int device = s->dev != NULL;
+    if (p->nsend) rc = rl_comm_send_conn(c, p->send_peer, device, &s->sconn, cerr);
+    if (!rc && p->nrecv) rc = rl_comm_recv_conn(c, p->recv_peer, device, &s->rconn, cerr);
     if (rc) return rl_comm_op_failed(c, p->r, rc, cerr, err);
+    s->sdev = device && s->sconn && s->sconn->tp->device_memory;
+    s->rdev = device && s->rconn && s->rconn->tp->device_memory;
+    if (s->sdev || s->rdev) {
+        /* Such a transport copies on streams of its own, which do not wait for the
+         * user's: the user's earlier work on the buffers must be done first. */
+        const struct ringlet_request *rs[2] = {p->r, p->r_recv};
+        for (int j = 0; j < 2 && !rc; j++)
+            if (rs[j]->event) rc = rl_devcomm_wait(c, rs[j]->event, "the stream's work before the call", cerr);
+        if (!rc && s->rdev && !s->dev->dev_slots && rl_devcomm_device_slots(c, cerr) != RINGLET_SUCCESS) rc = RINGLET_ERR_CUDA;
+        if (rc) return rl_comm_op_failed(c, p->r, rc, cerr, err);
+    }
 
     double last_progress = rl_now();
     unsigned idle = 0;

@@ -1,6 +1,7 @@
 #include "wait.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -19,7 +20,8 @@ int rl_comm_progress(struct ringlet_comm *c) {
     return moved;
 }
 
-static int comm_poll(void *c) { return rl_comm_progress(c); }
+/* For rl_bell_wait: anything to do now (moved, or device work to poll) means no sleep. */
+static int comm_poll(void *c) { return rl_comm_progress(c) != 0; }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
     rl_bell *b = atomic_load(&c->ev);
@@ -27,8 +29,11 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
         /* A peer process answers within microseconds; sleeping and being woken costs
          * more than that, so poll for a while first (yielding: ranks may share cores). */
         double until = 0;
+        int busy = 0;
         for (unsigned n = 0;; n++) {
-            if (rl_comm_progress(c) || atomic_load(&b->gen) != gen) return;
+            int p = rl_comm_progress(c);
+            if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
+            busy |= p & RL_PROGRESS_BUSY;
             /* The first rounds in a pause loop (a reply often comes within a
              * microsecond, and a yield is a system call), then yield the core; the
              * clock is read only every 64 rounds. */
@@ -42,6 +47,13 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
                 if (until == 0) until = now + c->spin_s;
                 else if (now > until) break;
             }
+        }
+        if (busy) {
+            /* A transport's device copies finish without a word from anyone: look again
+             * soon rather than sleep on the bell. */
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+            return;
         }
     }
     rl_bell_wait(b, gen, ms, comm_poll, c);

@@ -13,7 +13,9 @@ void rl_comm_notify(void *comm);
 unsigned rl_comm_gen(struct ringlet_comm *c);
 /* Waits until something completes or ms pass (polls threadless transports first). */
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
-/* Drives transports that have no threads of their own; non-zero if anything moved. */
+/* Drives transports that have no threads of their own: RL_PROGRESS_MOVED if anything
+ * moved, | RL_PROGRESS_BUSY if one of them has device work under way that no peer will
+ * announce (its completion is only seen by polling again soon). */
 int rl_comm_progress(struct ringlet_comm *c);
 
 #endif

@@ -7,6 +7,7 @@ const rl_transport_ops *const rl_transports[RL_TP_MAX] = {
     [RL_TP_TCP] = &rl_transport_tcp,
     [RL_TP_IB] = &rl_transport_ib,
     [RL_TP_SHM] = &rl_transport_shm,
+    [RL_TP_CUDA_IPC] = &rl_transport_cuda_ipc,
 };
 
 int rl_transport_by_name(const char *name) {

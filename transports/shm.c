@@ -1,11 +1,10 @@
 /* Shared-memory transport for ranks on one host.
  *
  * Each rank creates one POSIX shared-memory segment at init (/dev/shm/ringlet-<pid>-<random>,
- * mode 0600): a header page that holds the rank's bell (its wake-up word), then one
- * inbound FIFO per possible sender rank. The file is sparse: only the FIFOs of peers that
- * connect ever get pages. A sender maps the receiver's header page and its own FIFO in
- * the receiver's segment; the receiver maps the sender's header page (to wake it) once
- * the sender has connected and named its segment in the FIFO.
+ * mode 0600): a header page, then one inbound FIFO per possible sender rank. The file is
+ * sparse: only the FIFOs of peers that connect ever get pages. A sender maps its own
+ * FIFO in the receiver's segment. Wake-ups go through the peer's doorbell
+ * (rl_transport_init's peer_bell).
  *
  * A FIFO is a ring of nslots slots of slot_bytes each. A message is cut into pieces of
  * at most one slot (a message of 0 bytes is one empty piece); every piece carries the
@@ -16,7 +15,7 @@
  * when its cached copy says the FIFO is full.
  *
  * There are no threads: isend/irecv copy what fits at once, and progress() (called by
- * whoever waits) copies the rest. Moving data rings the peer's bell.
+ * whoever waits) copies the rest. Moving data rings the peer's doorbell.
  *
  * Segments are unlinked at fini; one left behind by a killed process is removed by the
  * next init on the host that finds its creator gone.
@@ -47,8 +46,7 @@
 #define SLOT_HDR 32u /* a small message shares its slot header's cache line */
 
 typedef struct {
-    rl_bell bell; /* first: the owner sleeps on it, peers ring it */
-    _Alignas(64) uint32_t magic;
+    uint32_t magic;
     int32_t rank, nranks, pid;
     uint32_t nslots, pad;
     uint64_t slot_bytes, fifo_stride;
@@ -62,7 +60,6 @@ typedef struct {
     _Alignas(64) atomic_int sender;  /* SIDE_*: connect sets OPEN after writing sender_seg */
     atomic_int receiver;
     atomic_int mismatch; /* the receiver saw a length mismatch: the sender fails too */
-    char sender_seg[SHM_NAME_MAX];
 } fifo_hdr;
 
 typedef struct {
@@ -99,7 +96,6 @@ typedef struct shm_conn {
     uint64_t slot_bytes;
     void *fifo_map; /* sender: its FIFO mapped from the receiver's segment */
     size_t fifo_map_len;
-    seg_hdr *peer_hdr; /* the peer's header page (its bell), NULL until known */
     shm_op *head, *tail;
     /* receiver: pieces read so far; tail (what the sender may reuse) trails it while
      * a lent slot is held. sender: pieces written so far, and the last tail seen. */
@@ -274,20 +270,18 @@ static ringlet_result_t shm_connect(void *ctx, int peer, const void *blob, size_
         return rc;
     }
     munmap(h2, SHM_PAGE);
-    k->peer_hdr = h;
     k->fifo_map = fm;
     k->fifo_map_len = stride;
     k->f = fm;
     k->nslots = h->nslots;
     k->slot_bytes = h->slot_bytes;
+    munmap(h, SHM_PAGE);
     k->slots = (char *)fm + FIFO_HDR;
     /* A FIFO is used by one sender connection for the job's life. */
     int none = SIDE_NONE;
     if (atomic_load(&k->f->sender) != SIDE_NONE) none = -1;
-    memcpy(k->f->sender_seg, x->name, SHM_NAME_MAX);
     if (none < 0 || !atomic_compare_exchange_strong(&k->f->sender, &none, SIDE_OPEN)) {
         munmap(fm, stride);
-        munmap(h, SHM_PAGE);
         free(k);
         return snprintf(err, RL_ERR_MAX, "shared-memory FIFO to rank %d is already in use", peer), RINGLET_ERR_INTERNAL;
     }
@@ -316,19 +310,10 @@ static ringlet_result_t shm_accept(void *ctx, int peer, void **out, char *err) {
 
 static char *slot_at(shm_conn *k, uint64_t i) { return k->slots + (size_t)(i % k->nslots) * slot_stride(k->slot_bytes); }
 
-/* The receiver wakes the sender through the sender's header page, mapped once the
- * sender has connected (it names its segment before it marks the FIFO open). */
+/* Wakes the peer if it sleeps (it polls for what was just published before it sleeps). */
 static void ring_peer(shm_conn *k) {
-    if (!k->peer_hdr && !k->sending && atomic_load(&k->f->sender) != SIDE_NONE) {
-        char name[SHM_NAME_MAX], err[RL_ERR_MAX];
-        memcpy(name, k->f->sender_seg, SHM_NAME_MAX);
-        name[SHM_NAME_MAX - 1] = 0;
-        void *unused;
-        seg_hdr *h = NULL;
-        if (map_peer(k->ctx, name, k->peer, 0, 0, 0, &unused, &h, err) == RINGLET_SUCCESS) k->peer_hdr = h;
-        else RL_WARN(k->ctx->in.rank, "shared memory: %s", err);
-    }
-    if (k->peer_hdr) rl_bell_ring_sleeper(&k->peer_hdr->bell);
+    rl_bell *b = k->ctx->in.peer_bell ? k->ctx->in.peer_bell(k->ctx->in.bell_arg, k->peer) : NULL;
+    if (b) rl_bell_ring_sleeper(b);
 }
 
 static void op_done(shm_conn *k) {
@@ -539,10 +524,8 @@ static void shm_close(void *conn) {
     pthread_mutex_unlock(&x->mu);
     if (k->sending) atomic_store(&k->f->sender, SIDE_CLOSED);
     else atomic_store(&k->f->receiver, SIDE_CLOSED);
-    if (k->peer_hdr) {
-        rl_bell_ring(&k->peer_hdr->bell);
-        munmap(k->peer_hdr, SHM_PAGE);
-    }
+    rl_bell *b = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, k->peer) : NULL;
+    if (b) rl_bell_ring(b);
     if (k->fifo_map) munmap(k->fifo_map, k->fifo_map_len);
     free(k->held);
     free(k);
@@ -557,8 +540,6 @@ static void shm_fini(void *ctx) {
     free(x);
 }
 
-static rl_bell *shm_bell(void *ctx) { return &((shm_ctx *)ctx)->seg->bell; }
-
 const rl_transport_ops rl_transport_shm = {
     .name = "shm",
     .init = shm_init,
@@ -571,7 +552,6 @@ const rl_transport_ops rl_transport_shm = {
     .close = shm_close,
     .fini = shm_fini,
     .progress = shm_progress,
-    .bell = shm_bell,
     .irecv_map = shm_irecv_map,
     .release = shm_release,
 };

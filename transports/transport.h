@@ -14,9 +14,9 @@
  *   accept and ignore it.
  *   close / fini release everything; a request still in flight fails first.
  *   progress (optional) moves data for a transport that has no threads of its own
- *   (shared memory): whoever waits on such a transport's requests calls it.
- *   bell (optional): a wake-up word in memory that peers on the host can reach. The
- *   communicator then sleeps on it, so that a peer process can wake it directly.
+ *   (shared memory): whoever waits on such a transport's requests calls it. Such a
+ *   transport wakes a peer process that may be waiting by ringing its doorbell
+ *   (rl_transport_init's peer_bell) when it hands the peer data or room.
  *
  * Deadlines and failures: a transport stops waiting as soon as *stop (owned by the
  * communicator) becomes non-zero, and fails the request; the communicator sets it when
@@ -73,10 +73,17 @@ typedef struct rl_transport_init {
     double timeout_s;        /* for connect/accept */
     const uint8_t *secret;   /* 32 bytes: authenticates connections */
     const void *local_addr;  /* struct sockaddr_storage *: the interface bootstrap chose */
+    /* The doorbell of a peer of this host (the word its waiters sleep on), or NULL if it
+     * has none: ring it (rl_bell_ring_sleeper) after publishing what it waits for. */
+    rl_bell *(*peer_bell)(void *arg, int peer);
+    void *bell_arg;
 } rl_transport_init;
 
 typedef struct rl_transport_ops {
     const char *name;
+    /* 1: buffers may be device memory (the transport moves them with the device layer),
+     * and irecv_map lends device memory. 0: host memory only. */
+    int device_memory;
     ringlet_result_t (*init)(const rl_transport_init *in, void **ctx, void *blob, size_t *bloblen, char *err);
     ringlet_result_t (*connect)(void *ctx, int peer, const void *peer_blob, size_t bloblen, void **conn, char *err);
     ringlet_result_t (*accept)(void *ctx, int peer, void **conn, char *err);
@@ -86,10 +93,11 @@ typedef struct rl_transport_ops {
     void (*dereg_mr)(void *ctx, void *mr);
     void (*close)(void *conn);
     void (*fini)(void *ctx);
-    /* Optional (NULL for transports with their own threads). progress returns non-zero
-     * when it moved anything; it is safe from any thread. */
+    /* Optional (NULL for transports with their own threads). progress returns
+     * RL_PROGRESS_MOVED when it moved anything, | RL_PROGRESS_BUSY while it has device
+     * work under way whose end only its own polling sees (call again soon rather than
+     * sleep); it is safe from any thread. */
     int (*progress)(void *ctx);
-    rl_bell *(*bell)(void *ctx);
     /* Optional: receive without a copy. Done, req->mapped points at the message inside
      * the transport's own memory (a shared-memory slot), valid until release(conn, req);
      * an algorithm reduces straight from it. Releases come in posting order. Returns
@@ -97,7 +105,13 @@ typedef struct rl_transport_ops {
      * caller then posts a normal irecv. */
     ringlet_result_t (*irecv_map)(void *conn, size_t len, rl_treq *req);
     void (*release)(void *conn, rl_treq *req);
+    /* Optional: whether this rank can reach peer over this transport at all (tried once,
+     * e.g. mapping the peer's memory); 0 with the reason in why (RL_ERR_MAX) makes the
+     * communicator use another transport for the pair. */
+    int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
 } rl_transport_ops;
+
+enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2 };
 
 /* Done (1) or running (0). */
 static inline int rl_treq_done(rl_treq *r) { return atomic_load_explicit(&r->pending, memory_order_acquire) == 0; }
@@ -118,5 +132,6 @@ int rl_transport_by_name(const char *name);
 extern const rl_transport_ops rl_transport_tcp;
 extern const rl_transport_ops rl_transport_ib;
 extern const rl_transport_ops rl_transport_shm;
+extern const rl_transport_ops rl_transport_cuda_ipc;
 
 #endif

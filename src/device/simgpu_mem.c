@@ -302,6 +302,10 @@ int sim_mem_import(const rl_dev_handle *h, void **p) {
     memcpy(&x, h->bytes, sizeof x);
     if (x.magic != HANDLE_MAGIC || x.bytes == 0) return rl_dev_fail("mem_import: not a handle of the simulated GPU");
     if (x.pid == (int32_t)getpid()) return rl_dev_fail("mem_import: the handle is this process's own memory");
+    /* Testing aid: refuse as CUDA does between containers, or two GPUs without peer access. */
+    if (rl_env_int("RINGLET_SIM_IPC_DENY", 0, 0, 1))
+        return rl_dev_fail("mem_import: permission denied (RINGLET_SIM_IPC_DENY=1: as if the processes were in two "
+                           "containers)");
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)x.pid, (int)x.fd);
     alloc_t *a = calloc(1, sizeof *a);

@@ -858,10 +858,8 @@ int main(int argc, char **argv) {
                 usage();
         } else if (strcmp(argv[i], "--memory") == 0 && i + 1 < argc) {
             i++;
-            if (strcmp(argv[i], "device") == 0)
-                device = 1;
-            else if (strcmp(argv[i], "host") != 0)
-                usage();
+            if (strcmp(argv[i], "device") != 0 && strcmp(argv[i], "host") != 0) usage();
+            device = strcmp(argv[i], "device") == 0;
         } else if (strcmp(argv[i], "--colls") == 0 && i + 1 < argc) {
             if (parse_colls(argv[++i], want) != 0) usage();
         } else

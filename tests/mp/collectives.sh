@@ -33,7 +33,8 @@
 # small chunks, two slots, RINGLET_SIM_JITTER so that a missing stream wait shows), 4 (the
 # kernels reduce from device copies of the slots), 5 (the one-shot path at every count), with smaller large counts (the simulator copies every chunk
 # through pinned slots on 2 cores). RINGLET_TEST_MEMORY ("host device" by default) chooses
-# which halves run.
+# which halves run, RINGLET_TEST_DEVICE_TRANSPORTS ("ipc" and TRANSPORTS by default) the
+# transports of the device half.
 # Takes about 4 minutes on a 2-core machine (normal -O2 build).
 # Exit 0 = all passed, 1 = a failure.
 set -u
@@ -106,39 +107,68 @@ else
 5|RINGLET_ALGO=oneshot|--max-count 4099 --quick"
 fi
 
+# Device memory over CUDA IPC ("ipc": no transport forced, so device buffers between ranks
+# of this host take cuda_ipc and host buffers shm; the run checks that cuda_ipc carried
+# them), after the DPLAN runs: FIFO wrap-around with 4 KiB slots (pieces, and the device
+# staging slots when a chunk does not fit one slot), the fallback when the peer's memory
+# cannot be mapped (RINGLET_SIM_IPC_DENY, simulator only: staged through shared memory
+# instead, and said), and host buffers over a forced cuda_ipc.
+IPCSMALL="RINGLET_CUDA_IPC_SLOT_SIZE=4096 RINGLET_CUDA_IPC_NSLOTS=2 RINGLET_CHUNK_SIZE=16384 $JIT"
+IPCPLAN="3|$IPCSMALL|--memory device --max-count 10007 --quick
+4|RINGLET_ALGO=ring|--memory device --max-count 30011 --quick"
+[ "$DEVICE" = sim ] && IPCPLAN+="
+3|RINGLET_SIM_IPC_DENY=1|--memory device --max-count 10007 --quick"
+IPCPLAN+="
+3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
+DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
+
 fails=0
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 t_all=$(now_ms)
-for mem in $MEMORY; do
-  [ "$mem" = device ] && [ "$DEVICE" = none ] && continue
-  for tr in $TRANSPORTS; do
-    plan=$PLAN margs="" menv=""
-    if [ "$mem" = device ]; then
-        plan=$DPLAN margs="--memory device" menv="RINGLET_DEVICE=$DEVICE"
-    fi
+# run_plan transport memory-env args-prefix plan
+run_plan() {
+    local tr=$1 menv=$2 margs=$3 plan=$4 P envs args t rc dt good cases name trenv=""
+    [ "$tr" != ipc ] && trenv="RINGLET_TRANSPORT=$tr"
     while IFS='|' read -r P envs args; do
         [ -n "$P" ] || continue
         t=$(now_ms)
         # shellcheck disable=SC2086
-        env RINGLET_TRANSPORT="$tr" $menv $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $margs $args \
-            $EXTRA >"$TMP/out" 2>"$TMP/err"
+        env $trenv $menv RINGLET_DEBUG=INFO $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $margs \
+            $args $EXTRA >"$TMP/out" 2>"$TMP/err"
         rc=$?
         dt=$(($(now_ms) - t))
         good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of $P: [0-9]+ cases checked, 0 failed" "$TMP/out")
         cases=$(sed -n "s/^\[0\] collectives: rank 0 of $P: \([0-9]*\) cases checked.*/\1/p" "$TMP/out")
-        name="$tr${margs:+ $DEVICE device memory} P=$P ${args:-(rotating at the large count)}${EXTRA:+ $EXTRA}${envs:+ ($envs)}"
-        if [ "$rc" = 0 ] && [ "$good" = "$P" ]; then
+        name="$tr${menv:+ $DEVICE} P=$P $margs ${args:-(rotating at the large count)}${EXTRA:+ $EXTRA}${envs:+ ($envs)}"
+        local why=""
+        # Over ipc, device buffers must have gone over cuda_ipc, or (denied) been staged, saying why.
+        if [ "$tr" = ipc ] && [ "$P" -gt 1 ] && [[ "$margs $args" == *"--memory device"* ]]; then
+            if [[ "$envs" == *IPC_DENY* ]]; then
+                grep -q "not over cuda_ipc" "$TMP/err" || why="no log line saying why cuda_ipc was not used"
+                grep -q "over cuda_ipc (device buffers)" "$TMP/err" && why="cuda_ipc used although the peers' memory cannot be mapped"
+            else
+                grep -q "over cuda_ipc (device buffers)" "$TMP/err" || why="device buffers did not go over cuda_ipc"
+            fi
+        fi
+        if [ "$rc" = 0 ] && [ "$good" = "$P" ] && [ -z "$why" ]; then
             echo "ok:   $name: ${cases:-?} cases per rank, $((dt / 1000)).$((dt % 1000 / 100)) s"
         else
             fails=$((fails + 1))
-            echo "FAIL: $name: launcher exit status $rc, $good of $P ranks passed ($((dt / 1000)) s)"
+            echo "FAIL: $name: launcher exit status $rc, $good of $P ranks passed ($((dt / 1000)) s)${why:+: $why}"
             grep -E 'FAIL|not printed|collectives: rank' "$TMP/out" | head -n 60
             echo "----- last lines of stderr:"
-            tail -n 20 "$TMP/err"
+            grep -vE ' INFO: ' "$TMP/err" | tail -n 20
             echo "-----"
         fi
     done <<<"$plan"
-  done
+}
+for mem in $MEMORY; do
+    if [ "$mem" = host ]; then
+        for tr in $TRANSPORTS; do run_plan "$tr" "" "" "$PLAN"; done
+    elif [ "$DEVICE" != none ]; then
+        for tr in $DTRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "--memory device" "$DPLAN"; done
+        [[ " $DTRANSPORTS " == *" ipc "* ]] && run_plan ipc "RINGLET_DEVICE=$DEVICE" "" "$IPCPLAN"
+    fi
 done
 dt=$(($(now_ms) - t_all))
 if [ $fails = 0 ]; then

@@ -3,7 +3,7 @@
  * Run by kill.sh under ringlet-run with RINGLET_TIMEOUT=5.
  *
  *   kill --victim V --coll allreduce|allgather|broadcast --at send:N|recv:N --sync DIR
- *        [--mib M] [--root R] [--tag X]
+ *        [--mib M] [--root R] [--memory host|device] [--tag X]
  *
  * Nothing here depends on timing. The victim arms the library's fault injection
  * (RINGLET_FAULT_KILL, src/fault.h) for the collective (operation #2, after a warm-up
@@ -25,6 +25,8 @@
  * most), so that no survivor leaves, and breaks links, while another still waits for its
  * verdict; then ringlet_comm_abort (must return), ringlet_comm_destroy, exit 0 when OK.
  * A victim that comes back from the wait prints "FAIL victim ..." and exits 3.
+ * --memory device: the collective runs on device buffers (the device layer's backend),
+ * copied from and back to the host buffer around it.
  * --tag is ignored (kill.sh puts a marker there to find leftover processes).
  */
 #include <fcntl.h>
@@ -36,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "ringlet.h"
 
 static double now_s(void) {
@@ -96,6 +99,7 @@ int main(int argc, char **argv) {
     int victim = -1, root = 0;
     long mib = 64;
     const char *coll = NULL, *at = NULL, *sync_dir = NULL;
+    int device = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--victim") == 0 && i + 1 < argc)
             victim = atoi(argv[++i]);
@@ -109,6 +113,8 @@ int main(int argc, char **argv) {
             mib = atol(argv[++i]);
         else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc)
             root = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--memory") == 0 && i + 1 < argc)
+            device = strcmp(argv[++i], "device") == 0;
         else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             i++;
         else
@@ -156,6 +162,19 @@ int main(int argc, char **argv) {
     if (is_allgather)
         for (size_t i = 0; i < per; i++) buf[(size_t)me * per + i] = input(i, me);
 
+    /* Device memory: the collective's buffer is a device twin of buf. */
+    const rl_device_ops *D = device ? rl_device() : NULL;
+    float *cbuf = buf; /* what the collective gets */
+    if (device) {
+        void *d = NULL;
+        if (!D || D->mem_alloc(&d, bytes) != RL_DEV_OK || D->memcpy_async(d, buf, bytes, NULL) != RL_DEV_OK ||
+            D->stream_sync(NULL) != RL_DEV_OK) {
+            printf("FAIL rank %d: device memory: %s\n", me, D ? rl_dev_error() : rl_device_unavailable());
+            return 1;
+        }
+        cbuf = d;
+    }
+
     /* Operation #1: every connection up before the collective. */
     rc = ringlet_barrier(comm, NULL);
     if (rc != RINGLET_SUCCESS) {
@@ -166,11 +185,11 @@ int main(int argc, char **argv) {
     ringlet_request_t req = NULL;
     const double t0 = now_s();
     if (strcmp(coll, "allreduce") == 0)
-        rc = ringlet_iallreduce(buf, buf, n, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL, &req);
+        rc = ringlet_iallreduce(cbuf, cbuf, n, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL, &req);
     else if (is_allgather)
-        rc = ringlet_iallgather(buf + (size_t)me * per, buf, per, RINGLET_FLOAT32, comm, NULL, &req);
+        rc = ringlet_iallgather(cbuf + (size_t)me * per, cbuf, per, RINGLET_FLOAT32, comm, NULL, &req);
     else
-        rc = ringlet_ibroadcast(buf, buf, n, RINGLET_FLOAT32, root, comm, NULL, &req);
+        rc = ringlet_ibroadcast(cbuf, cbuf, n, RINGLET_FLOAT32, root, comm, NULL, &req);
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL rank %d: starting the %s returned %d: %s\n", me, coll, (int)rc, ringlet_comm_last_error(comm));
         return 1;
@@ -194,6 +213,8 @@ int main(int argc, char **argv) {
          * the communicator must still learn of the death. */
         size_t bad = 0;
         size_t len = is_allgather ? per * (size_t)P : n;
+        if (device && (D->memcpy_async(buf, cbuf, bytes, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK))
+            printf("survivor %d: copying the result back: %s\n", me, rl_dev_error());
         if (!result_ok(coll, buf, len, P, root, &bad)) {
             ok = 0;
             snprintf(why, sizeof why, "the %s succeeded with a wrong result: element %zu is %g", coll, bad,

@@ -17,7 +17,9 @@
 # Each case passes when the launcher reports the victim's SIGKILL (exit 137), the victim
 # logged the fault, exactly the three survivors print "survivor R: OK error in X s: <message
 # naming rank V and the collective>" (X < 10), and no process of the job is left afterwards.
-# RINGLET_TEST_TRANSPORTS (default "shm tcp") lists the transports to run it on.
+# RINGLET_TEST_TRANSPORTS (default "shm tcp") lists the transports to run it on. Then cases
+# 1, 3 and 4 on device memory (RINGLET_TEST_DEVICE, default sim; "none" leaves them out),
+# no transport forced: device buffers go over cuda_ipc between these ranks of one host.
 # Exit 0 = all passed, 1 = a failure. Takes about 10-20 s per transport.
 set -u
 
@@ -57,13 +59,14 @@ fails=0
 TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-shm tcp}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-run_case() { # transport victim collective at [extra args]
+run_case() { # transport|ipc victim collective at [extra args]
     local tr=$1 victim=$2 coll=$3 at=$4
     shift 4
-    local name="$tr: rank $victim killed during $coll at $at" ok=1 t rc dt r n line
+    local name="$tr: rank $victim killed during $coll at $at${*:+ $*}" ok=1 t rc dt r n line tenv="RINGLET_TRANSPORT=$tr"
+    [ "$tr" = ipc ] && tenv="RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}"
     rm -rf "$TMP/sync" && mkdir "$TMP/sync"
     t=$(now_ms)
-    RINGLET_TRANSPORT=$tr RINGLET_TIMEOUT=5 RINGLET_CHUNK_SIZE=512K "$RUN" -n 4 --grace 20 --timeout 60 \
+    env "$tenv" RINGLET_TIMEOUT=5 RINGLET_CHUNK_SIZE=512K "$RUN" -n 4 --grace 20 --timeout 60 \
         "$PROG" --victim "$victim" --coll "$coll" --at "$at" --sync "$TMP/sync" --mib "$MIB" "$@" --tag "$MARK" \
         >"$TMP/out" 2>"$TMP/err"
     rc=$?
@@ -123,6 +126,11 @@ for tr in $TRANSPORTS; do
     run_case "$tr" 1 broadcast send:1 --root 0
     run_case "$tr" 3 broadcast recv:1 --root 0
 done
+if [ "${RINGLET_TEST_DEVICE:-sim}" != none ]; then
+    run_case ipc 2 allreduce send:1 --memory device
+    run_case ipc 3 allgather send:1 --memory device
+    run_case ipc 1 broadcast send:1 --root 0 --memory device
+fi
 
 if [ $fails = 0 ]; then
     echo "kill: all passed"

@@ -2,7 +2,8 @@
 # Stream semantics on device buffers (tests/mp/stream.c) at P = 2 through ringlet-run, on the
 # device layer's backend RINGLET_TEST_DEVICE (default sim: the simulated GPU, with
 # RINGLET_SIM_JITTER=100 so that a missing wait shows), once per transport in
-# RINGLET_TEST_TRANSPORTS (default "shm tcp"):
+# RINGLET_TEST_TRANSPORTS (default "ipc shm tcp"; ipc: none forced, so device buffers go
+# over cuda_ipc):
 #   order  work queued before a stream call is seen, work queued after it sees the result
 #          (rank 0 holds its stream while it queues: nothing can run early by construction)
 #   abort  a rank aborts with a stream call pending that its peer never joins: the stream
@@ -23,10 +24,12 @@ trap 'rm -rf "$TMP"' EXIT
 COUNT=300007
 case "${SANITIZE:-}" in *thread*) COUNT=30011 ;; esac
 fails=0
-for tr in ${RINGLET_TEST_TRANSPORTS:-shm tcp}; do
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm tcp}; do
     for cas in order abort async; do
         rm -rf "$TMP/d" && mkdir "$TMP/d"
-        RINGLET_TRANSPORT=$tr RINGLET_TIMEOUT=10 "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
+        tenv="RINGLET_TRANSPORT=$tr"
+        [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
+        env "$tenv" RINGLET_TIMEOUT=10 "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
             --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
         rc=$?
         if grep -q '^\[0\] SKIP' "$TMP/out"; then

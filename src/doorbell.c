@@ -1,0 +1,113 @@
+#include "doorbell.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "sha256.h"
+
+#define DB_MAGIC 0x4c4c4542u /* "BELL" */
+#define DB_BYTES 4096u
+
+typedef struct {
+    rl_bell bell; /* first: the owner sleeps on it */
+    _Alignas(64) uint32_t magic;
+    int32_t rank;
+    uint8_t tag[32]; /* HMAC(secret, name) */
+} db_page;
+_Static_assert(sizeof(db_page) <= DB_BYTES, "doorbell page too large");
+
+struct rl_doorbell {
+    db_page *own;
+    char name[RL_BELL_NAME_MAX];
+    pthread_mutex_t mu;            /* mapping peers */
+    _Atomic(db_page *) *peers;     /* per rank, mapped on first use */
+    unsigned char *failed;         /* per rank: mapping failed once (warned) */
+};
+
+static void tag_of(const uint8_t secret[32], const char *name, uint8_t out[32]) {
+    rl_hmac_sha256(secret, 32, name, strlen(name), out);
+}
+
+void rl_doorbell_open(struct ringlet_comm *c) {
+    struct rl_doorbell *d = calloc(1, sizeof *d);
+    if (!d) return;
+    d->peers = calloc((size_t)c->nranks, sizeof *d->peers);
+    d->failed = calloc((size_t)c->nranks, 1);
+    pthread_mutex_init(&d->mu, NULL);
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 0, sizeof rnd);
+    snprintf(d->name, sizeof d->name, "/ringlet-%d-bell-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
+             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    int fd = d->peers && d->failed ? shm_open(d->name, O_RDWR | O_CREAT | O_EXCL, 0600) : -1;
+    void *m = MAP_FAILED;
+    if (fd >= 0) {
+        if (ftruncate(fd, DB_BYTES) == 0) m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+    }
+    if (m == MAP_FAILED) {
+        RL_INFO(c->rank, "no shared doorbell (%s): peers of this host will poll", strerror(errno));
+        if (fd >= 0) shm_unlink(d->name);
+        pthread_mutex_destroy(&d->mu);
+        free(d->peers), free(d->failed), free(d);
+        return;
+    }
+    d->own = m;
+    d->own->magic = DB_MAGIC;
+    d->own->rank = c->rank;
+    tag_of(c->secret, d->name, d->own->tag);
+    memcpy(c->infos[c->rank].bell_name, d->name, sizeof d->name);
+    c->db = d;
+    atomic_store(&c->ev, &d->own->bell);
+}
+
+rl_bell *rl_doorbell_peer(void *comm, int peer) {
+    struct ringlet_comm *c = comm;
+    struct rl_doorbell *d = c->db;
+    if (!d || peer < 0 || peer >= c->nranks) return NULL;
+    db_page *p = atomic_load_explicit(&d->peers[peer], memory_order_acquire);
+    if (p) return &p->bell;
+    pthread_mutex_lock(&d->mu);
+    p = atomic_load(&d->peers[peer]);
+    char name[RL_BELL_NAME_MAX];
+    memcpy(name, c->infos[peer].bell_name, sizeof name);
+    name[sizeof name - 1] = 0;
+    if (!p && !d->failed[peer] && name[0]) {
+        int fd = shm_open(name, O_RDWR, 0);
+        db_page *m = fd >= 0 ? mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (fd >= 0) close(fd);
+        uint8_t tag[32];
+        tag_of(c->secret, name, tag);
+        if (m != MAP_FAILED && m->magic == DB_MAGIC && m->rank == peer && !memcmp(m->tag, tag, 32)) {
+            p = m;
+            atomic_store_explicit(&d->peers[peer], p, memory_order_release);
+        } else {
+            if (m != MAP_FAILED) munmap(m, DB_BYTES);
+            d->failed[peer] = 1;
+            RL_WARN(c->rank, "cannot ring rank %d's doorbell %s (%s): waits on it poll instead", peer, name,
+                    m == MAP_FAILED ? strerror(errno) : "not this job's");
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return p ? &p->bell : NULL;
+}
+
+void rl_doorbell_close(struct ringlet_comm *c) {
+    struct rl_doorbell *d = c->db;
+    if (!d) return;
+    atomic_store(&c->ev, &c->own_bell);
+    for (int i = 0; i < c->nranks; i++) {
+        db_page *p = atomic_load(&d->peers[i]);
+        if (p) munmap(p, DB_BYTES);
+    }
+    munmap(d->own, DB_BYTES);
+    shm_unlink(d->name);
+    pthread_mutex_destroy(&d->mu);
+    free(d->peers), free(d->failed), free(d);
+    c->db = NULL;
+}
