@@ -31,6 +31,13 @@
  *   instruction set runs. */
 void rl_reduce_host(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op);
 
+/* dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i], left to right, each step
+ * rounded as rl_reduce_host rounds it (so the result equals nsrc-1 calls of it, bit for
+ * bit). dst may be any of the sources (every source is read before dst is written).
+ * nsrc == 1 copies. */
+void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                         ringlet_op_t op);
+
 /* buf[i] = buf[i] / divisor: the last step of avg. Integers truncate toward zero
  * (C division: -7 / 2 = -3); unsigned types divide as unsigned. Floats divide in
  * their type (x / (float)divisor, x / (double)divisor); float16 / bfloat16 convert

@@ -532,6 +532,28 @@ void rl_reduce_host(void *dst, const void *a, const void *b, size_t n, ringlet_d
     rl_isa()->ew[dt][op](dst, a, b, n);
 }
 
+void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                         ringlet_op_t op) {
+    static const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2}; /* ringlet.h's order */
+    size_t es = (unsigned)dt < RINGLET_NUM_DATATYPES ? sizes[dt] : 0;
+    if (n == 0 || nsrc < 1 || !es || (unsigned)op >= RINGLET_NUM_OPS) return;
+    if (nsrc == 1) {
+        if (dst != srcs[0]) memmove(dst, srcs[0], n * es);
+        return;
+    }
+    /* A block at a time: every source's block is read before dst's is written, so dst
+     * may be any source; the pairwise steps round as rl_reduce_host's do. */
+    enum { BLOCK = 4096 };
+    _Alignas(64) unsigned char acc[BLOCK * 8];
+    const size_t per = BLOCK;
+    for (size_t off = 0; off < n; off += per) {
+        size_t m = n - off < per ? n - off : per;
+        rl_reduce_host(acc, (const char *)srcs[0] + off * es, (const char *)srcs[1] + off * es, m, dt, op);
+        for (int k = 2; k < nsrc; k++) rl_reduce_host(acc, acc, (const char *)srcs[k] + off * es, m, dt, op);
+        memcpy((char *)dst + off * es, acc, m * es);
+    }
+}
+
 void rl_divide_host(void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (n == 0 || divisor <= 1 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
     rl_isa()->div[dt](buf, n, divisor);

@@ -12,7 +12,7 @@
  *      buf[i] = f(buf[i]);
  *   4. launch: alignment, vector width, grid size;
  *   5. the C entry points, which map (dtype, op) onto the templates;
- *   6. rl_stream_wait_flag, rl_stream_write_flag.
+ *   6. rl_stream_wait_flag, rl_stream_write_flag; rl_reduce_device_many (many sources, one launch).
  *
  * Vectorisation
  *
@@ -361,6 +361,59 @@ int divide_typed(void *buf, size_t n, int divisor, cudaStream_t stream) {
     return launch<D, true>(buf, buf, buf, n, f, stream); /* b: never read */
 }
 
+/* Many sources: dst[i] = s0[i] op s1[i] op ... (left to right, rounded after each step,
+ * as that many pairwise calls round). Element by element, one thread per element, every
+ * source read before dst[i] is written, so dst may be any source. For the small messages
+ * of the one-shot path (one launch instead of nsrc - 1), so no vector loads. */
+constexpr int kMaxSources = 64;
+template <typename D>
+struct Sources {
+    const typename D::Bits *p[kMaxSources];
+    int n;
+};
+
+template <typename D, typename F>
+__global__ void __launch_bounds__(kThreads) many_kernel(typename D::Bits *dst, Sources<D> src, size_t n, F f) {
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        typename D::Bits acc = src.p[0][i];
+        for (int k = 1; k < src.n; k++) acc = apply<D, false>(f, acc, src.p[k][i]);
+        dst[i] = acc;
+    }
+}
+
+template <typename D, typename F>
+int launch_many(void *dst, const void *const *srcs, int nsrc, size_t n, F f, cudaStream_t stream) {
+    using Bits = typename D::Bits;
+    Sources<D> src;
+    src.n = nsrc;
+    for (int k = 0; k < nsrc; k++) {
+        if (reinterpret_cast<uintptr_t>(srcs[k]) % sizeof(Bits)) return cudaErrorInvalidValue;
+        src.p[k] = static_cast<const Bits *>(srcs[k]);
+    }
+    if (reinterpret_cast<uintptr_t>(dst) % sizeof(Bits)) return cudaErrorInvalidValue;
+    int dev = 0, sms = 1;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = sm_count(dev, &sms);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    const size_t wanted = (n + kThreads - 1) / kThreads, cap = static_cast<size_t>(sms) * 4;
+    const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
+    many_kernel<D, F><<<blocks, kThreads, 0, stream>>>(static_cast<Bits *>(dst), src, n, f);
+    return static_cast<int>(cudaGetLastError());
+}
+
+template <typename D, typename Wrap>
+int reduce_many_typed(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_op_t op, cudaStream_t stream) {
+    switch (op) {
+    case RINGLET_SUM:
+    case RINGLET_AVG: return launch_many<Wrap>(dst, srcs, nsrc, n, OpSum(), stream);
+    case RINGLET_PROD: return launch_many<Wrap>(dst, srcs, nsrc, n, OpProd(), stream);
+    case RINGLET_MAX: return launch_many<D>(dst, srcs, nsrc, n, OpMax(), stream);
+    case RINGLET_MIN: return launch_many<D>(dst, srcs, nsrc, n, OpMin(), stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 /* ------------------------------------------------------------------------------
  * 6. Waiting on a host flag
  * ------------------------------------------------------------------------------ */
@@ -436,4 +489,30 @@ extern "C" int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, voi
     if (flag == nullptr) return cudaErrorInvalidValue;
     write_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
     return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                                     ringlet_op_t op, void *stream) {
+    if (n == 0) return cudaSuccess;
+    if (nsrc < 1 || nsrc > kMaxSources) return cudaErrorInvalidValue;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    static const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    if (nsrc == 1) {
+        if ((unsigned)dt >= RINGLET_NUM_DATATYPES) return cudaErrorInvalidValue;
+        return dst == srcs[0] ? cudaSuccess
+                              : static_cast<int>(cudaMemcpyAsync(dst, srcs[0], n * sizes[dt], cudaMemcpyDefault, s));
+    }
+    switch (dt) {
+    case RINGLET_INT8: return reduce_many_typed<I8, U8>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_UINT8: return reduce_many_typed<U8, U8>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_INT32: return reduce_many_typed<I32, U32>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_UINT32: return reduce_many_typed<U32, U32>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_INT64: return reduce_many_typed<I64, U64>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_UINT64: return reduce_many_typed<U64, U64>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_FLOAT16: return reduce_many_typed<F16, F16>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_FLOAT32: return reduce_many_typed<F32, F32>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_FLOAT64: return reduce_many_typed<F64, F64>(dst, srcs, nsrc, n, op, s);
+    case RINGLET_BFLOAT16: return reduce_many_typed<BF16, BF16>(dst, srcs, nsrc, n, op, s);
+    default: return cudaErrorInvalidValue;
+    }
 }

@@ -18,6 +18,10 @@ extern "C" {
  * RINGLET_AVG reduces as a sum. float16/bfloat16 compute in float32, round once. */
 int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
                      void *stream);
+/* dst[i] = srcs[0][i] op ... op srcs[nsrc-1][i] (1 <= nsrc <= 64), one launch, rounded as
+ * nsrc - 1 calls of rl_reduce_device round; dst may be any source. */
+int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                          ringlet_op_t op, void *stream);
 /* buf[i] /= divisor (avg's last step); integers truncate toward zero. */
 int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream);
 /* Makes the stream wait until *flag >= value, where flag is host-mapped pinned memory

@@ -19,6 +19,15 @@ void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n,
     }
 }
 
+void rl_mem_reduce_many(rl_mem *m, void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                        ringlet_op_t op) {
+    if (!m->dev) {
+        rl_reduce_host_many(dst, srcs, nsrc, n, dt, op);
+    } else if (n && m->dev->d->reduce_many(dst, srcs, nsrc, n, dt, op, m->dev->s_recv) != RL_DEV_OK) {
+        failed(m, "reduction kernel (many sources)");
+    }
+}
+
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (!m->dev) {
         rl_divide_host(buf, n, dt, divisor);

@@ -19,6 +19,9 @@ typedef struct rl_mem {
 void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                    ringlet_op_t op);
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor);
+/* dst = srcs[0] op ... op srcs[nsrc-1] in one pass (device: one kernel); dst may be any source. */
+void rl_mem_reduce_many(rl_mem *m, void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                        ringlet_op_t op);
 void rl_mem_copy(rl_mem *m, void *dst, const void *src, size_t bytes);
 
 /* Scratch host memory for partial results, grown (never per call once large enough);

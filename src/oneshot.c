@@ -39,6 +39,9 @@ typedef struct {
     void *buf;
     size_t bytes;
     rl_conn *conn;
+    int map;            /* receive: take a slot the transport lends, where it can (buf otherwise) */
+    int lent;           /* ... it did: release it when done */
+    const void *data;   /* receive, done: where the bytes are (buf, or the lent slot) */
 } xfer;
 
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
@@ -54,10 +57,10 @@ int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *
 }
 
 /* Posts every receive, then every send, and waits for all of them (deadline and
- * failure as in the ring's engine). */
+ * failure as in the ring's engine). The requests are the caller's: a lent receive slot
+ * stays valid until release(rreq[i]). */
 static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_request *r, xfer *sends, int ns,
-                                 xfer *recvs, int nr, char *err) {
-    rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
+                                 xfer *recvs, int nr, rl_treq *sreq, rl_treq *rreq, char *err) {
     double t0 = c->trace ? rl_now() : 0;
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -65,7 +68,9 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     const char *opname = rl_op_name(r->kind);
     for (int i = 0; i < nr; i++, posted_r++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV, (size_t)i);
-        recvs[i].conn->tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
+        const rl_transport_ops *tp = recvs[i].conn->tp;
+        recvs[i].lent = recvs[i].map && tp->irecv_map && tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
+        if (!recvs[i].lent) tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     }
     for (int i = 0; i < ns; i++, posted_s++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND, (size_t)i);
@@ -103,6 +108,7 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
         rl_comm_wait_event(c, gen, 100);
     }
     if (!rc) {
+        for (int i = 0; i < nr; i++) recvs[i].data = recvs[i].lent ? rreq[i].mapped : recvs[i].buf;
         if (c->trace) {
             double t1 = rl_now();
             for (int i = 0; i < nr; i++) rl_trace_span(c->trace, RL_LANE_RECV, "recv", t0, t1, opname, r->seq, i, recvs[i].bytes, recvs[i].peer);
@@ -113,20 +119,22 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     /* Fail the communicator (a dead peer named by the monitor wins), stop the
      * transfers still on our buffers, then report. */
     rc = rl_comm_op_failed(c, r, rc, cerr, err);
-    for (int i = 0; i < posted_r; i++)
+    for (int i = 0; i < posted_r; i++) {
         while (!rl_treq_done(&rreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        if (recvs[i].lent && rreq[i].mapped) recvs[i].conn->tp->release(recvs[i].conn->h, &rreq[i]);
+    }
     for (int i = 0; i < posted_s; i++)
         while (!rl_treq_done(&sreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
     return rc;
 }
 
-/* dst = blk(0) op blk(1) op ... op blk(P-1), then / P for avg. */
+/* dst = blk[0] op blk[1] op ... op blk[P-1] in one pass (one kernel on a device), then
+ * / P for avg. dst may be one of the blocks. */
 static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, void *dst,
-                            const char *blocks, size_t bytes) {
+                            const void *const *blk, size_t bytes) {
     double t0 = c->trace ? rl_now() : 0;
     int P = c->nranks;
-    rl_mem_reduce(mem, dst, blocks, blocks + bytes, r->count, r->dtype, r->op);
-    for (int q = 2; q < P; q++) rl_mem_reduce(mem, dst, dst, blocks + (size_t)q * bytes, r->count, r->dtype, r->op);
+    rl_mem_reduce_many(mem, dst, blk, P, r->count, r->dtype, r->op);
     if (r->op == RINGLET_AVG) rl_mem_divide(mem, dst, r->count, r->dtype, P);
     if (c->trace) rl_trace_span(c->trace, RL_LANE_REDUCE, "reduce", t0, rl_now(), rl_op_name(r->kind), r->seq, 0, bytes, -1);
 }
@@ -184,11 +192,11 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
             if (q == me) continue;
             roles(r, me, q, &snd, &rcv);
             if (pass == 0 && snd) {
-                s[ns] = (xfer){q, NULL, bytes, NULL};
+                s[ns] = (xfer){.peer = q, .bytes = bytes};
                 rc = rl_comm_send_conn(c, q, dev, &s[ns].conn, cerr);
                 if (!rc) direct &= s[ns++].conn->tp->device_memory;
             } else if (pass == 1 && rcv) {
-                v[nr] = (xfer){q, NULL, bytes, NULL};
+                v[nr] = (xfer){.peer = q, .bytes = bytes};
                 rc = rl_comm_recv_conn(c, q, dev, &v[nr].conn, cerr);
                 if (!rc) direct &= v[nr++].conn->tp->device_memory;
             }
@@ -236,23 +244,30 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
         case RL_OP_BROADCAST: v[i].buf = staged ? blk : r->recvbuf; break;
         case RL_OP_ALLGATHER: v[i].buf = staged ? blk : (char *)r->recvbuf + (size_t)q * bytes; break;
         case RL_OP_BARRIER: v[i].buf = &bar_out[q], v[i].bytes = 1; break;
-        default: v[i].buf = blk; break;
+        default:
+            /* A block to reduce: read where the transport lends it, if it lends memory of
+             * the kind the reduction runs on (host memory on the host, device memory on
+             * the device). */
+            v[i].buf = blk;
+            v[i].map = staged ? 0 : v[i].conn->tp->device_memory == dev;
+            break;
         }
     }
-    /* This rank's own block, where the reduction reads it (in place, sendbuf is also
-     * the result, so it is copied before anything is written). */
-    if (reduces) {
-        const char *mine = r->kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
-        if (direct) rl_mem_copy(mem, tmp + (size_t)me * bytes, mine, bytes);
-        else memcpy(tmp + (size_t)me * bytes, mine, bytes); /* host or pinned memory, both */
-    }
-    rc = exchange(c, r, s, ns, v, nr, err);
+    rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
+    rc = exchange(c, r, s, ns, v, nr, sreq, rreq, err);
     if (rc) return rc;
     switch (r->kind) {
     case RL_OP_ALLREDUCE:
     case RL_OP_REDUCE_SCATTER:
     case RL_OP_REDUCE:
-        if (reduces) reduce_in_order(c, r, mem, r->recvbuf, tmp, bytes);
+        if (reduces) {
+            /* Rank order; this rank's own block is read where it is (in place, sendbuf is
+             * also the result: the one-pass reduction reads every block first). */
+            const void *blk[ONESHOT_MAX_PEERS + 1];
+            blk[me] = r->kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
+            for (int i = 0; i < nr; i++) blk[v[i].peer] = v[i].data;
+            reduce_in_order(c, r, mem, r->recvbuf, blk, bytes);
+        }
         break;
     case RL_OP_BROADCAST:
         if (me == r->root) rl_mem_copy(mem, r->recvbuf, r->sendbuf, bytes);
@@ -266,6 +281,18 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     default:
         break;
     }
+    /* Lent slots go back once the reduction that reads them is done (device: its kernel). */
+    int any_lent = 0;
+    for (int i = 0; i < nr; i++) any_lent |= v[i].lent;
+    if (any_lent && dev && !mem->rc) {
+        char e2[RL_MSG_MAX];
+        if (mem->dev->d->event_record(mem->dev->ev_recv[0], mem->dev->s_recv) != RL_DEV_OK)
+            mem->rc = rl_devcomm_error("device", mem->err);
+        else if ((rc = rl_devcomm_wait(c, mem->dev->ev_recv[0], "the reduction of lent slots", e2)))
+            mem->rc = rc, snprintf(mem->err, sizeof mem->err, "%.400s", e2);
+    }
+    for (int i = 0; i < nr; i++)
+        if (v[i].lent) v[i].conn->tp->release(v[i].conn->h, &rreq[i]);
     if (mem->rc) return snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, mem->err), mem->rc;
     return RINGLET_SUCCESS;
 }

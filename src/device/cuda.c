@@ -166,6 +166,12 @@ static int cu_reduce(void *dst, const void *a, const void *b, size_t n, ringlet_
     return RL_DEV_OK;
 }
 
+static int cu_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                          ringlet_op_t op, rl_dev_stream_t s) {
+    CHECK("reduction kernel (many sources)", (cudaError_t)rl_reduce_device_many(dst, srcs, nsrc, n, dt, op, s));
+    return RL_DEV_OK;
+}
+
 static int cu_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
     CHECK("division kernel", (cudaError_t)rl_divide_device(buf, n, dt, divisor, s));
     return RL_DEV_OK;
@@ -206,6 +212,7 @@ const rl_device_ops rl_device_cuda = {
     .memset_async = cu_memset_async,
     .reduce = cu_reduce,
     .divide = cu_divide,
+    .reduce_many = cu_reduce_many,
     .wait_flag = cu_wait_flag,
     .write_flag = cu_write_flag,
 };

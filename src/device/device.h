@@ -98,6 +98,10 @@ typedef struct rl_device_ops {
     int (*reduce)(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
                   rl_dev_stream_t s);
     int (*divide)(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
+    /* dst[i] = srcs[0][i] op ... op srcs[nsrc-1][i] in one kernel (1 <= nsrc <= 64),
+     * rounded as nsrc - 1 reduce calls round; dst may be any source. */
+    int (*reduce_many)(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                       ringlet_op_t op, rl_dev_stream_t s);
 
     /* Flags: 8-byte words in pinned or device memory (also memory imported from a
      * peer). wait_flag holds the stream until *flag >= value; write_flag stores value

@@ -66,13 +66,18 @@ static void event_unref(rl_dev_event_t e) {
 
 /* ---- operations and streams ---- */
 
-enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_FLAG, OP_WRITE_FLAG, OP_FAULT };
+enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_FLAG, OP_WRITE_FLAG,
+       OP_FAULT };
+
+#define SIM_MAX_SOURCES 64
 
 typedef struct op {
     int kind;
     void *dst;
     const void *a, *b;
     void *owned; /* a copy from pageable memory: the bytes as they were at the call */
+    const void *srcs[SIM_MAX_SOURCES]; /* reduce_many: engine addresses */
+    int nsrc;
     size_t n; /* bytes (copy, memset) or elements (kernels) */
     int value, divisor;
     ringlet_datatype_t dt;
@@ -131,6 +136,7 @@ static void run_op(op_t *o) {
     case OP_COPY: memmove(o->dst, o->a, o->n); break;
     case OP_MEMSET: memset(o->dst, o->value, o->n); break;
     case OP_REDUCE: rl_reduce_host(o->dst, o->a, o->b, o->n, o->dt, o->rop); break;
+    case OP_REDUCE_MANY: rl_reduce_host_many(o->dst, o->srcs, o->nsrc, o->n, o->dt, o->rop); break;
     case OP_DIVIDE: rl_divide_host(o->dst, o->n, o->dt, o->divisor); break;
     case OP_WAIT_FLAG: wait_flag(o->a, o->gen); break;
     case OP_WRITE_FLAG: __atomic_store_n((uint64_t *)o->dst, o->gen, __ATOMIC_RELEASE); break;
@@ -414,6 +420,27 @@ static int reduce(void *dst, const void *a, const void *b, size_t n, ringlet_dat
     return enqueue(s, o, "reduce");
 }
 
+static int reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                       rl_dev_stream_t s) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    size_t es = ringlet_datatype_size(dt);
+    if (!es || (unsigned)op >= RINGLET_NUM_OPS || nsrc < 1 || nsrc > SIM_MAX_SOURCES)
+        return rl_dev_fail("reduce_many: invalid argument: dtype %d, op %d, %d sources", dt, op, nsrc);
+    if (!n) return RL_DEV_OK;
+    op_t *o = new_op(OP_REDUCE_MANY);
+    if (!o) return rl_dev_fail("reduce_many: out of memory");
+    void *d;
+    int ok = operand("reduce_many", "dst", dst, n * es, es, &d, o->msg, sizeof o->msg);
+    for (int k = 0; k < nsrc && ok; k++) {
+        void *e;
+        ok = operand("reduce_many", "source", srcs[k], n * es, es, &e, o->msg, sizeof o->msg);
+        o->srcs[k] = e;
+    }
+    if (ok) o->dst = d, o->nsrc = nsrc, o->n = n, o->dt = dt, o->rop = op;
+    else o->kind = OP_FAULT;
+    return enqueue(s, o, "reduce_many");
+}
+
 static int divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
     if (sim_sticky_check()) return RL_DEV_ERR;
     size_t es = ringlet_datatype_size(dt);
@@ -534,6 +561,7 @@ const rl_device_ops rl_device_sim = {
     .memset_async = memset_async,
     .reduce = reduce,
     .divide = divide,
+    .reduce_many = reduce_many,
     .wait_flag = wait_flag_op,
     .write_flag = write_flag_op,
 };

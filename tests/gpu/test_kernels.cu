@@ -470,6 +470,52 @@ void test_wait_flag() {
 
 } // namespace
 
+/* rl_reduce_device_many against rl_reduce_host_many, bit for bit (NaN payloads aside):
+ * every dtype x op, 1 to 8 sources, dst a source or not. */
+void test_many(cudaStream_t stream) {
+    const size_t lens[] = {1, 7, 4099, 65537};
+    for (int dt = 0; dt < RINGLET_NUM_DATATYPES; dt++)
+        for (int op = 0; op < RINGLET_NUM_OPS; op++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t n = lens[li], es = elem_size(dt), bytes = n * es;
+                const int nsrc = 1 + static_cast<int>(rnd() % 8), alias = static_cast<int>(rnd() % (nsrc + 1)) - 1;
+                std::vector<std::vector<unsigned char>> h(nsrc);
+                std::vector<void *> d(nsrc);
+                const void *hp[8];
+                for (int k = 0; k < nsrc; k++) {
+                    fill_random(h[k], n, dt);
+                    hp[k] = h[k].data();
+                    CK(cudaMalloc(&d[k], bytes));
+                    CK(cudaMemcpy(d[k], h[k].data(), bytes, cudaMemcpyHostToDevice));
+                }
+                std::vector<unsigned char> want(bytes + 1), got(bytes + 1);
+                rl_reduce_host_many(want.data(), hp, nsrc, n, static_cast<ringlet_datatype_t>(dt),
+                                    static_cast<ringlet_op_t>(op));
+                void *dst = nullptr;
+                if (alias >= 0) dst = d[alias];
+                else CK(cudaMalloc(&dst, bytes));
+                const int rc = rl_reduce_device_many(dst, const_cast<const void *const *>(d.data()), nsrc, n,
+                                                     static_cast<ringlet_datatype_t>(dt), static_cast<ringlet_op_t>(op),
+                                                     stream);
+                checks++;
+                if (rc != 0) fail("reduce_many %s %s n=%zu: launch returned %d", dt_name(dt), op_name(op), n, rc);
+                CK(cudaStreamSynchronize(stream));
+                CK(cudaMemcpy(got.data(), dst, bytes, cudaMemcpyDeviceToHost));
+                for (size_t e = 0; e < n; e++) {
+                    const uint64_t w = get_bits(want.data(), e, es), g = get_bits(got.data(), e, es);
+                    checks++;
+                    if (w != g && !(is_nan(dt, w) && is_nan(dt, g))) {
+                        fail("reduce_many %s %s n=%zu nsrc=%d alias=%d: element %zu is 0x%llx, the CPU's 0x%llx",
+                             dt_name(dt), op_name(op), n, nsrc, alias, e, (unsigned long long)g,
+                             (unsigned long long)w);
+                        break;
+                    }
+                }
+                if (alias < 0) CK(cudaFree(dst));
+                for (int k = 0; k < nsrc; k++) CK(cudaFree(d[k]));
+            }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     uint64_t seed = static_cast<uint64_t>(time(nullptr));
@@ -510,6 +556,7 @@ int main(int argc, char **argv) {
     test_arguments(ar, stream);
     test_reduce(ar, sizes, stream);
     test_divide(ar, sizes, stream);
+    test_many(stream);
     test_wait_flag();
 
     CK(cudaStreamDestroy(stream));

@@ -1041,6 +1041,42 @@ static void run_other_isas(const char *self_isa, uint64_t seed) {
     unsetenv("RINGLET_TEST_CHILD");
 }
 
+/* rl_reduce_host_many equals nsrc - 1 pairwise rl_reduce_host calls, bit for bit, for
+ * every dtype x op, 1 to 9 sources, lengths across the internal block size, dst being a
+ * source or not. */
+static void test_reduce_many(void) {
+    enum { MAXS = 9 };
+    const size_t lens[] = {1, 7, 4095, 4096, 4097, 10007};
+    for (int dt = 0; dt < RINGLET_NUM_DATATYPES; dt++)
+        for (int op = 0; op < RINGLET_NUM_OPS; op++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                size_t n = lens[li], es = dt_size[dt], bytes = n * es;
+                int nsrc = 1 + (int)rnd_below(MAXS), alias = (int)rnd_below(nsrc + 1) - 1; /* -1: none */
+                unsigned char *src[MAXS], *want = malloc(bytes), *dst = malloc(bytes);
+                for (int k = 0; k < nsrc; k++) {
+                    src[k] = malloc(bytes);
+                    gen_values((ringlet_datatype_t)dt, src[k], n);
+                }
+                memcpy(want, src[0], bytes);
+                for (int k = 1; k < nsrc; k++) rl_reduce_host(want, want, src[k], n, dt, op);
+                unsigned char *out = alias >= 0 ? src[alias] : dst;
+                const void *srcs[MAXS];
+                for (int k = 0; k < nsrc; k++) srcs[k] = src[k];
+                rl_reduce_host_many(out, srcs, nsrc, n, dt, op);
+                for (size_t i = 0; i < n; i++) {
+                    checks++;
+                    if (!same_value(dt, want + i * es, out + i * es)) {
+                        fail("reduce_many %s %s n=%zu nsrc=%d alias=%d: element %zu differs from the pairwise "
+                             "reduction", dt_name[dt], op_name[op], n, nsrc, alias, i);
+                        break;
+                    }
+                }
+                for (int k = 0; k < nsrc; k++) free(src[k]);
+                free(want);
+                free(dst);
+            }
+}
+
 int main(void) {
     int child = getenv("RINGLET_TEST_CHILD") != NULL;
     const char *seed_env = getenv("RINGLET_TEST_SEED");
@@ -1068,6 +1104,7 @@ int main(void) {
     test_reduce_all();
     test_reduce_specials();
     test_reduce_half_exhaustive();
+    test_reduce_many();
     test_divide();
     if (!child) {
         const char *nb = getenv("RINGLET_TEST_NO_BENCH");

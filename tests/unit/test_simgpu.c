@@ -218,6 +218,23 @@ static void test_kernels(void) {
             memcpy(pin, y, bytes);
             OK(D->memcpy_async(dx, x, bytes, s));
             OK(D->memcpy_async(dy, y, bytes, s));
+            /* reduce_many over (device x, pinned y, device y) into a fresh buffer */
+            {
+                void *dz;
+                unsigned char *want3 = malloc(bytes);
+                const void *hs[3] = {x, y, y};
+                rl_reduce_host_many(want3, hs, 3, n, dts[t], (ringlet_op_t)op);
+                OK(D->mem_alloc(&dz, bytes));
+                OK(D->memcpy_async(dx, x, bytes, s));
+                OK(D->memcpy_async(dy, y, bytes, s));
+                const void *ds[3] = {dx, pin, dy};
+                OK(D->reduce_many(dz, ds, 3, n, dts[t], (ringlet_op_t)op, s));
+                OK(D->memcpy_async(got, dz, bytes, s));
+                OK(D->stream_sync(s));
+                CHECK(!memcmp(got, want3, bytes), "reduce_many dtype %d op %d differs from rl_reduce_host_many", dts[t], op);
+                OK(D->mem_free(dz));
+                free(want3);
+            }
             /* dst aliasing a; b pinned on even ops, device memory on odd ones */
             OK(D->reduce(dx, dx, op % 2 ? dy : (void *)pin, n, dts[t], (ringlet_op_t)op, s));
             if (op == RINGLET_AVG) OK(D->divide(dx, n, dts[t], 3, s));
