@@ -23,6 +23,7 @@ extern "C" {
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <vector>
 
 #define CK(call)                                                                                    \
@@ -202,6 +203,18 @@ int main(int argc, char **argv) {
         if (!ok) wrong = true;
         rows.push_back({c.name, c.goal, 3.0 * size, ms, 3.0 * size / ms * 1e-6, ok});
     }
+
+    /* The latency floor of the small-message goals: an 8-byte device-to-device copy and
+     * the host's wait for it, as a round trip from the host (median of 1000). */
+    std::vector<float> rt;
+    for (int i = 0; i < 1100; i++) {
+        auto w0 = std::chrono::steady_clock::now();
+        CK(cudaMemcpyAsync(d, a, 8, cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st));
+        auto w1 = std::chrono::steady_clock::now();
+        if (i >= 100) rt.push_back(std::chrono::duration<float, std::micro>(w1 - w0).count());
+    }
+    printf("8-byte cudaMemcpy D2D round trip (enqueue + stream sync, median of 1000): %.2f us\n", median(rt));
 
     const double floor_gbs = rows[0].gbs;
     printf("\nGPU reduction kernels vs the copy floor: %s, %d SMs, %zu MiB per buffer, median of %d runs\n",

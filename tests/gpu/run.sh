@@ -16,11 +16,16 @@
 #                    (RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device): every collective x
 #                    dtype x op, P = 1..5, over shm and tcp, several ranks on each GPU
 #   device-stream    tests/mp/stream.sh over cuda: stream order, abort, async errors
+#   device-ipc-p8    8 ranks on the GPU(s), device buffers over cuda_ipc, every collective
+#   device-mps       the cuda_ipc runs of device-collectives again, under MPS
+#                    (tests/gpu/mps.sh)
 #   device-memcheck  compute-sanitizer --tool memcheck on a small device collectives run (P = 2)
 #   bench            perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at
 #                    256 MiB; PASS at >= 90% of cudaMemcpy D2D bandwidth
 #   device-bench     perf/device_bench.sh: device vs host buffers over tcp and shm, and PyTorch's
 #                    Gloo on CUDA tensors, at 2 and 4 ranks, 64 MiB (the goals' table)
+#   ipc-bench        perf/ipc_bench.sh: cuda_ipc busbw against the memory floors at 2 and 4
+#                    ranks, and the 8-byte latency, with and without MPS
 #   host-suite       make test (the CI suite; its device tests run over the simulator there)
 # and closes with a summary table.
 #
@@ -160,6 +165,16 @@ else
     run_step device-collectives 1500 '^(ok|FAIL|collectives)' env RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device \
         BUILD="$BUILD" bash tests/mp/collectives.sh
     run_step device-stream 600 '^(ok|FAIL|stream)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/stream.sh
+    run_step device-ipc-p8 900 'FAIL|collectives: rank|cuda_ipc connections' bash -c "
+        RINGLET_DEVICE=cuda RINGLET_DEBUG=INFO '$BUILD/bin/ringlet-run' -n 8 --timeout 850 '$BUILD/tests/mp/collectives' \
+            --memory device --max-count 100003 >'$LOGDIR/p8.out' 2>&1
+        rc=\$?
+        grep -vE ' INFO: ' '$LOGDIR/p8.out' | tail -n 30
+        n=\$(grep -c 'over cuda_ipc (device buffers)' '$LOGDIR/p8.out')
+        echo \"cuda_ipc connections: \$n\"
+        [ \$rc = 0 ] && [ \$n -gt 0 ]"
+    run_step device-mps 1500 '^(ok|FAIL|collectives|mps)|SKIP' bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda \
+        RINGLET_TEST_MEMORY=device RINGLET_TEST_DEVICE_TRANSPORTS=ipc BUILD="$BUILD" bash tests/mp/collectives.sh
     if [ -n "$SANITIZER" ]; then
         run_step device-memcheck 900 'ERROR SUMMARY|FAIL|collectives: rank' env RINGLET_DEVICE=cuda RINGLET_TIMEOUT=120 \
             "$BUILD/bin/ringlet-run" -n 2 --timeout 850 "$SANITIZER" --tool memcheck --error-exitcode 99 --print-limit 20 \
@@ -178,8 +193,10 @@ if [ $bench = 1 ]; then
     fi
     if [ $have_gpu = 1 ]; then
         run_step device-bench 900 all env BUILD="$BUILD" bash perf/device_bench.sh -p 3 -o "$GB/device_bench"
+        run_step ipc-bench 900 all env BUILD="$BUILD" bash perf/ipc_bench.sh -p 3 -o "$GB/ipc_bench"
     else
         record device-bench SKIP 0 "SKIP: no GPU"
+        record ipc-bench SKIP 0 "SKIP: no GPU"
     fi
 fi
 

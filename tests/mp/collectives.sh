@@ -112,12 +112,14 @@ fi
 # them), after the DPLAN runs: FIFO wrap-around with 4 KiB slots (pieces, and the device
 # staging slots when a chunk does not fit one slot), the fallback when the peer's memory
 # cannot be mapped (RINGLET_SIM_IPC_DENY, simulator only: staged through shared memory
-# instead, and said), and host buffers over a forced cuda_ipc.
+# instead, and said), one device per rank (RINGLET_SIM_DEVICES=4, simulator only), and
+# host buffers over a forced cuda_ipc.
 IPCSMALL="RINGLET_CUDA_IPC_SLOT_SIZE=4096 RINGLET_CUDA_IPC_NSLOTS=2 RINGLET_CHUNK_SIZE=16384 $JIT"
 IPCPLAN="3|$IPCSMALL|--memory device --max-count 10007 --quick
 4|RINGLET_ALGO=ring|--memory device --max-count 30011 --quick"
 [ "$DEVICE" = sim ] && IPCPLAN+="
-3|RINGLET_SIM_IPC_DENY=1|--memory device --max-count 10007 --quick"
+3|RINGLET_SIM_IPC_DENY=1|--memory device --max-count 10007 --quick
+4|RINGLET_SIM_DEVICES=4 $JIT|--memory device --max-count 30011 --quick"
 IPCPLAN+="
 3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
 DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
