@@ -105,6 +105,27 @@ $(BUILD)/tests/mp/%: tests/mp/%.c $(SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lringlet $(LDLIBS)
 
+# The NCCL layer: build/lib/libnccl.so.2 on libringlet.so, built from src/nccl/ against
+# include/ringlet.h alone; it exports nccl* and pnccl* and nothing else.
+NCCL_SRC := $(wildcard src/nccl/*.c)
+NCCL_OBJ := $(NCCL_SRC:%.c=$(BUILD)/obj/%.o)
+NCCL_SO  := $(BUILD)/lib/libnccl.so.2
+NCCL_CPPFLAGS := -Iinclude -Isrc/nccl -D_GNU_SOURCE -DRINGLET_NCCL_NO_CUDA_HEADERS
+lib: $(NCCL_SO)
+$(BUILD)/obj/src/nccl/%.o: src/nccl/%.c $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(NCCL_CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+-include $(NCCL_OBJ:.o=.d)
+$(NCCL_SO): $(NCCL_OBJ) src/nccl/exports.map $(SO)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=src/nccl/exports.map $(LDFLAGS) -o $@ $(NCCL_OBJ) \
+		-L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN:$$ORIGIN/..' -lringlet $(LDLIBS)
+	ln -sf libnccl.so.2 $(BUILD)/lib/libnccl.so
+# Tests of the NCCL layer: programs written for NCCL (our nccl.h), linked to our library.
+$(BUILD)/tests/mp/nccl_api: tests/mp/nccl_api.c $(NCCL_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc/nccl -DRINGLET_NCCL_NO_CUDA_HEADERS $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib \
+		-Wl,-rpath,'$$ORIGIN/../../lib' -l:libnccl.so.2 -lringlet $(LDLIBS)
+
 deps:
 	@scripts/install-deps.sh
 
@@ -126,6 +147,10 @@ install: lib
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libringlet.so
 	install -m 644 $(A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/include/ringlet-nccl $(DESTDIR)$(PREFIX)/lib/ringlet-nccl
+	install -m 644 src/nccl/nccl.h $(DESTDIR)$(PREFIX)/include/ringlet-nccl/
+	install -m 755 $(NCCL_SO) $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/
+	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/libnccl.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ringlet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
 
 clean:

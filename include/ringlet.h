@@ -69,6 +69,10 @@ typedef struct {
 typedef struct ringlet_comm *ringlet_comm_t;
 typedef struct ringlet_request *ringlet_request_t;
 
+/* As a stream argument: the device's default stream (CUDA's legacy default stream, which
+ * NCCL programs mean by a stream of 0). Without a device backend: no stream (blocking). */
+#define RINGLET_STREAM_DEFAULT ((void *)1)
+
 /* ---- errors ---- */
 const char *ringlet_strerror(ringlet_result_t result);
 /* Message of the last error on this communicator (never NULL; "" when none). With a
@@ -103,6 +107,69 @@ ringlet_result_t ringlet_comm_local_size(ringlet_comm_t comm, int *local_size);
 /* RINGLET_SUCCESS while the communicator works; the error that broke it otherwise
  * (a failed peer, a timeout, an abort). */
 ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t comm);
+/* The device the communicator's device buffers are on: the device of its first call on
+ * device memory, else the calling thread's current device at init; -1 without a device
+ * backend. */
+ringlet_result_t ringlet_comm_device(ringlet_comm_t comm, int *device);
+/* Waits (within the deadline) until every operation issued on the communicator so far
+ * is done; their errors are the communicator's (get_async_error). */
+ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
+
+/* Splits comm: ranks that pass the same color form a new communicator, ordered by key
+ * (ties: by rank in comm). Collective over comm: every rank calls it. A rank that passes
+ * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. */
+#define RINGLET_SPLIT_NOCOLOR (-1)
+ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);
+
+/* Device memory through the device backend (the current device), for callers that have
+ * no CUDA of their own (the NCCL layer's ncclMemAlloc). */
+ringlet_result_t ringlet_mem_alloc(void **ptr, size_t bytes);
+ringlet_result_t ringlet_mem_free(void *ptr);
+/* The device backend's devices (0 without one) and the calling thread's current device
+ * (as cudaGetDeviceCount and cudaSetDevice). A communicator's device (ringlet_comm_device)
+ * is the one current when it is created until a call on device memory says otherwise, so
+ * several communicators of one process can each have their own. */
+ringlet_result_t ringlet_device_count(int *count);
+ringlet_result_t ringlet_set_device(int device);
+ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend */
+
+/* ---- memory operations, for callers with no CUDA of their own (the DDP layer, Python) ----
+ * Where either pointer is device memory they are queued on stream (NULL or
+ * RINGLET_STREAM_DEFAULT: the default stream) and return at once; on host memory they run
+ * now. ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
+ * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
+ * float32; rounded to nearest even; float16/bfloat16 widen exactly). */
+ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
+ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
+ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,
+                                       ringlet_datatype_t src_type, size_t count, double scale, void *stream);
+/* Waits until the stream's work is done (nothing to wait for without a device backend). */
+ringlet_result_t ringlet_stream_synchronize(void *stream);
+/* Pinned host memory (plain memory without a device backend): device work reads and
+ * writes it directly, and copies to and from it are asynchronous. */
+ringlet_result_t ringlet_host_alloc(void **ptr, size_t bytes);
+ringlet_result_t ringlet_host_free(void *ptr);
+
+/* ---- groups ----
+ * Calls between ringlet_group_start and ringlet_group_end (of this thread; groups nest)
+ * are checked and recorded, not run: group_end runs them, per communicator as one
+ * operation. Its sends and receives with all peers go at once, so ranks that send to each
+ * other (an all-to-all made of sends and receives) never wait for each other; its
+ * collectives run in the order they were called. group_end returns once every call with
+ * a stream is queued on it and every call without one is done (its first error). The
+ * non-blocking forms are refused inside a group. Calls of one group on one communicator
+ * use one kind of memory (host, or one device). */
+ringlet_result_t ringlet_group_start(void);
+ringlet_result_t ringlet_group_end(void);
+
+/* ---- pre-multiplied sum ----
+ * A reduction op for comm: each rank's input is multiplied by its own scalar (one element
+ * of datatype), then summed; it works where RINGLET_SUM does, on calls of that datatype.
+ * The scalar lives on the host (read now) or in device memory (read by each call). */
+typedef enum { RINGLET_SCALAR_DEVICE = 0, RINGLET_SCALAR_HOST = 1 } ringlet_scalar_residence_t;
+ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scalar, ringlet_datatype_t datatype,
+                                              ringlet_scalar_residence_t residence, ringlet_comm_t comm);
+ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t comm);
 
 /* ---- collectives (blocking on host buffers) ----
  * sendbuf == recvbuf is the in-place form. Counts are in elements. */
@@ -130,6 +197,19 @@ ringlet_result_t ringlet_send(const void *sendbuf, size_t count, ringlet_datatyp
                               ringlet_comm_t comm, void *stream);
 ringlet_result_t ringlet_recv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,
                               ringlet_comm_t comm, void *stream);
+/* Block q (count elements) of sendbuf goes to rank q, which receives it as block (this
+ * rank) of recvbuf; both hold nranks * count elements. In place when sendbuf == recvbuf. */
+ringlet_result_t ringlet_alltoall(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                  ringlet_comm_t comm, void *stream);
+/* Every rank's sendbuf (count elements) to the root's recvbuf (nranks * count, rank r's
+ * at block r; recvbuf may be NULL elsewhere). In place when the root's sendbuf is its
+ * own block of recvbuf. */
+ringlet_result_t ringlet_gather(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                int root, ringlet_comm_t comm, void *stream);
+/* Block r of the root's sendbuf (nranks * count elements; NULL elsewhere) to rank r's
+ * recvbuf. In place when the root's recvbuf is its own block of sendbuf. */
+ringlet_result_t ringlet_scatter(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                 int root, ringlet_comm_t comm, void *stream);
 
 /* ---- non-blocking forms ----
  * Each returns at once with a request; the buffers must stay untouched until
@@ -154,6 +234,12 @@ ringlet_result_t ringlet_isend(const void *sendbuf, size_t count, ringlet_dataty
                                ringlet_comm_t comm, void *stream, ringlet_request_t *request);
 ringlet_result_t ringlet_irecv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,
                                ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_ialltoall(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                   ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_igather(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                 int root, ringlet_comm_t comm, void *stream, ringlet_request_t *request);
+ringlet_result_t ringlet_iscatter(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
+                                  int root, ringlet_comm_t comm, void *stream, ringlet_request_t *request);
 /* *done = 1 and the operation's result when finished (the request is freed);
  * *done = 0 and RINGLET_SUCCESS while it runs. */
 ringlet_result_t ringlet_test(ringlet_request_t *request, int *done);

@@ -48,8 +48,14 @@
  * other ranks' ringlet_ddp_finish fail too ("N other rank(s) reported a DDP usage error
  * in this iteration"); the next ringlet_ddp_pre_forward starts a clean iteration.
  *
- * Memory: tensors are host memory (RINGLET_DDP_HOST) or CUDA device memory
- * (RINGLET_DDP_DEVICE). This build supports host memory only: a device tensor makes
+ * Memory: tensors are host memory (RINGLET_DDP_HOST) or device memory of the device
+ * backend (RINGLET_DDP_DEVICE: CUDA, or the simulated GPU), all of one kind. On device
+ * memory the buckets and the broadcast staging are device memory too, and every copy
+ * into and out of a bucket, the float16/bfloat16 compression, the averaging and the
+ * collectives are queued on one stream (options.stream, or ringlet_ddp_set_stream; the
+ * default stream otherwise), never through the host: ringlet_ddp_finish returns once
+ * the gradients' write-back is queued, and work queued on that stream afterwards (the
+ * optimizer) sees the reduced gradients. Without a device backend a device tensor makes
  * ringlet_ddp_create fail with RINGLET_ERR_INVALID_USAGE on every rank.
  *
  * Threads: calls on one DDP object are serialised by a lock, so they may come from
@@ -76,7 +82,7 @@ typedef struct ringlet_ddp *ringlet_ddp_t;
 
 typedef enum {
     RINGLET_DDP_HOST = 0,   /* host (CPU) memory */
-    RINGLET_DDP_DEVICE = 1, /* CUDA device memory (not supported by this build yet) */
+    RINGLET_DDP_DEVICE = 1, /* device memory of the device backend (CUDA or the simulated GPU) */
 } ringlet_ddp_memory_t;
 
 typedef enum {
@@ -122,6 +128,9 @@ typedef struct {
                                         then: fetch ringlet_ddp_grad_view again (gradients that were
                                         bucket views are moved with their content; the old memory stays
                                         valid until ringlet_ddp_destroy). */
+    void *stream;                    /* default NULL (the default stream): device memory only, the
+                                        stream the DDP orders its work on (a cudaStream_t); local to
+                                        the rank (not compared). ringlet_ddp_set_stream changes it */
 } ringlet_ddp_options_t;
 
 /* Fills the defaults above. Pass the result (modified) to ringlet_ddp_create.
@@ -188,10 +197,15 @@ ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t ddp, int index, void *grad
  * all: zeros). With find_unused_parameters the parameter counts as locally unused. */
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *grad);
 /* End of backward: starts the buckets not started yet, waits for all, and leaves the
- * averaged gradients in every parameter's gradient memory. A parameter neither ready
+ * averaged gradients in every parameter's gradient memory (device memory: queued on
+ * the DDP's stream). A parameter neither ready
  * nor unused is an error naming it, unless find_unused_parameters is on (then it is
  * unused). Does nothing after pre_forward(ddp, 0). */
 ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t ddp);
+
+/* Device memory: the stream of the next iterations (the framework's current stream;
+ * NULL: the default stream). Between iterations only (not while buckets are in flight). */
+ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t ddp, void *stream);
 
 /* ---- introspection ---- */
 

@@ -38,6 +38,11 @@ void rl_reduce_host(void *dst, const void *a, const void *b, size_t n, ringlet_d
 void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
                          ringlet_op_t op);
 
+/* dst[i] = src[i] * scalar (the pre-multiplied sum's scaling), scalar being one element of
+ * dt: integers wrap modulo 2^bits, floats multiply in their type (float16 / bfloat16 in
+ * float32, rounded once). dst may be src. */
+void rl_scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar);
+
 /* buf[i] = buf[i] / divisor: the last step of avg. Integers truncate toward zero
  * (C division: -7 / 2 = -3); unsigned types divide as unsigned. Floats divide in
  * their type (x / (float)divisor, x / (double)divisor); float16 / bfloat16 convert

@@ -554,6 +554,57 @@ void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n,
     }
 }
 
+void rl_scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar) {
+    if (n == 0 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
+    /* Integers multiply as their unsigned twin (wrapping, no undefined behaviour);
+     * float16 / bfloat16 in float32, rounded once. Plain loops: a pre-multiplied sum
+     * scales this rank's input once per call. */
+#define RL_SCALE_INT(T)                                                                                              \
+    do {                                                                                                             \
+        T k, *d = dst;                                                                                               \
+        const T *x = src;                                                                                            \
+        memcpy(&k, scalar, sizeof k);                                                                                \
+        for (size_t i = 0; i < n; i++) d[i] = (T)(x[i] * k);                                                         \
+    } while (0)
+    switch (dt) {
+    case RINGLET_INT8:
+    case RINGLET_UINT8: RL_SCALE_INT(uint8_t); break;
+    case RINGLET_INT32:
+    case RINGLET_UINT32: RL_SCALE_INT(uint32_t); break;
+    case RINGLET_INT64:
+    case RINGLET_UINT64: RL_SCALE_INT(uint64_t); break;
+    case RINGLET_FLOAT32: {
+        float k, *d = dst;
+        const float *x = src;
+        memcpy(&k, scalar, sizeof k);
+        for (size_t i = 0; i < n; i++) d[i] = x[i] * k;
+        break;
+    }
+    case RINGLET_FLOAT64: {
+        double k, *d = dst;
+        const double *x = src;
+        memcpy(&k, scalar, sizeof k);
+        for (size_t i = 0; i < n; i++) d[i] = x[i] * k;
+        break;
+    }
+    case RINGLET_FLOAT16:
+    case RINGLET_BFLOAT16: {
+        uint16_t kb, *d = dst;
+        const uint16_t *x = src;
+        memcpy(&kb, scalar, sizeof kb);
+        int h = dt == RINGLET_FLOAT16;
+        float k = h ? rl_half_to_float(kb) : rl_bf16_to_float(kb);
+        for (size_t i = 0; i < n; i++) {
+            float v = (h ? rl_half_to_float(x[i]) : rl_bf16_to_float(x[i])) * k;
+            d[i] = h ? rl_float_to_half(v) : rl_float_to_bf16(v);
+        }
+        break;
+    }
+    default: break;
+    }
+#undef RL_SCALE_INT
+}
+
 void rl_divide_host(void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (n == 0 || divisor <= 1 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
     rl_isa()->div[dt](buf, n, divisor);

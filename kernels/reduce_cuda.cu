@@ -38,12 +38,17 @@
  */
 #include "reduce_cuda.h"
 
+extern "C" {
+#include "reduce.h" /* the host's half / bfloat16 conversions, for a scalar */
+}
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace {
@@ -180,6 +185,14 @@ struct OpDivide {
             return static_cast<V>(static_cast<Wide>(x) / static_cast<Wide>(divisor));
         }
     }
+};
+
+/* x * scale (the pre-multiplied sum), in the type's compute type: the unsigned twin for
+ * integers (wrapping), float32 for the 16-bit floats (rounded once when stored). */
+template <typename V>
+struct OpScale {
+    V k;
+    __device__ __forceinline__ V operator()(V x) const { return static_cast<V>(x * k); }
 };
 
 /* ------------------------------------------------------------------------------
@@ -361,6 +374,33 @@ int divide_typed(void *buf, size_t n, int divisor, cudaStream_t stream) {
     return launch<D, true>(buf, buf, buf, n, f, stream); /* b: never read */
 }
 
+/* A storage value read on the host (a scalar given by its bits). */
+template <typename D>
+typename D::Value host_load(typename D::Bits b) {
+    if constexpr (std::is_same<D, F16>::value) {
+        return rl_half_to_float(b);
+    } else if constexpr (std::is_same<D, BF16>::value) {
+        return rl_bf16_to_float(b);
+    } else if constexpr (std::is_same<D, F32>::value || std::is_same<D, F64>::value) {
+        typename D::Value v;
+        memcpy(&v, &b, sizeof v);
+        return v;
+    } else {
+        return static_cast<typename D::Value>(b);
+    }
+}
+
+/* dst[i] = src[i] * k, k one element of D's storage type given by its bits. */
+template <typename D>
+int scale_typed(void *dst, const void *src, size_t n, const void *scalar, cudaStream_t stream) {
+    using Bits = typename D::Bits;
+    Bits kb;
+    memcpy(&kb, scalar, sizeof kb);
+    OpScale<typename D::Value> f;
+    f.k = host_load<D>(kb);
+    return launch<D, true>(dst, src, src, n, f, stream); /* b: never read */
+}
+
 /* Many sources: dst[i] = s0[i] op s1[i] op ... (left to right, rounded after each step,
  * as that many pairwise calls round). Element by element, one thread per element, every
  * source read before dst[i] is written, so dst may be any source. For the small messages
@@ -513,6 +553,74 @@ extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsr
     case RINGLET_FLOAT32: return reduce_many_typed<F32, F32>(dst, srcs, nsrc, n, op, s);
     case RINGLET_FLOAT64: return reduce_many_typed<F64, F64>(dst, srcs, nsrc, n, op, s);
     case RINGLET_BFLOAT16: return reduce_many_typed<BF16, BF16>(dst, srcs, nsrc, n, op, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int rl_scale_device(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
+                               void *stream) {
+    if (n == 0) return cudaSuccess;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (dt) {
+    case RINGLET_INT8:
+    case RINGLET_UINT8: return scale_typed<U8>(dst, src, n, scalar, s);
+    case RINGLET_INT32:
+    case RINGLET_UINT32: return scale_typed<U32>(dst, src, n, scalar, s);
+    case RINGLET_INT64:
+    case RINGLET_UINT64: return scale_typed<U64>(dst, src, n, scalar, s);
+    case RINGLET_FLOAT16: return scale_typed<F16>(dst, src, n, scalar, s);
+    case RINGLET_FLOAT32: return scale_typed<F32>(dst, src, n, scalar, s);
+    case RINGLET_FLOAT64: return scale_typed<F64>(dst, src, n, scalar, s);
+    case RINGLET_BFLOAT16: return scale_typed<BF16>(dst, src, n, scalar, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* ------------------------------------------------------------------------------
+ * Conversions between the floating types, with a scaling (kernels/convert.h): from
+ * float64 the product is taken in float64, from the others in float32; then one round
+ * to the destination type, as rl_convert_host computes it.
+ * ------------------------------------------------------------------------------ */
+
+template <typename S, typename D, typename M>
+__global__ void convert_kernel(typename D::Bits *dst, const typename S::Bits *src, size_t n, M k) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        M v = static_cast<M>(S::load(src[i])) * k;
+        dst[i] = D::store(static_cast<typename D::Value>(v));
+    }
+}
+
+template <typename S, typename D>
+int convert_typed(void *dst, const void *src, size_t n, double scale, cudaStream_t stream) {
+    using M = typename std::conditional<std::is_same<S, F64>::value, double, float>::type;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    convert_kernel<S, D, M><<<(unsigned)blocks, 256, 0, stream>>>(static_cast<typename D::Bits *>(dst),
+                                                                 static_cast<const typename S::Bits *>(src), n,
+                                                                 static_cast<M>(scale));
+    return cudaGetLastError();
+}
+
+template <typename S>
+int convert_from(void *dst, ringlet_datatype_t dt, const void *src, size_t n, double scale, cudaStream_t s) {
+    switch (dt) {
+    case RINGLET_FLOAT16: return convert_typed<S, F16>(dst, src, n, scale, s);
+    case RINGLET_BFLOAT16: return convert_typed<S, BF16>(dst, src, n, scale, s);
+    case RINGLET_FLOAT32: return convert_typed<S, F32>(dst, src, n, scale, s);
+    case RINGLET_FLOAT64: return convert_typed<S, F64>(dst, src, n, scale, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                                 double scale, void *stream) {
+    if (n == 0) return cudaSuccess;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (st) {
+    case RINGLET_FLOAT16: return convert_from<F16>(dst, dt, src, n, scale, s);
+    case RINGLET_BFLOAT16: return convert_from<BF16>(dst, dt, src, n, scale, s);
+    case RINGLET_FLOAT32: return convert_from<F32>(dst, dt, src, n, scale, s);
+    case RINGLET_FLOAT64: return convert_from<F64>(dst, dt, src, n, scale, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -22,6 +22,13 @@ int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_
  * nsrc - 1 calls of rl_reduce_device round; dst may be any source. */
 int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
                           ringlet_op_t op, void *stream);
+/* dst[i] = src[i] * scalar (one element of dt, given by the host), rl_scale_host's
+ * semantics. dst may be src. */
+int rl_scale_device(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar, void *stream);
+/* dst[i] = (dt)(src[i] * scale) between the floating types, kernels/convert.h's
+ * semantics (rl_convert_host). */
+int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                      void *stream);
 /* buf[i] /= divisor (avg's last step); integers truncate toward zero. */
 int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream);
 /* Makes the stream wait until *flag >= value, where flag is host-mapped pinned memory

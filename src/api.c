@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "comm.h"
+#include "devcomm.h"
 #include "device.h"
 #include "failure.h"
+#include "names.h"
 #include "p2p.h"
 #include "progress.h"
 #include "util.h"
@@ -54,6 +56,33 @@ typedef struct {
     void *stream;
 } call_t;
 
+/* The user op (premul sum) behind op, or NULL for a built-in op; *bad when op is neither
+ * (or a user op of another datatype). */
+static int user_op(struct ringlet_comm *c, ringlet_op_t op, ringlet_datatype_t dt, rl_userop *out) {
+    if ((unsigned)op < RINGLET_NUM_OPS) return 0;
+    unsigned id = (unsigned)op - RINGLET_NUM_OPS;
+    int ok = 0;
+    pthread_mutex_lock(&c->ops_mu);
+    if (id < RL_MAX_USER_OPS && c->userops[id].live && c->userops[id].dtype == dt) {
+        ok = 1;
+        if (out) *out = c->userops[id];
+    }
+    pthread_mutex_unlock(&c->ops_mu);
+    return ok ? 1 : -1;
+}
+
+/* The calls of this thread between group_start and group_end (groups below). */
+typedef struct {
+    struct ringlet_comm *c;
+    rl_subop op;
+} grouped_t;
+
+static _Thread_local struct {
+    int depth;
+    grouped_t *ops;
+    int n, cap;
+} t_group;
+
 static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
@@ -62,23 +91,31 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     size_t es = ringlet_datatype_size(a->dtype);
     if (!es) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: datatype %d is not a ringlet_datatype_t", fn, (int)a->dtype);
     int reduces = a->kind == RL_OP_ALLREDUCE || a->kind == RL_OP_REDUCE || a->kind == RL_OP_REDUCE_SCATTER;
-    if (reduces && (unsigned)a->op >= RINGLET_NUM_OPS)
-        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: op %d is not a ringlet_op_t", fn, (int)a->op);
-    int rooted = a->kind == RL_OP_BROADCAST || a->kind == RL_OP_REDUCE;
+    if (reduces && user_op(c, a->op, a->dtype, NULL) < 0)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                        "%s: op %d is not a ringlet_op_t nor a pre-multiplied sum of this communicator for %s", fn,
+                        (int)a->op, rl_dtype_name(a->dtype));
+    int rooted = a->kind == RL_OP_BROADCAST || a->kind == RL_OP_REDUCE || a->kind == RL_OP_GATHER ||
+                 a->kind == RL_OP_SCATTER;
     if (rooted && (a->root < 0 || a->root >= c->nranks))
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn, a->root, c->nranks);
-    if ((a->kind == RL_OP_SEND || a->kind == RL_OP_RECV) && (a->peer < 0 || a->peer >= c->nranks || a->peer == c->rank))
-        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d) or is this rank", fn,
-                        a->peer, c->nranks);
-    /* All-gather and reduce-scatter touch nranks blocks of count elements. */
-    size_t blocks = (a->kind == RL_OP_ALLGATHER || a->kind == RL_OP_REDUCE_SCATTER) ? (size_t)c->nranks : 1;
+    /* This rank itself is a peer inside a group only (its send and receive meet there). */
+    if ((a->kind == RL_OP_SEND || a->kind == RL_OP_RECV) &&
+        (a->peer < 0 || a->peer >= c->nranks || (a->peer == c->rank && !t_group.depth)))
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d)%s", fn, a->peer,
+                        c->nranks, a->peer == c->rank ? " or is this rank (allowed inside a group only)" : "");
+    /* These touch nranks blocks of count elements on one side or both. */
+    size_t blocks = (a->kind == RL_OP_ALLGATHER || a->kind == RL_OP_REDUCE_SCATTER || a->kind == RL_OP_ALLTOALL ||
+                     a->kind == RL_OP_GATHER || a->kind == RL_OP_SCATTER)
+                        ? (size_t)c->nranks
+                        : 1;
     if (a->count > SIZE_MAX / es / blocks || a->count * es * blocks > (size_t)PTRDIFF_MAX)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: count %zu of %zu-byte elements%s overflows the address space",
                         fn, a->count, es, blocks > 1 ? " times nranks" : "");
     if (a->count == 0) return RINGLET_SUCCESS;
     int is_root = rooted && a->root == c->rank;
-    int needs_send = a->kind != RL_OP_RECV && (a->kind != RL_OP_BROADCAST || is_root);
-    int needs_recv = a->kind != RL_OP_SEND && (a->kind != RL_OP_REDUCE || is_root);
+    int needs_send = a->kind != RL_OP_RECV && ((a->kind != RL_OP_BROADCAST && a->kind != RL_OP_SCATTER) || is_root);
+    int needs_recv = a->kind != RL_OP_SEND && ((a->kind != RL_OP_REDUCE && a->kind != RL_OP_GATHER) || is_root);
     if (needs_send && !a->sendbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
     if (needs_recv && !a->recvbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
     return RINGLET_SUCCESS;
@@ -109,6 +146,7 @@ static void request_set(struct ringlet_request *r, struct ringlet_comm *c, const
     r->peer = a->peer;
     r->device = device;
     r->stream = a->stream;
+    if (user_op(c, a->op, a->dtype, &r->premul) != 1) r->premul.live = 0;
 }
 
 static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out) {
@@ -176,10 +214,166 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     }
 }
 
-/* A call with a stream returns at once (ordered on the stream); one without blocks. */
-static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
-    if (a->stream) return submit(c, a, NULL);
-    if (a->kind != RL_OP_SEND && a->kind != RL_OP_RECV && c && c->inline_ok) {
+/* ---- groups: the calls of this thread between group_start and group_end ---- */
+
+static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
+    ringlet_result_t rc = check_call(c, a);
+    int device;
+    if (rc || (rc = buffers_device(c, a, &device))) return rc;
+    if (a->op >= RINGLET_NUM_OPS && (a->kind == RL_OP_ALLREDUCE || a->kind == RL_OP_REDUCE || a->kind == RL_OP_REDUCE_SCATTER))
+        return rl_error(c, RINGLET_ERR_INVALID_USAGE, "%s: a pre-multiplied sum inside a group is not supported",
+                        rl_op_name(a->kind));
+    if (t_group.n == t_group.cap) {
+        int cap = t_group.cap ? 2 * t_group.cap : 16;
+        grouped_t *ops = realloc(t_group.ops, sizeof *ops * (size_t)cap);
+        if (!ops) return rl_error(c, RINGLET_ERR_SYSTEM, "%s: out of memory recording a group", rl_op_name(a->kind));
+        t_group.ops = ops;
+        t_group.cap = cap;
+    }
+    t_group.ops[t_group.n++] = (grouped_t){c, {a->kind, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root,
+                                               a->peer, device, a->stream}};
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_group_start(void) {
+    t_group.depth++;
+    return RINGLET_SUCCESS;
+}
+
+/* The group's calls on one communicator as one request; waited for (*wait) unless they
+ * are on device memory and every call has a stream. */
+/* What group_end holds once every communicator's group is queued. */
+typedef struct {
+    struct ringlet_comm *c;
+    uint64_t seq;
+    int n;
+    void *streams[1 + RL_GROUP_MAX_STREAMS];
+} held_t;
+
+static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *ops, int n, ringlet_request_t *wait,
+                                     held_t *held) {
+    *wait = NULL;
+    held->n = 0;
+    ringlet_result_t rc = check_comm(c, "group_end");
+    if (rc) return rc;
+    struct ringlet_request *r = calloc(1, sizeof *r);
+    rl_subop *sub = calloc((size_t)n, sizeof *sub);
+    if (!r || !sub) {
+        free(r), free(sub);
+        return rl_error(c, RINGLET_ERR_SYSTEM, "group_end: out of memory");
+    }
+    int any_null = 0;
+    r->comm = c;
+    r->kind = RL_OP_GROUP;
+    r->device = ops[0].op.device;
+    for (int i = 0; i < n; i++) {
+        sub[i] = ops[i].op;
+        if (sub[i].device != r->device) {
+            free(r), free(sub);
+            return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                            "group_end: the group mixes host and device buffers (or two devices) on one communicator");
+        }
+        void *st = sub[i].stream;
+        if (!st) {
+            any_null = 1;
+            continue;
+        }
+        int known = st == r->stream;
+        for (int k = 0; k < r->nxstream && !known; k++) known = r->xstream[k] == st;
+        if (known) continue;
+        if (!r->stream) {
+            r->stream = st;
+        } else if (r->nxstream == RL_GROUP_MAX_STREAMS) {
+            free(r), free(sub);
+            return rl_error(c, RINGLET_ERR_INVALID_USAGE, "group_end: more than %d streams on one communicator",
+                            RL_GROUP_MAX_STREAMS + 1);
+        } else {
+            r->xstream[r->nxstream++] = st;
+        }
+    }
+    r->sub = sub;
+    r->nsub = n;
+    r->count = (size_t)n;
+    /* On host memory the group's results are in place when group_end returns. */
+    /* A detached request may be freed by the progress thread once queued: decided here. */
+    int detached = r->detached = !any_null && r->device >= 0;
+    if (!detached) rl_comm_track(c, r, 1);
+    r->hold_later = r->stream != NULL;
+    held->c = c;
+    held->n = 0;
+    if (r->stream) held->streams[held->n++] = r->stream;
+    for (int k = 0; k < r->nxstream; k++) held->streams[held->n++] = r->xstream[k];
+    r->seq_out = &held->seq;
+    char err[RL_MSG_MAX];
+    if ((rc = rl_comm_enqueue(c, r, err))) {
+        held->n = 0;
+        if (!detached) rl_comm_track(c, r, 0);
+        rl_request_free(r);
+        return rl_error(c, rc, "group_end: %s", err);
+    }
+    if (!detached) *wait = r;
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_group_end(void) {
+    if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_end: no group_start before it");
+    if (--t_group.depth) return RINGLET_SUCCESS;
+    grouped_t *ops = t_group.ops;
+    int n = t_group.n;
+    t_group.ops = NULL;
+    t_group.n = t_group.cap = 0;
+    /* Per communicator, in the order of their first call; every submission before any
+     * wait, so that ranks of one process (several communicators) progress together. */
+    ringlet_result_t first = RINGLET_SUCCESS;
+    ringlet_request_t *waits = calloc((size_t)(n ? n : 1), sizeof *waits);
+    grouped_t *mine = calloc((size_t)(n ? n : 1), sizeof *mine);
+    held_t *held = calloc((size_t)(n ? n : 1), sizeof *held);
+    int nw = 0, nh = 0;
+    if (!waits || !mine || !held) first = rl_error(NULL, RINGLET_ERR_SYSTEM, "group_end: out of memory");
+    for (int i = 0; i < n && waits && mine && held; i++) {
+        struct ringlet_comm *c = ops[i].c;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == c;
+        if (seen) continue;
+        int m = 0;
+        for (int j = i; j < n; j++)
+            if (ops[j].c == c) mine[m++] = ops[j];
+        ringlet_result_t rc = group_submit(c, mine, m, &waits[nw], &held[nh]);
+        if (rc && !first) first = rc;
+        if (waits[nw]) nw++;
+        if (held[nh].n) nh++;
+    }
+    /* Every communicator's events are recorded: now the streams wait for the results. */
+    for (int i = 0; i < nh; i++) {
+        char err[RL_MSG_MAX];
+        ringlet_result_t rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
+        if (rc && !first) first = rl_error(held[i].c, rc, "group_end: %s", err);
+    }
+    for (int i = 0; i < nw; i++) {
+        ringlet_result_t rc = ringlet_wait(&waits[i]);
+        if (rc && !first) first = rc;
+    }
+    free(waits);
+    free(mine);
+    free(held);
+    free(ops);
+    return first;
+}
+
+/* RINGLET_STREAM_DEFAULT without a device backend means no stream. */
+static void *stream_of(void *st) { return st == RINGLET_STREAM_DEFAULT && !rl_device() ? NULL : st; }
+
+/* A call on device memory with a stream returns at once (ordered on the stream); any
+ * other returns when its result is in place (on host memory with a stream: it still
+ * starts after the stream's earlier work). Inside a group: recorded. */
+static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
+    call_t copy = *call, *a = &copy;
+    a->stream = stream_of(a->stream);
+    if (t_group.depth) return group_add(c, a);
+    if (a->stream && (!(a->sendbuf || a->recvbuf) || rl_dev_ptr_device(a->sendbuf) >= 0 ||
+                      rl_dev_ptr_device(a->recvbuf) >= 0))
+        return submit(c, a, NULL);
+    if (a->kind != RL_OP_SEND && a->kind != RL_OP_RECV && !a->stream && c && c->inline_ok) {
         /* Host memory and nothing queued: run it here, no thread hand-off. */
         ringlet_result_t rc = check_call(c, a);
         int device;
@@ -197,9 +391,13 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *a) {
     return rc ? rc : ringlet_wait(&r);
 }
 
-static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *a, ringlet_request_t *req) {
-    if (!req) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "i%s: request (the output pointer) is NULL", rl_op_name(a->kind));
-    return submit(c, a, req);
+static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, ringlet_request_t *req) {
+    if (!req) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "i%s: request (the output pointer) is NULL", rl_op_name(call->kind));
+    if (t_group.depth)
+        return rl_error(c, RINGLET_ERR_INVALID_USAGE, "i%s: non-blocking forms are refused inside a group", rl_op_name(call->kind));
+    call_t copy = *call;
+    copy.stream = stream_of(copy.stream);
+    return submit(c, &copy, req);
 }
 
 #define CALL(...) (&(call_t){__VA_ARGS__})
@@ -263,4 +461,124 @@ ringlet_result_t ringlet_isend(const void *s, size_t n, ringlet_datatype_t d, in
 ringlet_result_t ringlet_irecv(void *r, size_t n, ringlet_datatype_t d, int peer, ringlet_comm_t c, void *st,
                                ringlet_request_t *q) {
     return nonblocking(c, CALL(RL_OP_RECV, NULL, r, n, d, 0, 0, peer, st), q);
+}
+ringlet_result_t ringlet_alltoall(const void *s, void *r, size_t n, ringlet_datatype_t d, ringlet_comm_t c, void *st) {
+    return blocking(c, CALL(RL_OP_ALLTOALL, s, r, n, d, 0, 0, 0, st));
+}
+ringlet_result_t ringlet_gather(const void *s, void *r, size_t n, ringlet_datatype_t d, int root, ringlet_comm_t c,
+                                void *st) {
+    return blocking(c, CALL(RL_OP_GATHER, s, r, n, d, 0, root, 0, st));
+}
+ringlet_result_t ringlet_scatter(const void *s, void *r, size_t n, ringlet_datatype_t d, int root, ringlet_comm_t c,
+                                 void *st) {
+    return blocking(c, CALL(RL_OP_SCATTER, s, r, n, d, 0, root, 0, st));
+}
+ringlet_result_t ringlet_ialltoall(const void *s, void *r, size_t n, ringlet_datatype_t d, ringlet_comm_t c, void *st,
+                                   ringlet_request_t *q) {
+    return nonblocking(c, CALL(RL_OP_ALLTOALL, s, r, n, d, 0, 0, 0, st), q);
+}
+ringlet_result_t ringlet_igather(const void *s, void *r, size_t n, ringlet_datatype_t d, int root, ringlet_comm_t c,
+                                 void *st, ringlet_request_t *q) {
+    return nonblocking(c, CALL(RL_OP_GATHER, s, r, n, d, 0, root, 0, st), q);
+}
+ringlet_result_t ringlet_iscatter(const void *s, void *r, size_t n, ringlet_datatype_t d, int root, ringlet_comm_t c,
+                                  void *st, ringlet_request_t *q) {
+    return nonblocking(c, CALL(RL_OP_SCATTER, s, r, n, d, 0, root, 0, st), q);
+}
+
+/* ---- pre-multiplied sums ---- */
+
+ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scalar, ringlet_datatype_t dt,
+                                              ringlet_scalar_residence_t residence, ringlet_comm_t c) {
+    ringlet_result_t rc = check_comm(c, "op_create_premul_sum");
+    if (rc) return rc;
+    size_t es = ringlet_datatype_size(dt);
+    if (!op || !scalar) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: op or scalar is NULL");
+    if (!es) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: datatype %d is not a ringlet_datatype_t", (int)dt);
+    if (residence != RINGLET_SCALAR_HOST && residence != RINGLET_SCALAR_DEVICE)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: residence %d is neither host nor device", (int)residence);
+    if (residence == RINGLET_SCALAR_DEVICE && rl_dev_ptr_device(scalar) < 0)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: a device scalar at %p, which is not device memory", scalar);
+    pthread_mutex_lock(&c->ops_mu);
+    int id = -1;
+    for (int i = 0; i < RL_MAX_USER_OPS && id < 0; i++)
+        if (!c->userops[i].live) id = i;
+    if (id >= 0) {
+        rl_userop *u = &c->userops[id];
+        memset(u, 0, sizeof *u);
+        u->live = 1;
+        u->dtype = dt;
+        u->on_device = residence == RINGLET_SCALAR_DEVICE;
+        if (u->on_device) u->dptr = scalar;
+        else memcpy(u->value, scalar, es);
+    }
+    pthread_mutex_unlock(&c->ops_mu);
+    if (id < 0) return rl_error(c, RINGLET_ERR_INVALID_USAGE, "op_create_premul_sum: %d ops exist already", RL_MAX_USER_OPS);
+    *op = (ringlet_op_t)(RINGLET_NUM_OPS + id);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "op_destroy: comm is NULL");
+    unsigned id = (unsigned)op - RINGLET_NUM_OPS;
+    pthread_mutex_lock(&c->ops_mu);
+    int ok = (unsigned)op >= RINGLET_NUM_OPS && id < RL_MAX_USER_OPS && c->userops[id].live;
+    if (ok) c->userops[id].live = 0;
+    pthread_mutex_unlock(&c->ops_mu);
+    return ok ? RINGLET_SUCCESS
+              : rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_destroy: op %d is not a live op made by this communicator", (int)op);
+}
+
+/* ---- device and memory ---- */
+
+ringlet_result_t ringlet_comm_device(ringlet_comm_t c, int *device) {
+    if (!c || !device) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "comm_device: comm or device is NULL");
+    pthread_mutex_lock(&c->q_mu); /* c->dev is made under it */
+    *device = c->dev && c->dev->device >= 0 ? c->dev->device : c->init_device;
+    pthread_mutex_unlock(&c->q_mu);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_mem_alloc(void **ptr, size_t bytes) {
+    const rl_device_ops *d = rl_device();
+    if (!ptr) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "mem_alloc: ptr is NULL");
+    *ptr = NULL;
+    if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "mem_alloc: no device backend: %s", rl_device_unavailable());
+    if (d->mem_alloc(ptr, bytes) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_alloc: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_mem_free(void *ptr) {
+    const rl_device_ops *d = rl_device();
+    if (!ptr) return RINGLET_SUCCESS;
+    if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "mem_free: no device backend");
+    if (d->mem_free(ptr) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_device_count(int *count) {
+    const rl_device_ops *d = rl_device();
+    if (!count) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "device_count: count is NULL");
+    *count = 0;
+    if (d && d->count(count) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "device_count: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_set_device(int device) {
+    const rl_device_ops *d = rl_device();
+    if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "set_device: no device backend: %s", rl_device_unavailable());
+    int n = 0;
+    if (d->count(&n) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "set_device: %s", rl_dev_error());
+    if (device < 0 || device >= n)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "set_device: device %d out of range (%d devices)", device, n);
+    if (d->set_device(device) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "set_device %d: %s", device, rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_get_device(int *device) {
+    const rl_device_ops *d = rl_device();
+    if (!device) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_device: device is NULL");
+    *device = -1;
+    if (d && d->get_device(device) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "get_device: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
 }

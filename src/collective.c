@@ -1,6 +1,8 @@
 #include "collective.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "devcomm.h"
 #include "failure.h"
@@ -10,11 +12,11 @@
 
 /* Host buffers with a stream: the stream's earlier work must be done before the host
  * reads them. */
-static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+static ringlet_result_t wait_user_event(struct ringlet_comm *c, void *event, char *err) {
     const rl_device_ops *d = c->dev->d;
     double t0 = rl_now();
     int q;
-    while ((q = d->event_query(r->event)) == RL_DEV_NOT_READY) {
+    while ((q = d->event_query(event)) == RL_DEV_NOT_READY) {
         if (atomic_load(&c->stop)) return snprintf(err, RL_MSG_MAX, "stopped: the communicator failed"), RINGLET_ERR_REMOTE;
         if (rl_now() - t0 > c->timeout_s)
             return snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s",
@@ -25,14 +27,89 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
     return q == RL_DEV_OK ? RINGLET_SUCCESS : rl_devcomm_error("the stream", err);
 }
 
+/* Every stream of the request (a group has several). */
+static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    ringlet_result_t rc = r->event ? wait_user_event(c, r->event, err) : RINGLET_SUCCESS;
+    for (int i = 0; i < r->nxstream && !rc; i++) rc = wait_user_event(c, r->xevent[i], err);
+    return rc;
+}
+
+/* A pre-multiplied sum: this rank's input times its scalar (into scratch), then a sum. */
+static ringlet_result_t run_premul(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    size_t es = ringlet_datatype_size(r->dtype);
+    size_t n = r->kind == RL_OP_REDUCE_SCATTER ? r->count * (size_t)c->nranks : r->count;
+    unsigned char scalar[8];
+    char e[RL_MSG_MAX] = "";
+    if (r->premul.on_device) {
+        /* Read when the call runs, as NCCL's device scalars are. */
+        const rl_device_ops *d = mem->dev ? mem->dev->d : rl_device();
+        void *pin = mem->dev ? rl_devcomm_pinned(c, 64, e) : NULL;
+        ringlet_result_t rc = RINGLET_SUCCESS;
+        if (!d || !pin) rc = RINGLET_ERR_CUDA;
+        else if (d->memcpy_async(pin, r->premul.dptr, es, mem->dev->s_recv) != RL_DEV_OK ||
+                 d->event_record(mem->dev->ev_misc, mem->dev->s_recv) != RL_DEV_OK)
+            rc = rl_devcomm_error("reading the scalar", e);
+        else rc = rl_devcomm_wait(c, mem->dev->ev_misc, "reading the scalar", e);
+        if (rc)
+            return snprintf(err, RL_MSG_MAX, "%s #%llu: device scalar (a device scalar needs device buffers)%s%.300s",
+                            rl_op_name(r->kind), (unsigned long long)r->seq, *e ? ": " : "", e),
+                   rc;
+        memcpy(scalar, pin, es);
+    } else {
+        memcpy(scalar, r->premul.value, es);
+    }
+    char *scaled = NULL;
+    if (n) {
+        if (mem->dev) {
+            scaled = rl_devcomm_scratch2(c, n * es, e);
+        } else {
+            if (n * es > c->temp2_size) {
+                free(c->temp2);
+                c->temp2 = malloc(n * es);
+                c->temp2_size = c->temp2 ? n * es : 0;
+            }
+            scaled = c->temp2;
+        }
+        if (!scaled)
+            return snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory for the scaled input%s%.300s", rl_op_name(r->kind),
+                            (unsigned long long)r->seq, *e ? ": " : "", e),
+                   RINGLET_ERR_SYSTEM;
+        rl_mem_scale(mem, scaled, r->sendbuf, n, r->dtype, scalar);
+        /* The exchange's staging copies read the scaled input: it must be there. */
+        ringlet_result_t rc = rl_mem_fence(c, mem, e);
+        if (rc) return snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, e), rc;
+    }
+    struct ringlet_request s;
+    rl_request_shadow(&s, r);
+    s.sendbuf = scaled ? scaled : r->sendbuf;
+    s.op = RINGLET_SUM;
+    if (s.count > 0 && rl_oneshot_fits(c, &s)) return rl_run_oneshot(c, &s, mem, err);
+    return rl_run_ring(c, &s, mem, err);
+}
+
+static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+
 static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
                                       rl_mem *mem, char *err) {
+    switch (r->kind) {
+    case RL_OP_GROUP: return rl_run_group(c, r, mem, run_one, err);
+    case RL_OP_ALLTOALL:
+    case RL_OP_GATHER:
+    case RL_OP_SCATTER: return rl_run_spread(c, r, mem, err);
+    default: break;
+    }
+    if (r->premul.live) return run_premul(c, r, mem, err);
     if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
         struct ringlet_request *send = r->kind == RL_OP_SEND ? r : partner, *recv = r->kind == RL_OP_RECV ? r : partner;
         return rl_run_p2p_pipe(c, send, recv, mem, err);
     }
     if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
     return rl_run_ring(c, r, mem, err);
+}
+
+/* A collective of a group, by algorithm, without the preparation rl_run_op does. */
+static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    return run_algorithm(c, r, NULL, mem, err);
 }
 
 /* Before the algorithm: the device state (device buffers: the internal streams wait

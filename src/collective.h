@@ -24,6 +24,14 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
  * same answer on every rank), and running it. */
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* All-to-all, gather and scatter (spread.c). */
+ringlet_result_t rl_run_spread(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* The calls of a group (group.c): its collectives in order, each through run_one (the
+ * dispatcher of collective.c, passed in so that the two files do not call each other),
+ * then its sends and receives with every peer at once. */
+typedef ringlet_result_t (*rl_run_fn)(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, rl_run_fn run_one,
+                              char *err);
 /* A send, a receive, or both at once, as pipelined sequences of pieces (p2p.c): device
  * memory, or calls ordered on a stream. send or recv may be NULL. */
 ringlet_result_t rl_run_p2p_pipe(struct ringlet_comm *c, struct ringlet_request *send, struct ringlet_request *recv,

@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "conn.h"
 #include "devcomm.h"
+#include "device.h"
 #include "doorbell.h"
 #include "failure.h"
 #include "log.h"
@@ -82,6 +83,8 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
     pthread_mutex_init(&c->live_mu, NULL);
+    pthread_mutex_init(&c->ops_mu, NULL);
+    c->init_device = -1;
     c->infos = calloc((size_t)nranks, sizeof *c->infos);
     c->ring = calloc((size_t)nranks, sizeof *c->ring);
     c->send_conns = calloc((size_t)nranks, sizeof(rl_conn));
@@ -118,13 +121,15 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
     rl_devcomm_fini(c);
     free(c->slots);
     free(c->temp);
-    c->slots = c->temp = NULL;
-    c->temp_size = 0;
+    free(c->temp2);
+    c->slots = c->temp = c->temp2 = NULL;
+    c->temp_size = c->temp2_size = 0;
 }
 
 static void comm_free(struct ringlet_comm *c) {
     rl_comm_free_live(c);
     pthread_mutex_destroy(&c->live_mu);
+    pthread_mutex_destroy(&c->ops_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
     free(c->send_conns_dev), free(c->recv_conns_dev);
     pthread_mutex_destroy(&c->fail_mu);
@@ -208,6 +213,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     c->trace = rl_trace_open(rank, nranks);
     rl_fault_from_env(&c->fault);
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
+    const rl_device_ops *dops = rl_device();
+    if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();
     host_id(c->infos[rank].hostid);
@@ -308,5 +315,57 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
     rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
     comm_teardown(c, 0);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "finalize: comm is NULL");
+    double until = rl_now() + c->timeout_s;
+    for (;;) {
+        pthread_mutex_lock(&c->q_mu);
+        int busy = c->q_head || c->running;
+        pthread_mutex_unlock(&c->q_mu);
+        if (!busy || atomic_load(&c->failed)) break;
+        if (rl_now() > until)
+            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: operations still running after %.0f s (RINGLET_TIMEOUT)",
+                            c->timeout_s);
+        rl_sleep_ms(1);
+    }
+    return ringlet_comm_get_async_error(c);
+}
+
+/* Split: every rank learns every rank's (color, key); each new communicator's first
+ * rank makes a unique id, which every rank learns too (two all-gathers over comm); then
+ * the members init the new communicator from it. */
+ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
+    if (!c || !newcomm) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm or newcomm is NULL");
+    *newcomm = NULL;
+    if (color < 0 && color != RINGLET_SPLIT_NOCOLOR)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: color %d is negative (and not RINGLET_SPLIT_NOCOLOR)", color);
+    int P = c->nranks, me = c->rank;
+    int32_t mine[3] = {color, key, me}, *all = calloc((size_t)P * 3, sizeof *all);
+    ringlet_unique_id_t *ids = calloc((size_t)P, sizeof *ids);
+    if (!all || !ids) {
+        free(all), free(ids);
+        return rl_error(c, RINGLET_ERR_SYSTEM, "split: out of memory");
+    }
+    ringlet_result_t rc = ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL);
+    /* This rank's new rank: members of its color before it in (key, rank) order. */
+    int newrank = 0, size = 0, leader = -1;
+    for (int q = 0; q < P && !rc && color != RINGLET_SPLIT_NOCOLOR; q++) {
+        if (all[3 * q] != color) continue;
+        size++;
+        int kq = all[3 * q + 1];
+        if (kq < key || (kq == key && q < me)) newrank++;
+        if (leader < 0 || kq < all[3 * leader + 1] || (kq == all[3 * leader + 1] && q < leader)) leader = q;
+    }
+    ringlet_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
+    if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = ringlet_comm_init_rank(newcomm, size, ids[leader], newrank);
+    free(all);
+    free(ids);
+    if (rc) return rl_error(c, rc, "split (color %d, key %d): %s", color, key, ringlet_comm_last_error(*newcomm ? *newcomm : NULL));
     return RINGLET_SUCCESS;
 }

@@ -43,12 +43,16 @@ typedef enum {
     RL_OP_BARRIER,
     RL_OP_SEND,
     RL_OP_RECV,
+    RL_OP_ALLTOALL,
+    RL_OP_GATHER,
+    RL_OP_SCATTER,
+    RL_OP_GROUP, /* the calls of one ringlet_group_start/end on one communicator */
 } rl_op_kind;
 
 /* "allreduce", ...; "?" out of range. */
 static inline const char *rl_op_name(rl_op_kind k) {
-    static const char *const names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-                                        "barrier",   "send",      "recv"};
+    static const char *const names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier",
+                                        "send",      "recv",      "alltoall", "gather", "scatter",        "group"};
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 
@@ -56,6 +60,30 @@ static inline const char *rl_op_name(rl_op_kind k) {
  * message of up to this size, 0 included, is one piece), whatever the memory, so that
  * a host buffer on one end and a device buffer on the other agree. */
 #define RL_P2P_PIECE ((size_t)1 << 20)
+
+/* One call of a group, as recorded. */
+typedef struct rl_subop {
+    rl_op_kind kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    ringlet_datatype_t dtype;
+    ringlet_op_t op;
+    int root, peer, device;
+    void *stream;
+} rl_subop;
+
+#define RL_GROUP_MAX_STREAMS 16
+
+/* A reduction op made by ringlet_op_create_premul_sum (ids from RINGLET_NUM_OPS). */
+#define RL_MAX_USER_OPS 64
+typedef struct rl_userop {
+    int live;
+    ringlet_datatype_t dtype;
+    int on_device;           /* the scalar: value (host, copied at creation) or dptr (device) */
+    unsigned char value[8];
+    const void *dptr;
+} rl_userop;
 
 struct ringlet_request {
     struct ringlet_comm *comm;
@@ -79,6 +107,16 @@ struct ringlet_request {
     void *stream;
     void *event;
     int detached;
+    int hold_later;     /* rl_devcomm_hold holds its streams (a group) */
+    uint64_t *seq_out;  /* where enqueue also writes the number (a detached request may be gone) */
+    /* A group: its calls, and the streams they use besides `stream` (each with the
+     * event of its work before the group) */
+    rl_subop *sub;
+    int nsub;
+    int nxstream;
+    void *xstream[RL_GROUP_MAX_STREAMS], *xevent[RL_GROUP_MAX_STREAMS];
+    /* A pre-multiplied sum: the op as it was at the call (op is a user op id). */
+    rl_userop premul;
     /* Point to point on host memory: the progress thread posts the pieces' transport
      * requests (treqs: treq1, or an array for more than one piece), then sets posted;
      * the waiter completes the request from them. */
@@ -144,6 +182,11 @@ struct ringlet_comm {
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
     char *temp;       /* grown on demand: partial results of reduce_scatter / reduce */
     size_t temp_size;
+    char *temp2;      /* grown on demand: the scaled input of a pre-multiplied sum */
+    size_t temp2_size;
+    int init_device;  /* the device layer's current device at init, or -1 */
+    pthread_mutex_t ops_mu;
+    rl_userop userops[RL_MAX_USER_OPS];
 
     struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
     rl_fault fault;         /* RINGLET_FAULT_KILL (tests) */

@@ -78,7 +78,7 @@ rl_bell *rl_doorbell_peer(void *comm, int peer) {
     memcpy(name, c->infos[peer].bell_name, sizeof name);
     name[sizeof name - 1] = 0;
     if (!p && !d->failed[peer] && name[0]) {
-        int fd = shm_open(name, O_RDWR, 0);
+        int fd = shm_open(name, O_RDWR, 0), open_errno = errno;
         db_page *m = fd >= 0 ? mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
         if (fd >= 0) close(fd);
         uint8_t tag[32];
@@ -89,8 +89,11 @@ rl_bell *rl_doorbell_peer(void *comm, int peer) {
         } else {
             if (m != MAP_FAILED) munmap(m, DB_BYTES);
             d->failed[peer] = 1;
-            RL_WARN(c->rank, "cannot ring rank %d's doorbell %s (%s): waits on it poll instead", peer, name,
-                    m == MAP_FAILED ? strerror(errno) : "not this job's");
+            if (fd < 0 && open_errno == ENOENT) /* the rank has left (it unlinks its bell): nobody to wake */
+                RL_INFO(c->rank, "rank %d's doorbell %s is gone (the rank has left)", peer, name);
+            else
+                RL_WARN(c->rank, "cannot ring rank %d's doorbell %s (%s): waits on it poll instead", peer, name,
+                        m == MAP_FAILED ? strerror(fd < 0 ? open_errno : errno) : "not this job's");
         }
     }
     pthread_mutex_unlock(&d->mu);

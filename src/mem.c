@@ -28,6 +28,18 @@ void rl_mem_reduce_many(rl_mem *m, void *dst, const void *const *srcs, int nsrc,
     }
 }
 
+void rl_mem_scale(rl_mem *m, void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar) {
+    if (!m->dev) rl_scale_host(dst, src, n, dt, scalar);
+    else if (n && m->dev->d->scale(dst, src, n, dt, scalar, m->dev->s_recv) != RL_DEV_OK) failed(m, "scaling kernel");
+}
+
+ringlet_result_t rl_mem_fence(struct ringlet_comm *c, rl_mem *m, char *err) {
+    if (m->rc) return snprintf(err, RL_MSG_MAX, "%.400s", m->err), m->rc;
+    if (!m->dev) return RINGLET_SUCCESS;
+    if (m->dev->d->event_record(m->dev->ev_misc, m->dev->s_recv) != RL_DEV_OK) return rl_devcomm_error("device", err);
+    return rl_devcomm_wait(c, m->dev->ev_misc, "the device's copy before the exchange", err);
+}
+
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (!m->dev) {
         rl_divide_host(buf, n, dt, divisor);

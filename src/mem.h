@@ -19,10 +19,17 @@ typedef struct rl_mem {
 void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                    ringlet_op_t op);
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor);
+/* dst = src * scalar (scalar: one element of dt in host memory). */
+void rl_mem_scale(rl_mem *m, void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar);
 /* dst = srcs[0] op ... op srcs[nsrc-1] in one pass (device: one kernel); dst may be any source. */
 void rl_mem_reduce_many(rl_mem *m, void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
                         ringlet_op_t op);
 void rl_mem_copy(rl_mem *m, void *dst, const void *src, size_t bytes);
+
+/* Waits until the device work enqueued through m so far is done (the staging copies and
+ * the transports' own streams do not wait for the compute stream): a copy or scaling
+ * whose result the exchange then reads. Nothing on host memory. */
+ringlet_result_t rl_mem_fence(struct ringlet_comm *c, rl_mem *m, char *err);
 
 /* Scratch host memory for partial results, grown (never per call once large enough);
  * freed at teardown. */

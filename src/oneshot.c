@@ -150,9 +150,9 @@ static ringlet_result_t stage_input(struct ringlet_comm *c, rl_mem *mem, const v
     struct rl_devcomm *d = mem->dev;
     *out = pinned;
     if (!bytes) return RINGLET_SUCCESS;
-    if (d->d->memcpy_async(pinned, src, bytes, d->s_send) != RL_DEV_OK || d->d->event_record(d->ev_send[0], d->s_send) != RL_DEV_OK)
+    if (d->d->memcpy_async(pinned, src, bytes, d->s_send) != RL_DEV_OK || d->d->event_record(d->ev_misc, d->s_send) != RL_DEV_OK)
         return rl_devcomm_error("copy of the input to pinned memory", err);
-    return rl_devcomm_wait(c, d->ev_send[0], "the copy of the input to pinned memory", err);
+    return rl_devcomm_wait(c, d->ev_misc, "the copy of the input to pinned memory", err);
 }
 
 /* Whether this rank sends to (receives from) q in the one-shot form of r. */
@@ -286,9 +286,9 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     for (int i = 0; i < nr; i++) any_lent |= v[i].lent;
     if (any_lent && dev && !mem->rc) {
         char e2[RL_MSG_MAX];
-        if (mem->dev->d->event_record(mem->dev->ev_recv[0], mem->dev->s_recv) != RL_DEV_OK)
+        if (mem->dev->d->event_record(mem->dev->ev_misc, mem->dev->s_recv) != RL_DEV_OK)
             mem->rc = rl_devcomm_error("device", mem->err);
-        else if ((rc = rl_devcomm_wait(c, mem->dev->ev_recv[0], "the reduction of lent slots", e2)))
+        else if ((rc = rl_devcomm_wait(c, mem->dev->ev_misc, "the reduction of lent slots", e2)))
             mem->rc = rc, snprintf(mem->err, sizeof mem->err, "%.400s", e2);
     }
     for (int i = 0; i < nr; i++)

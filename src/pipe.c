@@ -10,6 +10,7 @@
 #include "pipe.h"
 
 #include <sched.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -46,6 +47,7 @@ typedef struct {
     rl_pipe *p;
     struct rl_devcomm *dev; /* NULL: host memory */
     int sdev, rdev;         /* device buffers over a transport that moves device memory itself */
+    rl_devlane *lane;       /* device: the staging slots and events of this exchange */
     int W;
     size_t slot_bytes;
     rl_conn *sconn, *rconn;
@@ -68,7 +70,7 @@ static void fail_with(run_t *s, ringlet_result_t code, const char *msg) {
 
 static char *recv_slot(run_t *s, size_t i) {
     size_t k = i % (size_t)s->W;
-    return s->dev ? s->dev->recv_slots + k * s->slot_bytes : s->p->c->slots + k * s->p->c->chunk_bytes;
+    return s->dev ? s->lane->recv_slots + k * s->slot_bytes : s->p->c->slots + k * s->p->c->chunk_bytes;
 }
 
 /* Device work is not announced on the communicator's bell: a waiter that has some
@@ -103,7 +105,7 @@ static int post_receives(run_t *s) {
                 s->rconn->tp->irecv(s->rconn->h, dst, bytes, NULL, t);
             } else {
                 s->lent[k] = s->rconn->tp->irecv_map && s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
-                if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, s->dev->dev_slots + k * s->slot_bytes, bytes, NULL, t);
+                if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, s->lane->dev_slots + k * s->slot_bytes, bytes, NULL, t);
             }
         } else if (s->dev) {
             s->rconn->tp->irecv(s->rconn->h, recv_slot(s, i), bytes, NULL, t);
@@ -131,9 +133,9 @@ static int stage_sends(run_t *s) {
         p->send_at(p, i, &src, &s->sbytes[k]);
         if (s->dev && !s->sdev) {
             const rl_device_ops *d = s->dev->d;
-            char *slot = s->dev->send_slots + k * s->slot_bytes;
+            char *slot = s->lane->send_slots + k * s->slot_bytes;
             if ((s->sbytes[k] && d->memcpy_async(slot, src, s->sbytes[k], s->dev->s_send) != RL_DEV_OK) ||
-                d->event_record(s->dev->ev_send[k], s->dev->s_send) != RL_DEV_OK) {
+                d->event_record(s->lane->ev_send[k], s->dev->s_send) != RL_DEV_OK) {
                 char e[RL_MSG_MAX];
                 fail_with(s, rl_devcomm_error("copy of a chunk into a pinned send slot", e), e);
                 return 1;
@@ -155,7 +157,7 @@ static int post_sends(run_t *s) {
     while (s->posted_s < s->staged_s) {
         size_t i = s->posted_s, k = i % (size_t)s->W;
         if (s->dev && !s->sdev) {
-            int q = s->dev->d->event_query(s->dev->ev_send[k]);
+            int q = s->dev->d->event_query(s->lane->ev_send[k]);
             if (q == RL_DEV_NOT_READY) break;
             if (q != RL_DEV_OK) {
                 char e[RL_MSG_MAX];
@@ -192,8 +194,8 @@ static int land_receives(run_t *s) {
         if (s->rdev) {
             /* The transport put it in place, or where the kernel reads it. */
             s->noev[k] = dst != NULL;
-            if (!dst) p->process(p, i, s->lent[k] ? t->mapped : s->dev->dev_slots + k * s->slot_bytes);
-            if (!s->noev[k] && !p->mem->rc && s->dev->d->event_record(s->dev->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
+            if (!dst) p->process(p, i, s->lent[k] ? t->mapped : s->lane->dev_slots + k * s->slot_bytes);
+            if (!s->noev[k] && !p->mem->rc && s->dev->d->event_record(s->lane->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
                 p->mem->rc = rl_devcomm_error("device", p->mem->err);
             if (p->mem->rc) {
                 fail_with(s, p->mem->rc, p->mem->err);
@@ -205,14 +207,14 @@ static int land_receives(run_t *s) {
             s->noev[k] = 0;
             if (dst) {
                 rl_mem_copy(p->mem, dst, recv_slot(s, i), bytes);
-            } else if (s->dev->dev_slots) {
-                char *ds = s->dev->dev_slots + k * s->slot_bytes;
+            } else if (s->lane->dev_slots) {
+                char *ds = s->lane->dev_slots + k * s->slot_bytes;
                 rl_mem_copy(p->mem, ds, recv_slot(s, i), bytes);
                 p->process(p, i, ds);
             } else {
                 p->process(p, i, recv_slot(s, i));
             }
-            if (!p->mem->rc && s->dev->d->event_record(s->dev->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
+            if (!p->mem->rc && s->dev->d->event_record(s->lane->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
                 p->mem->rc = rl_devcomm_error("device", p->mem->err);
             if (p->mem->rc) {
                 fail_with(s, p->mem->rc, p->mem->err);
@@ -233,7 +235,7 @@ static int land_receives(run_t *s) {
     /* Device: a slot is free once the work that reads it finished, in order. */
     while (s->dev && !s->fcode && s->done_r < s->landed_r) {
         size_t k = s->done_r % (size_t)s->W;
-        int q = s->noev[k] ? RL_DEV_OK : s->dev->d->event_query(s->dev->ev_recv[k]);
+        int q = s->noev[k] ? RL_DEV_OK : s->dev->d->event_query(s->lane->ev_recv[k]);
         if (q == RL_DEV_NOT_READY) break;
         if (q != RL_DEV_OK) {
             char e[RL_MSG_MAX];
@@ -266,23 +268,42 @@ static int complete_sends(run_t *s) {
     return moved;
 }
 
-ringlet_result_t rl_pipe_run(rl_pipe *p, char *err) {
+static ringlet_result_t run_setup_rest(run_t *s, rl_pipe *p, char *err);
+
+/* Connections, lane and the user's stream for one exchange (send: 1 the send connection
+ * only, 0 the rest: every exchange's send connection is made before any receive
+ * connection, since an accept waits for the peer's connect and a connect never waits);
+ * on failure the message in err (the communicator failed). */
+static ringlet_result_t run_setup(run_t *s, rl_pipe *p, int send, char *err) {
     struct ringlet_comm *c = p->c;
-    /* On the stack, and only the counters zeroed: a small call must not pay for
-     * clearing 64 transport requests. */
-    run_t state, *s = &state;
+    char cerr[RL_ERR_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    int device = p->mem->dev != NULL;
+    if (send) {
+        s->sconn = NULL;
+        if (p->nsend) rc = rl_comm_send_conn(c, p->send_peer, device, &s->sconn, cerr);
+        return rc ? rl_comm_op_failed(c, p->r, rc, cerr, err) : RINGLET_SUCCESS;
+    }
+    return run_setup_rest(s, p, err);
+}
+
+static ringlet_result_t run_setup_rest(run_t *s, rl_pipe *p, char *err) {
+    struct ringlet_comm *c = p->c;
     if (!p->r_recv) p->r_recv = p->r;
+    /* Only the counters zeroed: a small call must not pay for clearing 64 transport
+     * requests. */
     s->p = p;
     s->posted_r = s->landed_r = s->done_r = s->staged_s = s->posted_s = s->done_s = 0;
     s->fcode = RINGLET_SUCCESS;
-    s->sconn = s->rconn = NULL;
+    s->rconn = NULL;
+    s->lane = NULL;
     s->dev = p->mem->dev;
     s->W = c->nslots < MAXW ? c->nslots : MAXW;
     s->slot_bytes = s->dev ? s->dev->slot_bytes : c->chunk_bytes;
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     int device = s->dev != NULL;
-    if (p->nsend) rc = rl_comm_send_conn(c, p->send_peer, device, &s->sconn, cerr);
+    if (device && !(s->lane = rl_devcomm_lane(c, p->lane, cerr))) rc = RINGLET_ERR_CUDA;
     if (!rc && p->nrecv) rc = rl_comm_recv_conn(c, p->recv_peer, device, &s->rconn, cerr);
     if (rc) return rl_comm_op_failed(c, p->r, rc, cerr, err);
     s->sdev = device && s->sconn && s->sconn->tp->device_memory;
@@ -293,47 +314,105 @@ ringlet_result_t rl_pipe_run(rl_pipe *p, char *err) {
         const struct ringlet_request *rs[2] = {p->r, p->r_recv};
         for (int j = 0; j < 2 && !rc; j++)
             if (rs[j]->event) rc = rl_devcomm_wait(c, rs[j]->event, "the stream's work before the call", cerr);
-        if (!rc && s->rdev && !s->dev->dev_slots && rl_devcomm_device_slots(c, cerr) != RINGLET_SUCCESS) rc = RINGLET_ERR_CUDA;
+        if (!rc && s->rdev && rl_devcomm_device_slots(c, s->lane, cerr) != RINGLET_SUCCESS) rc = RINGLET_ERR_CUDA;
         if (rc) return rl_comm_op_failed(c, p->r, rc, cerr, err);
+    }
+    return RINGLET_SUCCESS;
+}
+
+static int run_done(const run_t *s) { return s->done_r >= s->p->nrecv && s->done_s >= s->p->nsend; }
+
+/* One round of every step; non-zero if anything moved. */
+static int run_step(run_t *s) {
+    int moved = post_receives(s);
+    moved |= stage_sends(s);
+    moved |= post_sends(s);
+    moved |= land_receives(s);
+    moved |= complete_sends(s);
+    return moved;
+}
+
+/* Device work of this exchange that only polling sees finish. */
+static int run_device_pending(const run_t *s) {
+    return s->dev && (s->posted_s < s->staged_s || s->done_r < s->landed_r);
+}
+
+/* After a failure: the transports' work on our buffers stops before they go back. */
+static void run_stop(run_t *s) {
+    struct ringlet_comm *c = s->p->c;
+    for (size_t i = s->landed_r; i < s->posted_r; i++)
+        while (!rl_treq_done(&s->rreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    for (size_t i = s->done_s; i < s->posted_s; i++)
+        while (!rl_treq_done(&s->sreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+}
+
+ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {
+    if (n < 1) return RINGLET_SUCCESS;
+    struct ringlet_comm *c = pipes[0].c;
+    /* One exchange on the stack (the common case); several on the heap. */
+    run_t one, *runs = n == 1 ? &one : malloc(sizeof(run_t) * (size_t)n);
+    if (!runs) return rl_comm_op_failed(c, pipes[0].r, RINGLET_ERR_SYSTEM, "out of memory for the exchanges", err);
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    for (int i = 0; i < n && !rc; i++) rc = run_setup(&runs[i], &pipes[i], 1, err);
+    for (int i = 0; i < n && !rc; i++) rc = run_setup(&runs[i], &pipes[i], 0, err);
+    if (rc) {
+        /* Nothing was posted yet. */
+        if (runs != &one) free(runs);
+        return rc;
     }
 
     double last_progress = rl_now();
     unsigned idle = 0;
-    while ((s->done_r < p->nrecv || s->done_s < p->nsend) && !s->fcode) {
+    run_t *failed = NULL;
+    for (;;) {
+        int all_done = 1, moved = 0, device = 0;
         unsigned gen = rl_comm_gen(c);
         rl_comm_progress(c);
-        int moved = post_receives(s);
-        moved |= stage_sends(s);
-        moved |= post_sends(s);
-        moved |= land_receives(s);
-        moved |= complete_sends(s);
-        if (moved || s->fcode) {
+        for (int i = 0; i < n && !failed; i++) {
+            run_t *s = &runs[i];
+            if (run_done(s)) continue;
+            moved |= run_step(s);
+            if (s->fcode) failed = s;
+            all_done &= run_done(s);
+            device |= run_device_pending(s);
+        }
+        if (failed || all_done) break;
+        if (moved) {
             last_progress = rl_now();
             idle = 0;
             continue;
         }
         if (atomic_load(&c->failed)) {
-            s->fcode = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
+            failed = &runs[0];
+            failed->fcode = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
             break;
         }
         if (rl_now() - last_progress > c->timeout_s) {
-            int waiting_recv = s->done_r < s->posted_r;
-            char what[160];
-            snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
-                     waiting_recv ? "receive from" : "send to", waiting_recv ? p->recv_peer : p->send_peer);
-            fail_with(s, RINGLET_ERR_TIMEOUT, what);
+            for (int i = 0; i < n; i++) {
+                run_t *s = &runs[i];
+                if (run_done(s)) continue;
+                int waiting_recv = s->done_r < s->posted_r || s->done_s >= s->p->nsend;
+                char what[160];
+                snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d",
+                         c->timeout_s, waiting_recv ? "receive from" : "send to",
+                         waiting_recv ? s->p->recv_peer : s->p->send_peer);
+                fail_with(s, RINGLET_ERR_TIMEOUT, what);
+                failed = s;
+                break;
+            }
             break;
         }
-        if (s->dev && (s->posted_s < s->staged_s || s->done_r < s->landed_r)) wait_device(c, idle++);
+        if (device) wait_device(c, idle++);
         else rl_comm_wait_event(c, gen, 100);
     }
-    if (!s->fcode) return RINGLET_SUCCESS;
-    /* Fail the communicator (a dead peer named by the monitor wins), then stop the
-     * transports' work on our buffers before handing them back. */
-    rc = rl_comm_op_failed(c, p->r, s->fcode, s->failure, err);
-    for (size_t i = s->landed_r; i < s->posted_r; i++)
-        while (!rl_treq_done(&s->rreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
-    for (size_t i = s->done_s; i < s->posted_s; i++)
-        while (!rl_treq_done(&s->sreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+    if (failed) {
+        /* Fail the communicator (a dead peer named by the monitor wins), then stop the
+         * transports' work on our buffers before handing them back. */
+        rc = rl_comm_op_failed(c, failed->p->r, failed->fcode, failed->failure, err);
+        for (int i = 0; i < n; i++) run_stop(&runs[i]);
+    }
+    if (runs != &one) free(runs);
     return rc;
 }
+
+ringlet_result_t rl_pipe_run(rl_pipe *p, char *err) { return rl_pipes_run(p, 1, err); }

@@ -43,6 +43,7 @@ struct rl_pipe {
     const struct ringlet_request *r;
     const struct ringlet_request *r_recv; /* the receives' operation, when not r (a send/receive pair) */
     rl_mem *mem;
+    int lane;         /* device staging: which of the communicator's lanes (devcomm.h) */
     int send_peer, recv_peer;
     size_t nrecv, nsend;
     size_t lag;       /* send i waits for receive i - lag to be processed (if send_dep) */
@@ -63,5 +64,8 @@ struct rl_pipe {
  * returns its code with the message in err (RL_MSG_MAX). Device work it enqueued may
  * still run: the caller drains the streams (rl_devcomm_drain) before reusing memory. */
 ringlet_result_t rl_pipe_run(rl_pipe *p, char *err);
+/* n exchanges at once (each on its own lane, with its own peers), to the end or the
+ * first failure (then all stop). */
+ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err);
 
 #endif

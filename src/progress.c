@@ -11,6 +11,7 @@
 
 void rl_request_free(struct ringlet_request *r) {
     rl_p2p_free(r);
+    free(r->sub);
     free(r);
 }
 
@@ -166,10 +167,12 @@ void rl_comm_free_live(struct ringlet_comm *c) {
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     pthread_mutex_lock(&c->q_mu);
     r->seq = ++c->seq;
+    if (r->seq_out) *r->seq_out = r->seq;
     if (r->stream) {
         ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
         if (rc) {
-            c->seq--;
+            /* The number stays used: streams it held were released by setting the flag
+             * to it, which must not also release the next operation's. */
             pthread_mutex_unlock(&c->q_mu);
             return rc;
         }

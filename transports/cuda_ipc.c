@@ -74,6 +74,7 @@ typedef struct {
     uint32_t nslots;
     uint64_t slot_bytes;
     int32_t device;
+    int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
     rl_dev_handle handle; /* the sender's slots */
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
@@ -318,6 +319,7 @@ static ringlet_result_t ipc_connect(void *ctx, int peer, const void *blob, size_
         k->ctl->nslots = k->nslots;
         k->ctl->slot_bytes = k->slot_bytes;
         k->ctl->device = k->device;
+        k->ctl->sender_pid = (int32_t)getpid();
         /* A block is used by one sender connection for the job's life. */
         if (!atomic_compare_exchange_strong(&k->ctl->sender, &none, SIDE_OPEN)) {
             rc = RINGLET_ERR_INTERNAL;
@@ -430,6 +432,22 @@ publish:
     return moved;
 }
 
+/* A process that exited (or was killed): gone, or a zombie not reaped yet (its memory
+ * and descriptors are already released). */
+static int process_gone(int32_t pid) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* the state follows the command name */
+    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
 /* Receiver: maps the sender's slots once it has connected. */
 static int attach(ipc_conn *k) {
     if (k->slots) return 1;
@@ -457,7 +475,10 @@ static int attach(ipc_conn *k) {
     if (!k->slots) {
         atomic_store(&k->ctl->mismatch, 1);
         ring_peer(k);
-        fail_all(k, RINGLET_ERR_CUDA, why);
+        /* A sender that died after it connected takes its memory with it: that is the
+         * peer's failure (REMOTE: the monitor then names it), not a mapping problem. */
+        int gone = process_gone(k->ctl->sender_pid);
+        fail_all(k, gone ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA, why);
         return 0;
     }
     return 1;

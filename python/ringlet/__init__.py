@@ -9,15 +9,17 @@
     from ringlet.torch import DistributedDataParallel as DDP
     model = DDP(model)                   # the training loop stays as with torch's DDP
 
-Tensors: contiguous CPU torch tensors (float16, bfloat16, float32, float64, int8, uint8,
-int32, int64, bool as uint8) or numpy arrays. CUDA tensors are refused with a clear error
-until the core supports device buffers in this package.
+Tensors: contiguous torch tensors (float16, bfloat16, float32, float64, int8, uint8, int32,
+int64, bool as uint8) on the CPU or on a CUDA device, or numpy arrays. A call on CUDA
+tensors is ordered on the tensor's device's current torch stream and returns at once
+(as torch.distributed's NCCL backend does); one on CPU tensors returns when the result
+is in place. Every tensor of one call is on the same device.
 
 Errors raise RingletError, whose .code is the C result (ringlet.ERR_INVALID_USAGE, ...)
 and whose message names the operation, the peer or the parameter.
 
-The shared library: RINGLET_LIB (a path to libringlet.so or its folder), else
-../../build/lib next to this package, else the system's (see ringlet._lib).
+The shared library: RINGLET_LIBRARY (a path to libringlet.so or its folder), else an
+installed one, else the source tree's build/lib (see ringlet._lib).
 """
 import atexit
 import ctypes
@@ -93,12 +95,23 @@ def _is_torch(t):
     return "torch" in sys.modules and isinstance(t, sys.modules["torch"].Tensor)
 
 
+def _stream_of(t):
+    """The stream a call on tensor t is ordered on: torch's current stream of its CUDA
+    device (as a cudaStream_t), None on the CPU."""
+    if _is_torch(t) and t.device.type == "cuda":
+        import torch
+        return torch.cuda.current_stream(t.device).cuda_stream or _STREAM_DEFAULT
+    return None
+
+
+_STREAM_DEFAULT = 1  # RINGLET_STREAM_DEFAULT: CUDA's default stream (a cuda_stream of 0)
+
+
 def _buffer(t, what, writable=True):
     if _is_torch(t):
-        if t.device.type != "cpu":
+        if t.device.type not in ("cpu", "cuda"):
             raise RingletError(_lib.ERR_INVALID_USAGE,
-                               "%s: a %s tensor; this build of the ringlet Python package handles CPU tensors only "
-                               "(CUDA tensors come with device support in the core)" % (what, t.device.type))
+                               "%s: a %s tensor; ringlet takes CPU and CUDA tensors" % (what, t.device.type))
         if t.layout != sys.modules["torch"].strided:
             raise ValueError("ringlet: %s: a %s tensor; only dense tensors are supported" % (what, t.layout))
         if not t.is_contiguous():
@@ -197,11 +210,14 @@ class Communicator:
 
     def _run(self, what, blocking_fn, async_fn, args, async_op, keep):
         h = self._live()
+        stream = None
+        for t in keep:  # CUDA tensors: ordered on their device's current torch stream
+            stream = stream or (_stream_of(t) if t is not None else None)
         if async_op:
             req = _lib.c_req()
-            self._check(async_fn(*args, h, None, ctypes.byref(req)), what)
+            self._check(async_fn(*args, h, stream, ctypes.byref(req)), what)
             return Work(self, req, what, keep)
-        self._check(blocking_fn(*args, h, None), what)
+        self._check(blocking_fn(*args, h, stream), what)
         return None
 
     # ---- collectives (in place unless an output is given) ----
@@ -308,7 +324,7 @@ class Communicator:
 def _empty_like_n(t, n):
     if _is_torch(t):
         import torch
-        return torch.empty(n, dtype=t.dtype)
+        return torch.empty(n, dtype=t.dtype, device=t.device)
     import numpy
     return numpy.empty(n, dtype=t.dtype)
 

@@ -1,9 +1,11 @@
 """ctypes binding of libringlet (include/ringlet.h and include/ringlet_ddp.h).
 
-The library is found, in this order: the RINGLET_LIB environment variable (a path to
-libringlet.so, or a folder holding it); ../../build/lib relative to this package (a
-source checkout built with `make`); the system's loader (libringlet.so.0, as installed
-by `make install`).
+The library is found, in this order: the RINGLET_LIBRARY environment variable (a path to
+libringlet.so, or a folder holding it; RINGLET_LIB is read too, its older name); an
+installed prefix (the loader's search path, then $PREFIX/lib for the prefixes of this
+Python and /usr/local, where `make install` puts it); the source tree's build/lib when
+this package is used from a checkout built with `make`. When none loads, the ImportError
+lists every place tried and why it failed.
 """
 import ctypes
 import ctypes.util
@@ -58,6 +60,7 @@ class DDPOptions(ctypes.Structure):
         ("compression", ctypes.c_int),
         ("init_sync", ctypes.c_int),
         ("rebuild_buckets", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -88,19 +91,25 @@ class DDPStats(ctypes.Structure):
 
 
 def _candidates():
-    env = os.environ.get("RINGLET_LIB")
+    env = os.environ.get("RINGLET_LIBRARY") or os.environ.get("RINGLET_LIB")
     if env:
         if os.path.isdir(env):
             yield os.path.join(env, "libringlet.so")
         else:
             yield env
         return
+    # an installed prefix: the loader's own search (ldconfig, LD_LIBRARY_PATH), then the
+    # usual prefixes of `make install`
+    yield "libringlet.so.0"
+    found = ctypes.util.find_library("ringlet")
+    if found and found != "libringlet.so.0":
+        yield found
+    import sys
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, "/usr/local", "/usr")):
+        yield os.path.join(prefix, "lib", "libringlet.so.0")
+    # the source tree (this package used from a checkout built with `make`)
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libringlet.so"))
-    found = ctypes.util.find_library("ringlet")
-    if found:
-        yield found
-    yield "libringlet.so.0"
 
 
 def _load():
@@ -114,8 +123,9 @@ def _load():
         except OSError as e:
             errors.append("%s: %s" % (path, e))
     raise ImportError(
-        "ringlet: cannot load libringlet (set RINGLET_LIB to the path of libringlet.so, or build with `make`): "
-        + "; ".join(errors)
+        "ringlet: cannot load libringlet; tried, in order: " + "; ".join(errors)
+        + ". Set RINGLET_LIBRARY to the path of libringlet.so, install it (make install), or build the "
+        "source tree (make)"
     )
 
 
@@ -181,6 +191,7 @@ _proto("ringlet_ddp_num_buckets", c_result, c_ddp, ctypes.POINTER(_I))
 _proto("ringlet_ddp_param_bucket", c_result, c_ddp, _I, ctypes.POINTER(_I), ctypes.POINTER(_SZ))
 _proto("ringlet_ddp_bucket_info", c_result, c_ddp, _I, ctypes.POINTER(DDPBucketInfo))
 _proto("ringlet_ddp_stats", c_result, c_ddp, ctypes.POINTER(DDPStats))
+_proto("ringlet_ddp_set_stream", c_result, c_ddp, _P)
 
 
 def strerror(rc):

@@ -25,9 +25,14 @@ found in hooks (a gradient reported twice, ...) are raised from that callback, t
 from loss.backward(), after every bucket has run, so the other ranks are not left
 waiting and they raise too.
 
+CUDA modules: the buckets live in device memory, and every copy into a bucket, the
+compression, the all-reduces and the write-back are queued on torch's current stream of
+the module's device (taken at each forward), so the optimizer step that follows on that
+stream sees the reduced gradients without any host synchronisation in between. Several
+ranks may share one GPU.
+
 Launch with `ringlet-run -n 4 python3 train.py` or `torchrun --nproc-per-node 4 train.py`.
-Works with the PyTorch 1.13 of Debian (CPU); CUDA modules are refused with a clear error
-until the core handles device buffers.
+Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 """
 import contextlib
 import ctypes
@@ -55,6 +60,27 @@ def _compression_code(c):
     if key not in _COMPRESSION:
         raise ValueError("ringlet DDP: compression must be None, 'fp16' or 'bf16', not %r" % (c,))
     return _COMPRESSION[key]
+
+
+class _DeviceMemory:
+    """Device memory of the C layer seen by torch (through __cuda_array_interface__): the
+    tensor made from it keeps this object, and so the C object, alive."""
+
+    def __init__(self, ptr, count, typestr, owner):
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr, "data": (ptr, False),
+                                         "version": 2, "strides": None}
+        self._ringlet_owner = owner
+
+
+_TYPESTR = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8"}
+
+
+def _device_tensor(ptr, count, dtype, device, owner):
+    """A CUDA tensor over count elements at device address ptr."""
+    if dtype == torch.bfloat16:  # no typestr for bfloat16: as int16, reinterpreted
+        raw = torch.as_tensor(_DeviceMemory(ptr, count, "<i2", owner), device=device)
+        return raw.view(torch.bfloat16)
+    return torch.as_tensor(_DeviceMemory(ptr, count, _TYPESTR[dtype], owner), device=device)
 
 
 class _Handle:
@@ -91,7 +117,7 @@ def _find_tensors(obj):
 class DistributedDataParallel(torch.nn.Module):
     """Data parallelism over ringlet, with the interface of torch's DistributedDataParallel.
 
-    module                  the model (CPU parameters)
+    module                  the model (its parameters on the CPU or on one CUDA device)
     comm / process_group    a ringlet.Communicator (default: ringlet's default one, created
                             from the environment if there is none)
     bucket_cap_mb           cap of a gradient bucket (25); the first bucket: first_bucket_cap_mb (1)
@@ -119,10 +145,19 @@ class DistributedDataParallel(torch.nn.Module):
             comm = ringlet.init_from_env() if not ringlet.is_initialized() else ringlet.default_communicator()
         if not isinstance(comm, ringlet.Communicator):
             raise TypeError("ringlet DDP: comm must be a ringlet.Communicator, not %s" % type(comm).__name__)
-        if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
+        devices = {p.device for p in module.parameters()} | {b.device for b in module.buffers()}
+        if len(devices) > 1:
             raise RingletError(_lib.ERR_INVALID_USAGE,
-                               "ringlet DDP: device_ids/output_device name a device; this build handles CPU "
-                               "modules only (CUDA comes with device support in the core)")
+                               "ringlet DDP: the module's tensors are on several devices (%s); one device per "
+                               "module (as torch's DDP for single-device modules)"
+                               % ", ".join(sorted(str(d) for d in devices)))
+        self.device = devices.pop() if devices else torch.device("cpu")
+        if device_ids not in (None, []) and [torch.device(d) if not isinstance(d, int) else torch.device("cuda", d)
+                                             for d in device_ids] != [self.device]:
+            raise RingletError(_lib.ERR_INVALID_USAGE,
+                               "ringlet DDP: device_ids %s, but the module is on %s (move it there first)"
+                               % (device_ids, self.device))
+        self._cuda = self.device.type == "cuda"
         self.comm = comm
         self.dim = dim
         self.broadcast_buffers = bool(broadcast_buffers)
@@ -136,7 +171,7 @@ class DistributedDataParallel(torch.nn.Module):
         for n, p in named:
             if p.is_sparse:
                 raise ValueError("ringlet DDP: parameter %s is sparse; only dense parameters are supported" % n)
-            if p.device.type == "cpu" and not p.is_contiguous():
+            if not p.is_contiguous():
                 with torch.no_grad():
                     p.data = p.data.contiguous()
         self._buffer_names = [n for n, _ in module.named_buffers()]
@@ -152,6 +187,7 @@ class DistributedDataParallel(torch.nn.Module):
         opts.compression = _compression_code(compression)
         opts.init_sync = int(bool(init_sync))
         opts.rebuild_buckets = int(bool(rebuild_buckets))
+        opts.stream = self._stream()
 
         self._keep = []  # names and shapes the C descriptors point to (only during create)
         ptens = (_lib.DDPTensor * max(1, len(named)))()
@@ -206,7 +242,9 @@ class DistributedDataParallel(torch.nn.Module):
             dtype = self._params[info.first_param].dtype
             esize = torch.empty(0, dtype=dtype).element_size()
             if info.count == 0:
-                t = torch.empty(0, dtype=dtype)
+                t = torch.empty(0, dtype=dtype, device=self.device)
+            elif self._cuda:
+                t = _device_tensor(info.memory, info.count, dtype, self.device, self._h)
             else:
                 raw = (ctypes.c_byte * (info.count * esize)).from_address(info.memory)
                 raw._ringlet_owner = self._h  # the C memory lives while any view does
@@ -248,6 +286,13 @@ class DistributedDataParallel(torch.nn.Module):
         d.ndim = t.dim()
         d.shape = shape
 
+    def _stream(self):
+        """The stream the C layer orders its work on: torch's current one on the module's
+        CUDA device (None on the CPU)."""
+        if not self._cuda:
+            return None
+        return torch.cuda.current_stream(self.device).cuda_stream or 1  # 1: CUDA's default stream
+
     def _current_buffers(self):
         return [b for _, b in self.module.named_buffers()]
 
@@ -270,6 +315,8 @@ class DistributedDataParallel(torch.nn.Module):
         h = self._ptr()
         grad = torch.is_grad_enabled()
         sync = grad and self.require_backward_grad_sync
+        if self._cuda:  # this forward's stream (the caller may have switched streams)
+            self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
         if self.broadcast_buffers and self._buffer_ptrs:
             self._refresh_buffers(h)
         # a forward without autograd (evaluation) leaves an iteration in progress alone

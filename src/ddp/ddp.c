@@ -95,6 +95,10 @@ typedef enum { IT_NONE, IT_SYNC, IT_NOSYNC, IT_FINISHED } iter_state_t;
 struct ringlet_ddp {
     ringlet_comm_t comm;
     int rank, nranks;
+    int on_device;  /* the tensors are device memory: buckets and staging too, work on stream */
+    void *stream;   /* device: the stream every copy, kernel and collective is ordered on */
+    ringlet_result_t mem_rc; /* the first memory operation that failed (device) */
+    char mem_msg[MSG_MAX];
     ringlet_ddp_options_t opt;
     tensor_t *params, *buffers;
     int nparams, nbuffers;
@@ -189,6 +193,55 @@ static void *alloc_zero(size_t bytes) {
 }
 
 /* "parameter 3 ('fc.weight')" */
+/* ---- memory: host memory at once, device memory on the DDP's stream ---------------- */
+
+/* The stream of collectives and memory operations: none on host memory (calls complete
+ * before they return), the DDP's stream (or the default one) on device memory. */
+static void *dstream(const struct ringlet_ddp *d) {
+    return d->on_device ? (d->stream ? d->stream : RINGLET_STREAM_DEFAULT) : NULL;
+}
+static void mem_note(struct ringlet_ddp *d, ringlet_result_t rc) {
+    if (rc && !d->mem_rc) {
+        d->mem_rc = rc;
+        msgf(d->mem_msg, sizeof d->mem_msg, "%s", ringlet_comm_last_error(NULL));
+    }
+}
+/* Zeroed memory of the tensors' kind (device memory from the device backend). */
+static void *mem_alloc(struct ringlet_ddp *d, size_t bytes) {
+    if (!d->on_device) return alloc_zero(bytes);
+    void *p = NULL;
+    if (ringlet_mem_alloc(&p, bytes ? bytes : 1)) return NULL;
+    mem_note(d, ringlet_memset_async(p, 0, bytes, dstream(d)));
+    return p;
+}
+static void mem_free(int on_device, void *p) {
+    if (on_device) ringlet_mem_free(p);
+    else free(p);
+}
+static void mem_copy(struct ringlet_ddp *d, void *dst, const void *src, size_t bytes) {
+    mem_note(d, ringlet_memcpy_async(dst, src, bytes, dstream(d)));
+}
+static void mem_zero(struct ringlet_ddp *d, void *dst, size_t bytes) {
+    mem_note(d, ringlet_memset_async(dst, 0, bytes, dstream(d)));
+}
+/* dst (dt) = src (st) * scale: compression to float16/bfloat16 and back. */
+static void mem_convert(struct ringlet_ddp *d, void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st,
+                        size_t n, double scale) {
+    mem_note(d, ringlet_convert_async(dst, dt, src, st, n, scale, dstream(d)));
+}
+/* One element of memory of the tensors' kind, written from or read into a double. */
+static void mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t, double v) {
+    unsigned char e[8];
+    rl_ddp_store_value(e, t, v);
+    mem_copy(d, dst, e, ringlet_datatype_size(t));
+}
+static double mem_load_value(struct ringlet_ddp *d, const void *src, ringlet_datatype_t t) {
+    unsigned char e[8] = {0};
+    mem_copy(d, e, src, ringlet_datatype_size(t));
+    if (d->on_device) mem_note(d, ringlet_stream_synchronize(dstream(d)));
+    return rl_ddp_load_value(e, t);
+}
+
 static const char *tname(const tensor_t *t, const char *kind, int i, char *buf, size_t n) {
     if (t && t->name && t->name[0])
         msgf(buf, n, "%s %d ('%s')", kind, i, t->name);
@@ -470,9 +523,13 @@ static ringlet_result_t copy_tensors(const ringlet_ddp_tensor_t *in, int n, int 
             t->shape[0] = (int64_t)s->count;
         }
         if (s->memory == RINGLET_DDP_DEVICE) {
-            msgf(msg, msgn, "%s is in device (CUDA) memory; this build of the DDP layer supports host memory only",
-                     nb);
-            return RINGLET_ERR_INVALID_USAGE;
+            int ndev = 0;
+            ringlet_device_count(&ndev);
+            if (ndev == 0) {
+                msgf(msg, msgn, "%s is in device memory, but ringlet has no device backend here (no usable GPU; "
+                                "RINGLET_DEVICE=sim simulates one)", nb);
+                return RINGLET_ERR_INVALID_USAGE;
+            }
         }
         if (s->count && !s->data) {
             msgf(msg, msgn, "%s: data is NULL", nb);
@@ -494,11 +551,12 @@ typedef struct {
 
 static int goes_direct(const tensor_t *t, size_t slot) { return t->bytes > slot / 2; }
 
-static void unpack_slot(const tensor_t *ts, const slot_t *s, const unsigned char *mem, size_t slot) {
+static void unpack_slot(struct ringlet_ddp *d, const tensor_t *ts, const slot_t *s, const unsigned char *mem,
+                        size_t slot) {
     size_t off = 0;
     for (int i = s->lo; i < s->hi; i++) {
         if (!ts[i].bytes || goes_direct(&ts[i], slot)) continue;
-        memcpy(ts[i].data, mem + off, ts[i].bytes);
+        mem_copy(d, ts[i].data, mem + off, ts[i].bytes);
         off += ts[i].bytes;
     }
 }
@@ -528,7 +586,7 @@ static ringlet_result_t bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts,
             slot_t *s = &slots[cur];
             s->hi = i;
             ringlet_result_t r = ringlet_ibroadcast(staging + cur * slot, staging + cur * slot, fill, RINGLET_UINT8, 0,
-                                                    d->comm, NULL, &s->req);
+                                                    d->comm, dstream(d), &s->req);
             if (r) {
                 rc = set_error(d, r, "broadcast from rank 0: %s", ringlet_comm_last_error(d->comm));
                 break;
@@ -539,7 +597,7 @@ static ringlet_result_t bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts,
             s = &slots[cur];
             if (s->req) {
                 rc = bcast_wait(d, &s->req, rc);
-                if (!rc && !root) unpack_slot(ts, s, staging + cur * slot, slot);
+                if (!rc && !root) unpack_slot(d, ts, s, staging + cur * slot, slot);
             }
             s->lo = i;
         } else if (flush) {
@@ -549,7 +607,7 @@ static ringlet_result_t bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts,
         const tensor_t *t = &ts[i];
         if (!t->bytes) continue;
         if (goes_direct(t, slot)) {
-            ringlet_result_t r = ringlet_ibroadcast(t->data, t->data, t->bytes, RINGLET_UINT8, 0, d->comm, NULL,
+            ringlet_result_t r = ringlet_ibroadcast(t->data, t->data, t->bytes, RINGLET_UINT8, 0, d->comm, dstream(d),
                                                     &direct[ndirect]);
             if (r) {
                 rc = set_error(d, r, "broadcast from rank 0: %s", ringlet_comm_last_error(d->comm));
@@ -557,7 +615,7 @@ static ringlet_result_t bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts,
             }
             ndirect++;
         } else {
-            if (root) memcpy(staging + cur * slot + fill, t->data, t->bytes);
+            if (root) mem_copy(d, staging + cur * slot + fill, t->data, t->bytes);
             fill += t->bytes;
         }
     }
@@ -566,7 +624,7 @@ static ringlet_result_t bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts,
         if (slots[c].req) {
             ringlet_result_t before = rc;
             rc = bcast_wait(d, &slots[c].req, rc);
-            if (!rc && !before && !root) unpack_slot(ts, &slots[c], staging + c * slot, slot);
+            if (!rc && !before && !root) unpack_slot(d, ts, &slots[c], staging + c * slot, slot);
         }
     }
     for (int k = 0; k < ndirect; k++) rc = bcast_wait(d, &direct[k], rc);
@@ -583,11 +641,11 @@ static size_t small_bytes(const tensor_t *ts, int n, size_t slot) {
 
 /* ---- buckets ---------------------------------------------------------------------- */
 
-static void free_buckets(bucket_t *bs, int n) {
+static void free_buckets(int on_device, bucket_t *bs, int n) {
     if (!bs) return;
     for (int b = 0; b < n; b++) {
-        if (bs[b].wire_mem != bs[b].mem) free(bs[b].wire_mem);
-        free(bs[b].mem);
+        if (bs[b].wire_mem != bs[b].mem) mem_free(on_device, bs[b].wire_mem);
+        mem_free(on_device, bs[b].mem);
         free(bs[b].params);
         free(bs[b].reqs);
     }
@@ -675,10 +733,10 @@ static ringlet_result_t assign_buckets(struct ringlet_ddp *d, const int *order, 
         b->count = off;
         b->maxreqs = 1 + ndirect;
         b->reqs = calloc((size_t)b->maxreqs, sizeof *b->reqs);
-        b->mem = alloc_zero(b->count * es);
-        b->wire_mem = compress ? alloc_zero(b->count * ringlet_datatype_size(b->wire)) : b->mem;
+        b->mem = mem_alloc(d, b->count * es);
+        b->wire_mem = compress ? mem_alloc(d, b->count * ringlet_datatype_size(b->wire)) : b->mem;
         if (!b->mem || !b->wire_mem || !b->reqs) {
-            free_buckets(bs, nb);
+            free_buckets(d->on_device, bs, nb);
             return set_error(d, RINGLET_ERR_SYSTEM, "out of memory for bucket %d (%zu elements)", k, b->count);
         }
     }
@@ -686,7 +744,7 @@ static ringlet_result_t assign_buckets(struct ringlet_ddp *d, const int *order, 
     *nout = nb;
     return RINGLET_SUCCESS;
 oom:
-    free_buckets(bs, nb);
+    free_buckets(d->on_device, bs, nb);
     return set_error(d, RINGLET_ERR_SYSTEM, "out of memory");
 }
 
@@ -744,13 +802,13 @@ static void ddp_free(struct ringlet_ddp *d) {
     if (!d) return;
     free_tensors(d->params, d->nparams);
     free_tensors(d->buffers, d->nbuffers);
-    free_buckets(d->buckets, d->nbuckets);
+    free_buckets(d->on_device, d->buckets, d->nbuckets);
     free(d->ready);
     free(d->used_local);
     free(d->used_global);
-    free(d->staging);
+    mem_free(d->on_device, d->staging);
     free(d->order);
-    for (int k = 0; k < d->nretired; k++) free_buckets(d->retired[k], d->retired_n[k]);
+    for (int k = 0; k < d->nretired; k++) free_buckets(d->on_device, d->retired[k], d->retired_n[k]);
     free(d->retired);
     free(d->retired_n);
     pthread_mutex_destroy(&d->mu);
@@ -787,7 +845,22 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
     if (rc) return rc;
     rc = copy_tensors(buffers, nbuffers, 0, &d->buffers, msg, n);
     d->nbuffers = d->buffers ? (nbuffers > 0 ? nbuffers : 0) : 0;
-    return rc;
+    if (rc) return rc;
+    /* One kind of memory for everything: the buckets and the staging follow it. */
+    int nt = d->nparams + d->nbuffers;
+    for (int k = 0; k < nt; k++) {
+        const tensor_t *t = k < d->nparams ? &d->params[k] : &d->buffers[k - d->nparams];
+        if (k == 0) d->on_device = t->memory == RINGLET_DDP_DEVICE;
+        if ((t->memory == RINGLET_DDP_DEVICE) != d->on_device) {
+            char nb[200];
+            msgf(msg, n, "%s is in %s memory but the first tensor is in %s memory: one DDP object takes one kind",
+                 tname(t, k < d->nparams ? "parameter" : "buffer", k < d->nparams ? k : k - d->nparams, nb, sizeof nb),
+                 d->on_device ? "host" : "device", d->on_device ? "device" : "host");
+            return RINGLET_ERR_INVALID_ARGUMENT;
+        }
+    }
+    d->stream = d->opt.stream;
+    return RINGLET_SUCCESS;
 }
 
 ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, const ringlet_ddp_tensor_t *params,
@@ -930,7 +1003,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
     size_t bsmall = small_bytes(d->buffers, d->nbuffers, d->bcast_cap);
     d->staging_slot = bsmall < d->bcast_cap ? (bsmall ? bsmall : 1) : d->bcast_cap;
     if (d->staging_slot < ALIGN_BYTES) d->staging_slot = ALIGN_BYTES;
-    d->staging = malloc(2 * d->staging_slot);
+    d->staging = mem_alloc(d, 2 * d->staging_slot);
     if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order) {
         rc = set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
         goto fail;
@@ -952,14 +1025,16 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         size_t s = small_bytes(all_t, nt, d->bcast_cap);
         size_t slot = s < d->bcast_cap ? (s ? s : 1) : d->bcast_cap;
         if (slot < ALIGN_BYTES) slot = ALIGN_BYTES;
-        unsigned char *stg = malloc(2 * slot);
+        unsigned char *stg = mem_alloc(d, 2 * slot);
         if (!stg) {
             free(all_t);
             rc = set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
             goto fail;
         }
         rc = bcast_tensors(d, all_t, nt, stg, slot);
-        free(stg);
+        if (!rc && d->mem_rc)
+            rc = set_error(d, d->mem_rc, "copying to and from the broadcast staging: %s", ringlet_comm_last_error(NULL));
+        mem_free(d->on_device, stg);
         free(all_t);
         if (rc) {
             set_error(NULL, rc, "ringlet_ddp_create: %s", d->last_error);
@@ -972,7 +1047,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         for (int i = 0; i < d->nparams; i++) {
             tensor_t *p = &d->params[i];
             void *v = slot_ptr(d, p);
-            if (p->grad && p->grad != v) memcpy(v, p->grad, p->bytes);
+            if (p->grad && p->grad != v) mem_copy(d, v, p->grad, p->bytes);
             p->grad = v;
         }
     }
@@ -1020,7 +1095,7 @@ static void iter_fail(struct ringlet_ddp *d, ringlet_result_t rc, const char *ms
 }
 
 static void launch_one(struct ringlet_ddp *d, bucket_t *b, int k, void *buf, size_t count, ringlet_datatype_t t) {
-    ringlet_result_t rc = ringlet_iallreduce(buf, buf, count, t, b->op, d->comm, NULL, &b->reqs[b->nreqs]);
+    ringlet_result_t rc = ringlet_iallreduce(buf, buf, count, t, b->op, d->comm, dstream(d), &b->reqs[b->nreqs]);
     if (rc) {
         char m[MSG_MAX];
         msgf(m, sizeof m, "all-reduce of bucket %d: %s", k, ringlet_comm_last_error(d->comm));
@@ -1042,7 +1117,7 @@ static void launch_ready(struct ringlet_ddp *d) {
         size_t ws = ringlet_datatype_size(b->wire);
         if (b->has_flag) {
             d->own_flag = d->iter_rc ? 1.0 : 0.0;
-            rl_ddp_store_value((char *)b->wire_mem + b->flag_index * ws, b->wire, d->own_flag);
+            mem_store_value(d, (char *)b->wire_mem + b->flag_index * ws, b->wire, d->own_flag);
         }
         b->t_launch = now_s();
         b->t_complete = 0;
@@ -1097,16 +1172,16 @@ static void mark(struct ringlet_ddp *d, int i, int used, int src) {
     if (b->wire != b->dtype) { /* compressed (and scaled: the sum of 16-bit values stays in range) */
         void *w = (char *)b->wire_mem + p->offset * ringlet_datatype_size(b->wire);
         if (g)
-            rl_ddp_compress(w, b->wire, g, p->dtype, p->count, d->scale);
+            mem_convert(d, w, b->wire, g, p->dtype, p->count, d->scale);
         else
-            memset(w, 0, p->count * ringlet_datatype_size(b->wire));
+            mem_zero(d, w, p->count * ringlet_datatype_size(b->wire));
     } else if (p->direct && used && g) { /* in place on the gradient: no copy */
         p->launch_on = g;
     } else { /* averaging is the all-reduce's (RINGLET_AVG): a plain copy */
         if (g && g != v)
-            memcpy(v, g, p->bytes);
+            mem_copy(d, v, g, p->bytes);
         else if (!g)
-            memset(v, 0, p->bytes);
+            mem_zero(d, v, p->bytes);
         p->launch_on = v;
     }
     d->ready[i] = 1;
@@ -1141,6 +1216,7 @@ static void reset_iteration(struct ringlet_ddp *d, int grad_sync) {
     d->iter_rc = RINGLET_SUCCESS;
     d->iter_msg[0] = 0;
     d->own_flag = 0;
+    d->mem_rc = RINGLET_SUCCESS;
     d->state = grad_sync ? IT_SYNC : IT_NOSYNC;
 }
 
@@ -1149,6 +1225,7 @@ static ringlet_result_t sync_buffers(struct ringlet_ddp *d) {
     d->stats.buffer_broadcasts++;
     ringlet_result_t rc = bcast_tensors(d, d->buffers, d->nbuffers, d->staging, d->staging_slot);
     if (rc) set_error(d, rc, "buffer broadcast: %s", ringlet_comm_last_error(d->comm));
+    else if (d->mem_rc) rc = set_error(d, d->mem_rc, "buffer broadcast: %s", d->mem_msg);
     return rc;
 }
 
@@ -1270,12 +1347,12 @@ static void write_back(struct ringlet_ddp *d, int b) {
         void *v = slot_ptr(d, p);
         void *dst = p->grad ? p->grad : v;
         if (bk->wire != bk->dtype)
-            rl_ddp_decompress(dst, p->dtype, (char *)bk->wire_mem + p->offset * ringlet_datatype_size(bk->wire),
-                              bk->wire, p->count);
+            mem_convert(d, dst, p->dtype, (char *)bk->wire_mem + p->offset * ringlet_datatype_size(bk->wire), bk->wire,
+                        p->count, 1.0);
         else if (p->direct && p->launch_on == dst)
             ; /* reduced in place */
         else if (dst != v)
-            memcpy(dst, v, p->bytes);
+            mem_copy(d, dst, v, p->bytes);
     }
 }
 
@@ -1320,7 +1397,7 @@ static void rebuild(struct ringlet_ddp *d) {
     for (int i = 0; same && i < np; i++)
         same = pb[i] == d->params[i].bucket && po[i] == d->params[i].offset && pd[i] == d->params[i].direct;
     if (same) {
-        free_buckets(nb, nnb);
+        free_buckets(d->on_device, nb, nnb);
         goto out;
     }
     bucket_t **r = realloc(d->retired, sizeof *r * (size_t)(d->nretired + 1));
@@ -1328,7 +1405,7 @@ static void rebuild(struct ringlet_ddp *d) {
     int *rn = r ? realloc(d->retired_n, sizeof *rn * (size_t)(d->nretired + 1)) : NULL;
     if (rn) d->retired_n = rn;
     if (!r || !rn) {
-        free_buckets(nb, nnb);
+        free_buckets(d->on_device, nb, nnb);
         iter_fail(d, RINGLET_ERR_SYSTEM, "bucket rebuild: out of memory");
         goto out;
     }
@@ -1336,7 +1413,7 @@ static void rebuild(struct ringlet_ddp *d) {
         tensor_t *p = &d->params[i];
         void *old = slot_ptr(d, p);
         void *nv = (char *)nb[pb[i]].mem + po[i] * ringlet_datatype_size(p->dtype);
-        if (p->grad == old || !p->grad) memcpy(nv, old, p->bytes);
+        if (p->grad == old || !p->grad) mem_copy(d, nv, old, p->bytes);
         if (p->grad == old) p->grad = nv;
     }
     d->retired[d->nretired] = d->buckets;
@@ -1443,12 +1520,16 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
             d->buckets[b].t_done = now_s();
         }
     }
+    if (!crc && d->mem_rc) {
+        crc = d->mem_rc;
+        msgf(cmsg, sizeof cmsg, "a copy or conversion of the gradients failed: %s", d->mem_msg);
+    }
     if (crc) {
         iter_fail(d, crc, cmsg);
     } else if (d->nbuckets) {
         bucket_t *last = &d->buckets[d->nbuckets - 1];
-        double total = rl_ddp_load_value((char *)last->wire_mem + last->flag_index * ringlet_datatype_size(last->wire),
-                                         last->wire);
+        double total = mem_load_value(d, (char *)last->wire_mem + last->flag_index * ringlet_datatype_size(last->wire),
+                                      last->wire);
         if (last->op == RINGLET_AVG) total *= d->nranks;
         double others = total - d->own_flag;
         if (others > 0.5 && !d->iter_rc) {
@@ -1471,6 +1552,20 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
     d->stats.finish_end_time = now_s();
     if (d->iter_rc) rc = set_error(d, d->iter_rc, "%s", d->iter_msg);
 out:
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t d, void *stream) {
+    CHECK_DDP(d, "ringlet_ddp_set_stream");
+    pthread_mutex_lock(&d->mu);
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (d->state == IT_SYNC && d->nready > 0)
+        rc = set_error(d, RINGLET_ERR_INVALID_USAGE,
+                       "ringlet_ddp_set_stream: buckets of an unfinished iteration are in flight (set it before the "
+                       "forward or after ringlet_ddp_finish)");
+    else
+        d->stream = stream;
     pthread_mutex_unlock(&d->mu);
     return rc;
 }

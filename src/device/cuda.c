@@ -172,6 +172,17 @@ static int cu_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n
     return RL_DEV_OK;
 }
 
+static int cu_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar, rl_dev_stream_t s) {
+    CHECK("scaling kernel", (cudaError_t)rl_scale_device(dst, src, n, dt, scalar, s));
+    return RL_DEV_OK;
+}
+
+static int cu_convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                      rl_dev_stream_t s) {
+    CHECK("conversion kernel", (cudaError_t)rl_convert_device(dst, dt, src, st, n, scale, s));
+    return RL_DEV_OK;
+}
+
 static int cu_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
     CHECK("division kernel", (cudaError_t)rl_divide_device(buf, n, dt, divisor, s));
     return RL_DEV_OK;
@@ -212,6 +223,8 @@ const rl_device_ops rl_device_cuda = {
     .memset_async = cu_memset_async,
     .reduce = cu_reduce,
     .divide = cu_divide,
+    .scale = cu_scale,
+    .convert = cu_convert,
     .reduce_many = cu_reduce_many,
     .wait_flag = cu_wait_flag,
     .write_flag = cu_write_flag,

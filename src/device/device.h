@@ -98,6 +98,11 @@ typedef struct rl_device_ops {
     int (*reduce)(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
                   rl_dev_stream_t s);
     int (*divide)(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
+    /* dst[i] = src[i] * scalar, scalar one element of dt in host memory (read at the call). */
+    int (*scale)(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar, rl_dev_stream_t s);
+    /* dst[i] = (dt)(src[i] * scale) between the floating types (kernels/convert.h). */
+    int (*convert)(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                   rl_dev_stream_t s);
     /* dst[i] = srcs[0][i] op ... op srcs[nsrc-1][i] in one kernel (1 <= nsrc <= 64),
      * rounded as nsrc - 1 reduce calls round; dst may be any source. */
     int (*reduce_many)(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "convert.h"
 #include "reduce.h"
 #include "simgpu.h"
 #include "util.h"
@@ -66,7 +67,7 @@ static void event_unref(rl_dev_event_t e) {
 
 /* ---- operations and streams ---- */
 
-enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_FLAG, OP_WRITE_FLAG,
+enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_SCALE, OP_CONVERT, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_FLAG, OP_WRITE_FLAG,
        OP_FAULT };
 
 #define SIM_MAX_SOURCES 64
@@ -77,10 +78,12 @@ typedef struct op {
     const void *a, *b;
     void *owned; /* a copy from pageable memory: the bytes as they were at the call */
     const void *srcs[SIM_MAX_SOURCES]; /* reduce_many: engine addresses */
+    unsigned char scalar[8];           /* scale: the scalar, taken at the call */
     int nsrc;
     size_t n; /* bytes (copy, memset) or elements (kernels) */
     int value, divisor;
-    ringlet_datatype_t dt;
+    ringlet_datatype_t dt, st; /* st: convert's source type */
+    double fscale;             /* convert */
     ringlet_op_t rop;
     rl_dev_event_t ev;
     uint64_t gen;  /* record / wait: the event's generation; flags: the value */
@@ -137,6 +140,8 @@ static void run_op(op_t *o) {
     case OP_MEMSET: memset(o->dst, o->value, o->n); break;
     case OP_REDUCE: rl_reduce_host(o->dst, o->a, o->b, o->n, o->dt, o->rop); break;
     case OP_REDUCE_MANY: rl_reduce_host_many(o->dst, o->srcs, o->nsrc, o->n, o->dt, o->rop); break;
+    case OP_SCALE: rl_scale_host(o->dst, o->a, o->n, o->dt, o->scalar); break;
+    case OP_CONVERT: rl_convert_host(o->dst, o->dt, o->a, o->st, o->n, o->fscale); break;
     case OP_DIVIDE: rl_divide_host(o->dst, o->n, o->dt, o->divisor); break;
     case OP_WAIT_FLAG: wait_flag(o->a, o->gen); break;
     case OP_WRITE_FLAG: __atomic_store_n((uint64_t *)o->dst, o->gen, __ATOMIC_RELEASE); break;
@@ -234,7 +239,8 @@ static void make_default(void) {
     if (stream_create(&g_default) != RL_DEV_OK) g_default = NULL;
 }
 static rl_dev_stream_t resolve(rl_dev_stream_t s) {
-    if (s) return s;
+    /* (rl_dev_stream_t)1 is RINGLET_STREAM_DEFAULT: the default stream, as CUDA's legacy one. */
+    if (s && s != (rl_dev_stream_t)1) return s;
     pthread_once(&g_default_once, make_default);
     return g_default;
 }
@@ -441,6 +447,42 @@ static int reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, r
     return enqueue(s, o, "reduce_many");
 }
 
+static int scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar, rl_dev_stream_t s) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    size_t es = ringlet_datatype_size(dt);
+    if (!es || !scalar) return rl_dev_fail("scale: invalid argument: dtype %d", dt);
+    if (!n) return RL_DEV_OK;
+    op_t *o = new_op(OP_SCALE);
+    if (!o) return rl_dev_fail("scale: out of memory");
+    void *d, *x;
+    if (operand("scale", "dst", dst, n * es, es, &d, o->msg, sizeof o->msg) &&
+        operand("scale", "src", src, n * es, es, &x, o->msg, sizeof o->msg)) {
+        o->dst = d, o->a = x, o->n = n, o->dt = dt;
+        memcpy(o->scalar, scalar, es);
+    } else {
+        o->kind = OP_FAULT;
+    }
+    return enqueue(s, o, "scale");
+}
+
+static int convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                   rl_dev_stream_t s) {
+    if (sim_sticky_check()) return RL_DEV_ERR;
+    if (!rl_convert_supported(dt) || !rl_convert_supported(st))
+        return rl_dev_fail("convert: invalid argument: dtypes %d and %d (floating types only)", dt, st);
+    if (!n) return RL_DEV_OK;
+    size_t ed = ringlet_datatype_size(dt), es = ringlet_datatype_size(st);
+    op_t *o = new_op(OP_CONVERT);
+    if (!o) return rl_dev_fail("convert: out of memory");
+    void *d, *x;
+    if (operand("convert", "dst", dst, n * ed, ed, &d, o->msg, sizeof o->msg) &&
+        operand("convert", "src", src, n * es, es, &x, o->msg, sizeof o->msg))
+        o->dst = d, o->a = x, o->n = n, o->dt = dt, o->st = st, o->fscale = scale;
+    else
+        o->kind = OP_FAULT;
+    return enqueue(s, o, "convert");
+}
+
 static int divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
     if (sim_sticky_check()) return RL_DEV_ERR;
     size_t es = ringlet_datatype_size(dt);
@@ -561,6 +603,8 @@ const rl_device_ops rl_device_sim = {
     .memset_async = memset_async,
     .reduce = reduce,
     .divide = divide,
+    .scale = scale,
+    .convert = convert,
     .reduce_many = reduce_many,
     .wait_flag = wait_flag_op,
     .write_flag = write_flag_op,

@@ -49,6 +49,7 @@
 
 static int g_rank, g_size, g_checks, g_failed;
 static ringlet_comm_t g_comm;
+static int g_dev; /* --memory device: every tensor in device memory (the device backend's) */
 
 #define CHECK(cond, ...)                                                                                               \
     do {                                                                                                               \
@@ -152,6 +153,48 @@ static double roundtrip(ringlet_datatype_t t, double v) {
     return get(tmp, t, 0);
 }
 
+/* ---- tensor memory: host memory, or device memory reached only through copies on the
+ * default stream (the DDP's stream here), each followed by a synchronisation ---- */
+static void sync_all(void) {
+    if (g_dev && ringlet_stream_synchronize(NULL) != RINGLET_SUCCESS) {
+        printf("FAIL rank %d: stream sync: %s\n", g_rank, ringlet_comm_last_error(NULL));
+        exit(1);
+    }
+}
+static void *talloc(size_t bytes) {
+    void *p = NULL;
+    if (!g_dev) return calloc(bytes ? bytes : 1, 1);
+    if (ringlet_mem_alloc(&p, bytes ? bytes : 1) != RINGLET_SUCCESS ||
+        ringlet_memset_async(p, 0, bytes, NULL) != RINGLET_SUCCESS) {
+        printf("FAIL rank %d: device memory: %s\n", g_rank, ringlet_comm_last_error(NULL));
+        exit(1);
+    }
+    sync_all();
+    return p;
+}
+static void tfree(void *p) {
+    if (g_dev) ringlet_mem_free(p);
+    else free(p);
+}
+/* A host copy of bytes of tensor memory (free it). */
+static void *hcopy(const void *p, size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    sync_all();
+    if (bytes && ringlet_memcpy_async(h, p, bytes, NULL) != RINGLET_SUCCESS) abort();
+    sync_all();
+    return h;
+}
+/* Host bytes into tensor memory. */
+static void hstore(void *p, const void *h, size_t bytes) {
+    sync_all();
+    if (bytes && ringlet_memcpy_async(p, h, bytes, NULL) != RINGLET_SUCCESS) abort();
+    sync_all();
+}
+static void tzero(void *p, size_t bytes) {
+    if (bytes && ringlet_memset_async(p, 0, bytes, NULL) != RINGLET_SUCCESS) abort();
+    sync_all();
+}
+
 /* Small multiples of 1/4 in [-2, 2]: exact in every floating dtype, sums exact. */
 static double val(int r, int it, int i, size_t j) {
     uint64_t h = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(it + 7) * 0xbf58476d1ce4e5b9ull ^
@@ -215,12 +258,15 @@ static void model_init(model_t *m, int with_grads) {
             t->count = spec_count(&sp[i]);
             t->ndim = sp[i].ndim;
             t->shape = sp[i].shape;
-            t->memory = RINGLET_DDP_HOST;
+            t->memory = g_dev ? RINGLET_DDP_DEVICE : RINGLET_DDP_HOST;
             size_t bytes = t->count * ringlet_datatype_size(t->dtype);
-            t->data = calloc(bytes ? bytes : 1, 1);
-            for (size_t j = 0; j < t->count; j++) put(t->data, t->dtype, j, val(g_rank, -1 - kind, i, j));
+            t->data = talloc(bytes);
+            void *h = malloc(bytes ? bytes : 1);
+            for (size_t j = 0; j < t->count; j++) put(h, t->dtype, j, val(g_rank, -1 - kind, i, j));
+            hstore(t->data, h, bytes);
+            free(h);
             if (!kind && with_grads) {
-                m->grad_mem[i] = calloc(bytes ? bytes : 1, 1);
+                m->grad_mem[i] = talloc(bytes);
                 t->grad = m->grad_mem[i];
             }
         }
@@ -229,10 +275,10 @@ static void model_init(model_t *m, int with_grads) {
 
 static void model_free(model_t *m) {
     for (int i = 0; i < m->np; i++) {
-        free(m->p[i].data);
-        free(m->grad_mem[i]);
+        tfree(m->p[i].data);
+        tfree(m->grad_mem[i]);
     }
-    for (int i = 0; i < m->nb; i++) free(m->b[i].data);
+    for (int i = 0; i < m->nb; i++) tfree(m->b[i].data);
 }
 
 static ringlet_ddp_options_t small_opts(void) {
@@ -258,15 +304,20 @@ static double grad_val(int r, int it, int i, size_t j, int acc) {
 }
 
 static void fill_grad(void *g, const ringlet_ddp_tensor_t *t, int it, int i, int acc) {
-    for (size_t j = 0; j < t->count; j++) put(g, t->dtype, j, grad_val(g_rank, it, i, j, acc));
+    size_t bytes = t->count * ringlet_datatype_size(t->dtype);
+    void *h = malloc(bytes ? bytes : 1);
+    for (size_t j = 0; j < t->count; j++) put(h, t->dtype, j, grad_val(g_rank, it, i, j, acc));
+    hstore(g, h, bytes);
+    free(h);
 }
 
 /* Checks gradient memory g of parameter i against the average (or sum) over ranks,
  * skipping ranks for which skip(r) says so (they contributed zero). */
-static int check_grad(const void *g, const ringlet_ddp_tensor_t *t, int it, int i, int acc, int average,
+static int check_grad(const void *gm, const ringlet_ddp_tensor_t *t, int it, int i, int acc, int average,
                       ringlet_ddp_compression_t comp, int skip_rank, const char *what) {
     double tol = tol_of(t->dtype, comp);
     int bad = 0;
+    void *g = hcopy(gm, t->count * ringlet_datatype_size(t->dtype));
     for (size_t j = 0; j < t->count; j++) {
         double s = 0, a = 0;
         for (int r = 0; r < g_size; r++) {
@@ -286,6 +337,7 @@ static int check_grad(const void *g, const ringlet_ddp_tensor_t *t, int it, int 
         }
     }
     if (!bad) CHECK(1, "ok");
+    free(g);
     return bad == 0;
 }
 
@@ -340,8 +392,10 @@ static void test_init_and_buckets(void) {
     for (int kind = 0; kind < 2; kind++)
         for (int i = 0; i < (kind ? m.nb : m.np); i++) {
             ringlet_ddp_tensor_t *t = kind ? &m.b[i] : &m.p[i];
+            void *h = hcopy(t->data, t->count * ringlet_datatype_size(t->dtype));
             for (size_t j = 0; j < t->count; j++)
-                if (get(t->data, t->dtype, j) != roundtrip(t->dtype, val(0, -1 - kind, i, j))) bad++;
+                if (get(h, t->dtype, j) != roundtrip(t->dtype, val(0, -1 - kind, i, j))) bad++;
+            free(h);
         }
     CHECK(bad == 0, "init: %d elements differ from rank 0's values", bad);
 
@@ -467,13 +521,21 @@ static void test_sync_opts(int iters, int view, int average, ringlet_ddp_compres
     for (int it = 0; it < iters; it++) {
         /* buffers differ per rank; pre_forward makes them rank 0's, except after a
          * forward without gradients (iteration 1 has one): then they stay */
-        for (int i = 0; i < m.nb; i++)
-            for (size_t j = 0; j < m.b[i].count; j++) put(m.b[i].data, m.b[i].dtype, j, val(g_rank, 50 + it, i, j) + 8);
+        for (int i = 0; i < m.nb; i++) {
+            size_t bytes = m.b[i].count * ringlet_datatype_size(m.b[i].dtype);
+            void *h = malloc(bytes ? bytes : 1);
+            for (size_t j = 0; j < m.b[i].count; j++) put(h, m.b[i].dtype, j, val(g_rank, 50 + it, i, j) + 8);
+            hstore(m.b[i].data, h, bytes);
+            free(h);
+        }
         DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
         int src = it == 2 ? g_rank : 0, bad = 0;
-        for (int i = 0; i < m.nb; i++)
+        for (int i = 0; i < m.nb; i++) {
+            void *h = hcopy(m.b[i].data, m.b[i].count * ringlet_datatype_size(m.b[i].dtype));
             for (size_t j = 0; j < m.b[i].count; j++)
-                if (get(m.b[i].data, m.b[i].dtype, j) != roundtrip(m.b[i].dtype, val(src, 50 + it, i, j) + 8)) bad++;
+                if (get(h, m.b[i].dtype, j) != roundtrip(m.b[i].dtype, val(src, 50 + it, i, j) + 8)) bad++;
+            free(h);
+        }
         CHECK(bad == 0, "%s: iteration %d: %d buffer elements are not rank %d's", what, it, bad, src);
         if (it == 1) { /* an evaluation forward between forward and backward: buffers broadcast
                         * (the previous forward synchronised), the iteration goes on */
@@ -546,15 +608,19 @@ static void test_nosync(int view) {
         for (int i = 0; i < m.np; i++) {
             void *g = m.p[i].grad;
             if (view) ringlet_ddp_grad_view(d, i, &g);
-            if (m.p[i].count) memset(g, 0, m.p[i].count * ringlet_datatype_size(m.p[i].dtype));
+            tzero(g, m.p[i].count * ringlet_datatype_size(m.p[i].dtype));
         }
         for (int a = 0; a < 3; a++) {
             DRC(d, ringlet_ddp_pre_forward(d, a == 2));
             for (int i = m.np - 1; i >= 0; i--) {
                 void *g = m.p[i].grad;
                 if (view) ringlet_ddp_grad_view(d, i, &g);
+                size_t bytes = m.p[i].count * ringlet_datatype_size(m.p[i].dtype);
+                void *h = hcopy(g, bytes);
                 for (size_t j = 0; j < m.p[i].count; j++)
-                    put(g, m.p[i].dtype, j, get(g, m.p[i].dtype, j) + val(g_rank, 100 * it + a, i, j));
+                    put(h, m.p[i].dtype, j, get(h, m.p[i].dtype, j) + val(g_rank, 100 * it + a, i, j));
+                hstore(g, h, bytes);
+                free(h);
                 DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
             }
             DRC(d, ringlet_ddp_finish(d));
@@ -589,7 +655,11 @@ static void test_unused(void) {
     const int nowhere = 3, rank0_only = 6, told = 7; /* fc1.weight, fc2.weight, fc2.bias */
     for (int it = 0; it < 2; it++) {
         DRC(d, ringlet_ddp_pre_forward(d, 1));
-        for (size_t j = 0; j < m.p[nowhere].count; j++) put(m.p[nowhere].grad, m.p[nowhere].dtype, j, 1234.5);
+        size_t nwb = m.p[nowhere].count * ringlet_datatype_size(m.p[nowhere].dtype);
+        void *nwh = malloc(nwb);
+        for (size_t j = 0; j < m.p[nowhere].count; j++) put(nwh, m.p[nowhere].dtype, j, 1234.5);
+        hstore(m.p[nowhere].grad, nwh, nwb);
+        free(nwh);
         if (it == 0) DRC(d, ringlet_ddp_grad_unused(d, told, NULL)); /* early, with no gradient: zeros */
         for (int i = m.np - 1; i >= 0; i--) {
             if (i == nowhere || (i == rank0_only && g_rank == 0) || (i == told && it == 0)) continue;
@@ -602,7 +672,9 @@ static void test_unused(void) {
         DRC(d, ringlet_ddp_param_used(d, nowhere, &used));
         CHECK(used == 0, "unused: parameter %d used = %d", nowhere, used);
         int bad = 0;
-        for (size_t j = 0; j < m.p[nowhere].count; j++) bad += get(m.p[nowhere].grad, m.p[nowhere].dtype, j) != 1234.5;
+        nwh = hcopy(m.p[nowhere].grad, nwb);
+        for (size_t j = 0; j < m.p[nowhere].count; j++) bad += get(nwh, m.p[nowhere].dtype, j) != 1234.5;
+        free(nwh);
         CHECK(bad == 0, "unused: gradient of a parameter unused everywhere was changed (%d elements)", bad);
         DRC(d, ringlet_ddp_param_used(d, rank0_only, &used));
         CHECK(used == (g_size > 1), "unused: parameter %d (unused on rank 0 only) used = %d", rank0_only, used);
@@ -648,13 +720,13 @@ static void test_misuse_create(void) {
         if (g_rank == last) {
             m.p[3].shape = other;
             m.p[3].count = 40 * 65;
-            free(m.p[3].data);
-            m.p[3].data = calloc(40 * 65, 4);
+            tfree(m.p[3].data);
+            m.p[3].data = talloc(40 * 65 * 4);
         }
         expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "shape mismatch", "parameter 3 ('fc1.weight')",
                             "[40, 64] on rank 0", "[40, 65] on rank");
         if (g_rank == last) {
-            free(m.p[3].data);
+            tfree(m.p[3].data);
             m.p[3].data = NULL;
         }
         model_free(&m);
@@ -666,8 +738,8 @@ static void test_misuse_create(void) {
             m.p[1].shape = flat;
             m.p[1].ndim = 1;
             m.p[1].dtype = RINGLET_FLOAT64;
-            free(m.p[1].data);
-            m.p[1].data = calloc(16, 8);
+            tfree(m.p[1].data);
+            m.p[1].data = talloc(16 * 8);
         }
         expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "dtype mismatch", "parameter 1 ('embed.bias')",
                             "float32 [16] on rank 0", "float64 [16] on rank 1");
@@ -707,11 +779,18 @@ static void test_misuse_create(void) {
         if (g_rank == 1) m.p[5].dtype = RINGLET_BFLOAT16;
         model_free(&m);
     }
-    /* device memory: not supported yet */
+    /* memory kinds: a device tensor without a device backend; host and device mixed */
+    int ndev = 0;
+    ringlet_device_count(&ndev);
     model_init(&m, 1);
-    m.p[4].memory = RINGLET_DDP_DEVICE;
-    expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "device memory", "parameter 4 ('fc1.bias')", "device",
-                        "host memory only");
+    m.p[4].memory = g_dev ? RINGLET_DDP_HOST : RINGLET_DDP_DEVICE;
+    if (ndev == 0)
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "device memory without a device backend",
+                            "parameter 4 ('fc1.bias')", "device memory", "no device backend");
+    else
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_ARGUMENT, "host and device memory mixed",
+                            "parameter 4 ('fc1.bias')", g_dev ? "in host memory" : "in device memory", "one kind");
+    m.p[4].memory = g_dev ? RINGLET_DDP_DEVICE : RINGLET_DDP_HOST;
     model_free(&m);
 
     /* local argument checks that need no peers */
@@ -799,9 +878,10 @@ int main(int argc, char **argv) {
     int iters = 4;
     for (int k = 1; k < argc; k++) {
         if (!strcmp(argv[k], "--big")) g_np = 13;
+        else if (!strcmp(argv[k], "--memory") && k + 1 < argc) g_dev = !strcmp(argv[++k], "device");
         else if (!strcmp(argv[k], "--iters") && k + 1 < argc) iters = atoi(argv[++k]);
         else {
-            fprintf(stderr, "usage: ddp [--big] [--iters N]\n");
+            fprintf(stderr, "usage: ddp [--big] [--iters N] [--memory host|device]\n");
             return 2;
         }
     }
@@ -826,7 +906,8 @@ int main(int argc, char **argv) {
     test_misuse_create();
     test_misuse_iterations();
 
-    printf("ddp: rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks, g_failed);
+    printf("ddp: rank %d of %d: %d checks, %d failed%s\n", g_rank, g_size, g_checks, g_failed,
+           g_dev ? " on device memory" : "");
     fflush(stdout);
     ringlet_comm_destroy(g_comm);
     return g_failed ? 1 : 0;

@@ -9,13 +9,18 @@
 # no_sync accumulation (and PyTorch's buffer-broadcast rule in a no_sync block);
 # average_gradients = 0; float16/bfloat16 compression; find_unused_parameters; and the
 # errors: different shapes/dtypes/counts/options or an argument error on one rank at
-# create (the same message on every rank, naming the first difference), device memory,
+# create (the same message on every rank, naming the first difference), device memory
+# without a device backend or mixed with host memory,
 # a gradient reported twice and a parameter without gradient (on every rank or on one:
 # the others fail too), calls out of order.
 # Runs: P=2 with --big (an 8 MiB parameter: the broadcast's direct path, and a gradient
 # all-reduced in place), P=3 with RINGLET_DDP_BCAST_BYTES=512 (many coalesced broadcast
 # messages, slot reuse), P=3 with RINGLET_DDP_DIRECT_BYTES=64 (nearly every gradient
 # all-reduced in place rather than copied into its bucket).
+# The same runs again with every tensor in device memory (--memory device) over the
+# device layer's backend RINGLET_TEST_DEVICE (default sim: the simulated GPU, with
+# RINGLET_SIM_JITTER=100 so that a missing stream order shows): buckets, staging and
+# every copy, conversion and collective on device memory and the default stream.
 # Sanitizer builds (SANITIZE set): the same runs (--big under address sanitizer only).
 # Takes a few seconds (normal build). Exit 0 = all passed, 1 = a failure.
 set -u
@@ -41,11 +46,17 @@ fails=0
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 t_all=$(now_ms)
 # P|environment|arguments
+DEV="RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim} RINGLET_SIM_JITTER=${RINGLET_SIM_JITTER:-100}"
 PLAN="1||
 2||$BIG
 3|RINGLET_DDP_BCAST_BYTES=512|
 3|RINGLET_DDP_DIRECT_BYTES=64|
-4||"
+4||
+1|$DEV|--memory device
+2|$DEV|--memory device $BIG
+3|$DEV RINGLET_DDP_BCAST_BYTES=512|--memory device
+3|$DEV RINGLET_DDP_DIRECT_BYTES=64|--memory device
+4|$DEV|--memory device"
 while IFS='|' read -r P envs args; do
     [ -n "$P" ] || continue
     t=$(now_ms)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make install into a scratch prefix; the README's example builds against the installed
-# header and library through pkg-config and runs on 3 ranks.
+# header and library through pkg-config and runs on 3 ranks; a program written for NCCL
+# builds against the installed ringlet-nccl/nccl.h and runs on the installed
+# ringlet-nccl/libnccl.so.2 (which finds the installed libringlet).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -14,4 +16,23 @@ cc -O2 $san examples/allreduce.c $flags -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/ex
 ldd "$tmp/example" | grep -q "$tmp/prefix/lib/libringlet.so.0" || { echo "example does not use the installed library"; ldd "$tmp/example"; exit 1; }
 out=$("$tmp/prefix/bin/ringlet-run" -n 3 --timeout 60 "$tmp/example" 2>&1)
 echo "$out"
-grep -q 'x\[0\] = 3 (expected 3)' <<<"$out"
+grep -q 'x\[0\] = 3 (expected 3)' <<<"$out" || exit 1
+cat >"$tmp/nccl_prog.c" <<'PROG'
+#include <nccl.h>
+#include <stdio.h>
+int main(void) {
+    int v = 0;
+    ncclUniqueId id;
+    ncclComm_t c;
+    float x[4] = {1, 2, 3, 4};
+    if (ncclGetVersion(&v) || ncclGetUniqueId(&id) || ncclCommInitRank(&c, 1, id, 0)) return 1;
+    if (ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, c, NULL) || ncclCommDestroy(c)) return 1;
+    printf("nccl program: version %d, x[3] = %g\n", v, x[3]);
+    return x[3] == 4 ? 0 : 1;
+}
+PROG
+cc -O2 $san -I"$tmp/prefix/include/ringlet-nccl" "$tmp/nccl_prog.c" -L"$tmp/prefix/lib/ringlet-nccl" -lnccl \
+    -Wl,-rpath,"$tmp/prefix/lib/ringlet-nccl" -o "$tmp/nccl_prog" || exit 1
+ldd "$tmp/nccl_prog" | grep -qE "libringlet.so.0 => $tmp/prefix/lib/(ringlet-nccl/\.\./)?libringlet.so.0" ||
+    { echo "the installed libnccl.so.2 does not find the installed libringlet"; ldd "$tmp/nccl_prog"; exit 1; }
+"$tmp/nccl_prog"

@@ -12,10 +12,12 @@
 #        transports               -> transports, device, base
 #        core (src/*.c)           -> core, transports, device, kernels, base
 #        ddp (src/ddp)            -> ddp, and the public API (ringlet_*) only
+#        nccl (src/nccl)          -> nccl, and the public API (ringlet_*) only
 #   3. Inside the core, no loop of calls between files: each file's callees never call it
 #      back, directly or through others (a file-level graph without cycles).
 #   4. Includes: a transport includes only transport headers, base headers and the device
-#      layer's; the device layer only its own, base and kernels headers.
+#      layer's; the device layer only its own, base and kernels headers; the NCCL layer
+#      only its own and ringlet.h.
 # Exit 0 = all hold, 1 = a violation (each printed), 77 = no objects to read (build first).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -54,13 +56,14 @@ base_h=$(cd src/base && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
 dev_h=$(cd src/device && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
 tp_h=$(cd transports && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
 out=$(bad_inc "transports/*.c transports/*.h" "$tp_h|$base_h|$dev_h|ringlet\\.h")
-out+=$(bad_inc "src/device/*.c src/device/*.h" "$dev_h|$base_h|reduce\\.h|reduce_cuda\\.h|ringlet\\.h")
+out+=$(bad_inc "src/device/*.c src/device/*.h" "$dev_h|$base_h|reduce\\.h|reduce_cuda\\.h|convert\\.h|ringlet\\.h")
+out+=$(bad_inc "src/nccl/*.c src/nccl/*.h" "shim\\.h|nccl\\.h|ringlet\\.h")
 if [ -n "$out" ]; then
     echo "FAIL: includes that reach above their layer:"
     echo "$out"
     fails=$((fails + 1))
 else
-    echo "ok:   transports and the device layer include only their own, base (and device) headers"
+    echo "ok:   transports, the device layer and the NCCL layer include only what their layer may"
 fi
 
 # ---- 2 and 3. calls between objects
@@ -80,6 +83,7 @@ def layer(path):
     if rel.startswith("src/base/"): return "base"
     if rel.startswith("src/device/"): return "device"
     if rel.startswith("src/ddp/"): return "ddp"
+    if rel.startswith("src/nccl/"): return "nccl"
     if rel.startswith("src/"): return "core"
     if rel.startswith("transports/"): return "transports"
     if rel.startswith("kernels/"): return "kernels"
@@ -87,7 +91,7 @@ def layer(path):
 allowed = {
     "base": {"base"}, "kernels": {"kernels"}, "device": {"device", "kernels", "base"},
     "transports": {"transports", "device", "base"},
-    "core": {"core", "transports", "device", "kernels", "base"}, "ddp": {"ddp"},
+    "core": {"core", "transports", "device", "kernels", "base"}, "ddp": {"ddp"}, "nccl": {"nccl"},
 }
 defs, undefs = {}, {}
 for o in objs:
@@ -107,7 +111,7 @@ for o in objs:
         t = defs.get(s)
         if not t or t == o: continue
         lt = layer(t)
-        ok = lt in allowed.get(lo, set()) or (lo == "ddp" and s.startswith("ringlet_"))
+        ok = lt in allowed.get(lo, set()) or (lo in ("ddp", "nccl") and s.startswith("ringlet_"))
         if not ok:
             bad.append("%s (%s) calls %s in %s (%s)" % (os.path.relpath(o, root), lo, s, os.path.relpath(t, root), lt))
         if lo == "core" and lt == "core":
@@ -116,7 +120,7 @@ if bad:
     print("FAIL: calls that go up the layers:")
     for b in bad: print("    " + b)
 else:
-    print("ok:   %d objects: every call goes down the layers (base, kernels, device, transports, core; ddp on the public API)" % len(objs))
+    print("ok:   %d objects: every call goes down the layers (base, kernels, device, transports, core; ddp and nccl on the public API)" % len(objs))
 # cycles among core files
 color, stack, cycles = {}, [], []
 def visit(n):

@@ -90,7 +90,7 @@ def main():
         ringlet.all_reduce(torch.empty(3, device="meta"))
         check(False, "a meta tensor was accepted")
     except ringlet.RingletError as e:
-        check(e.code == ringlet.ERR_INVALID_USAGE and "CPU tensors only" in str(e), "meta tensor error: %s" % e)
+        check(e.code == ringlet.ERR_INVALID_USAGE and "CPU and CUDA tensors" in str(e), "meta tensor error: %s" % e)
     try:
         ringlet.all_reduce(torch.zeros(4, 4).t())
         check(False, "a non-contiguous tensor was accepted")

@@ -1,0 +1,84 @@
+/* Running a group (ringlet_group_start/end) on one communicator: its collectives in the
+ * order they were called, then all its sends and receives at once (xchg.h), so that ranks
+ * that send to each other never wait for each other. Every rank must have made the same
+ * group; a message of it matches a plain send or receive as well. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
+#include "devcomm.h"
+#include "xchg.h"
+
+ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g, rl_mem *mem, rl_run_fn run_one,
+                              char *err) {
+    /* Device buffers: the transports that move device memory themselves copy on streams of
+     * their own, so the user's work before the group is waited for here. */
+    if (mem->dev) {
+        void *evs[1 + RL_GROUP_MAX_STREAMS] = {g->event};
+        for (int i = 0; i < g->nxstream; i++) evs[1 + i] = g->xevent[i];
+        for (int i = 0; i <= g->nxstream; i++) {
+            ringlet_result_t rc = evs[i] ? rl_devcomm_wait(c, evs[i], "the streams' work before the group", err)
+                                         : RINGLET_SUCCESS;
+            if (rc) return rc;
+        }
+    }
+    int ns = 0, nr = 0;
+    for (int i = 0; i < g->nsub; i++) {
+        const rl_subop *o = &g->sub[i];
+        if (o->kind == RL_OP_SEND) ns++;
+        else if (o->kind == RL_OP_RECV) nr++;
+    }
+    rl_msg *s = calloc((size_t)ns + 1, sizeof *s), *v = calloc((size_t)nr + 1, sizeof *v);
+    if (!s || !v) {
+        free(s), free(v);
+        return snprintf(err, RL_MSG_MAX, "group #%llu: out of memory", (unsigned long long)g->seq), RINGLET_ERR_SYSTEM;
+    }
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    ns = nr = 0;
+    for (int i = 0; i < g->nsub && !rc; i++) {
+        const rl_subop *o = &g->sub[i];
+        size_t bytes = o->count * ringlet_datatype_size(o->dtype);
+        if (o->kind == RL_OP_SEND) {
+            s[ns++] = (rl_msg){o->peer, (void *)o->sendbuf, bytes};
+        } else if (o->kind == RL_OP_RECV) {
+            v[nr++] = (rl_msg){o->peer, o->recvbuf, bytes};
+        } else {
+            /* A collective: as a request of its own, numbered as the group. */
+            struct ringlet_request r;
+            memset(&r, 0, sizeof r);
+            r.comm = c;
+            r.kind = o->kind;
+            r.sendbuf = o->sendbuf;
+            r.recvbuf = o->recvbuf;
+            r.count = o->count;
+            r.dtype = o->dtype;
+            r.op = o->op;
+            r.root = o->root;
+            r.peer = o->peer;
+            r.seq = g->seq;
+            r.device = o->device;
+            rc = run_one(c, &r, mem, err);
+            /* Its device work done before the next reuses the communicator's scratch. */
+            if (!rc && mem->dev) {
+                char e[RL_MSG_MAX];
+                if ((rc = rl_devcomm_drain(c, e)))
+                    snprintf(err, RL_MSG_MAX, "%s #%llu (in a group): %.400s", rl_op_name(o->kind),
+                             (unsigned long long)g->seq, e);
+            }
+        }
+    }
+    if (!rc && (ns || nr)) {
+        /* The group names the sends and receives in errors. */
+        struct ringlet_request r;
+        memset(&r, 0, sizeof r);
+        r.comm = c;
+        r.kind = RL_OP_GROUP;
+        r.seq = g->seq;
+        r.count = (size_t)(ns + nr);
+        rc = rl_run_peers(c, &r, mem, s, ns, v, nr, err);
+    }
+    free(s);
+    free(v);
+    return rc;
+}

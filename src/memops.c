@@ -1,0 +1,86 @@
+/* The public memory operations (ringlet.h): copies, fills and conversions that go to the
+ * device layer when a pointer is device memory and run at once on host memory; pinned
+ * host memory; a stream's synchronisation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "device.h"
+#include "failure.h"
+
+/* The backend when either pointer is device memory; NULL for host memory. */
+static const rl_device_ops *on_device(const void *a, const void *b) {
+    return rl_dev_ptr_device(a) >= 0 || rl_dev_ptr_device(b) >= 0 ? rl_device() : NULL;
+}
+
+ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
+    if (!bytes) return RINGLET_SUCCESS;
+    if (!dst || !src) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "memcpy_async: %s is NULL", dst ? "src" : "dst");
+    const rl_device_ops *d = on_device(dst, src);
+    if (!d) {
+        memmove(dst, src, bytes);
+        return RINGLET_SUCCESS;
+    }
+    if (d->memcpy_async(dst, src, bytes, stream) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "memcpy_async of %zu bytes: %s", bytes, rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream) {
+    if (!bytes) return RINGLET_SUCCESS;
+    if (!dst) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "memset_async: dst is NULL");
+    const rl_device_ops *d = on_device(dst, NULL);
+    if (!d) {
+        memset(dst, value, bytes);
+        return RINGLET_SUCCESS;
+    }
+    if (d->memset_async(dst, value, bytes, stream) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "memset_async of %zu bytes: %s", bytes, rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st,
+                                       size_t n, double scale, void *stream) {
+    if (!rl_convert_supported(dt) || !rl_convert_supported(st))
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "convert_async: datatypes %d and %d (float16, bfloat16, float32 and float64 only)", (int)dt,
+                        (int)st);
+    if (!n) return RINGLET_SUCCESS;
+    if (!dst || !src) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: %s is NULL", dst ? "src" : "dst");
+    const rl_device_ops *d = on_device(dst, src);
+    if (!d) {
+        rl_convert_host(dst, dt, src, st, n, scale);
+        return RINGLET_SUCCESS;
+    }
+    if (d->convert(dst, dt, src, st, n, scale, stream) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async of %zu elements: %s", n, rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_stream_synchronize(void *stream) {
+    const rl_device_ops *d = rl_device();
+    if (d && d->stream_sync(stream) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_host_alloc(void **ptr, size_t bytes) {
+    if (!ptr) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "host_alloc: ptr is NULL");
+    const rl_device_ops *d = rl_device();
+    *ptr = NULL;
+    if (d ? d->host_alloc(ptr, bytes ? bytes : 1) != RL_DEV_OK : !(*ptr = calloc(1, bytes ? bytes : 1)))
+        return rl_error(NULL, d ? RINGLET_ERR_CUDA : RINGLET_ERR_SYSTEM, "host_alloc of %zu bytes: %s", bytes,
+                        d ? rl_dev_error() : "out of memory");
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_host_free(void *ptr) {
+    if (!ptr) return RINGLET_SUCCESS;
+    const rl_device_ops *d = rl_device();
+    if (!d) {
+        free(ptr);
+        return RINGLET_SUCCESS;
+    }
+    if (d->host_free(ptr) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}

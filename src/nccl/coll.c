@@ -1,0 +1,180 @@
+/* The NCCL layer's operations: collectives, point to point, groups and pre-multiplied
+ * sums, mapped onto ringlet's calls. A stream of 0 is CUDA's default stream. On a
+ * non-blocking communicator a call outside a group is issued as ringlet's non-blocking
+ * form and returns ncclInProgress; ncclCommGetAsyncError follows it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "shim.h"
+
+static _Thread_local int t_group_depth;
+
+typedef enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
+               K_SEND, K_RECV } kind_t;
+
+typedef struct {
+    kind_t kind;
+    const char *fn;
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t dtype;
+    ncclRedOp_t op;
+    int root; /* or the peer */
+} call_t;
+
+static ncclResult_t datatype(struct ncclComm *c, const char *fn, ncclDataType_t d, ringlet_datatype_t *out) {
+    if (d == ncclFloat8e4m3 || d == ncclFloat8e5m2)
+        return shim_fail(c, ncclInvalidArgument, "%s: datatype %d (float8 %s) is not supported by ringlet", fn, (int)d,
+                         d == ncclFloat8e4m3 ? "e4m3" : "e5m2");
+    if ((int)d < 0 || (int)d >= (int)RINGLET_NUM_DATATYPES)
+        return shim_fail(c, ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t", fn, (int)d);
+    *out = (ringlet_datatype_t)d; /* the same values, ncclInt8 .. ncclBfloat16 */
+    return ncclSuccess;
+}
+
+static ringlet_result_t run(const call_t *a, ringlet_datatype_t d, ringlet_comm_t rc, void *st, ringlet_request_t *q) {
+    ringlet_op_t op = (ringlet_op_t)a->op; /* built-ins share values; premul ops are ringlet's */
+    switch (a->kind) {
+    case K_ALLREDUCE:
+        return q ? ringlet_iallreduce(a->send, a->recv, a->count, d, op, rc, st, q)
+                 : ringlet_allreduce(a->send, a->recv, a->count, d, op, rc, st);
+    case K_BROADCAST:
+        return q ? ringlet_ibroadcast(a->send, a->recv, a->count, d, a->root, rc, st, q)
+                 : ringlet_broadcast(a->send, a->recv, a->count, d, a->root, rc, st);
+    case K_REDUCE:
+        return q ? ringlet_ireduce(a->send, a->recv, a->count, d, op, a->root, rc, st, q)
+                 : ringlet_reduce(a->send, a->recv, a->count, d, op, a->root, rc, st);
+    case K_ALLGATHER:
+        return q ? ringlet_iallgather(a->send, a->recv, a->count, d, rc, st, q)
+                 : ringlet_allgather(a->send, a->recv, a->count, d, rc, st);
+    case K_REDUCE_SCATTER:
+        return q ? ringlet_ireduce_scatter(a->send, a->recv, a->count, d, op, rc, st, q)
+                 : ringlet_reduce_scatter(a->send, a->recv, a->count, d, op, rc, st);
+    case K_ALLTOALL:
+        return q ? ringlet_ialltoall(a->send, a->recv, a->count, d, rc, st, q)
+                 : ringlet_alltoall(a->send, a->recv, a->count, d, rc, st);
+    case K_GATHER:
+        return q ? ringlet_igather(a->send, a->recv, a->count, d, a->root, rc, st, q)
+                 : ringlet_gather(a->send, a->recv, a->count, d, a->root, rc, st);
+    case K_SCATTER:
+        return q ? ringlet_iscatter(a->send, a->recv, a->count, d, a->root, rc, st, q)
+                 : ringlet_scatter(a->send, a->recv, a->count, d, a->root, rc, st);
+    case K_SEND:
+        return q ? ringlet_isend(a->send, a->count, d, a->root, rc, st, q)
+                 : ringlet_send(a->send, a->count, d, a->root, rc, st);
+    case K_RECV:
+        return q ? ringlet_irecv(a->recv, a->count, d, a->root, rc, st, q)
+                 : ringlet_recv(a->recv, a->count, d, a->root, rc, st);
+    }
+    return RINGLET_ERR_INTERNAL;
+}
+
+static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
+    ringlet_datatype_t d;
+    ncclResult_t rc = shim_ready(c, a->fn);
+    if (rc || (rc = datatype(c, a->fn, a->dtype, &d))) return rc;
+    void *st = stream ? (void *)stream : RINGLET_STREAM_DEFAULT;
+    if (c->blocking || t_group_depth) return shim_check(c, run(a, d, c->rc, st, NULL));
+    ringlet_request_t q = NULL;
+    if ((rc = shim_check(c, run(a, d, c->rc, st, &q)))) return rc;
+    return shim_track(c, q);
+}
+
+#define ISSUE(comm, stream, ...) issue(comm, &(call_t){__VA_ARGS__}, stream)
+
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t d, ncclRedOp_t op, ncclComm_t c,
+                           cudaStream_t st) {
+    return ISSUE(c, st, K_ALLREDUCE, "ncclAllReduce", s, r, n, d, op, 0);
+}
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t d, int root, ncclComm_t c,
+                           cudaStream_t st) {
+    return ISSUE(c, st, K_BROADCAST, "ncclBroadcast", s, r, n, d, ncclSum, root);
+}
+ncclResult_t ncclBcast(void *b, size_t n, ncclDataType_t d, int root, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_BROADCAST, "ncclBcast", b, b, n, d, ncclSum, root);
+}
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t d, ncclRedOp_t op, int root, ncclComm_t c,
+                        cudaStream_t st) {
+    return ISSUE(c, st, K_REDUCE, "ncclReduce", s, r, n, d, op, root);
+}
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t d, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_ALLGATHER, "ncclAllGather", s, r, n, d, ncclSum, 0);
+}
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t d, ncclRedOp_t op, ncclComm_t c,
+                               cudaStream_t st) {
+    return ISSUE(c, st, K_REDUCE_SCATTER, "ncclReduceScatter", s, r, n, d, op, 0);
+}
+ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t d, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_ALLTOALL, "ncclAlltoAll", s, r, n, d, ncclSum, 0);
+}
+ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t d, int root, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_GATHER, "ncclGather", s, r, n, d, ncclSum, root);
+}
+ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t d, int root, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_SCATTER, "ncclScatter", s, r, n, d, ncclSum, root);
+}
+ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t d, int peer, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_SEND, "ncclSend", s, NULL, n, d, ncclSum, peer);
+}
+ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t d, int peer, ncclComm_t c, cudaStream_t st) {
+    return ISSUE(c, st, K_RECV, "ncclRecv", NULL, r, n, d, ncclSum, peer);
+}
+
+ncclResult_t ncclGroupStart(void) {
+    t_group_depth++;
+    return shim_check(NULL, ringlet_group_start());
+}
+
+/* Runs the group: on host memory its results are in place when this returns, on device
+ * memory they are queued on their streams. */
+ncclResult_t ncclGroupEnd(void) {
+    if (!t_group_depth) return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart before it");
+    t_group_depth--;
+    return shim_check(NULL, ringlet_group_end());
+}
+
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
+    (void)info;
+    return shim_fail(NULL, ncclInvalidUsage,
+                     "ncclGroupSimulateEnd is not provided by ringlet (it has no cost model); end the group with "
+                     "ncclGroupEnd");
+}
+
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t d, ncclScalarResidence_t res,
+                                      ncclComm_t c) {
+    ringlet_datatype_t rd;
+    ncclResult_t rc = shim_ready(c, "ncclRedOpCreatePreMulSum");
+    if (rc || (rc = datatype(c, "ncclRedOpCreatePreMulSum", d, &rd))) return rc;
+    if (!op) return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
+    if (res != ncclScalarDevice && res != ncclScalarHostImmediate)
+        return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d", (int)res);
+    ringlet_op_t rop;
+    rc = shim_check(c, ringlet_op_create_premul_sum(&rop, scalar, rd,
+                                                    res == ncclScalarDevice ? RINGLET_SCALAR_DEVICE : RINGLET_SCALAR_HOST,
+                                                    c->rc));
+    if (!rc) *op = (ncclRedOp_t)rop;
+    return rc;
+}
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c) {
+    ncclResult_t rc = shim_ready(c, "ncclRedOpDestroy");
+    return rc ? rc : shim_check(c, ringlet_op_destroy((ringlet_op_t)op, c->rc));
+}
+
+SHIM_TWIN(AllReduce);
+SHIM_TWIN(Broadcast);
+SHIM_TWIN(Bcast);
+SHIM_TWIN(Reduce);
+SHIM_TWIN(AllGather);
+SHIM_TWIN(ReduceScatter);
+SHIM_TWIN(AlltoAll);
+SHIM_TWIN(Gather);
+SHIM_TWIN(Scatter);
+SHIM_TWIN(Send);
+SHIM_TWIN(Recv);
+SHIM_TWIN(GroupStart);
+SHIM_TWIN(GroupEnd);
+SHIM_TWIN(GroupSimulateEnd);
+SHIM_TWIN(RedOpCreatePreMulSum);
+SHIM_TWIN(RedOpDestroy);

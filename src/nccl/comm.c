@@ -1,0 +1,636 @@
+/* The NCCL layer's communicators: versions and ids, init (blocking or not, one rank or
+ * all of them in one process), split, finalize, destroy, abort, queries, errors, memory
+ * and registration; the calls ringlet does not provide answer ncclInvalidUsage. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static _Thread_local char t_err[SHIM_MSG_MAX];
+static void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- results and messages ---- */
+
+ncclResult_t shim_result(ringlet_result_t rc) {
+    switch (rc) {
+    case RINGLET_SUCCESS: return ncclSuccess;
+    case RINGLET_ERR_CUDA: return ncclUnhandledCudaError;
+    case RINGLET_ERR_SYSTEM: return ncclSystemError;
+    case RINGLET_ERR_INVALID_ARGUMENT: return ncclInvalidArgument;
+    case RINGLET_ERR_INVALID_USAGE: return ncclInvalidUsage;
+    case RINGLET_ERR_REMOTE: return ncclRemoteError;
+    case RINGLET_IN_PROGRESS: return ncclInProgress;
+    case RINGLET_ERR_TIMEOUT: return ncclRemoteError; /* a peer that never answered */
+    default: return ncclInternalError;
+    }
+}
+
+ncclResult_t shim_fail(struct ncclComm *c, ncclResult_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_err, sizeof t_err, fmt, ap);
+    va_end(ap);
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        snprintf(c->err, sizeof c->err, "%s", t_err);
+        pthread_mutex_unlock(&c->mu);
+    }
+    shim_warn("error %d (%s): %s", (int)code, ncclGetErrorString(code), t_err);
+    return code;
+}
+
+ncclResult_t shim_check(struct ncclComm *c, ringlet_result_t rc) {
+    if (rc == RINGLET_SUCCESS) return ncclSuccess;
+    /* ringlet keeps the calling thread's last message. */
+    return shim_fail(c, shim_result(rc), "%s", ringlet_comm_last_error(NULL));
+}
+
+/* 0: quiet, 1: warnings, 2: info (NCCL_DEBUG, or ringlet's own RINGLET_DEBUG). */
+static int shim_level(void) {
+    static atomic_int level = -1; /* every thread computes the same value */
+    int on = atomic_load_explicit(&level, memory_order_relaxed);
+    if (on < 0) {
+        const char *v[2] = {getenv("NCCL_DEBUG"), getenv("RINGLET_DEBUG")};
+        on = 0;
+        for (int i = 0; i < 2; i++) {
+            if (!v[i]) continue;
+            if (!strcasecmp(v[i], "INFO") || !strcasecmp(v[i], "TRACE")) on = 2;
+            else if (!strcasecmp(v[i], "WARN") && on < 1) on = 1;
+        }
+        atomic_store_explicit(&level, on, memory_order_relaxed);
+    }
+    return on;
+}
+
+static void shim_log(int level, const char *fmt, va_list ap) {
+    if (shim_level() < level) return;
+    char line[SHIM_MSG_MAX + 64];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fprintf(stderr, "NCCL %s [ringlet pid %d] %s\n", level > 1 ? "INFO" : "WARN", (int)getpid(), line);
+}
+
+void shim_info(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    shim_log(2, fmt, ap);
+    va_end(ap);
+}
+
+static void shim_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    shim_log(1, fmt, ap);
+    va_end(ap);
+}
+
+ncclResult_t ncclGetVersion(int *version) {
+    if (!version) return shim_fail(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the ringlet developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error (or a deadline passed)";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+const char *ncclGetLastError(ncclComm_t c) {
+    if (c && c->magic == SHIM_MAGIC && c->err[0]) return c->err;
+    return t_err;
+}
+
+void ncclResetDebugInit(void) {}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    if (!id) return shim_fail(NULL, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    _Static_assert(sizeof(ncclUniqueId) == sizeof(ringlet_unique_id_t), "unique id sizes differ");
+    ringlet_unique_id_t rid;
+    ringlet_result_t rc = ringlet_get_unique_id(&rid);
+    if (rc) return shim_check(NULL, rc);
+    memcpy(id, &rid, sizeof *id);
+    return ncclSuccess;
+}
+
+/* ---- configs ---- */
+
+/* The fields of cfg that its size covers: blocking (1 unless it says 0). */
+static ncclResult_t read_config(const ncclConfig_t *cfg, const char *fn, int *blocking) {
+    const char *env = getenv("NCCL_COMM_BLOCKING");
+    *blocking = env && *env ? atoi(env) != 0 : 1;
+    if (!cfg) return ncclSuccess;
+    if (cfg->magic != 0xcafebeef)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config was not set up with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                         fn, cfg->magic);
+    if (cfg->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && cfg->blocking != NCCL_CONFIG_UNDEF_INT) {
+        if (cfg->blocking != 0 && cfg->blocking != 1)
+            return shim_fail(NULL, ncclInvalidArgument, "%s: config.blocking is %d (0 or 1)", fn, cfg->blocking);
+        *blocking = cfg->blocking;
+    }
+    return ncclSuccess;
+}
+
+/* ---- communicators ---- */
+
+static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
+    struct ncclComm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->magic = SHIM_MAGIC;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->blocking = blocking;
+    c->device = -1;
+    c->init_joined = 1;
+    atomic_init(&c->init_done, 1);
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+static void comm_free(struct ncclComm *c) {
+    c->magic = 0;
+    pthread_mutex_destroy(&c->mu);
+    free(c->pending);
+    free(c);
+}
+
+typedef struct {
+    struct ncclComm *c;
+    ringlet_unique_id_t id;
+    int device; /* made current first (-1: leave it) */
+} init_arg;
+
+static void init_run(init_arg *a) {
+    struct ncclComm *c = a->c;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (a->device >= 0) rc = ringlet_set_device(a->device);
+    if (!rc) rc = ringlet_comm_init_rank(&c->rc, c->nranks, a->id, c->rank);
+    if (!rc) ringlet_comm_device(c->rc, &c->device);
+    c->init_rc = shim_check(c, rc);
+    if (!rc) shim_info("rank %d of %d: communicator up on ringlet %s (device %d, %s)", c->rank, c->nranks,
+                       ringlet_version(), c->device, c->blocking ? "blocking" : "non-blocking");
+    atomic_store(&c->init_done, 1);
+}
+
+static void *init_thread(void *p) {
+    init_run(p);
+    free(p);
+    return NULL;
+}
+
+static void *init_thread_keep(void *p) {
+    init_run(p);
+    return NULL;
+}
+
+ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
+    if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    if (!c->init_joined) {
+        /* A call on a communicator whose non-blocking init still runs waits for it. */
+        pthread_join(c->init_thread, NULL);
+        c->init_joined = 1;
+    }
+    if (c->init_rc != ncclSuccess || !c->rc)
+        return shim_fail(c, ncclInvalidUsage, "%s: the communicator's init failed: %s", fn, c->err);
+    return ncclSuccess;
+}
+
+static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank, int blocking,
+                              const char *fn) {
+    if (!out) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
+    *out = NULL;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: rank %d of %d ranks is out of range", fn, rank, nranks);
+    struct ncclComm *c = comm_new(nranks, rank, blocking);
+    init_arg *a = calloc(1, sizeof *a);
+    if (!c || !a) {
+        free(a);
+        if (c) comm_free(c);
+        return shim_fail(NULL, ncclSystemError, "%s: out of memory", fn);
+    }
+    a->c = c;
+    memcpy(&a->id, id, sizeof a->id);
+    a->device = -1;
+    if (blocking) {
+        init_run(a);
+        free(a);
+        if (c->init_rc != ncclSuccess) {
+            ncclResult_t rc = c->init_rc;
+            comm_free(c);
+            return rc;
+        }
+        *out = c;
+        return ncclSuccess;
+    }
+    /* Non-blocking: the init runs on a thread of its own, on the caller's device. */
+    ringlet_get_device(&a->device);
+    atomic_store(&c->init_done, 0);
+    c->init_joined = 0;
+    if (pthread_create(&c->init_thread, NULL, init_thread, a) != 0) {
+        free(a);
+        comm_free(c);
+        return shim_fail(NULL, ncclSystemError, "%s: cannot start the init thread", fn);
+    }
+    *out = c;
+    return ncclInProgress;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    int blocking;
+    ncclResult_t rc = read_config(config, "ncclCommInitRankConfig", &blocking);
+    if (rc) return rc;
+    return init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRankConfig");
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    return init_rank(comm, nranks, &id, rank, 1, "ncclCommInitRank");
+}
+
+/* ringlet's id names the rank-0 process and its job secret: one id is enough, so the
+ * first of commIds is used (every rank holds it). */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int nId, ncclUniqueId *ids,
+                                      ncclConfig_t *config) {
+    if (nId < 1 || !ids)
+        return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitRankScalable: %d ids at %p (at least one)", nId,
+                         (void *)ids);
+    int blocking;
+    ncclResult_t rc = read_config(config, "ncclCommInitRankScalable", &blocking);
+    if (rc) return rc;
+    return init_rank(comm, nranks, &ids[0], rank, blocking, "ncclCommInitRankScalable");
+}
+
+/* The communicators of one ncclCommInitAll: ringlet's destroy is collective, so they are
+ * destroyed together, once the program has destroyed (or aborted) every one of them. */
+struct initall_set {
+    pthread_mutex_t mu;
+    int n, left;
+    struct ncclComm **members;
+};
+
+static void *destroy_thread(void *p) {
+    struct ncclComm *c = p;
+    if (c->rc) ringlet_comm_destroy(c->rc);
+    c->rc = NULL;
+    return NULL;
+}
+
+static void set_release(struct ncclComm *c) {
+    struct initall_set *s = c->set;
+    pthread_mutex_lock(&s->mu);
+    int last = --s->left == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!last) return;
+    pthread_t *th = calloc((size_t)s->n, sizeof *th);
+    for (int i = 0; i < s->n; i++)
+        if (!th || pthread_create(&th[i], NULL, destroy_thread, s->members[i]) != 0) {
+            if (th) th[i] = 0;
+            destroy_thread(s->members[i]); /* alone: its peers see it leave */
+        }
+    for (int i = 0; i < s->n && th; i++)
+        if (th[i]) pthread_join(th[i], NULL);
+    for (int i = 0; i < s->n; i++) comm_free(s->members[i]);
+    free(th);
+    pthread_mutex_destroy(&s->mu);
+    free(s->members);
+    free(s);
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
+    if (!comms) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+    if (ndev < 1) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev is %d (at least 1)", ndev);
+    int ndevices = 0;
+    ringlet_device_count(&ndevices);
+    for (int i = 0; devlist && i < ndev; i++)
+        if (devlist[i] < 0 || (ndevices > 0 && devlist[i] >= ndevices))
+            return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: devlist[%d] is %d (%d devices)", i, devlist[i],
+                             ndevices);
+    ringlet_unique_id_t id;
+    ringlet_result_t r = ringlet_get_unique_id(&id);
+    if (r) return shim_check(NULL, r);
+    struct initall_set *s = calloc(1, sizeof *s);
+    init_arg *args = calloc((size_t)ndev, sizeof *args);
+    pthread_t *th = calloc((size_t)ndev, sizeof *th);
+    if (s) s->members = calloc((size_t)ndev, sizeof *s->members);
+    ncclResult_t rc = s && args && th && s->members ? ncclSuccess : ncclSystemError;
+    for (int i = 0; i < ndev && !rc; i++) {
+        if (!(s->members[i] = comm_new(ndev, i, 1))) rc = ncclSystemError;
+        args[i] = (init_arg){s->members[i], id, -1};
+        /* Several ranks may share a device: without a devlist, rank i takes device i
+         * when there is one, else device i mod the count. */
+        if (ndevices > 0) args[i].device = devlist ? devlist[i] : i % ndevices;
+    }
+    int started = 0;
+    for (; started < ndev && !rc; started++)
+        if (pthread_create(&th[started], NULL, init_thread_keep, &args[started]) != 0) rc = ncclSystemError;
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < started && !rc; i++)
+        if (s->members[i]->init_rc) rc = s->members[i]->init_rc;
+    if (rc) {
+        char why[SHIM_MSG_MAX] = "out of memory or threads";
+        for (int i = 0; i < ndev && s && s->members; i++)
+            if (s->members[i] && s->members[i]->init_rc && s->members[i]->err[0]) {
+                snprintf(why, sizeof why, "rank %d: %.480s", i, s->members[i]->err);
+                break;
+            }
+        /* Ranks that came up leave together (destroy is collective). */
+        pthread_t *dt = calloc((size_t)ndev, sizeof *dt);
+        for (int i = 0; i < ndev && s && s->members && dt; i++)
+            if (s->members[i] && pthread_create(&dt[i], NULL, destroy_thread, s->members[i]) != 0) dt[i] = 0;
+        for (int i = 0; i < ndev && dt; i++)
+            if (dt[i]) pthread_join(dt[i], NULL);
+        for (int i = 0; i < ndev && s && s->members; i++)
+            if (s->members[i]) comm_free(s->members[i]);
+        free(dt);
+        if (s) free(s->members);
+        free(s), free(args), free(th);
+        return shim_fail(NULL, rc, "ncclCommInitAll (%d ranks): %s", ndev, why);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    s->n = s->left = ndev;
+    for (int i = 0; i < ndev; i++) {
+        s->members[i]->set = s;
+        comms[i] = s->members[i];
+    }
+    free(args), free(th);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+    *newcomm = NULL;
+    int blocking;
+    ncclResult_t rc = shim_ready(comm, "ncclCommSplit");
+    if (rc || (rc = read_config(config, "ncclCommSplit", &blocking))) return rc;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+        return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
+    /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
+    ringlet_comm_t nrc = NULL;
+    if ((rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc)))) return rc;
+    if (!nrc) return ncclSuccess;
+    int n = 0, r = 0;
+    ringlet_comm_size(nrc, &n);
+    ringlet_comm_rank(nrc, &r);
+    struct ncclComm *c = comm_new(n, r, blocking);
+    if (!c) {
+        ringlet_comm_abort(nrc);
+        ringlet_comm_destroy(nrc);
+        return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
+    }
+    c->rc = nrc;
+    ringlet_comm_device(nrc, &c->device);
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommFinalize");
+    if (rc) return rc;
+    if ((rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) return rc;
+    rc = shim_poll(comm);
+    return rc == ncclInProgress ? ncclSuccess : rc; /* finalize waited: nothing still runs */
+}
+
+/* Joins a non-blocking init that may still run (destroy and abort wait for it: ringlet's
+ * init has its own deadline). */
+static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
+    if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    if (!c->init_joined) {
+        pthread_join(c->init_thread, NULL);
+        c->init_joined = 1;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
+    if (rc) return rc;
+    if (comm->set) {
+        set_release(comm);
+        return ncclSuccess;
+    }
+    ringlet_result_t r = comm->rc ? ringlet_comm_destroy(comm->rc) : RINGLET_SUCCESS;
+    rc = r ? shim_check(NULL, r) : ncclSuccess;
+    comm_free(comm);
+    return rc;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    ncclResult_t rc = comm_settle(comm, "ncclCommAbort");
+    if (rc) return rc;
+    if (comm->rc) {
+        /* ringlet's abort keeps the handle answering errors until destroy frees it; the
+         * NCCL handle is gone after abort, so both here (destroy of an aborted
+         * communicator waits for nobody). */
+        ringlet_comm_abort(comm->rc);
+        ringlet_comm_destroy(comm->rc);
+    }
+    comm->rc = NULL;
+    if (comm->set) set_release(comm);
+    else comm_free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t shim_track(struct ncclComm *c, ringlet_request_t r) {
+    pthread_mutex_lock(&c->mu);
+    if (c->npending == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        ringlet_request_t *p = realloc(c->pending, sizeof *p * (size_t)cap);
+        if (!p) {
+            pthread_mutex_unlock(&c->mu);
+            ringlet_result_t rc = ringlet_wait(&r);
+            return rc ? shim_check(c, rc) : ncclSuccess;
+        }
+        c->pending = p;
+        c->cap = cap;
+    }
+    c->pending[c->npending++] = r;
+    pthread_mutex_unlock(&c->mu);
+    return ncclInProgress;
+}
+
+ncclResult_t shim_poll(struct ncclComm *c) {
+    pthread_mutex_lock(&c->mu);
+    int k = 0;
+    for (int i = 0; i < c->npending; i++) {
+        int done = 0;
+        ringlet_result_t rc = ringlet_test(&c->pending[i], &done);
+        if (!done) {
+            c->pending[k++] = c->pending[i];
+        } else if (rc && c->async == ncclSuccess) {
+            c->async = shim_result(rc);
+            snprintf(c->err, sizeof c->err, "%s", ringlet_comm_last_error(NULL));
+        }
+    }
+    c->npending = k;
+    ncclResult_t out = k ? ncclInProgress : c->async;
+    pthread_mutex_unlock(&c->mu);
+    return out;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+    if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    if (!comm || comm->magic != SHIM_MAGIC)
+        return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
+    if (!comm->init_joined) {
+        if (!atomic_load(&comm->init_done)) {
+            *asyncError = ncclInProgress;
+            return ncclSuccess;
+        }
+        pthread_join(comm->init_thread, NULL);
+        comm->init_joined = 1;
+    }
+    if (comm->init_rc != ncclSuccess) {
+        *asyncError = comm->init_rc;
+        return ncclSuccess;
+    }
+    ncclResult_t rc = shim_poll(comm);
+    if (rc == ncclSuccess) {
+        ringlet_result_t a = ringlet_comm_get_async_error(comm->rc);
+        if (a) {
+            rc = shim_result(a);
+            pthread_mutex_lock(&comm->mu);
+            snprintf(comm->err, sizeof comm->err, "%s", ringlet_comm_last_error(comm->rc));
+            pthread_mutex_unlock(&comm->mu);
+        }
+    }
+    *asyncError = rc;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommCount");
+    if (rc) return rc;
+    if (!count) return shim_fail(comm, ncclInvalidArgument, "ncclCommCount: count is NULL");
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommUserRank");
+    if (rc) return rc;
+    if (!rank) return shim_fail(comm, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+/* -1 where ringlet runs without a device backend (host memory only). */
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommCuDevice");
+    if (rc) return rc;
+    if (!device) return shim_fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+    return shim_check(comm, ringlet_comm_device(comm->rc, device));
+}
+
+/* ---- memory and registration ---- */
+
+ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+    if (!ptr) return shim_fail(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+    return shim_check(NULL, ringlet_mem_alloc(ptr, size));
+}
+
+ncclResult_t ncclMemFree(void *ptr) { return shim_check(NULL, ringlet_mem_free(ptr)); }
+
+/* Registration is accepted and changes nothing: ringlet copies through its own slots
+ * (and maps peers' slots), never a user buffer. The handle records what was passed. */
+typedef struct {
+    uint32_t magic;
+    void *buff;
+    size_t size;
+} reg_t;
+#define REG_MAGIC 0x72656731u
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommRegister");
+    if (rc) return rc;
+    if (!handle) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+    if (!buff && size) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: buff is NULL");
+    reg_t *h = malloc(sizeof *h);
+    if (!h) return shim_fail(comm, ncclSystemError, "ncclCommRegister: out of memory");
+    *h = (reg_t){REG_MAGIC, buff, size};
+    *handle = h;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+    ncclResult_t rc = shim_ready(comm, "ncclCommDeregister");
+    if (rc) return rc;
+    reg_t *h = handle;
+    if (!h || h->magic != REG_MAGIC)
+        return shim_fail(comm, ncclInvalidArgument, "ncclCommDeregister: not a handle from ncclCommRegister");
+    h->magic = 0;
+    free(h);
+    return ncclSuccess;
+}
+
+/* ---- not provided ---- */
+
+static ncclResult_t not_provided(struct ncclComm *c, const char *fn, const char *why) {
+    return shim_fail(c && c->magic == SHIM_MAGIC ? c : NULL, ncclInvalidUsage, "%s is not provided by ringlet: %s", fn,
+                     why);
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclComm_t *newcomm, ncclConfig_t *config,
+                            int flags) {
+    (void)exclude, (void)nexclude, (void)config, (void)flags;
+    if (newcomm) *newcomm = NULL;
+    return not_provided(comm, "ncclCommShrink",
+                        "a communicator without failed ranks is made with ncclCommSplit (the excluded ranks pass "
+                        "NCCL_SPLIT_NOCOLOR); ringlet does not rebuild a communicator after a failure");
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
+    (void)flags;
+    return not_provided(comm, "ncclCommRevoke", "use ncclCommAbort");
+}
+
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int flags) {
+    (void)buff, (void)size, (void)flags;
+    if (win) *win = NULL;
+    return not_provided(comm, "ncclCommWindowRegister", "symmetric memory windows need NCCL's device kernels");
+}
+
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+    (void)win;
+    return not_provided(comm, "ncclCommWindowDeregister", "symmetric memory windows need NCCL's device kernels");
+}
+
+SHIM_TWIN(GetVersion);
+SHIM_TWIN(GetErrorString);
+SHIM_TWIN(GetLastError);
+SHIM_TWIN(ResetDebugInit);
+SHIM_TWIN(GetUniqueId);
+SHIM_TWIN(CommInitRankConfig);
+SHIM_TWIN(CommInitRank);
+SHIM_TWIN(CommInitRankScalable);
+SHIM_TWIN(CommInitAll);
+SHIM_TWIN(CommSplit);
+SHIM_TWIN(CommFinalize);
+SHIM_TWIN(CommDestroy);
+SHIM_TWIN(CommAbort);
+SHIM_TWIN(CommGetAsyncError);
+SHIM_TWIN(CommCount);
+SHIM_TWIN(CommUserRank);
+SHIM_TWIN(CommCuDevice);
+SHIM_TWIN(MemAlloc);
+SHIM_TWIN(MemFree);
+SHIM_TWIN(CommRegister);
+SHIM_TWIN(CommDeregister);
+SHIM_TWIN(CommShrink);
+SHIM_TWIN(CommRevoke);
+SHIM_TWIN(CommWindowRegister);
+SHIM_TWIN(CommWindowDeregister);

@@ -1,0 +1,56 @@
+/* Inside the NCCL layer: the communicator wrapper and the helpers both halves share.
+ * The layer is built on include/ringlet.h alone (../shared/DESIGN.md). */
+#ifndef RINGLET_NCCL_SHIM_H
+#define RINGLET_NCCL_SHIM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "nccl.h"
+#include "ringlet.h"
+
+#define SHIM_MSG_MAX 512
+
+struct initall_set;
+
+struct ncclComm {
+    uint32_t magic; /* SHIM_MAGIC while the handle is live */
+    ringlet_comm_t rc;
+    int nranks, rank;
+    int blocking;
+    int device; /* the device current at init (-1: none) */
+    /* Non-blocking init: a thread runs it; init_done is set when it returns. */
+    pthread_t init_thread;
+    int init_joined;
+    atomic_int init_done;
+    ncclResult_t init_rc;
+    /* Non-blocking calls: requests not yet seen finished; the first error sticks. */
+    pthread_mutex_t mu;
+    ringlet_request_t *pending;
+    int npending, cap;
+    ncclResult_t async;
+    struct initall_set *set; /* ncclCommInitAll's communicators are destroyed together */
+    char err[SHIM_MSG_MAX];
+};
+#define SHIM_MAGIC 0x6e63636cu
+
+/* ringlet's result as NCCL's (a deadline that passed is ncclRemoteError). */
+ncclResult_t shim_result(ringlet_result_t rc);
+/* Records a failure message for ncclGetLastError (comm's and the thread's); returns code. */
+ncclResult_t shim_fail(struct ncclComm *c, ncclResult_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* After a ringlet call: its result, its message recorded on failure. */
+ncclResult_t shim_check(struct ncclComm *c, ringlet_result_t rc);
+/* A live communicator whose init is over (joined), or an error (fn names the call). */
+ncclResult_t shim_ready(struct ncclComm *c, const char *fn);
+/* Tests the pending non-blocking requests: ncclInProgress while any runs, else the
+ * communicator's first error or ncclSuccess. */
+ncclResult_t shim_poll(struct ncclComm *c);
+/* Tracks a non-blocking request. */
+ncclResult_t shim_track(struct ncclComm *c, ringlet_request_t r);
+/* Logs a line when NCCL_DEBUG is INFO or TRACE (or ringlet's RINGLET_LOG is). */
+void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* pnccl twins: the same function under the profiling name. */
+#define SHIM_TWIN(name) __typeof__(nccl##name) pnccl##name __attribute__((alias("nccl" #name)))
+
+#endif

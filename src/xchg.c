@@ -1,0 +1,125 @@
+#include "xchg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pipe.h"
+
+/* The messages of one direction with one peer, as one sequence of pieces. */
+typedef struct {
+    const rl_msg *msg[RL_XCHG_MAX_MSGS];
+    size_t first[RL_XCHG_MAX_MSGS + 1]; /* piece index where each message starts; [n] = total */
+    int n;
+} seq_t;
+
+typedef struct {
+    seq_t send, recv;
+} peer_t;
+
+static size_t pieces(size_t bytes) { return bytes <= RL_P2P_PIECE ? 1 : (bytes + RL_P2P_PIECE - 1) / RL_P2P_PIECE; }
+
+/* Message and offset of piece i. */
+static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size_t *bytes) {
+    int k = 0;
+    while (k + 1 < q->n && q->first[k + 1] <= i) k++;
+    size_t j = i - q->first[k];
+    *m = q->msg[k];
+    *off = j * RL_P2P_PIECE;
+    size_t left = (*m)->bytes - *off;
+    *bytes = left < RL_P2P_PIECE ? left : RL_P2P_PIECE;
+}
+
+static void x_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
+    const rl_msg *m;
+    size_t off;
+    locate(&((peer_t *)p->work)->send, i, &m, &off, bytes);
+    *src = (const char *)m->buf + off;
+}
+
+static void x_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
+    const rl_msg *m;
+    size_t off;
+    locate(&((peer_t *)p->work)->recv, i, &m, &off, bytes);
+    *dst = (char *)m->buf + off;
+}
+
+static int add(seq_t *q, const rl_msg *m) {
+    if (q->n == RL_XCHG_MAX_MSGS) return -1;
+    q->msg[q->n] = m;
+    q->first[q->n + 1] = q->first[q->n] + pieces(m->bytes);
+    q->n++;
+    return 0;
+}
+
+ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
+                              int ns, const rl_msg *recvs, int nr, char *err) {
+    int P = c->nranks;
+    peer_t *peers = calloc((size_t)P, sizeof *peers);
+    rl_pipe *pipes = calloc((size_t)P, sizeof *pipes);
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (!peers || !pipes) {
+        rc = RINGLET_ERR_SYSTEM;
+        snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory", rl_op_name(r->kind), (unsigned long long)r->seq);
+    }
+    /* Messages to this rank itself (a group's send and receive with self): the k-th send
+     * to self is the k-th receive from self, copied here. */
+    int self_s = 0, self_r = 0;
+    for (int i = 0; i < ns; i++) self_s += sends[i].peer == c->rank;
+    for (int i = 0; i < nr; i++) self_r += recvs[i].peer == c->rank;
+    if (!rc && self_s != self_r) {
+        rc = RINGLET_ERR_INVALID_USAGE;
+        snprintf(err, RL_MSG_MAX, "%s #%llu: %d sends to this rank itself but %d receives from it", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, self_s, self_r);
+    }
+    for (int i = 0, j = 0; i < ns && !rc; i++) {
+        if (sends[i].peer != c->rank) continue;
+        while (recvs[j].peer != c->rank) j++;
+        const rl_msg *v = &recvs[j++];
+        if (v->bytes != sends[i].bytes) {
+            rc = RINGLET_ERR_INVALID_ARGUMENT;
+            snprintf(err, RL_MSG_MAX, "%s #%llu: a send of %zu bytes to this rank itself meets a receive of %zu bytes",
+                     rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].bytes, v->bytes);
+        } else if (v->buf != sends[i].buf) {
+            rl_mem_copy(mem, v->buf, sends[i].buf, v->bytes);
+        }
+    }
+    for (int i = 0; i < ns && !rc; i++)
+        if (sends[i].peer != c->rank && add(&peers[sends[i].peer].send, &sends[i]))
+            rc = RINGLET_ERR_INVALID_USAGE,
+            snprintf(err, RL_MSG_MAX, "%s #%llu: more than %d messages to rank %d at once", rl_op_name(r->kind),
+                     (unsigned long long)r->seq, RL_XCHG_MAX_MSGS, sends[i].peer);
+    for (int i = 0; i < nr && !rc; i++)
+        if (recvs[i].peer != c->rank && add(&peers[recvs[i].peer].recv, &recvs[i]))
+            rc = RINGLET_ERR_INVALID_USAGE,
+            snprintf(err, RL_MSG_MAX, "%s #%llu: more than %d messages from rank %d at once", rl_op_name(r->kind),
+                     (unsigned long long)r->seq, RL_XCHG_MAX_MSGS, recvs[i].peer);
+    /* One exchange per peer, starting with the next ranks (every rank starts its sends
+     * at a different peer: less contention for one receiver). */
+    int n = 0;
+    for (int d = 1; d <= P && !rc; d++) {
+        int q = (c->rank + d) % P;
+        peer_t *pe = &peers[q];
+        if (!pe->send.n && !pe->recv.n) continue;
+        rl_pipe *p = &pipes[n];
+        p->c = c;
+        p->r = r;
+        p->mem = mem;
+        p->lane = n++;
+        p->send_peer = p->recv_peer = q;
+        p->nsend = pe->send.first[pe->send.n];
+        p->nrecv = pe->recv.first[pe->recv.n];
+        p->send_at = x_send_at;
+        p->recv_at = x_recv_at;
+        p->work = (char *)pe;
+        p->g.es = 1;
+    }
+    if (!rc && mem->rc) {
+        rc = mem->rc;
+        snprintf(err, RL_MSG_MAX, "%s #%llu: copy to this rank itself: %.400s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, mem->err);
+    }
+    if (!rc) rc = rl_pipes_run(pipes, n, err);
+    free(peers);
+    free(pipes);
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* Exchanges with many peers at once: every message this rank sends to or receives from
+ * each peer, all peers at the same time (one pipelined exchange per peer, pipe.h), each
+ * message framed as point-to-point messages are (RL_P2P_PIECE pieces), so a message of
+ * a group matches a plain send or receive on the other side. Used by all-to-all, gather,
+ * scatter and grouped sends and receives. */
+#ifndef RINGLET_XCHG_H
+#define RINGLET_XCHG_H
+
+#include "comm.h"
+#include "mem.h"
+
+/* Messages per peer and direction in one exchange. */
+#define RL_XCHG_MAX_MSGS 64
+
+typedef struct rl_msg {
+    int peer;
+    void *buf;    /* const for sends */
+    size_t bytes;
+} rl_msg;
+
+/* Sends sends[0..ns) and receives recvs[0..nr): messages to (from) one peer go in the
+ * order listed; peers proceed independently. r names the operation in errors. */
+ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
+                              int ns, const rl_msg *recvs, int nr, char *err);
+
+#endif

@@ -1,0 +1,415 @@
+/* All-to-all, gather, scatter, groups, split and pre-multiplied sums (public API), on
+ * host memory or (--memory device) device memory through the device layer's backend.
+ * Random inputs (element i of rank r in case k is a hash of (seed, r, k, i)), every
+ * result checked exactly: integers, and float32 values that are small integers (sums and
+ * scalings by powers of two are exact).
+ *
+ *   more [--memory host|device] [--count N] [--seed S]
+ *
+ * Cases, each at counts 0, 1, 7 and N (default 100003):
+ *   alltoall (out of place, in place), gather and scatter at every root (out of place and
+ *   in place), blocking and non-blocking (with a stream on device memory);
+ *   a group of sends and receives with every peer (an all-to-all made by hand, which
+ *   deadlocks unless the group runs them at once), a group of two all-reduces and a
+ *   broadcast (run in order), a group that uses two streams (device);
+ *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
+ *   RINGLET_SPLIT_NOCOLOR; an all-reduce on the new communicators checks membership;
+ *   pre-multiplied sum with a host scalar and (device) a device scalar: all-reduce,
+ *   reduce, reduce-scatter;
+ *   argument errors: a group_end without group_start, a non-blocking call inside a group,
+ *   an op of another datatype.
+ * Prints "more: rank R of P: N checks, F failed"; exit 0 iff none failed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "ringlet.h"
+
+static int g_rank, g_P;
+static long g_checks, g_failed;
+static uint64_t g_seed = 7;
+static const rl_device_ops *D;
+static rl_dev_stream_t g_st;
+static ringlet_comm_t g_comm;
+
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        g_failed++;                                                                                                    \
+        if (g_failed < 30) {                                                                                           \
+            printf("FAIL rank %d: ", g_rank);                                                                          \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* A small integer in [-1000, 1000]: exact as float32 through every sum here. */
+static int32_t val(int rank, int k, size_t i) {
+    return (int32_t)(mix(g_seed * 1000003 + (uint64_t)rank * 7919 + (uint64_t)k * 104729 + i) % 2001) - 1000;
+}
+
+/* Buffers: host memory, or device memory with host twins to fill and check. */
+typedef struct {
+    int32_t *h;
+    void *d;
+    size_t n;
+} buf_t;
+
+static void buf_new(buf_t *b, size_t n) {
+    b->n = n;
+    b->h = calloc(n + 1, sizeof(int32_t));
+    b->d = NULL;
+    if (D && D->mem_alloc(&b->d, (n + 1) * sizeof(int32_t)) != RL_DEV_OK) {
+        printf("FAIL rank %d: device memory: %s\n", g_rank, rl_dev_error());
+        exit(1);
+    }
+}
+static void buf_free(buf_t *b) {
+    free(b->h);
+    if (b->d) D->mem_free(b->d);
+}
+/* What the calls get. */
+static int32_t *p_of(buf_t *b) { return D ? (int32_t *)b->d : b->h; }
+static void to_dev(buf_t *b) {
+    if (D && (D->memcpy_async(b->d, b->h, b->n * 4 + 4, g_st) != RL_DEV_OK || D->stream_sync(g_st) != RL_DEV_OK)) exit(3);
+}
+static void to_host(buf_t *b) {
+    if (D && (D->memcpy_async(b->h, b->d, b->n * 4 + 4, g_st) != RL_DEV_OK || D->stream_sync(g_st) != RL_DEV_OK)) exit(3);
+}
+static void *stream(void) { return D ? (void *)g_st : NULL; }
+
+static void check_rc(const char *what, ringlet_result_t rc) {
+    g_checks++;
+    if (rc != RINGLET_SUCCESS) {
+        FAIL("%s returned %d (%s): %s", what, (int)rc, ringlet_strerror(rc), ringlet_comm_last_error(g_comm));
+        printf("more: rank %d of %d: stopped at the error above\n", g_rank, g_P);
+        exit(1);
+    }
+}
+
+static void expect(const char *what, const int32_t *got, size_t n, int32_t (*want)(size_t, void *), void *arg) {
+    for (size_t i = 0; i < n; i++) {
+        g_checks++;
+        int32_t w = want(i, arg);
+        if (got[i] != w) {
+            FAIL("%s: element %zu is %d, want %d", what, i, got[i], w);
+            return;
+        }
+    }
+}
+
+typedef struct {
+    int k, root, blk;
+    size_t n;
+} ctx_t;
+
+/* all-to-all: block q of the result comes from rank q, its block (this rank) */
+static int32_t want_a2a(size_t i, void *a) {
+    ctx_t *c = a;
+    int q = (int)(i / c->n);
+    return val(q, c->k, (size_t)g_rank * c->n + i % c->n);
+}
+static int32_t want_gather(size_t i, void *a) {
+    ctx_t *c = a;
+    return val((int)(i / c->n), c->k, i % c->n);
+}
+static int32_t want_scatter(size_t i, void *a) {
+    ctx_t *c = a;
+    return val(c->root, c->k, (size_t)g_rank * c->n + i);
+}
+
+static void test_spread(size_t n, int k) {
+    size_t P = (size_t)g_P;
+    for (int inplace = 0; inplace < 2; inplace++) {
+        buf_t s, r;
+        buf_new(&s, n * P);
+        buf_new(&r, n * P);
+        for (size_t i = 0; i < n * P; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+        if (inplace) memcpy(r.h, s.h, n * P * 4);
+        to_dev(&s), to_dev(&r);
+        ringlet_request_t q = NULL;
+        const int32_t *sp = inplace ? p_of(&r) : p_of(&s);
+        if (k & 1) {
+            check_rc("ialltoall", ringlet_ialltoall(sp, p_of(&r), n, RINGLET_INT32, g_comm, stream(), &q));
+            check_rc("wait", ringlet_wait(&q));
+        } else {
+            check_rc("alltoall", ringlet_alltoall(sp, p_of(&r), n, RINGLET_INT32, g_comm, stream()));
+        }
+        to_host(&r);
+        ctx_t c = {k, 0, 0, n};
+        expect(inplace ? "alltoall in place" : "alltoall", r.h, n * P, want_a2a, &c);
+        for (int root = 0; root < g_P; root++) {
+            /* gather: the root's sendbuf is its block of recvbuf in place */
+            for (size_t i = 0; i < n * P; i++) r.h[i] = -7;
+            for (size_t i = 0; i < n; i++) s.h[i] = val(g_rank, k, i);
+            if (inplace && g_rank == root) memcpy(r.h + (size_t)root * n, s.h, n * 4);
+            to_dev(&s), to_dev(&r);
+            const int32_t *gs = inplace && g_rank == root ? p_of(&r) + (size_t)root * n : p_of(&s);
+            check_rc("gather", ringlet_gather(gs, p_of(&r), n, RINGLET_INT32, root, g_comm, stream()));
+            to_host(&r);
+            if (g_rank == root) expect("gather", r.h, n * P, want_gather, &c);
+            /* scatter: the root's recvbuf is its block of sendbuf in place */
+            c.root = root;
+            for (size_t i = 0; i < n * P; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+            to_dev(&s), to_dev(&r);
+            int32_t *rs = inplace && g_rank == root ? p_of(&s) + (size_t)root * n : p_of(&r);
+            check_rc("scatter", ringlet_scatter(p_of(&s), rs, n, RINGLET_INT32, root, g_comm, stream()));
+            if (inplace && g_rank == root) {
+                to_host(&s);
+                expect("scatter in place", s.h + (size_t)root * n, n, want_scatter, &c);
+            } else {
+                to_host(&r);
+                expect("scatter", r.h, n, want_scatter, &c);
+            }
+        }
+        buf_free(&s), buf_free(&r);
+    }
+}
+
+/* A group of sends and receives with every peer: an all-to-all by hand. */
+static void test_group_p2p(size_t n, int k) {
+    size_t P = (size_t)g_P;
+    buf_t s, r;
+    buf_new(&s, n * P);
+    buf_new(&r, n * P);
+    for (size_t i = 0; i < n * P; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+    memcpy(r.h + (size_t)g_rank * n, s.h + (size_t)g_rank * n, n * 4);
+    to_dev(&s), to_dev(&r);
+    check_rc("group_start", ringlet_group_start());
+    for (int q = 0; q < g_P; q++) {
+        if (q == g_rank) continue;
+        check_rc("send in a group", ringlet_send(p_of(&s) + (size_t)q * n, n, RINGLET_INT32, q, g_comm, stream()));
+        check_rc("recv in a group", ringlet_recv(p_of(&r) + (size_t)q * n, n, RINGLET_INT32, q, g_comm, stream()));
+    }
+    check_rc("group_end", ringlet_group_end());
+    to_host(&r);
+    ctx_t c = {k, 0, 0, n};
+    expect("group of sends and receives", r.h, n * P, want_a2a, &c);
+    buf_free(&s), buf_free(&r);
+}
+
+static int32_t want_sum(size_t i, void *a) {
+    ctx_t *c = a;
+    int32_t t = 0;
+    for (int q = 0; q < g_P; q++) t += val(q, c->k, i);
+    return t;
+}
+static int32_t want_bcast(size_t i, void *a) {
+    ctx_t *c = a;
+    return val(c->root, c->k, i);
+}
+
+/* A group of collectives: two all-reduces and a broadcast, in order; on device memory
+ * the second all-reduce on a second stream. */
+static void test_group_colls(size_t n, int k, rl_dev_stream_t st2) {
+    buf_t a, b, c2;
+    buf_new(&a, n), buf_new(&b, n), buf_new(&c2, n);
+    for (size_t i = 0; i < n; i++) a.h[i] = val(g_rank, k, i), b.h[i] = val(g_rank, k + 1, i), c2.h[i] = val(g_rank, k + 2, i);
+    to_dev(&a), to_dev(&b), to_dev(&c2);
+    check_rc("group_start", ringlet_group_start());
+    check_rc("allreduce in a group", ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT32, RINGLET_SUM, g_comm, stream()));
+    check_rc("allreduce in a group",
+             ringlet_allreduce(p_of(&b), p_of(&b), n, RINGLET_INT32, RINGLET_SUM, g_comm, D ? (void *)st2 : NULL));
+    int root = k % g_P;
+    check_rc("broadcast in a group", ringlet_broadcast(p_of(&c2), p_of(&c2), n, RINGLET_INT32, root, g_comm, stream()));
+    check_rc("group_end", ringlet_group_end());
+    if (D && D->stream_sync(st2) != RL_DEV_OK) exit(3);
+    to_host(&a), to_host(&b), to_host(&c2);
+    ctx_t c = {k, root, 0, n};
+    expect("first all-reduce of a group", a.h, n, want_sum, &c);
+    c.k = k + 1;
+    expect("second all-reduce of a group (second stream)", b.h, n, want_sum, &c);
+    c.k = k + 2;
+    expect("broadcast of a group", c2.h, n, want_bcast, &c);
+    buf_free(&a), buf_free(&b), buf_free(&c2);
+}
+
+static int32_t want_premul(size_t i, void *a) {
+    ctx_t *c = a;
+    int32_t t = 0;
+    for (int q = 0; q < g_P; q++) t += val(q, c->k, i) * (q + 1) * 2; /* rank q's scalar is 2(q + 1) */
+    return t;
+}
+static float fval(size_t i, void *a) { return (float)want_premul(i, a); }
+
+/* Pre-multiplied sums: int32 with a host scalar; float32 with a host or device scalar. */
+static void test_premul(size_t n, int k) {
+    size_t P = (size_t)g_P;
+    int32_t si = 2 * (g_rank + 1);
+    float sf = (float)si;
+    ringlet_op_t opi, opf;
+    check_rc("op_create_premul_sum (int32, host)",
+             ringlet_op_create_premul_sum(&opi, &si, RINGLET_INT32, RINGLET_SCALAR_HOST, g_comm));
+    void *dscal = NULL;
+    if (D) {
+        if (D->mem_alloc(&dscal, 4) != RL_DEV_OK || D->memcpy_async(dscal, &sf, 4, g_st) != RL_DEV_OK ||
+            D->stream_sync(g_st) != RL_DEV_OK)
+            exit(3);
+        check_rc("op_create_premul_sum (float32, device)",
+                 ringlet_op_create_premul_sum(&opf, dscal, RINGLET_FLOAT32, RINGLET_SCALAR_DEVICE, g_comm));
+    } else {
+        check_rc("op_create_premul_sum (float32, host)",
+                 ringlet_op_create_premul_sum(&opf, &sf, RINGLET_FLOAT32, RINGLET_SCALAR_HOST, g_comm));
+    }
+    si = 99; /* host scalars are read at creation */
+    ctx_t c = {k, 0, 0, n};
+    buf_t a, r;
+    buf_new(&a, n * P), buf_new(&r, n * P);
+    /* all-reduce, int32, in place */
+    for (size_t i = 0; i < n; i++) a.h[i] = val(g_rank, k, i);
+    to_dev(&a);
+    check_rc("allreduce premul", ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT32, opi, g_comm, stream()));
+    to_host(&a);
+    expect("allreduce with a pre-multiplied sum (int32)", a.h, n, want_premul, &c);
+    /* all-reduce, float32 (the op's own datatype) */
+    float *f = (float *)a.h;
+    for (size_t i = 0; i < n; i++) f[i] = (float)val(g_rank, k, i);
+    to_dev(&a);
+    check_rc("allreduce premul float", ringlet_allreduce(p_of(&a), p_of(&r), n, RINGLET_FLOAT32, opf, g_comm, stream()));
+    to_host(&r);
+    for (size_t i = 0; i < n; i++) {
+        g_checks++;
+        if (((float *)r.h)[i] != fval(i, &c)) {
+            FAIL("allreduce with a pre-multiplied sum (float32%s): element %zu is %g, want %g", D ? ", device scalar" : "",
+                 i, (double)((float *)r.h)[i], (double)fval(i, &c));
+            break;
+        }
+    }
+    /* reduce-scatter, int32 */
+    for (size_t i = 0; i < n * P; i++) a.h[i] = val(g_rank, k, i);
+    to_dev(&a);
+    check_rc("reduce_scatter premul", ringlet_reduce_scatter(p_of(&a), p_of(&r), n, RINGLET_INT32, opi, g_comm, stream()));
+    to_host(&r);
+    for (size_t i = 0; i < n; i++) {
+        g_checks++;
+        int32_t w = want_premul((size_t)g_rank * n + i, &c);
+        if (r.h[i] != w) {
+            FAIL("reduce_scatter with a pre-multiplied sum: element %zu is %d, want %d", i, r.h[i], w);
+            break;
+        }
+    }
+    /* reduce to the last rank */
+    for (size_t i = 0; i < n; i++) a.h[i] = val(g_rank, k, i);
+    to_dev(&a);
+    check_rc("reduce premul", ringlet_reduce(p_of(&a), p_of(&r), n, RINGLET_INT32, opi, g_P - 1, g_comm, stream()));
+    to_host(&r);
+    if (g_rank == g_P - 1) expect("reduce with a pre-multiplied sum", r.h, n, want_premul, &c);
+    /* the op is for int32 only */
+    g_checks++;
+    if (n && ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT64, opi, g_comm, stream()) != RINGLET_ERR_INVALID_ARGUMENT)
+        FAIL("a pre-multiplied sum of int32 was accepted for int64");
+    check_rc("op_destroy", ringlet_op_destroy(opi, g_comm));
+    check_rc("op_destroy", ringlet_op_destroy(opf, g_comm));
+    g_checks++;
+    if (ringlet_op_destroy(opi, g_comm) != RINGLET_ERR_INVALID_ARGUMENT) FAIL("an op destroyed twice was accepted");
+    if (dscal) D->mem_free(dscal);
+    buf_free(&a), buf_free(&r);
+}
+
+static void test_split(void) {
+    /* by parity, keys reversed; rank 0 stays out */
+    int color = g_rank == 0 ? RINGLET_SPLIT_NOCOLOR : g_rank % 2, key = -g_rank;
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split", ringlet_comm_split(g_comm, color, key, &sub));
+    g_checks++;
+    if (color == RINGLET_SPLIT_NOCOLOR) {
+        if (sub) FAIL("split with RINGLET_SPLIT_NOCOLOR gave a communicator");
+        return;
+    }
+    if (!sub) {
+        FAIL("split gave no communicator");
+        return;
+    }
+    int n = 0, pos = 0;
+    for (int q = 1; q < g_P; q++)
+        if (q % 2 == color) {
+            n++;
+            if (q > g_rank) pos++; /* keys reversed: higher old ranks first */
+        }
+    int nr = -1, ns = -1;
+    ringlet_comm_rank(sub, &nr);
+    ringlet_comm_size(sub, &ns);
+    g_checks++;
+    if (nr != pos || ns != n) FAIL("split: new rank %d of %d, want %d of %d", nr, ns, pos, n);
+    /* every member's old rank, gathered: checks who is in it and in which order */
+    int32_t *all = calloc((size_t)ns, 4), me = g_rank;
+    check_rc("allgather on the split communicator", ringlet_allgather(&me, all, 1, RINGLET_INT32, sub, NULL));
+    for (int i = 0, q = g_P - 1; i < ns; q--) {
+        if (q < 1 || q % 2 != color) continue;
+        g_checks++;
+        if (all[i] != q) FAIL("split: member %d is old rank %d, want %d", i, all[i], q);
+        i++;
+    }
+    free(all);
+    check_rc("destroy of the split communicator", ringlet_comm_destroy(sub));
+}
+
+static void test_errors(void) {
+    g_checks++;
+    if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end without group_start was accepted");
+    int32_t x = 1;
+    ringlet_request_t q = NULL;
+    check_rc("group_start", ringlet_group_start());
+    g_checks++;
+    if (ringlet_iallreduce(&x, &x, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL, &q) != RINGLET_ERR_INVALID_USAGE)
+        FAIL("a non-blocking call inside a group was accepted");
+    check_rc("empty group_end", ringlet_group_end());
+}
+
+int main(int argc, char **argv) {
+    size_t N = 100003;
+    int device = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) N = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
+        else return fprintf(stderr, "usage: more [--memory host|device] [--count N] [--seed S]\n"), 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (device && !(D = rl_device())) {
+        printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
+        return 1;
+    }
+    if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
+        printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL));
+        return 1;
+    }
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_P);
+    rl_dev_stream_t st2 = NULL;
+    if (D) {
+        int nd = 1;
+        const char *lr = getenv("LOCAL_RANK");
+        if (D->count(&nd) != RL_DEV_OK || D->set_device((lr ? atoi(lr) : 0) % nd) != RL_DEV_OK ||
+            D->stream_create(&g_st) != RL_DEV_OK || D->stream_create(&st2) != RL_DEV_OK) {
+            printf("FAIL: device setup: %s\n", rl_dev_error());
+            return 1;
+        }
+    }
+    size_t counts[] = {0, 1, 7, N};
+    for (int ci = 0; ci < 4; ci++) {
+        size_t n = counts[ci];
+        test_spread(n, 10 * ci);
+        test_group_p2p(n, 10 * ci + 1);
+        test_group_colls(n, 10 * ci + 2, st2);
+        test_premul(n, 10 * ci + 5);
+    }
+    test_split();
+    test_errors();
+    check_rc("finalize", ringlet_comm_finalize(g_comm));
+    int dev = -2;
+    check_rc("comm_device", ringlet_comm_device(g_comm, &dev));
+    g_checks++;
+    if (D ? dev < 0 : dev != -1) FAIL("comm_device says %d", dev);
+    check_rc("destroy", ringlet_comm_destroy(g_comm));
+    if (D) D->stream_destroy(g_st), D->stream_destroy(st2);
+    printf("more: rank %d of %d: %ld checks, %ld failed%s\n", g_rank, g_P, g_checks, g_failed, D ? " on device memory" : "");
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# All-to-all, gather, scatter, groups, split and pre-multiplied sums (tests/mp/more.c)
+# through ringlet-run at P = 1..4: on host memory over shm and tcp, and on device memory
+# over the device layer's backend RINGLET_TEST_DEVICE (default sim, with
+# RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
+# and tcp. Exit 0 = all passed, 1 = a failure.
+set -u
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/more"
+for f in "$RUN" "$PROG"; do
+    [ -x "$f" ] || { echo "FAIL: $f not found (build first, or set BUILD)"; exit 1; }
+done
+COUNT=100003
+case "${SANITIZE:-}" in *thread*) COUNT=10007 ;; esac
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-more.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+one() { # memory transport P
+    local mem=$1 tr=$2 P=$3 tenv="RINGLET_TRANSPORT=$2"
+    [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
+    env "$tenv" RINGLET_TIMEOUT=30 "$RUN" -n "$P" --timeout 300 --grace 30 "$PROG" --memory "$mem" \
+        --count "$COUNT" --seed $((P * 31 + ${#tr})) >"$TMP/out" 2>"$TMP/err"
+    local rc=$? n
+    n=$(grep -cE "^\[[0-9]+\] more: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
+    if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
+        echo "ok:   $mem $tr P=$P: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: $mem $tr P=$P: launcher exit status $rc, $n of $P ranks passed"
+        tail -n 30 "$TMP/out" "$TMP/err"
+    fi
+}
+for P in 1 2 3 4; do
+    for tr in shm tcp; do one host "$tr" "$P"; done
+done
+export RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}
+if [ "$RINGLET_DEVICE" = sim ]; then export RINGLET_SIM_JITTER=${RINGLET_SIM_JITTER:-100}; fi
+for P in 1 2 3 4; do
+    for tr in ipc shm tcp; do one device "$tr" "$P"; done
+done
+[ $fails = 0 ] && { echo "more: all passed"; exit 0; }
+echo "more: $fails failed"
+exit 1

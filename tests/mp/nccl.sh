@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The NCCL API (tests/mp/nccl_api.c, a program written against ringlet's nccl.h and
+# linked to its libnccl.so.2) through ringlet-run: every case at P = 1..4 on host memory
+# and on device memory over the device layer's backend RINGLET_TEST_DEVICE (default sim,
+# with RINGLET_SIM_JITTER=100 so that a missing stream wait shows); a peer that aborts
+# (P = 2, 3); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
+# of them sharing one). Exit 0 = all passed, 1 = a failure.
+set -u
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/nccl_api"
+for f in "$RUN" "$PROG" "$BUILD/lib/libnccl.so.2"; do
+    [ -e "$f" ] || { echo "FAIL: $f not found (build first, or set BUILD)"; exit 1; }
+done
+COUNT=10007
+case "${SANITIZE:-}" in *thread*) COUNT=1009 ;; esac
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-nccl.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30}
+fails=0
+one() { # label P args...
+    local label=$1 P=$2
+    shift 2
+    rm -rf "$TMP/d" && mkdir "$TMP/d"
+    if [ "$P" = 0 ]; then
+        timeout 300 "$PROG" --count "$COUNT" --dir "$TMP/d" "$@" >"$TMP/out" 2>"$TMP/err"
+        P=1
+    else
+        "$RUN" -n "$P" --timeout 300 --grace 30 "$PROG" --count "$COUNT" --dir "$TMP/d" "$@" >"$TMP/out" 2>"$TMP/err"
+    fi
+    local rc=$? n want=$P
+    [[ "$*" == *fault* ]] && want=$((P - 1)) # rank 1 aborts and reports nothing
+    n=$(grep -cE "nccl_api: rank [0-9]+ of [0-9]+: [0-9]+ checks, 0 failed" "$TMP/out")
+    if [ "$rc" = 0 ] && [ "$n" -ge "$want" ]; then
+        echo "ok:   $label: $(grep -m1 -E '^(\[0\] )?nccl_api: rank 0 ' "$TMP/out" | grep -oE '[0-9]+ checks') on rank 0"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: $label: exit status $rc, $n of $want ranks passed"
+        tail -n 30 "$TMP/out" "$TMP/err"
+    fi
+}
+for mem in host device; do
+    if [ $mem = device ]; then
+        export RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}
+        [ "$RINGLET_DEVICE" = sim ] && export RINGLET_SIM_JITTER=${RINGLET_SIM_JITTER:-100}
+    fi
+    for P in 1 2 3 4; do one "$mem all P=$P" "$P" --case all --memory $mem; done
+    for P in 2 3; do one "$mem fault P=$P" "$P" --case fault --memory $mem; done
+    if [ $mem = device ] && [ "$RINGLET_DEVICE" = sim ]; then
+        RINGLET_SIM_DEVICES=2 one "$mem initall (3 ranks, 2 devices)" 0 --case initall --memory $mem
+    else
+        one "$mem initall" 0 --case initall --memory $mem
+    fi
+done
+[ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
+echo "nccl: $fails failed"
+exit 1

@@ -1,0 +1,601 @@
+/* A program written for NCCL (ringlet's nccl.h), linked to ringlet's libnccl.so.2, run by
+ * ringlet-run (RANK, WORLD_SIZE; rank 0 hands the unique id over in a file of --dir).
+ * Buffers are host memory or (--memory device) memory from ncclMemAlloc, filled and
+ * read through the device layer; calls use stream 0. Random inputs (small integers, so
+ * that every float result is exact); every result is checked byte for byte.
+ *
+ *   nccl_api --case all|fault|initall [--memory host|device] [--count N] [--dir D]
+ *
+ *   all      a non-blocking communicator (init polled through ncclCommGetAsyncError) and
+ *            a blocking one from ncclCommSplit: all-reduce in every datatype with sum,
+ *            prod, max, min (avg in the float types), broadcast and ncclBcast, reduce,
+ *            all-gather, reduce-scatter, all-to-all, gather, scatter at every root, a
+ *            group of sends and receives with every peer, a group of collectives; split
+ *            by parity with keys reversed and NCCL_SPLIT_NOCOLOR; pre-multiplied sums (host
+ *            scalar; device scalar on device memory); float8 refused; register and
+ *            deregister; the calls ringlet does not provide; finalize, destroy.
+ *   fault    rank 1 aborts while the others call: their non-blocking all-reduce ends in
+ *            ncclRemoteError through ncclCommGetAsyncError, their blocking one returns it,
+ *            and ncclGetLastError names rank 1.
+ *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
+ *            destroyed one by one.
+ * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "nccl.h"
+
+static int g_rank, g_P;
+static long g_checks, g_failed;
+static const rl_device_ops *D;
+static size_t g_N = 10007;
+
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        g_failed++;                                                                                                    \
+        if (g_failed < 30) {                                                                                           \
+            printf("FAIL rank %d: ", g_rank);                                                                          \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+/* A call's result must be one of two codes (the second -1 if only one will do). */
+#define EXPECT(call, want, alt)                                                                                        \
+    do {                                                                                                               \
+        ncclResult_t r_ = (call);                                                                                      \
+        g_checks++;                                                                                                    \
+        if (r_ != (want) && (int)r_ != (alt))                                                                          \
+            FAIL("line %d: %s returned %d (%s: %s), expected %d", __LINE__, #call, (int)r_, ncclGetErrorString(r_),   \
+                 ncclGetLastError(NULL), (int)(want));                                                                 \
+    } while (0)
+#define OK(call) EXPECT(call, ncclSuccess, -1)
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int is_unsigned(ncclDataType_t d) { return d == ncclUint8 || d == ncclUint32 || d == ncclUint64; }
+/* Element i of rank r in case k: small integers ([-3, 3], unsigned [0, 3]). */
+static int val(int r, int k, size_t i, ncclDataType_t d) {
+    int v = (int)(mix((uint64_t)r * 1000003u + (uint64_t)k * 7919u + i) % 7) - 3;
+    return is_unsigned(d) ? (v < 0 ? -v : v) : v;
+}
+
+static size_t dsize(ncclDataType_t d) {
+    static const size_t s[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    return s[d];
+}
+static uint16_t f2h(float f) { /* exact for small integers */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (!(x & 0x7fffffffu)) return (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t e = ((x >> 23) & 0xff) - 127 + 15;
+    return (uint16_t)(((x >> 16) & 0x8000u) | (e << 10) | ((x >> 13) & 0x3ffu));
+}
+/* Writes the integer v as element i of type d. */
+static void enc(void *p, size_t i, ncclDataType_t d, long long v) {
+    switch (d) {
+    case ncclInt8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case ncclUint8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case ncclInt32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case ncclUint32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case ncclInt64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case ncclUint64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    case ncclFloat16: ((uint16_t *)p)[i] = f2h((float)v); break;
+    case ncclFloat32: ((float *)p)[i] = (float)v; break;
+    case ncclFloat64: ((double *)p)[i] = (double)v; break;
+    case ncclBfloat16: {
+        float f = (float)v;
+        uint32_t x;
+        memcpy(&x, &f, 4);
+        ((uint16_t *)p)[i] = (uint16_t)(x >> 16);
+        break;
+    }
+    default: break;
+    }
+}
+
+/* ---- buffers: host memory, or device memory from ncclMemAlloc ---- */
+static void *balloc(size_t bytes) {
+    void *p = NULL;
+    if (D) {
+        if (ncclMemAlloc(&p, bytes + 8) != ncclSuccess) {
+            printf("FAIL rank %d: ncclMemAlloc: %s\n", g_rank, ncclGetLastError(NULL));
+            exit(1);
+        }
+    } else if (!(p = calloc(1, bytes + 8))) {
+        exit(1);
+    }
+    return p;
+}
+static void bfree(void *p) {
+    if (D) ncclMemFree(p);
+    else free(p);
+}
+static void sync_default(void) {
+    if (D && D->stream_sync((rl_dev_stream_t)(void *)1) != RL_DEV_OK) FAIL("stream sync: %s", rl_dev_error());
+}
+static void put(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    if (!D) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    if (D->memcpy_async(dst, src, bytes, (rl_dev_stream_t)(void *)1) != RL_DEV_OK) FAIL("copy in: %s", rl_dev_error());
+    sync_default();
+}
+static void get(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    sync_default();
+    if (!D) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    if (D->memcpy_async(dst, src, bytes, (rl_dev_stream_t)(void *)1) != RL_DEV_OK) FAIL("copy out: %s", rl_dev_error());
+    sync_default();
+}
+
+/* Non-blocking communicators: a call returns ncclInProgress or ncclSuccess; then the
+ * async error is polled (deadline 120 s) until it settles, and must be ncclSuccess. */
+static ncclResult_t settle(ncclComm_t c) {
+    ncclResult_t a = ncclInProgress;
+    double t0 = now();
+    while (now() - t0 < 120) {
+        if (ncclCommGetAsyncError(c, &a) != ncclSuccess) return ncclInternalError;
+        if (a != ncclInProgress) return a;
+        usleep(200);
+    }
+    return ncclInProgress;
+}
+#define NB(comm, call)                                                                                                 \
+    do {                                                                                                               \
+        EXPECT(call, ncclInProgress, ncclSuccess);                                                                     \
+        OK(settle(comm));                                                                                              \
+    } while (0)
+
+/* Compares got (bytes) with want; names the case. */
+static void check_bytes(const char *what, const void *got, const void *want, size_t n, size_t es) {
+    g_checks += (long)n;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es)) {
+            FAIL("%s: element %zu of %zu differs", what, i, n);
+            return;
+        }
+}
+
+/* ---- all-reduce: every datatype and op ---- */
+static void test_allreduce_types(ncclComm_t c, int blocking) {
+    size_t n = g_N;
+    static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+    for (int d = 0; d < 10; d++) {
+        ncclDataType_t dt = (ncclDataType_t)d;
+        size_t es = dsize(dt);
+        unsigned char *in = malloc(n * es), *want = malloc(n * es), *got = malloc(n * es);
+        void *sb = balloc(n * es), *rb = balloc(n * es);
+        for (int oi = 0; oi < 5; oi++) {
+            ncclRedOp_t op = ops[oi];
+            int isfloat = dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16;
+            if (op == ncclAvg && !isfloat) continue;
+            int k = d * 10 + oi;
+            for (size_t i = 0; i < n; i++) {
+                long long acc = 0;
+                for (int r = 0; r < g_P; r++) {
+                    long long v = val(r, k, i, dt) * (op == ncclAvg ? g_P : 1);
+                    if (r == 0) acc = v;
+                    else if (op == ncclSum || op == ncclAvg) acc += v;
+                    else if (op == ncclProd) acc *= v;
+                    else if (op == ncclMax) acc = v > acc ? v : acc;
+                    else acc = v < acc ? v : acc;
+                }
+                if (op == ncclAvg) acc /= g_P; /* exact: every input is a multiple of P */
+                enc(in, i, dt, val(g_rank, k, i, dt) * (op == ncclAvg ? g_P : 1));
+                enc(want, i, dt, acc);
+                if (isfloat && op == ncclProd && acc == 0) {
+                    /* A float product that is zero is -0 when an odd number of factors is negative. */
+                    int neg = 0;
+                    for (int r = 0; r < g_P; r++) neg += val(r, k, i, dt) < 0;
+                    if (neg & 1) ((unsigned char *)want)[(i + 1) * es - 1] |= 0x80; /* the sign bit (little endian) */
+                }
+            }
+            put(sb, in, n * es);
+            int inplace = oi & 1;
+            void *dst = inplace ? sb : rb;
+            if (blocking) OK(ncclAllReduce(sb, dst, n, dt, op, c, NULL));
+            else NB(c, ncclAllReduce(sb, dst, n, dt, op, c, NULL));
+            get(got, dst, n * es);
+            char what[96];
+            snprintf(what, sizeof what, "allreduce dtype %d op %d%s", d, (int)op, inplace ? " in place" : "");
+            check_bytes(what, got, want, n, es);
+        }
+        bfree(sb), bfree(rb);
+        free(in), free(want), free(got);
+    }
+}
+
+/* ---- the other collectives, int32 and bfloat16 ---- */
+static void test_collectives(ncclComm_t c, int blocking, int k0) {
+    const ncclDataType_t types[] = {ncclInt32, ncclBfloat16};
+    for (int ti = 0; ti < 2; ti++) {
+        ncclDataType_t dt = types[ti];
+        size_t n = g_N, es = dsize(dt), P = (size_t)g_P, R = (size_t)g_rank;
+        unsigned char *h = malloc(n * P * es), *want = malloc(n * P * es), *got = malloc(n * P * es);
+        void *sb = balloc(n * P * es), *rb = balloc(n * P * es);
+        int k = k0 + ti * 100;
+#define RUN(call) do { if (blocking) OK(call); else NB(c, call); } while (0)
+        for (int root = 0; root < g_P; root++, k += 10) {
+            /* broadcast, out of place then ncclBcast */
+            for (size_t i = 0; i < n; i++) enc(h, i, dt, val((int)R, k, i, dt)), enc(want, i, dt, val(root, k, i, dt));
+            put(sb, h, n * es);
+            RUN(ncclBroadcast(sb, rb, n, dt, root, c, NULL));
+            get(got, rb, n * es);
+            check_bytes("broadcast", got, want, n, es);
+            put(sb, h, n * es);
+            RUN(ncclBcast(sb, n, dt, root, c, NULL));
+            get(got, sb, n * es);
+            check_bytes("bcast", got, want, n, es);
+            /* reduce (sum) */
+            for (size_t i = 0; i < n; i++) {
+                long long s = 0;
+                for (int r = 0; r < g_P; r++) s += val(r, k + 1, i, dt);
+                enc(h, i, dt, val((int)R, k + 1, i, dt)), enc(want, i, dt, s);
+            }
+            put(sb, h, n * es);
+            RUN(ncclReduce(sb, rb, n, dt, ncclSum, root, c, NULL));
+            if (g_rank == root) get(got, rb, n * es), check_bytes("reduce", got, want, n, es);
+            /* gather */
+            for (size_t i = 0; i < n; i++) enc(h, i, dt, val((int)R, k + 2, i, dt));
+            for (size_t q = 0; q < P; q++)
+                for (size_t i = 0; i < n; i++) enc(want, q * n + i, dt, val((int)q, k + 2, i, dt));
+            put(sb, h, n * es);
+            RUN(ncclGather(sb, rb, n, dt, root, c, NULL));
+            if (g_rank == root) get(got, rb, n * P * es), check_bytes("gather", got, want, n * P, es);
+            /* scatter: the root's block q goes to rank q */
+            for (size_t q = 0; q < P; q++)
+                for (size_t i = 0; i < n; i++) enc(h, q * n + i, dt, val(root, k + 3, q * n + i, dt));
+            for (size_t i = 0; i < n; i++) enc(want, i, dt, val(root, k + 3, R * n + i, dt));
+            put(sb, h, n * P * es);
+            RUN(ncclScatter(sb, rb, n, dt, root, c, NULL));
+            get(got, rb, n * es);
+            check_bytes("scatter", got, want, n, es);
+        }
+        /* all-gather */
+        for (size_t i = 0; i < n; i++) enc(h, i, dt, val((int)R, k, i, dt));
+        for (size_t q = 0; q < P; q++)
+            for (size_t i = 0; i < n; i++) enc(want, q * n + i, dt, val((int)q, k, i, dt));
+        put(sb, h, n * es);
+        RUN(ncclAllGather(sb, rb, n, dt, c, NULL));
+        get(got, rb, n * P * es);
+        check_bytes("allgather", got, want, n * P, es);
+        /* reduce-scatter (max) */
+        for (size_t i = 0; i < n * P; i++) enc(h, i, dt, val((int)R, k + 1, i, dt));
+        for (size_t i = 0; i < n; i++) {
+            long long m = -100;
+            for (int r = 0; r < g_P; r++) m = val(r, k + 1, R * n + i, dt) > m ? val(r, k + 1, R * n + i, dt) : m;
+            enc(want, i, dt, m);
+        }
+        put(sb, h, n * P * es);
+        RUN(ncclReduceScatter(sb, rb, n, dt, ncclMax, c, NULL));
+        get(got, rb, n * es);
+        check_bytes("reduce_scatter", got, want, n, es);
+        /* all-to-all: block q of rank r is val(r, ., q*n + i); rank R receives block R of each */
+        for (size_t i = 0; i < n * P; i++) enc(h, i, dt, val((int)R, k + 2, i, dt));
+        for (size_t q = 0; q < P; q++)
+            for (size_t i = 0; i < n; i++) enc(want, q * n + i, dt, val((int)q, k + 2, R * n + i, dt));
+        put(sb, h, n * P * es);
+        RUN(ncclAlltoAll(sb, rb, n, dt, c, NULL));
+        get(got, rb, n * P * es);
+        check_bytes("alltoall", got, want, n * P, es);
+        /* the same all-to-all made of grouped sends and receives (deadlocks unless the
+         * group runs them at once) */
+        put(sb, h, n * P * es);
+        OK(ncclGroupStart());
+        for (int q = 0; q < g_P; q++) {
+            OK(ncclSend((char *)sb + (size_t)q * n * es, n, dt, q, c, NULL));
+            OK(ncclRecv((char *)rb + (size_t)q * n * es, n, dt, q, c, NULL));
+        }
+        OK(ncclGroupEnd());
+        if (!blocking) OK(settle(c));
+        get(got, rb, n * P * es);
+        check_bytes("grouped send/recv", got, want, n * P, es);
+        /* a group of collectives runs in order: all-reduce into rb, then broadcast of rb */
+        for (size_t i = 0; i < n; i++) {
+            long long s = 0;
+            for (int r = 0; r < g_P; r++) s += val(r, k + 3, i, dt);
+            enc(h, i, dt, val((int)R, k + 3, i, dt)), enc(want, i, dt, s);
+        }
+        put(sb, h, n * es);
+        OK(ncclGroupStart());
+        OK(ncclAllReduce(sb, rb, n, dt, ncclSum, c, NULL));
+        OK(ncclBroadcast(rb, sb, n, dt, g_P - 1, c, NULL));
+        OK(ncclGroupEnd());
+        if (!blocking) OK(settle(c));
+        get(got, sb, n * es);
+        check_bytes("grouped allreduce then broadcast", got, want, n, es);
+#undef RUN
+        bfree(sb), bfree(rb);
+        free(h), free(want), free(got);
+    }
+}
+
+/* ---- split by parity, keys reversed; rank 0 opts out where P >= 3 ---- */
+static void test_split(ncclComm_t c) {
+    int color = g_P >= 3 && g_rank == 0 ? NCCL_SPLIT_NOCOLOR : g_rank % 2;
+    ncclComm_t s = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    OK(ncclCommSplit(c, color, -g_rank, &s, &cfg));
+    g_checks++;
+    if (color == NCCL_SPLIT_NOCOLOR) {
+        if (s) FAIL("split with NCCL_SPLIT_NOCOLOR gave a communicator");
+        return;
+    }
+    if (!s) {
+        FAIL("split gave no communicator");
+        return;
+    }
+    int members[8], m = 0, n = -1, r = -1;
+    for (int q = g_P - 1; q >= 0; q--)
+        if (q % 2 == color && !(g_P >= 3 && q == 0)) members[m++] = q; /* ordered by key -q */
+    OK(ncclCommCount(s, &n));
+    OK(ncclCommUserRank(s, &r));
+    int want_r = -1;
+    for (int i = 0; i < m; i++)
+        if (members[i] == g_rank) want_r = i;
+    g_checks++;
+    if (n != m || r != want_r) FAIL("split: rank %d of %d, expected %d of %d", r, n, want_r, m);
+    /* Every member's old rank at its new rank: an all-gather shows membership and order. */
+    int32_t *h = calloc((size_t)m, sizeof *h);
+    void *sb = balloc(4), *rb = balloc(4 * (size_t)m);
+    int32_t me = g_rank;
+    put(sb, &me, 4);
+    OK(ncclAllGather(sb, rb, 1, ncclInt32, s, NULL));
+    get(h, rb, 4 * (size_t)m);
+    g_checks += m;
+    for (int i = 0; i < m; i++)
+        if (h[i] != members[i]) FAIL("split: new rank %d is old rank %d, expected %d", i, h[i], members[i]);
+    bfree(sb), bfree(rb), free(h);
+    OK(ncclCommDestroy(s));
+}
+
+/* ---- pre-multiplied sums: each rank scales by (rank + 1) ---- */
+static void test_premul(ncclComm_t c, int blocking) {
+    size_t n = g_N;
+    for (int res = 0; res < 2; res++) {
+        if (res == ncclScalarDevice && !D) continue;
+        float scalar = (float)(g_rank + 1), *h = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+        void *dscalar = NULL;
+        if (res == ncclScalarDevice) dscalar = balloc(4), put(dscalar, &scalar, 4);
+        ncclRedOp_t op;
+        OK(ncclRedOpCreatePreMulSum(&op, res == ncclScalarDevice ? dscalar : &scalar, ncclFloat32,
+                                    (ncclScalarResidence_t)res, c));
+        for (size_t i = 0; i < n; i++) {
+            long long s = 0;
+            for (int r = 0; r < g_P; r++) s += (long long)(r + 1) * val(r, 900 + res, i, ncclFloat32);
+            h[i] = (float)val(g_rank, 900 + res, i, ncclFloat32);
+            want[i] = (float)s;
+        }
+        void *sb = balloc(n * 4), *rb = balloc(n * 4);
+        put(sb, h, n * 4);
+        if (blocking) OK(ncclAllReduce(sb, rb, n, ncclFloat32, op, c, NULL));
+        else NB(c, ncclAllReduce(sb, rb, n, ncclFloat32, op, c, NULL));
+        get(got, rb, n * 4);
+        check_bytes(res ? "premul sum (host scalar)" : "premul sum (device scalar)", got, want, n, 4);
+        /* the op is of float32: another type is refused */
+        EXPECT(ncclAllReduce(sb, rb, n, ncclInt32, op, c, NULL), ncclInvalidArgument, -1);
+        OK(ncclRedOpDestroy(op, c));
+        bfree(sb), bfree(rb);
+        if (dscalar) bfree(dscalar);
+        free(h), free(want), free(got);
+    }
+}
+
+static void test_refusals(ncclComm_t c) {
+    void *b = balloc(64);
+    EXPECT(ncclAllReduce(b, b, 4, ncclFloat8e4m3, ncclSum, c, NULL), ncclInvalidArgument, -1);
+    g_checks++;
+    if (!strstr(ncclGetLastError(c), "float8")) FAIL("float8 refusal says: %s", ncclGetLastError(c));
+    EXPECT(ncclAllReduce(b, b, 4, (ncclDataType_t)77, ncclSum, c, NULL), ncclInvalidArgument, -1);
+    EXPECT(ncclAllReduce(b, b, 4, ncclInt32, ncclSum, NULL, NULL), ncclInvalidArgument, -1);
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage, -1);
+    void *handle = NULL;
+    OK(ncclCommRegister(c, b, 64, &handle));
+    OK(ncclCommDeregister(c, handle));
+    ncclComm_t nc = c;
+    EXPECT(ncclCommShrink(c, NULL, 0, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage, -1);
+    g_checks++;
+    if (nc) FAIL("ncclCommShrink left *newcomm set");
+    EXPECT(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT), ncclInvalidUsage, -1);
+    ncclWindow_t w;
+    EXPECT(ncclCommWindowRegister(c, b, 64, &w, NCCL_WIN_DEFAULT), ncclInvalidUsage, -1);
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, -1);
+    ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+    bad.magic = 0;
+    ncclComm_t x = NULL;
+    EXPECT(ncclCommSplit(c, 0, 0, &x, &bad), ncclInvalidArgument, -1);
+    bfree(b);
+}
+
+/* rank 0 writes the id (atomically, by rename); the others wait for it (60 s). */
+static int share_id(const char *dir, ncclUniqueId *id) {
+    char path[512], tmp[520];
+    snprintf(path, sizeof path, "%s/nccl-id", dir);
+    if (g_rank == 0) {
+        if (ncclGetUniqueId(id) != ncclSuccess) return printf("FAIL: ncclGetUniqueId: %s\n", ncclGetLastError(NULL)), -1;
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) || rename(tmp, path))
+            return printf("FAIL: writing %s: %s\n", path, strerror(errno)), -1;
+        return 0;
+    }
+    double t0 = now();
+    while (now() - t0 < 60) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(id, sizeof *id, 1, f);
+            fclose(f);
+            if (got == 1) return 0;
+        }
+        usleep(2000);
+    }
+    return printf("FAIL: no id in %s after 60 s\n", path), -1;
+}
+
+static void case_all(ncclComm_t c) {
+    int n = -1, r = -1, dev = -2, version = 0;
+    OK(ncclGetVersion(&version));
+    g_checks++;
+    if (version < 21900) FAIL("ncclGetVersion: %d", version);
+    OK(ncclCommCount(c, &n));
+    OK(ncclCommUserRank(c, &r));
+    OK(ncclCommCuDevice(c, &dev));
+    g_checks++;
+    if (n != g_P || r != g_rank || (D ? dev < 0 : dev != -1)) FAIL("count %d rank %d device %d", n, r, dev);
+    /* A blocking twin of the non-blocking communicator. */
+    ncclComm_t b = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    OK(ncclCommSplit(c, 0, g_rank, &b, &cfg));
+    test_allreduce_types(c, 0);
+    test_allreduce_types(b, 1);
+    test_collectives(c, 0, 1000);
+    test_collectives(b, 1, 3000);
+    test_split(c);
+    test_premul(c, 0);
+    test_premul(b, 1);
+    test_refusals(b);
+    OK(ncclCommFinalize(b));
+    OK(ncclCommDestroy(b));
+}
+
+static void case_fault(ncclComm_t c) {
+    ncclComm_t b = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    OK(ncclCommSplit(c, 0, g_rank, &b, &cfg));
+    if (g_rank == 1) {
+        /* Leaves without joining anything more. */
+        OK(ncclCommAbort(b));
+        OK(ncclCommAbort(c));
+        return;
+    }
+    void *buf = balloc(4096);
+    EXPECT(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, c, NULL), ncclInProgress, ncclSuccess);
+    EXPECT(settle(c), ncclRemoteError, -1);
+    g_checks++;
+    if (!strstr(ncclGetLastError(c), "rank 1")) FAIL("async error does not name rank 1: %s", ncclGetLastError(c));
+    EXPECT(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, b, NULL), ncclRemoteError, ncclInvalidUsage);
+    if (D) sync_default();
+    ncclResult_t a = ncclSuccess;
+    OK(ncclCommGetAsyncError(b, &a));
+    g_checks++;
+    if (a != ncclRemoteError) FAIL("blocking communicator's async error is %d after rank 1 left", (int)a);
+    g_checks++;
+    if (!strstr(ncclGetLastError(b), "rank 1")) FAIL("error does not name rank 1: %s", ncclGetLastError(b));
+    bfree(buf);
+    OK(ncclCommAbort(b));
+    OK(ncclCommAbort(c));
+}
+
+static void case_initall(void) {
+    enum { N = 3 };
+    ncclComm_t comms[N];
+    OK(ncclCommInitAll(comms, N, NULL));
+    size_t n = g_N;
+    int32_t *h[N], *want = malloc(n * 4), *got = malloc(n * 4);
+    void *sb[N], *rb[N];
+    int ndev = 0;
+    if (D) ringlet_device_count(&ndev);
+    /* As a CUDA program sets the device before it allocates: rank r's device is r mod the
+     * device count (ncclCommInitAll's choice without a devlist). */
+#define ON_DEVICE(r) (D ? (void)ringlet_set_device((r) % ndev) : (void)0)
+    for (int r = 0; r < N; r++) {
+        ON_DEVICE(r);
+        h[r] = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) h[r][i] = val(r, 500, i, ncclInt32);
+        sb[r] = balloc(n * 4), rb[r] = balloc(n * 4);
+        put(sb[r], h[r], n * 4);
+    }
+    for (size_t i = 0; i < n; i++) want[i] = h[0][i] + h[1][i] + h[2][i];
+    OK(ncclGroupStart());
+    for (int r = 0; r < N; r++) OK(ncclAllReduce(sb[r], rb[r], n, ncclInt32, ncclSum, comms[r], NULL));
+    OK(ncclGroupEnd());
+    for (int r = 0; r < N; r++) {
+        ON_DEVICE(r);
+        int dev = -2;
+        OK(ncclCommCuDevice(comms[r], &dev));
+        g_checks++;
+        if (D && dev != r % ndev) FAIL("initall: comm %d is on device %d, expected %d", r, dev, r % ndev);
+        get(got, rb[r], n * 4);
+        check_bytes("initall allreduce", got, want, n, 4);
+        int rk = -1;
+        OK(ncclCommUserRank(comms[r], &rk));
+        g_checks++;
+        if (rk != r) FAIL("initall: comm %d has rank %d", r, rk);
+    }
+    for (int r = 0; r < N; r++) OK(ncclCommDestroy(comms[r])); /* one thread, one by one */
+    for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
+#undef ON_DEVICE
+    free(want), free(got);
+}
+
+int main(int argc, char **argv) {
+    const char *cas = "all", *dir = ".";
+    int device = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc) cas = argv[++i];
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall [--memory host|device] [--count N] [--dir D]\n"), 2;
+    }
+    if (device && !(D = rl_device())) {
+        printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
+        return 1;
+    }
+    const char *er = getenv("RANK"), *ew = getenv("WORLD_SIZE");
+    g_rank = er ? atoi(er) : 0;
+    g_P = ew ? atoi(ew) : 1;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(cas, "initall")) {
+        g_P = 1;
+        case_initall();
+    } else {
+        ncclUniqueId id;
+        if (share_id(dir, &id)) return 1;
+        ncclComm_t c = NULL;
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        EXPECT(ncclCommInitRankConfig(&c, g_P, id, g_rank, &cfg), ncclInProgress, ncclSuccess);
+        if (!c || settle(c) != ncclSuccess) {
+            printf("FAIL rank %d: init: %s\n", g_rank, ncclGetLastError(c));
+            return 1;
+        }
+        if (!strcmp(cas, "fault")) {
+            if (g_P < 2) return printf("FAIL: --case fault needs 2 ranks\n"), 1;
+            case_fault(c);
+        } else {
+            case_all(c);
+            OK(ncclCommFinalize(c));
+            OK(ncclCommDestroy(c));
+        }
+    }
+    printf("nccl_api: rank %d of %d: %ld checks, %ld failed%s\n", g_rank, g_P, g_checks, g_failed,
+           D ? " on device memory" : "");
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The Python package as users install it: `pip install ./python` (pure Python; offline
+# here, hence --no-build-isolation --no-index) into a fresh virtual environment (with the
+# system's site packages, for torch and numpy), then, from a directory outside the source
+# tree:
+#   - without any way to find libringlet, `import ringlet` fails saying every place tried;
+#   - with RINGLET_LIBRARY, an all-reduce on 2 ranks through ringlet-run (numpy arrays);
+#   - torchrun (python3 -m torch.distributed.run, where it works) launches 2 ranks of the
+#     same script: ringlet reads torchrun's variables.
+# Skips (77) without the venv module or pip, and in a sanitizer build (python3 would need
+# the sanitizer runtime preloaded). Exit 0 = passed, 1 = failed.
+set -u
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+if [ -n "${SANITIZE:-}" ]; then
+    echo "SKIP: Python tests do not run in a sanitizer build (SANITIZE=$SANITIZE)"
+    exit 77
+fi
+"$PYTHON" -m venv --help >/dev/null 2>&1 && "$PYTHON" -m pip --version >/dev/null 2>&1 ||
+    { echo "SKIP: $PYTHON has no venv module or no pip (apt install python3-venv python3-pip)"; exit 77; }
+"$PYTHON" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy is not importable by $PYTHON"; exit 77; }
+LIB="$PWD/$BUILD/lib/libringlet.so"
+RUN="$PWD/$BUILD/bin/ringlet-run"
+for f in "$LIB" "$RUN"; do [ -e "$f" ] || { echo "FAIL: $f not found (build first)"; exit 1; }; done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-pyinst.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+"$PYTHON" -m venv --system-site-packages "$TMP/venv" >"$TMP/log" 2>&1 &&
+    cp -r python "$TMP/src" && "$TMP/venv/bin/pip" install --no-build-isolation --no-index "$TMP/src" >>"$TMP/log" 2>&1 ||
+    { echo "FAIL: pip install ./python"; cat "$TMP/log"; exit 1; }
+echo "ok:   pip install ./python: $(grep -m1 'Successfully installed' "$TMP/log")"
+PY="$TMP/venv/bin/python"
+cat >"$TMP/prog.py" <<'PROG'
+import os, numpy, ringlet
+comm = ringlet.init_from_env()
+x = numpy.arange(10, dtype=numpy.float32) * (comm.rank + 1)
+ringlet.all_reduce(x)
+want = numpy.arange(10, dtype=numpy.float32) * sum(r + 1 for r in range(comm.size))
+ok = bool((x == want).all())
+print("prog: rank %d of %d from %s: %s" % (comm.rank, comm.size, os.path.dirname(ringlet.__file__),
+                                           "OK" if ok else "WRONG %s" % x), flush=True)
+ringlet.destroy()
+PROG
+cd "$TMP" || exit 1
+# no library to be found: the error lists what was tried
+out=$(env -u RINGLET_LIB -u RINGLET_LIBRARY "$PY" -c "import ringlet" 2>&1)
+if grep -q "tried, in order" <<<"$out" && grep -q "RINGLET_LIBRARY" <<<"$out"; then
+    echo "ok:   no library: $(tail -n 1 <<<"$out" | cut -c1-160)..."
+else
+    fails=$((fails + 1))
+    echo "FAIL: import without a library did not say what it tried: $out"
+fi
+export RINGLET_LIBRARY="$LIB" RINGLET_TIMEOUT=60 OMP_NUM_THREADS=1
+"$RUN" -n 2 --timeout 120 "$PY" "$TMP/prog.py" >"$TMP/out" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'prog: rank .*/site-packages/ringlet: OK' "$TMP/out")" = 2 ]; then
+    echo "ok:   ringlet-run -n 2: the installed package, all-reduce right on both ranks"
+else
+    fails=$((fails + 1))
+    echo "FAIL: ringlet-run with the installed package: exit status $rc"
+    cat "$TMP/out"
+fi
+echo 'import os; print("rank", os.environ["RANK"])' >"$TMP/hello.py"
+port=$((20000 + RANDOM % 20000))
+if ! timeout 120 "$PY" -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port $port \
+    "$TMP/hello.py" >"$TMP/hello" 2>&1; then
+    echo "note: torchrun (python3 -m torch.distributed.run) does not run even a trivial script here, so it is not" \
+        "tested: $(grep -E 'Error' "$TMP/hello" | tail -n 1)"
+else
+    port=$((port + 7))
+    timeout 180 "$PY" -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port $port \
+        "$TMP/prog.py" >"$TMP/out" 2>&1
+    if [ $? = 0 ] && [ "$(grep -c 'prog: rank .* OK' "$TMP/out")" = 2 ]; then
+        echo "ok:   torchrun --nproc_per_node 2: all-reduce right on both ranks"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: torchrun"
+        tail -n 30 "$TMP/out"
+    fi
+fi
+[ $fails = 0 ] && { echo "python_install: all passed"; exit 0; }
+echo "python_install: $fails failed"
+exit 1

@@ -1,0 +1,155 @@
+/* Conversions between the floating types with a scaling (kernels/convert.h) and the
+ * public memory operations (ringlet_convert_async, ringlet_memcpy_async,
+ * ringlet_memset_async, ringlet_host_alloc) on host memory and on the simulated GPU's
+ * device memory. Random inputs (fixed seed) with the special values mixed in (zeros of
+ * both signs, infinities, NaN, subnormals, values that overflow float16); every result is
+ * compared bit for bit with a reference built from the scalar conversions of reduce.h. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "reduce.h"
+#include "ringlet.h"
+
+static int g_fail, g_checks;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return g_rng;
+}
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) {                                                                                                 \
+            if (g_fail++ < 20) printf("FAIL %s:%d: ", __FILE__, __LINE__), printf(__VA_ARGS__), printf("\n");        \
+        }                                                                                                              \
+    } while (0)
+
+static const ringlet_datatype_t T[4] = {RINGLET_FLOAT16, RINGLET_BFLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64};
+static const char *NAME[4] = {"float16", "bfloat16", "float32", "float64"};
+
+/* A random value of type t (bits), specials included. */
+static void fill(void *p, ringlet_datatype_t t, size_t n) {
+    static const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 65504.0, 65520.0, 1e-8, -3e-40, 1e300};
+    for (size_t i = 0; i < n; i++) {
+        double v = rnd() % 16 == 0 ? special[rnd() % 10] : ((double)(int64_t)(rnd() % 2000001) - 1000000) / 997.0;
+        if (rnd() % 8 == 0) v *= 1e-6;
+        switch (t) {
+        case RINGLET_FLOAT16: ((uint16_t *)p)[i] = rl_float_to_half((float)v); break;
+        case RINGLET_BFLOAT16: ((uint16_t *)p)[i] = rl_float_to_bf16((float)v); break;
+        case RINGLET_FLOAT32: ((float *)p)[i] = (float)v; break;
+        default: ((double *)p)[i] = v; break;
+        }
+    }
+}
+
+/* The reference: the header's semantics, element by element. */
+static void reference(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double s) {
+    for (size_t i = 0; i < n; i++) {
+        if (st == RINGLET_FLOAT64) {
+            double v = ((const double *)src)[i] * s;
+            switch (dt) {
+            case RINGLET_FLOAT16: ((uint16_t *)dst)[i] = rl_float_to_half((float)v); break;
+            case RINGLET_BFLOAT16: ((uint16_t *)dst)[i] = rl_float_to_bf16((float)v); break;
+            case RINGLET_FLOAT32: ((float *)dst)[i] = (float)v; break;
+            default: ((double *)dst)[i] = v; break;
+            }
+            continue;
+        }
+        float v = st == RINGLET_FLOAT16    ? rl_half_to_float(((const uint16_t *)src)[i])
+                  : st == RINGLET_BFLOAT16 ? rl_bf16_to_float(((const uint16_t *)src)[i])
+                                           : ((const float *)src)[i];
+        v *= (float)s;
+        switch (dt) {
+        case RINGLET_FLOAT16: ((uint16_t *)dst)[i] = rl_float_to_half(v); break;
+        case RINGLET_BFLOAT16: ((uint16_t *)dst)[i] = rl_float_to_bf16(v); break;
+        case RINGLET_FLOAT32: ((float *)dst)[i] = v; break;
+        default: ((double *)dst)[i] = (double)v; break;
+        }
+    }
+}
+
+/* Equal bits, or both NaN (which NaN is not specified). */
+static int same(const void *a, const void *b, ringlet_datatype_t t, size_t i) {
+    size_t es = ringlet_datatype_size(t);
+    if (!memcmp((const char *)a + i * es, (const char *)b + i * es, es)) return 1;
+    double x, y;
+    switch (t) {
+    case RINGLET_FLOAT16: x = rl_half_to_float(((const uint16_t *)a)[i]), y = rl_half_to_float(((const uint16_t *)b)[i]); break;
+    case RINGLET_BFLOAT16: x = rl_bf16_to_float(((const uint16_t *)a)[i]), y = rl_bf16_to_float(((const uint16_t *)b)[i]); break;
+    case RINGLET_FLOAT32: x = ((const float *)a)[i], y = ((const float *)b)[i]; break;
+    default: x = ((const double *)a)[i], y = ((const double *)b)[i]; break;
+    }
+    return isnan(x) && isnan(y);
+}
+
+int main(void) {
+    setenv("RINGLET_DEVICE", "sim", 1);
+    setenv("RINGLET_SIM_JITTER", "50", 1);
+    enum { N = 4133 }; /* not a multiple of any vector width */
+    void *src = malloc(N * 8), *got = malloc(N * 8), *want = malloc(N * 8), *dsrc = NULL, *ddst = NULL;
+    CHECK(ringlet_mem_alloc(&dsrc, N * 8) == RINGLET_SUCCESS && ringlet_mem_alloc(&ddst, N * 8) == RINGLET_SUCCESS,
+          "device memory: %s", ringlet_comm_last_error(NULL));
+    static const double scales[] = {1.0, 0.25, 1.0 / 3.0, -8.0};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            for (int k = 0; k < 4; k++) {
+                ringlet_datatype_t st = T[a], dt = T[b];
+                double s = scales[k];
+                fill(src, st, N);
+                reference(want, dt, src, st, N, s);
+                /* host, through the kernel and through the public call */
+                memset(got, 0xA5, N * 8);
+                rl_convert_host(got, dt, src, st, N, s);
+                size_t bad = N;
+                for (size_t i = 0; i < N && bad == N; i++)
+                    if (!same(got, want, dt, i)) bad = i;
+                CHECK(bad == N, "host %s -> %s x %g: element %zu differs", NAME[a], NAME[b], s, bad);
+                memset(got, 0xA5, N * 8);
+                CHECK(ringlet_convert_async(got, dt, src, st, N, s, NULL) == RINGLET_SUCCESS, "convert_async (host)");
+                CHECK(!memcmp(got, want, N * ringlet_datatype_size(dt)) || bad != N, "public host call differs");
+                /* device memory on the simulated GPU: queued on the default stream */
+                if (!dsrc) continue;
+                size_t sb = N * ringlet_datatype_size(st), db = N * ringlet_datatype_size(dt);
+                CHECK(ringlet_memcpy_async(dsrc, src, sb, NULL) == RINGLET_SUCCESS, "copy in");
+                CHECK(ringlet_memset_async(ddst, 0x5A, db, NULL) == RINGLET_SUCCESS, "memset");
+                CHECK(ringlet_convert_async(ddst, dt, dsrc, st, N, s, NULL) == RINGLET_SUCCESS, "convert_async (device): %s",
+                      ringlet_comm_last_error(NULL));
+                memset(got, 0, N * 8);
+                CHECK(ringlet_memcpy_async(got, ddst, db, NULL) == RINGLET_SUCCESS, "copy out");
+                CHECK(ringlet_stream_synchronize(NULL) == RINGLET_SUCCESS, "sync");
+                bad = N;
+                for (size_t i = 0; i < N && bad == N; i++)
+                    if (!same(got, want, dt, i)) bad = i;
+                CHECK(bad == N, "device %s -> %s x %g: element %zu differs", NAME[a], NAME[b], s, bad);
+            }
+    /* In place, same type: dst == src. */
+    fill(src, RINGLET_FLOAT32, N);
+    reference(want, RINGLET_FLOAT32, src, RINGLET_FLOAT32, N, 0.5);
+    rl_convert_host(src, RINGLET_FLOAT32, src, RINGLET_FLOAT32, N, 0.5);
+    CHECK(!memcmp(src, want, N * 4), "in place differs");
+    /* Refusals: integer types; NULL pointers. */
+    CHECK(ringlet_convert_async(got, RINGLET_INT32, src, RINGLET_FLOAT32, N, 1.0, NULL) == RINGLET_ERR_INVALID_ARGUMENT,
+          "an integer type is refused");
+    CHECK(ringlet_memcpy_async(NULL, src, 8, NULL) == RINGLET_ERR_INVALID_ARGUMENT, "NULL dst is refused");
+    /* Pinned host memory: written by a device copy, read by the host after a sync. */
+    void *pin = NULL;
+    CHECK(ringlet_host_alloc(&pin, 64) == RINGLET_SUCCESS && pin, "host_alloc: %s", ringlet_comm_last_error(NULL));
+    if (pin && dsrc) {
+        uint64_t v = 0x0123456789abcdefull, w = 0;
+        CHECK(ringlet_memcpy_async(dsrc, &v, 8, NULL) == RINGLET_SUCCESS, "copy");
+        CHECK(ringlet_memcpy_async(pin, dsrc, 8, NULL) == RINGLET_SUCCESS, "copy to pinned");
+        CHECK(ringlet_stream_synchronize(NULL) == RINGLET_SUCCESS, "sync");
+        memcpy(&w, pin, 8);
+        CHECK(w == v, "pinned memory holds %llx", (unsigned long long)w);
+    }
+    ringlet_host_free(pin);
+    ringlet_mem_free(dsrc);
+    ringlet_mem_free(ddst);
+    free(src), free(got), free(want);
+    printf("test_convert: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
