@@ -1,0 +1,62 @@
+/* Host and device buffer operations of the DDP layer: on host memory at once, on device
+ * memory queued on the DDP's stream (the public memory operations of ringlet.h). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ringlet.h"
+#include "ringlet_ddp.h"
+#include "ddp_internal.h"
+
+/* ---- memory: host memory at once, device memory on the DDP's stream ---------------- */
+
+/* The stream of collectives and memory operations: none on host memory (calls complete
+ * before they return), the DDP's stream (or the default one) on device memory. */
+void *ddp_dstream(const struct ringlet_ddp *d) {
+    return d->on_device ? (d->stream ? d->stream : RINGLET_STREAM_DEFAULT) : NULL;
+}
+static void mem_note(struct ringlet_ddp *d, ringlet_result_t rc) {
+    if (rc && !d->mem_rc) {
+        d->mem_rc = rc;
+        ddp_msgf(d->mem_msg, sizeof d->mem_msg, "%s", ringlet_comm_last_error(NULL));
+    }
+}
+/* Zeroed memory of the tensors' kind (device memory from the device backend). */
+void *ddp_mem_alloc(struct ringlet_ddp *d, size_t bytes) {
+    if (!d->on_device) return ddp_alloc_zero(bytes);
+    void *p = NULL;
+    if (ringlet_mem_alloc(&p, bytes ? bytes : 1)) return NULL;
+    mem_note(d, ringlet_memset_async(p, 0, bytes, ddp_dstream(d)));
+    return p;
+}
+void ddp_mem_free(int on_device, void *p) {
+    if (on_device) ringlet_mem_free(p);
+    else free(p);
+}
+void ddp_mem_copy(struct ringlet_ddp *d, void *dst, const void *src, size_t bytes) {
+    mem_note(d, ringlet_memcpy_async(dst, src, bytes, ddp_dstream(d)));
+}
+void ddp_mem_zero(struct ringlet_ddp *d, void *dst, size_t bytes) {
+    mem_note(d, ringlet_memset_async(dst, 0, bytes, ddp_dstream(d)));
+}
+/* dst (dt) = src (st) * scale: compression to float16/bfloat16 and back. */
+void ddp_mem_convert(struct ringlet_ddp *d, void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st,
+                        size_t n, double scale) {
+    mem_note(d, ringlet_convert_async(dst, dt, src, st, n, scale, ddp_dstream(d)));
+}
+/* One element of memory of the tensors' kind, written from or read into a double. */
+void ddp_mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t, double v) {
+    unsigned char e[8];
+    rl_ddp_store_value(e, t, v);
+    ddp_mem_copy(d, dst, e, ringlet_datatype_size(t));
+}
+double ddp_mem_load_value(struct ringlet_ddp *d, const void *src, ringlet_datatype_t t) {
+    unsigned char e[8] = {0};
+    ddp_mem_copy(d, e, src, ringlet_datatype_size(t));
+    if (d->on_device) mem_note(d, ringlet_stream_synchronize(ddp_dstream(d)));
+    return rl_ddp_load_value(e, t);
+}
