@@ -54,8 +54,8 @@
  * into and out of a bucket, the float16/bfloat16 compression, the averaging and the
  * collectives are queued on one stream (options.stream, or ringlet_ddp_set_stream; the
  * default stream otherwise), never through the host: ringlet_ddp_finish returns once
- * the gradients' write-back is queued, and work queued on that stream afterwards (the
- * optimizer) sees the reduced gradients. Without a device backend a device tensor makes
+ * the gradients' write-back is queued (without waiting on the host), and work queued on
+ * that stream afterwards (the optimizer) sees the reduced gradients. Without a device backend a device tensor makes
  * ringlet_ddp_create fail with RINGLET_ERR_INVALID_USAGE on every rank.
  *
  * Threads: calls on one DDP object are serialised by a lock, so they may come from
@@ -197,8 +197,12 @@ ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t ddp, int index, void *grad
  * all: zeros). With find_unused_parameters the parameter counts as locally unused. */
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *grad);
 /* End of backward: starts the buckets not started yet, waits for all, and leaves the
- * averaged gradients in every parameter's gradient memory (device memory: queued on
- * the DDP's stream). A parameter neither ready
+ * averaged gradients in every parameter's gradient memory. On device memory it does not
+ * wait: the write-backs are queued on the DDP's stream behind the all-reduces, so work
+ * queued on that stream afterwards sees the results; failures of the all-reduces and
+ * usage errors of other ranks are then reported by the next call (pre_forward, naming
+ * the previous iteration). With find_unused_parameters, and in the first iteration with
+ * rebuild_buckets, it waits on device memory too (the host decides from the results). A parameter neither ready
  * nor unused is an error naming it, unless find_unused_parameters is on (then it is
  * unused). Does nothing after pre_forward(ddp, 0). */
 ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t ddp);

@@ -587,7 +587,10 @@ static void wait_in_flight(struct ringlet_ddp *d) {
 ringlet_result_t ringlet_ddp_destroy(ringlet_ddp_t d) {
     if (!d) return ddp_set_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "ringlet_ddp_destroy: ddp is NULL");
     pthread_mutex_lock(&d->mu);
+    ddp_settle_previous(d, "ringlet_ddp_destroy"); /* its failures no longer matter */
     wait_in_flight(d);
+    /* device memory: the queued write-backs land before the buckets go */
+    if (d->on_device) ringlet_stream_synchronize(ddp_dstream(d));
     pthread_mutex_unlock(&d->mu);
     ddp_free(d);
     return RINGLET_SUCCESS;

@@ -124,6 +124,12 @@ struct ringlet_ddp {
     ringlet_result_t iter_rc; /* first error of this iteration */
     char iter_msg[MSG_MAX];
     double own_flag;
+    /* device memory: the last finish's error flags, summed over the ranks by a small
+     * host all-reduce queued behind the buckets, collected by the next call
+     * (ddp_settle_previous) */
+    double flag_send, flag_recv;
+    ringlet_request_t flag_req;
+    int flag_pending, flag_own_error;
 
     /* buffer broadcasts */
     unsigned char *staging;
@@ -190,6 +196,9 @@ RL_DDP_HIDDEN void ddp_rebuild(struct ringlet_ddp *d);
 /* step.c */
 RL_DDP_HIDDEN void ddp_iter_fail(struct ringlet_ddp *d, ringlet_result_t rc, const char *msg);
 RL_DDP_HIDDEN ringlet_result_t ddp_check_param(struct ringlet_ddp *d, int i, const char *fn);
+/* Device memory: collects what the last finish left in flight (its requests, the error
+ * flag) and reports its failures, naming fn. Nothing to do on host memory. */
+RL_DDP_HIDDEN ringlet_result_t ddp_settle_previous(struct ringlet_ddp *d, const char *fn);
 
 #define CHECK_DDP(d, fn)                                                                                               \
     do {                                                                                                               \

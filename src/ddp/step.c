@@ -167,10 +167,16 @@ ringlet_result_t ringlet_ddp_pre_forward(ringlet_ddp_t d, int grad_sync) {
         pthread_mutex_unlock(&d->mu);
         return rc;
     }
+    /* The previous iteration's outcome on device memory (finish did not wait): reported
+     * here, and the new iteration starts all the same. */
+    ringlet_result_t prev = ddp_settle_previous(d, "ringlet_ddp_pre_forward");
+    char prev_msg[MSG_MAX];
+    if (prev) memcpy(prev_msg, d->last_error, sizeof prev_msg);
     int bcast = d->opt.broadcast_buffers && d->nbuffers > 0 && d->prev_forward_synced;
     d->prev_forward_synced = grad_sync == RINGLET_DDP_SYNC;
     if (grad_sync != RINGLET_DDP_NO_GRAD) reset_iteration(d, grad_sync == RINGLET_DDP_SYNC);
     if (bcast) rc = ddp_sync_buffers(d);
+    if (prev && !rc) rc = ddp_set_error(d, prev, "%s", prev_msg);
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
@@ -246,6 +252,72 @@ static void write_back(struct ringlet_ddp *d, int b) {
     }
 }
 
+/* finish on device memory without waiting: the write-backs are queued on the stream,
+ * each behind its bucket's all-reduce (which holds the stream until it is done); the
+ * ranks' error flags are summed by a small non-blocking all-reduce on host memory, queued
+ * behind the buckets; ddp_settle_previous collects both at the next call. */
+static void finish_queued(struct ringlet_ddp *d) {
+    for (int b = 0; b < d->nbuckets; b++) {
+        if (!d->buckets[b].rc) write_back(d, b);
+        d->buckets[b].t_done = ddp_now_s();
+    }
+    d->flag_send = d->iter_rc ? 1.0 : 0.0;
+    d->flag_recv = 0;
+    d->flag_own_error = d->iter_rc != RINGLET_SUCCESS;
+    ringlet_result_t rc =
+        ringlet_iallreduce(&d->flag_send, &d->flag_recv, 1, RINGLET_FLOAT64, RINGLET_SUM, d->comm, NULL, &d->flag_req);
+    if (rc) {
+        char m[MSG_MAX];
+        ddp_msgf(m, sizeof m, "all-reduce of the ranks' error flags: %s", ringlet_comm_last_error(d->comm));
+        ddp_iter_fail(d, rc, m);
+        d->flag_req = NULL;
+    }
+    d->flag_pending = 1;
+    if (d->mem_rc) {
+        char m[MSG_MAX];
+        ddp_msgf(m, sizeof m, "a copy or conversion of the gradients failed: %s", d->mem_msg);
+        ddp_iter_fail(d, d->mem_rc, m);
+    }
+}
+
+ringlet_result_t ddp_settle_previous(struct ringlet_ddp *d, const char *fn) {
+    if (!d->flag_pending) return RINGLET_SUCCESS;
+    d->flag_pending = 0;
+    ringlet_result_t crc = RINGLET_SUCCESS;
+    char cmsg[MSG_MAX] = "";
+    for (int b = 0; b < d->nbuckets; b++) {
+        bucket_t *bk = &d->buckets[b];
+        for (int r = 0; r < bk->nreqs; r++)
+            if (bk->reqs[r]) {
+                ringlet_result_t w = ringlet_wait(&bk->reqs[r]);
+                if (w && !bk->rc) bk->rc = w;
+            }
+        if (bk->t_complete <= 0) bk->t_complete = ddp_now_s();
+        if (bk->rc && !crc) {
+            crc = bk->rc;
+            ddp_msgf(cmsg, sizeof cmsg, "all-reduce of bucket %d: %s", b, ringlet_comm_last_error(d->comm));
+        }
+    }
+    if (d->flag_req) {
+        ringlet_result_t w = ringlet_wait(&d->flag_req);
+        if (w && !crc) {
+            crc = w;
+            ddp_msgf(cmsg, sizeof cmsg, "all-reduce of the ranks' error flags: %s", ringlet_comm_last_error(d->comm));
+        }
+    }
+    if (crc)
+        return ddp_set_error(d, crc, "%s: the previous iteration's gradients were not reduced: %s", fn, cmsg);
+    double others = d->flag_recv - d->flag_send;
+    if (others > 0.5 && !d->flag_own_error)
+        return ddp_set_error(d, RINGLET_ERR_INVALID_USAGE,
+                             "%s: in the previous iteration %.0f other rank(s) reported a DDP usage error (for example "
+                             "a gradient reported twice, or a parameter that got no gradient); see their messages. The "
+                             "gradients of that iteration were not valid (on device memory ringlet_ddp_finish does not "
+                             "wait, so this is reported here)",
+                             fn, others);
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
     CHECK_DDP(d, "ringlet_ddp_finish");
     pthread_mutex_lock(&d->mu);
@@ -299,6 +371,13 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
         if (!d->ready[i]) mark(d, i, 0, d->opt.find_unused_parameters ? SRC_GRAD : SRC_ZERO);
     launch_ready(d); /* buckets with no parameter left to wait for (none, normally) */
 
+    /* Device memory, nothing the host must decide from the results (the used map, a first
+     * rebuild): the write-back is queued behind the all-reduces on the stream, and the
+     * error flag is read at the next call (settle_previous), so finish never waits. */
+    if (d->on_device && !d->opt.find_unused_parameters && !(d->opt.rebuild_buckets && !d->rebuilt)) {
+        finish_queued(d);
+        goto done;
+    }
     int defer = d->opt.find_unused_parameters; /* the used map decides what is written back */
     ringlet_result_t crc = RINGLET_SUCCESS;
     char cmsg[MSG_MAX] = "";
@@ -357,6 +436,7 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
         d->rebuilt = 1;
         ddp_rebuild(d);
     }
+done:
     d->state = IT_FINISHED;
     d->stats.iterations++;
     d->stats.finish_end_time = ddp_now_s();

@@ -25,6 +25,8 @@
  *             move with their content
  *   unused    find_unused_parameters: a parameter unused everywhere keeps its gradient, one
  *             unused on rank 0 only gets the others' average
+ *   nowait    (device memory) finish returns while the last bucket's all-reduce cannot
+ *             start yet (the stream is held until finish has returned)
  *   misuse    different shapes / counts / options / an argument error on one rank / device
  *             memory at create: the same error on every rank, naming the first difference;
  *             a gradient reported twice (every rank, and one rank only); a parameter that got
@@ -44,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h" /* the device layer: only to hold a stream (test_nowait) */
 #include "ringlet.h"
 #include "ringlet_ddp.h"
 
@@ -842,8 +845,18 @@ static void test_misuse_iterations(void) {
         rc = ringlet_ddp_finish(d);
         const char *msg = ringlet_ddp_last_error(d);
         const char *need = !erring ? "other rank" : twice ? "twice" : "parameter 2 ('half.weight') got no gradient";
-        CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(msg, need), "scenario %d: finish: %s: \"%s\" (wanted \"%s\")",
-              scenario, ringlet_strerror(rc), msg, need);
+        int started = 0;
+        if (g_dev && !erring) {
+            /* device memory: finish does not wait; the next call reports the others' error
+             * (and starts its iteration all the same) */
+            CHECK(rc == RINGLET_SUCCESS, "scenario %d: finish on device memory waited: %s: %s", scenario,
+                  ringlet_strerror(rc), msg);
+            rc = ringlet_ddp_pre_forward(d, 1);
+            msg = ringlet_ddp_last_error(d);
+            started = 1;
+        }
+        CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(msg, need), "scenario %d: %s: %s: \"%s\" (wanted \"%s\")",
+              scenario, started ? "pre_forward after it" : "finish", ringlet_strerror(rc), msg, need);
         if (g_rank == last || g_rank == 0) printf("ddp: misuse scenario %d, rank %d: %s\n", scenario, g_rank, msg);
         /* after finish, reporting again is "twice" as well (a second backward) */
         if (scenario == 0) {
@@ -854,7 +867,7 @@ static void test_misuse_iterations(void) {
             CHECK(rc == RINGLET_ERR_INVALID_USAGE, "finish twice: %s", ringlet_strerror(rc));
         }
         /* the next iteration is clean */
-        DRC(d, ringlet_ddp_pre_forward(d, 1));
+        if (!started) DRC(d, ringlet_ddp_pre_forward(d, 1));
         for (int i = m.np - 1; i >= 0; i--) {
             fill_grad(m.p[i].grad, &m.p[i], 10 + scenario, i, 1);
             DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
@@ -871,6 +884,41 @@ static void test_misuse_iterations(void) {
     for (int i = m.np - 1; i >= 1; i--) DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
     DRC(d, ringlet_ddp_finish(d));
     ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
+/* Device memory: finish does not wait for the all-reduces. Built so that a finish that
+ * waited could not return: the last gradient is reported while the DDP's stream is held
+ * (a flag wait queued on it), so the last bucket's all-reduce cannot start until this
+ * rank releases the stream, which it does only after finish has returned. */
+static void test_nowait(void) {
+    const rl_device_ops *D = rl_device();
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    ringlet_ddp_t d = create(&m, &o);
+    uint64_t *hold = NULL;
+    if (!d || !D || D->host_alloc((void **)&hold, 64) != RL_DEV_OK) {
+        CHECK(0, "nowait: setup failed");
+        if (d) ringlet_ddp_destroy(d);
+        model_free(&m);
+        return;
+    }
+    *hold = 0;
+    for (int i = 0; i < m.np; i++) fill_grad(m.p[i].grad, &m.p[i], 7, i, 1);
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+    for (int i = m.np - 1; i >= 1; i--) DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+    CHECK(D->wait_flag(hold, 1, (rl_dev_stream_t)(void *)1) == RL_DEV_OK, "nowait: holding the stream: %s",
+          rl_dev_error());
+    DRC(d, ringlet_ddp_grad_ready(d, 0, NULL)); /* completes the last bucket, behind the hold */
+    ringlet_result_t rc = ringlet_ddp_finish(d);
+    CHECK(rc == RINGLET_SUCCESS, "nowait: finish with the stream held: %s: %s", ringlet_strerror(rc),
+          ringlet_ddp_last_error(d));
+    __atomic_store_n(hold, 1, __ATOMIC_RELEASE); /* finish returned: release the stream */
+    for (int i = 0; i < m.np; i++) check_grad(m.p[i].grad, &m.p[i], 7, i, 1, 1, 0, -1, "nowait");
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_NO_GRAD)); /* collects the iteration */
+    ringlet_ddp_destroy(d);
+    D->host_free(hold);
     model_free(&m);
 }
 
@@ -905,6 +953,7 @@ int main(int argc, char **argv) {
     test_unused();
     test_misuse_create();
     test_misuse_iterations();
+    if (g_dev) test_nowait();
 
     printf("ddp: rank %d of %d: %d checks, %d failed%s\n", g_rank, g_size, g_checks, g_failed,
            g_dev ? " on device memory" : "");
