@@ -52,6 +52,7 @@ def max_over_ranks(v):
 def run_pass(model, opt, x, y, steps, trace=None):
     loss_fn = torch.nn.CrossEntropyLoss()
     times = []
+    cuda = x.is_cuda
     for _ in range(steps):
         t0 = time.monotonic()
         opt.zero_grad()
@@ -60,6 +61,8 @@ def run_pass(model, opt, x, y, steps, trace=None):
         loss.backward()
         te = time.monotonic()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()  # a step is done when the GPU is
         t1 = time.monotonic()
         times.append(t1 - t0)
         if trace is not None:
@@ -79,22 +82,33 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--view", action="store_true", help="gradient_as_bucket_view in both DDPs")
-    ap.add_argument("--modes", default="none,torch,ringlet")
+    ap.add_argument("--modes", default="none,torch,ringlet",
+                    help="none (no DDP), torch (torch DDP over Gloo), ringlet (ringlet.torch DDP), nccl (torch DDP "
+                         "over backend nccl: run with ringlet's libnccl.so.2 preloaded)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (several ranks share a GPU)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", store=dist.FileStore(a.store, world), rank=rank, world_size=world)
     ringlet.init_from_env()
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
 
     g = torch.Generator().manual_seed(rank)
-    x = torch.randn(a.batch, a.width, generator=g)
-    y = torch.randint(0, 10, (a.batch,), generator=g)
+    x = torch.randn(a.batch, a.width, generator=g).to(device)
+    y = torch.randint(0, 10, (a.batch,), generator=g).to(device)
     modes = a.modes.split(",")
+    nccl_pg = dist.new_group(backend="nccl") if "nccl" in modes else None
     models = {}
     for m in modes:
-        net = make_model(a.width, a.layers, seed=1)
-        if m == "torch":
+        net = make_model(a.width, a.layers, seed=1).to(device)
+        if m == "nccl":
+            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
+                                                            gradient_as_bucket_view=a.view, process_group=nccl_pg)
+        elif m == "torch":
             net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
                                                             gradient_as_bucket_view=a.view)
         elif m == "ringlet":
@@ -102,9 +116,9 @@ def main():
         models[m] = (net, torch.optim.SGD(net.parameters(), lr=1e-4))
     nparams = sum(p.numel() for p in models[modes[0]][0].parameters())
     if rank == 0:
-        print("ddp_bench: world %d, %d x Linear(%d, %d) + head: %.1f M parameters (%.0f MB float32), batch %d per "
-              "rank, %d torch thread(s) per rank, bucket cap %g MB%s, %d rounds x %d steps (+%d warm-up)"
-              % (world, a.layers, a.width, a.width, nparams / 1e6, nparams * 4 / 1e6, a.batch, a.threads,
+        print("ddp_bench: world %d on %s, %d x Linear(%d, %d) + head: %.1f M parameters (%.0f MB float32), batch %d "
+              "per rank, %d torch thread(s) per rank, bucket cap %g MB%s, %d rounds x %d steps (+%d warm-up)"
+              % (world, device, a.layers, a.width, a.width, nparams / 1e6, nparams * 4 / 1e6, a.batch, a.threads,
                  a.bucket_mb, ", gradient_as_bucket_view" if a.view else "", a.rounds, a.steps, a.warmup),
               flush=True)
 
@@ -133,7 +147,8 @@ def main():
         if "none" in med and "torch" in med and "ringlet" in med:
             ot, orl = med["torch"] - med["none"], med["ringlet"] - med["none"]
             print("ddp_bench: overhead over no DDP: torch %.1f ms, ringlet %.1f ms" % (ot * 1e3, orl * 1e3))
-            print("ddp_bench: ringlet / torch step time = %.3f (goal <= 1.0)" % (med["ringlet"] / med["torch"]))
+            print("ddp_bench: ringlet / torch step time = %.3f (goal <= 1.0; on CUDA, torch over Gloo / ringlet >= 5)"
+                  % (med["ringlet"] / med["torch"]))
             print("ddp_bench: ringlet overhead / torch overhead = %.3f (goal <= 0.5)"
                   % (orl / ot if ot > 0 else float("nan")))
         if tails:

@@ -20,6 +20,17 @@
 #   device-mps       the cuda_ipc runs of device-collectives again, under MPS
 #                    (tests/gpu/mps.sh)
 #   device-memcheck  compute-sanitizer --tool memcheck on a small device collectives run (P = 2)
+#   device-more      tests/mp/more.sh over cuda: all-to-all, gather, scatter, groups, split,
+#                    pre-multiplied sums (device scalar too), P = 1..4
+#   device-nccl      tests/mp/nccl.sh over cuda: the NCCL API on ncclMemAlloc memory, P = 1..4
+#   device-ddp       tests/mp/ddp.sh over cuda: the C DDP layer on device memory, every option
+#   torch-nccl       PyTorch's torch.distributed backend "nccl" on ringlet's libnccl.so.2
+#                    (LD_PRELOAD), 2 and 4 ranks on the one GPU: every collective of
+#                    tests/gpu/torch_nccl.py, and ringlet's INFO line (needs CUDA torch)
+#   ddp-cuda         tests/python/ddp_vs_torch.py --device cuda --nccl, 2 and 4 ranks:
+#                    ringlet.torch DDP and torch DDP over ringlet's nccl, both against torch
+#                    DDP over Gloo on CUDA, to 1e-5 (needs CUDA torch)
+#   ddp-bench        perf/ddp_bench.sh on CUDA at 2 and 4 ranks (issue 14's goals)
 #   bench            perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at
 #                    256 MiB; PASS at >= 90% of cudaMemcpy D2D bandwidth
 #   device-bench     perf/device_bench.sh: device vs host buffers over tcp and shm, and PyTorch's
@@ -181,6 +192,45 @@ else
             "$BUILD/tests/mp/collectives" --memory device --quick --max-count 4099
     else
         record device-memcheck SKIP 0 "SKIP: compute-sanitizer not found"
+    fi
+    run_step device-more 900 '^(ok|FAIL|more)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/more.sh
+    run_step device-nccl 900 '^(ok|FAIL|nccl)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/nccl.sh
+    run_step device-ddp 900 '^(ok|FAIL|ddp)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/ddp.sh
+    PY=${PYTHON:-python3}
+    if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+        run_step torch-nccl 900 'torch_nccl:|FAIL|NCCL INFO \[ringlet.*communicator up' bash -c "
+            fails=0
+            for n in 2 4; do
+                LD_PRELOAD='$PWD/$BUILD/lib/libnccl.so.2' NCCL_DEBUG=INFO RINGLET_DEVICE=cuda \
+                    '$BUILD/bin/ringlet-run' -n \$n --timeout 800 '$PY' tests/gpu/torch_nccl.py >'$LOGDIR/torch_nccl.\$n' 2>&1
+                rc=\$?
+                grep -E 'torch_nccl:|FAIL' '$LOGDIR/torch_nccl.\$n'
+                grep -m1 -E 'NCCL INFO \[ringlet.*communicator up' '$LOGDIR/torch_nccl.\$n'
+                ok=\$(grep -c 'checks, 0 failed' '$LOGDIR/torch_nccl.\$n')
+                [ \$rc = 0 ] && [ \$ok = \$n ] || fails=\$((fails + 1))
+            done
+            [ \$fails = 0 ]"
+        run_step ddp-cuda 1500 'ddp_vs_torch|FAIL' bash -c "
+            fails=0
+            for n in 2 4; do
+                rm -f '$LOGDIR/store.\$n'
+                LD_PRELOAD='$PWD/$BUILD/lib/libnccl.so.2' RINGLET_DEVICE=cuda PYTHONPATH='$PWD/python' \
+                    RINGLET_LIBRARY='$PWD/$BUILD/lib/libringlet.so' '$BUILD/bin/ringlet-run' -n \$n --timeout 1400 \
+                    '$PY' tests/python/ddp_vs_torch.py --device cuda --nccl --store '$LOGDIR/store.\$n' \
+                    >'$LOGDIR/ddp_cuda.\$n' 2>&1 || fails=\$((fails + 1))
+                grep -E 'ddp_vs_torch|FAIL' '$LOGDIR/ddp_cuda.\$n'
+            done
+            [ \$fails = 0 ]"
+        if [ $bench = 1 ]; then
+            run_step ddp-bench 900 'ddp_bench: (world|none|torch|ringlet|nccl|overhead|ringlet /)' bash -c "
+                for n in 2 4; do
+                    LD_PRELOAD='$PWD/$BUILD/lib/libnccl.so.2' RINGLET_DEVICE=cuda BUILD='$BUILD' PYTHON='$PY' \
+                        bash perf/ddp_bench.sh -n \$n --device cuda --modes none,torch,ringlet,nccl --rounds 4 || exit 1
+                done"
+        fi
+    else
+        record torch-nccl SKIP 0 "SKIP: no CUDA build of torch for $PY"
+        record ddp-cuda SKIP 0 "SKIP: no CUDA build of torch for $PY"
     fi
 fi
 

@@ -12,6 +12,10 @@ step inside no_sync, so two steps' gradients are reduced at once); view
 (gradient_as_bucket_view on both); evalfwd (every third step a forward under
 torch.no_grad() after backward: buffers follow torch's rule, broadcast at that forward
 and not at the next one). The bucket cap (--bucket-kb) makes at least 4 buckets.
+--device cuda trains on the GPU (models, data, both DDPs; Gloo on CUDA tensors as the
+reference; several ranks share a GPU). --nccl also trains torch's DDP over a process group
+with backend "nccl" (run with ringlet's libnccl.so.2 preloaded) and checks it against the
+same Gloo reference.
 
 Checks on every rank: normwise relative difference max|a-b|/max|b| <= --tol for every
 parameter and buffer (integer buffers equal), the ringlet parameters identical on all ranks,
@@ -35,11 +39,11 @@ from ringlet.torch import DistributedDataParallel as RingletDDP  # noqa: E402
 from ddp_common import rank_world, setup_threads, mlp_bn, shard, state, compare, log  # noqa: E402
 
 
-def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05):
+def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05, device="cpu"):
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = torch.nn.MSELoss()
     for step in range(steps):
-        x, y = shard(rank, step, batch)
+        x, y = (t.to(device) for t in shard(rank, step, batch))
         if nosync and step % 2 == 0:
             with model.no_sync():
                 loss_fn(model(x), y).backward()
@@ -47,7 +51,7 @@ def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05):
         loss_fn(model(x), y).backward()
         if evalfwd and step % 3 == 1:
             with torch.no_grad():  # an evaluation forward (BatchNorm in training mode)
-                model(shard(rank, step, batch, salt=9)[0])
+                model(shard(rank, step, batch, salt=9)[0].to(device))
         opt.step()
         opt.zero_grad()
     return model
@@ -61,12 +65,22 @@ def main():
     ap.add_argument("--bucket-kb", type=float, default=1)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--variants", default="plain,nosync,view,evalfwd")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--nccl", action="store_true", help="also torch's DDP over a backend='nccl' group")
     a = ap.parse_args()
 
     rank, world = rank_world()
     setup_threads()
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("SKIP: torch has no CUDA here", flush=True)
+            return 77
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     store = dist.FileStore(a.store, world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    nccl_pg = dist.new_group(backend="nccl") if a.nccl else None
     ringlet.init_from_env()
     cap_mb = a.bucket_kb / 1024.0
     ok = True
@@ -74,22 +88,32 @@ def main():
         nosync = variant == "nosync"
         view = variant == "view"
         evalfwd = variant == "evalfwd"
-        init = mlp_bn(seed=1000 + rank)  # a different initialisation on every rank
+        init = mlp_bn(seed=1000 + rank).to(device)  # a different initialisation on every rank
         steps = a.steps * 2 if nosync else a.steps  # as many optimizer steps in every variant
 
         ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
                                                         gradient_as_bucket_view=view)
-        train(ref, steps, a.batch, nosync, evalfwd, rank)
+        train(ref, steps, a.batch, nosync, evalfwd, rank, device=device)
 
         mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4,
                           gradient_as_bucket_view=view)
-        train(mine, steps, a.batch, nosync, evalfwd, rank)
+        train(mine, steps, a.batch, nosync, evalfwd, rank, device=device)
+        if nccl_pg is not None:
+            over_nccl = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
+                                                                  gradient_as_bucket_view=view, process_group=nccl_pg)
+            train(over_nccl, steps, a.batch, nosync, evalfwd, rank, device=device)
+            rel_n, _, worst_n = compare(state(over_nccl), state(ref))
+            good_n = rel_n <= a.tol
+            ok = ok and good_n
+            log(rank, "ddp_vs_torch: variant %s: torch DDP over backend nccl (ringlet's libnccl) against Gloo: "
+                "rel=%.3g (worst %s) %s" % (variant, rel_n, worst_n, "ok" if good_n else "FAIL"))
+            del over_nccl
 
         s_ref, s_mine = state(ref), state(mine)
         rel, rel_el, worst = compare(s_mine, s_ref)
         # the ringlet parameters are the same on every rank: rank 0's copy against this one
         # (not the buffers: every rank's last forward updated its own BatchNorm statistics)
-        flat = torch.cat([p.detach().double().reshape(-1) for p in mine.parameters()])
+        flat = torch.cat([p.detach().double().reshape(-1) for p in mine.parameters()]).cpu()
         r0 = flat.clone()
         ringlet.broadcast(r0, src=0)
         spread = (flat - r0).abs().max().item()
