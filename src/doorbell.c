@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "sha256.h"
+#include "shmseg.h"
 
 #define DB_MAGIC 0x4c4c4542u /* "BELL" */
 #define DB_BYTES 4096u
@@ -25,6 +26,7 @@ _Static_assert(sizeof(db_page) <= DB_BYTES, "doorbell page too large");
 struct rl_doorbell {
     db_page *own;
     char name[RL_BELL_NAME_MAX];
+    int lock_fd; /* holds the bell's lock while it lives (shmseg.h) */
     pthread_mutex_t mu;            /* mapping peers */
     _Atomic(db_page *) *peers;     /* per rank, mapped on first use */
     unsigned char *failed;         /* per rank: mapping failed once (warned) */
@@ -40,24 +42,18 @@ void rl_doorbell_open(struct ringlet_comm *c) {
     d->peers = calloc((size_t)c->nranks, sizeof *d->peers);
     d->failed = calloc((size_t)c->nranks, 1);
     pthread_mutex_init(&d->mu, NULL);
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 0, sizeof rnd);
-    snprintf(d->name, sizeof d->name, "/ringlet-%d-bell-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
-             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    int fd = d->peers && d->failed ? shm_open(d->name, O_RDWR | O_CREAT | O_EXCL, 0600) : -1;
+    int fd = -1, e = d->peers && d->failed ? rl_shmseg_create("bell", DB_BYTES, d->name, &fd) : ENOMEM;
     void *m = MAP_FAILED;
-    if (fd >= 0) {
-        if (ftruncate(fd, DB_BYTES) == 0) m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-    }
+    if (!e && (m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (m == MAP_FAILED) {
-        RL_INFO(c->rank, "no shared doorbell (%s): peers of this host will poll", strerror(errno));
-        if (fd >= 0) shm_unlink(d->name);
+        RL_INFO(c->rank, "no shared doorbell (%s): peers of this host will poll", strerror(e));
+        if (fd >= 0) shm_unlink(d->name), close(fd);
         pthread_mutex_destroy(&d->mu);
         free(d->peers), free(d->failed), free(d);
         return;
     }
     d->own = m;
+    d->lock_fd = fd;
     d->own->magic = DB_MAGIC;
     d->own->rank = c->rank;
     tag_of(c->secret, d->name, d->own->tag);
@@ -110,6 +106,7 @@ void rl_doorbell_close(struct ringlet_comm *c) {
     }
     munmap(d->own, DB_BYTES);
     shm_unlink(d->name);
+    close(d->lock_fd);
     pthread_mutex_destroy(&d->mu);
     free(d->peers), free(d->failed), free(d);
     c->db = NULL;

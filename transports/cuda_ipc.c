@@ -43,6 +43,7 @@
 #include "device.h"
 #include "log.h"
 #include "sha256.h"
+#include "shmseg.h"
 #include "transport.h"
 #include "util.h"
 
@@ -133,6 +134,7 @@ typedef struct ipc_ctx {
     uint8_t secret[32];
     const rl_device_ops *d;
     char name[IPC_NAME_MAX];
+    int lock_fd; /* holds the segment's lock while it lives (shmseg.h) */
     seg_hdr *seg;
     size_t seg_len, ctl_stride;
     uint32_t nslots;
@@ -184,24 +186,19 @@ static ringlet_result_t ipc_init(const rl_transport_init *in, void **out, void *
     x->ctl_stride = (sizeof(ctl_t) + IPC_PAGE - 1) / IPC_PAGE * IPC_PAGE;
     x->seg_len = IPC_PAGE + (size_t)in->nranks * x->ctl_stride;
 
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 0, sizeof rnd);
-    snprintf(x->name, sizeof x->name, "/ringlet-%d-ipc-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    int fd = shm_open(x->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    int fd = -1, e = rl_shmseg_create("ipc", x->seg_len, x->name, &fd);
     void *base = MAP_FAILED;
-    int e = fd < 0 ? errno : 0;
-    if (!e && (ftruncate(fd, (off_t)x->seg_len) != 0 || posix_fallocate(fd, 0, IPC_PAGE) != 0)) e = errno ? errno : ENOSPC;
+    if (!e && posix_fallocate(fd, 0, IPC_PAGE) != 0) e = errno ? errno : ENOSPC;
     if (!e && (base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
-    if (fd >= 0) close(fd);
     if (e) {
-        snprintf(err, RL_ERR_MAX, "control segment %s: %s", x->name, strerror(e));
-        if (fd >= 0) shm_unlink(x->name);
+        snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
+        if (fd >= 0) shm_unlink(x->name), close(fd);
         free(x->reach);
         free(x->probes);
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
+    x->lock_fd = fd;
     x->seg = base;
     x->seg->magic = IPC_MAGIC;
     x->seg->rank = in->rank;
@@ -681,6 +678,7 @@ static void ipc_fini(void *ctx) {
     if (x->probe) x->d->mem_free(x->probe);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
+    close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
     free(x->reach);
     free(x->probes);

@@ -35,6 +35,7 @@
 
 #include "log.h"
 #include "sha256.h"
+#include "shmseg.h"
 #include "transport.h"
 #include "util.h"
 
@@ -108,6 +109,7 @@ typedef struct shm_ctx {
     rl_transport_init in;
     uint8_t secret[32];
     char name[SHM_NAME_MAX];
+    int lock_fd;  /* holds the segment's lock while it lives (shmseg.h) */
     seg_hdr *seg; /* own segment, whole */
     size_t seg_len;
     uint32_t nslots;
@@ -120,24 +122,6 @@ static size_t slot_stride(uint64_t slot_bytes) { return SLOT_HDR + (size_t)slot_
 
 static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32]) {
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
-}
-
-/* Removes segments whose creating process is gone (a killed job's leftovers). */
-static void remove_stale(void) {
-    DIR *d = opendir("/dev/shm");
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int pid;
-        if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) || sscanf(e->d_name + strlen(SHM_PREFIX), "%d-", &pid) != 1)
-            continue;
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-            char n[300];
-            snprintf(n, sizeof n, "/%s", e->d_name);
-            shm_unlink(n);
-        }
-    }
-    closedir(d);
 }
 
 static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
@@ -154,29 +138,25 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
     x->fifo_stride = (fifo + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE;
     x->seg_len = SHM_PAGE + (size_t)in->nranks * x->fifo_stride;
 
-    remove_stale();
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 0, sizeof rnd);
-    snprintf(x->name, sizeof x->name, "/" SHM_PREFIX "%d-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    int fd = shm_open(x->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0) {
-        snprintf(err, RL_ERR_MAX, "shm_open(%s): %s", x->name, strerror(errno));
+    rl_shmseg_remove_stale();
+    int fd = -1, e = rl_shmseg_create("shm", x->seg_len, x->name, &fd);
+    if (e) {
+        snprintf(err, RL_ERR_MAX, "shared memory segment of %zu bytes: %s", x->seg_len, strerror(e));
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
     void *base = MAP_FAILED;
-    int e = 0;
-    if (ftruncate(fd, (off_t)x->seg_len) != 0 || posix_fallocate(fd, 0, SHM_PAGE) != 0) e = errno ? errno : ENOSPC;
+    if (posix_fallocate(fd, 0, SHM_PAGE) != 0) e = errno ? errno : ENOSPC;
     else base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!e && base == MAP_FAILED) e = errno;
-    close(fd);
     if (e) {
         snprintf(err, RL_ERR_MAX, "shared memory segment %s of %zu bytes: %s", x->name, x->seg_len, strerror(e));
         shm_unlink(x->name);
+        close(fd);
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
+    x->lock_fd = fd;
     x->seg = base;
     x->seg->magic = SHM_MAGIC;
     x->seg->rank = in->rank;
@@ -536,6 +516,7 @@ static void shm_fini(void *ctx) {
     while (x->conns) shm_close(x->conns);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
+    close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
     free(x);
 }

@@ -36,6 +36,7 @@ static int g_rank, g_P;
 static long g_checks, g_failed;
 static const rl_device_ops *D;
 static size_t g_N = 10007;
+static const char *g_dir = ".";
 
 #define FAIL(...)                                                                                                      \
     do {                                                                                                               \
@@ -488,8 +489,20 @@ static void case_fault(ncclComm_t c) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
     OK(ncclCommSplit(c, 0, g_rank, &b, &cfg));
+    char path[600];
+    snprintf(path, sizeof path, "%s/split-done.%d", g_dir, g_rank);
+    if (g_rank != 1) {
+        FILE *f = fopen(path, "w");
+        if (f) fclose(f);
+    }
     if (g_rank == 1) {
-        /* Leaves without joining anything more. */
+        /* Leaves without joining anything more, once every other rank's split has returned
+         * (this rank's last message of it may still be on its way when its own returns). */
+        for (int r = 0; r < g_P; r++) {
+            if (r == 1) continue;
+            snprintf(path, sizeof path, "%s/split-done.%d", g_dir, r);
+            for (double t0 = now(); access(path, F_OK) != 0 && now() - t0 < 60;) usleep(1000);
+        }
         OK(ncclCommAbort(b));
         OK(ncclCommAbort(c));
         return;
@@ -561,7 +574,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc) cas = argv[++i];
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) g_dir = dir = argv[++i];
         else return fprintf(stderr, "usage: nccl_api --case all|fault|initall [--memory host|device] [--count N] [--dir D]\n"), 2;
     }
     if (device && !(D = rl_device())) {
