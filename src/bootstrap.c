@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -262,6 +263,7 @@ struct rl_monitor {
     pthread_t thread;
     atomic_int quit;
     atomic_int leaving; /* this rank is in destroy: closed connections are expected */
+    int wake[2];        /* a byte on it ends the monitor's poll at once (stop); -1: none */
 };
 
 static void hello_mac(const uint8_t *secret, const uint8_t nonce0[16], const struct msg_hello *h, uint8_t out[32]) {
@@ -436,6 +438,7 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
         return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
     for (int i = 0; i < m->nfds; i++) m->fds[i] = -1;
+    if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) != 0) m->wake[0] = m->wake[1] = -1;
     ringlet_result_t rc;
     if (m->is_root) {
         rc = root_gather(c, t, m->fds, err);
@@ -447,6 +450,7 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
     if (rc != RINGLET_SUCCESS) {
         for (int i = 0; i < m->nfds; i++)
             if (m->fds[i] >= 0) close(m->fds[i]);
+        if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
         free(m->fds), free(m->said_bye), free(m);
         return rc;
     }
@@ -456,6 +460,7 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
         c->mon = NULL;
         for (int i = 0; i < m->nfds; i++)
             if (m->fds[i] >= 0) close(m->fds[i]);
+        if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
         free(m->fds), free(m->said_bye), free(m);
         return snprintf(err, RL_MSG_MAX, "cannot start the monitor thread"), RINGLET_ERR_SYSTEM;
     }
@@ -483,7 +488,7 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
 static void *monitor_thread(void *arg) {
     struct ringlet_comm *c = arg;
     struct rl_monitor *m = c->mon;
-    struct pollfd *pf = malloc(sizeof *pf * (size_t)m->nfds);
+    struct pollfd *pf = malloc(sizeof *pf * (size_t)(m->nfds + 1));
     int *who = malloc(sizeof(int) * (size_t)m->nfds);
     if (!pf || !who) {
         free(pf), free(who);
@@ -497,11 +502,13 @@ static void *monitor_thread(void *arg) {
                 pf[n] = (struct pollfd){m->fds[i], POLLIN, 0};
                 who[n++] = i;
             }
-        if (n == 0) {
+        if (n == 0 && m->wake[0] < 0) {
             rl_sleep_ms(50);
             continue;
         }
-        if (poll(pf, (nfds_t)n, 100) <= 0) continue;
+        int nw = n;
+        if (m->wake[0] >= 0) pf[nw++] = (struct pollfd){m->wake[0], POLLIN, 0};
+        if (poll(pf, (nfds_t)nw, 100) <= 0) continue;
         for (int k = 0; k < n; k++) {
             if (!pf[k].revents) continue;
             int i = who[k];
@@ -541,7 +548,13 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     }
     atomic_store(&m->leaving, 1);
     atomic_store(&m->quit, 1);
+    if (m->wake[1] >= 0) {
+        char b = 1;
+        if (write(m->wake[1], &b, 1) < 0) { /* full or closed: the poll's timeout ends it */
+        }
+    }
     pthread_join(m->thread, NULL);
+    if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
     if (clean && !m->is_root && m->fds[0] >= 0) {
         struct mon_frame f = {MON_MAGIC, MON_BYE, c->rank, 0};
         rl_sock_send_all(m->fds[0], &f, sizeof f, rl_now() + 2.0, NULL);

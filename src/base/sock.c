@@ -88,7 +88,7 @@ static int stopped(const atomic_int *stop) { return stop && atomic_load(stop); }
 
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd) {
-    int backoff = 50;
+    int backoff = 2; /* ms, doubling to 512: a listener that comes up soon is met soon */
     for (;;) {
         if (stopped(stop)) return RL_IO_STOPPED;
         if (rl_now() >= deadline) return RL_IO_TIMEOUT;
@@ -123,7 +123,7 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         double left = deadline - rl_now();
         if (left <= 0) return RL_IO_TIMEOUT;
         rl_sleep_ms(left * 1000 < backoff ? (int)(left * 1000) + 1 : backoff);
-        if (backoff < 500) backoff *= 2;
+        if (backoff < 512) backoff *= 2;
     }
 }
 

@@ -1,0 +1,210 @@
+/* Communicators come and go without leaking, and abort works from another thread.
+ *
+ *   lifecycle --cycles N --aborts M [--memory host|device]
+ *       N init/destroy cycles, then M init/abort/destroy cycles, each with one all-reduce
+ *       (so that every transport connects); before (after one warm-up cycle) and after:
+ *       open descriptors, threads, /dev/shm segments of this process, memory mappings
+ *       must be the same, and the resident set may grow by at most 16 MiB (the
+ *       allocator keeps some). Prints the figures.
+ *   lifecycle --abort-thread
+ *       rank 0: a thread blocks in an all-reduce that rank 1 never joins; the main
+ *       thread aborts the communicator: the call must return (an error) and abort must
+ *       return, each within 5 s (the times are printed; the goals are 100 ms and 1 s);
+ *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
+ * Prints "lifecycle: rank R: OK ..." or FAIL lines; exit 0 iff all passed.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "ringlet.h"
+
+static int g_rank, g_failed;
+static char g_dir[96] = "/tmp"; /* the abort cycles' handshake files */
+static const rl_device_ops *D;
+
+#define FAIL(...) (g_failed++, printf("FAIL rank %d: ", g_rank), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static long count_dir(const char *path, const char *prefix) {
+    DIR *d = opendir(path);
+    long n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' && (!prefix || !strncmp(e->d_name, prefix, strlen(prefix)))) n++;
+    if (d) closedir(d);
+    return n;
+}
+static long count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    long n = 0;
+    int ch;
+    while (f && (ch = fgetc(f)) != EOF) n += ch == '\n';
+    if (f) fclose(f);
+    return n;
+}
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
+    if (f) fclose(f);
+    return v;
+}
+
+typedef struct {
+    long fds, threads, shm, maps, rss;
+} usage_t;
+static usage_t usage(void) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "ringlet-%d-", (int)getpid());
+    return (usage_t){count_dir("/proc/self/fd", NULL), count_dir("/proc/self/task", NULL),
+                     count_dir("/dev/shm", prefix), count_lines("/proc/self/maps"), rss_kib()};
+}
+
+/* One communicator's life: init, an all-reduce (checked), then destroy or abort+destroy. */
+static int cycle(int abort_it, int k) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return FAIL("cycle %d: init: %s", k, ringlet_comm_last_error(NULL)), 1;
+    int size = 0;
+    ringlet_comm_size(c, &size);
+    int32_t h[256], *buf = h;
+    for (int i = 0; i < 256; i++) h[i] = i + k + g_rank;
+    void *dbuf = NULL;
+    if (D) {
+        if (D->mem_alloc(&dbuf, sizeof h) != RL_DEV_OK || D->memcpy_async(dbuf, h, sizeof h, NULL) != RL_DEV_OK)
+            return FAIL("cycle %d: device memory: %s", k, rl_dev_error()), 1;
+        buf = dbuf;
+    }
+    ringlet_result_t rc = ringlet_allreduce(buf, buf, 256, RINGLET_INT32, RINGLET_SUM, c, D ? RINGLET_STREAM_DEFAULT : NULL);
+    if (D && !rc) {
+        if (D->memcpy_async(h, dbuf, sizeof h, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK) rc = RINGLET_ERR_CUDA;
+    }
+    int bad = 0;
+    for (int i = 0; i < 256 && !rc; i++) bad += h[i] != size * (i + k) + size * (size - 1) / 2;
+    if (rc || bad) FAIL("cycle %d: allreduce: %s, %d wrong", k, rc ? ringlet_comm_last_error(c) : "ok", bad);
+    if (abort_it) {
+        /* Aborts only once every rank's all-reduce has returned (this rank's last message
+         * may still be on its way when its own returns): a file per rank and cycle. */
+        char path[128];
+        snprintf(path, sizeof path, "%s/%d.%d", g_dir, k, g_rank);
+        FILE *f = fopen(path, "w");
+        if (f) fclose(f);
+        for (int r = 0; r < size; r++) {
+            snprintf(path, sizeof path, "%s/%d.%d", g_dir, k, r);
+            for (double t0 = now(); access(path, F_OK) != 0 && now() - t0 < 60;) usleep(200);
+        }
+        ringlet_comm_abort(c);
+        ringlet_comm_abort(c); /* twice: a no-op */
+    }
+    ringlet_comm_destroy(c);
+    if (dbuf) D->mem_free(dbuf);
+    return rc || bad;
+}
+
+typedef struct {
+    ringlet_comm_t c;
+    ringlet_result_t rc;
+    double t_return;
+    int32_t buf[1024];
+} waiter_t;
+static void *wait_thread(void *p) {
+    waiter_t *w = p;
+    w->rc = ringlet_allreduce(w->buf, w->buf, 1024, RINGLET_INT32, RINGLET_SUM, w->c, NULL);
+    w->t_return = now();
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    long ncycles = 0, naborts = 0;
+    int abort_thread = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cycles") && i + 1 < argc) ncycles = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
+            if (!strcmp(argv[++i], "device") && !(D = rl_device()))
+                return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
+        } else {
+            return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] | --abort-thread\n"), 2;
+        }
+    }
+    g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (abort_thread) {
+        ringlet_comm_t c;
+        if (ringlet_comm_init_env(&c)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
+        if (g_rank == 1) {
+            /* Never joins: waits (60 s at most) until rank 0 says it is done. */
+            for (double t0 = now(); access(path, F_OK) != 0 && now() - t0 < 60;) usleep(1000);
+            unlink(path);
+            ringlet_comm_abort(c);
+            ringlet_comm_destroy(c);
+            printf("lifecycle: rank 1: OK (the idle side)\n");
+            return 0;
+        }
+        waiter_t w = {c, 0, 0, {0}};
+        pthread_t th;
+        pthread_create(&th, NULL, wait_thread, &w);
+        usleep(200 * 1000); /* likely inside its wait by now; either way it must return */
+        double t0 = now();
+        ringlet_comm_abort(c);
+        double t_abort = now() - t0;
+        pthread_join(th, NULL);
+        double t_call = w.t_return - t0;
+        t0 = now();
+        ringlet_comm_abort(c);
+        double t_again = now() - t0;
+        if (w.rc == RINGLET_SUCCESS) FAIL("the all-reduce rank 1 never joined succeeded");
+        if (t_call > 5 || t_abort > 5 || t_again > 1)
+            FAIL("abort took %.3f s, the waiting call returned %.3f s after it, a second abort %.3f s", t_abort, t_call,
+                 t_again);
+        ringlet_comm_destroy(c);
+        FILE *f = fopen(path, "w");
+        if (f) fclose(f);
+        if (!g_failed)
+            printf("lifecycle: rank 0: OK abort from another thread: abort returned in %.1f ms, the blocked call %.1f "
+                   "ms after the abort began (goals 1000 and 100 ms), a second abort in %.3f ms; the call said: %s\n",
+                   t_abort * 1e3, t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
+        return g_failed ? 1 : 0;
+    }
+    if (getenv("LIFECYCLE_DIR")) snprintf(g_dir, sizeof g_dir, "%s", getenv("LIFECYCLE_DIR"));
+    else snprintf(g_dir, sizeof g_dir, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
+    mkdir(g_dir, 0700);
+    cycle(0, 0); /* warm-up: what stays for the process's life (the device backend, caches) */
+    usage_t a = usage();
+    double t0 = now();
+    for (long k = 1; k <= ncycles && !g_failed; k++) cycle(0, (int)k);
+    for (long k = 1; k <= naborts && !g_failed; k++) cycle(1, (int)(ncycles + k));
+    usage_t b = usage();
+    /* Under a sanitizer its allocator maps and keeps memory of its own (quarantine):
+     * there LeakSanitizer checks the memory, at exit. */
+    int sanitized = getenv("LIFECYCLE_SANITIZED") != NULL;
+    if (sanitized) b.maps = a.maps, b.rss = a.rss;
+    if (b.fds != a.fds || b.threads != a.threads || b.shm != a.shm || b.maps != a.maps || b.rss - a.rss > 16 * 1024)
+        FAIL("after %ld init/destroy and %ld init/abort cycles: fds %ld -> %ld, threads %ld -> %ld, /dev/shm %ld -> %ld, "
+             "mappings %ld -> %ld, RSS %ld -> %ld KiB",
+             ncycles, naborts, a.fds, b.fds, a.threads, b.threads, a.shm, b.shm, a.maps, b.maps, a.rss, b.rss);
+    else
+        printf("lifecycle: rank %d: OK %ld init/destroy and %ld init/abort/destroy cycles%s in %.1f s: fds %ld, threads "
+               "%ld, /dev/shm %ld, mappings %ld (all unchanged), RSS %ld -> %ld KiB\n",
+               g_rank, ncycles, naborts, D ? " (device memory)" : "", now() - t0, b.fds, b.threads, b.shm, b.maps,
+               a.rss, b.rss);
+    if (sanitized && !g_failed) printf("lifecycle: rank %d: (sanitizer build: mappings and RSS left to LeakSanitizer)\n", g_rank);
+    return g_failed ? 1 : 0;
+}
