@@ -1,4 +1,5 @@
 #include "collective.h"
+#include "names.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +124,96 @@ static ringlet_result_t prepare(struct ringlet_comm *c, struct ringlet_request *
     return rc;
 }
 
+/* ---- RINGLET_CHECK: every rank's call compared before a collective runs ---- */
+
+/* What a collective call is, as its peers must see the same. */
+typedef struct {
+    uint64_t seq, count;
+    int32_t kind, dtype, op, root;
+} fingerprint_t;
+
+static int is_reduction(int kind) {
+    return kind == RL_OP_ALLREDUCE || kind == RL_OP_REDUCE || kind == RL_OP_REDUCE_SCATTER;
+}
+static int is_rooted(int kind) {
+    return kind == RL_OP_BROADCAST || kind == RL_OP_REDUCE || kind == RL_OP_GATHER || kind == RL_OP_SCATTER;
+}
+
+/* "allreduce(count=1000, float32, sum)", "broadcast(count=1000, float32, root=0)". */
+static void describe_call(const fingerprint_t *f, char *out, size_t n) {
+    char op[32] = "";
+    if (is_reduction(f->kind)) {
+        if (f->op >= 0 && f->op < RINGLET_NUM_OPS) snprintf(op, sizeof op, ", %s", rl_redop_name((ringlet_op_t)f->op));
+        else snprintf(op, sizeof op, ", op %d", (int)f->op);
+    }
+    char root[24] = "";
+    if (is_rooted(f->kind)) snprintf(root, sizeof root, ", root=%d", (int)f->root);
+    if (f->kind == RL_OP_BARRIER) snprintf(out, n, "barrier()");
+    else
+        snprintf(out, n, "%s(count=%llu, %s%s%s)", rl_op_name((rl_op_kind)f->kind), (unsigned long long)f->count,
+                 rl_dtype_name((ringlet_datatype_t)f->dtype), op, root);
+}
+
+static int same_call(const fingerprint_t *a, const fingerprint_t *b) {
+    return a->seq == b->seq && a->kind == b->kind && a->count == b->count && a->dtype == b->dtype &&
+           (!is_reduction(a->kind) || a->op == b->op) && (!is_rooted(a->kind) || a->root == b->root);
+}
+
+/* Gathers every rank's fingerprint of r (a small all-gather on host memory) and fails
+ * r, on every rank with the same message, when they differ. Nothing else is exchanged
+ * for r then, so the communicator stays usable. */
+static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    int P = c->nranks;
+    fingerprint_t mine;
+    memset(&mine, 0, sizeof mine);
+    mine.seq = r->seq;
+    mine.count = r->count;
+    mine.kind = (int32_t)r->kind;
+    mine.dtype = (int32_t)r->dtype;
+    mine.op = (int32_t)r->op;
+    mine.root = r->root;
+    fingerprint_t *all = calloc((size_t)P, sizeof *all);
+    if (!all)
+        return snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory for the call check", rl_op_name(r->kind),
+                        (unsigned long long)r->seq),
+               RINGLET_ERR_SYSTEM;
+    struct ringlet_request g;
+    memset(&g, 0, sizeof g);
+    g.comm = c;
+    g.kind = RL_OP_ALLGATHER;
+    g.sendbuf = &mine;
+    g.recvbuf = all;
+    g.count = sizeof mine;
+    g.dtype = RINGLET_UINT8;
+    g.seq = r->seq;
+    g.device = -1;
+    rl_mem host = {NULL, RINGLET_SUCCESS, ""};
+    char e[RL_MSG_MAX] = "";
+    ringlet_result_t rc = run_algorithm(c, &g, NULL, &host, e);
+    if (rc) {
+        snprintf(err, RL_MSG_MAX, "%s #%llu (comparing the ranks' calls): %.400s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, e);
+    } else {
+        for (int q = 1; q < P; q++)
+            if (!same_call(&all[q], &all[0])) {
+                char a[160], b[160];
+                describe_call(&all[0], a, sizeof a);
+                describe_call(&all[q], b, sizeof b);
+                rc = RINGLET_ERR_INVALID_USAGE;
+                if (all[q].seq != all[0].seq)
+                    snprintf(err, RL_MSG_MAX, "mismatched collectives: rank 0 called %s as operation #%llu, rank %d "
+                             "called %s as operation #%llu (a rank skipped or added an operation)", a,
+                             (unsigned long long)all[0].seq, q, b, (unsigned long long)all[q].seq);
+                else
+                    snprintf(err, RL_MSG_MAX, "mismatched collectives: operation #%llu: rank 0 called %s, rank %d called %s",
+                             (unsigned long long)all[0].seq, a, q, b);
+                break;
+            }
+    }
+    free(all);
+    return rc;
+}
+
 ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
                            char *err, char *partner_err) {
     err[0] = 0;
@@ -131,7 +222,10 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     rl_mem mem; /* not zeroed whole: its message buffer is written only on failure */
     mem.dev = NULL;
     mem.rc = RINGLET_SUCCESS;
-    ringlet_result_t rc = prepare(c, r, &mem, err);
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV && r->kind != RL_OP_GROUP)
+        rc = check_call(c, r, err);
+    if (!rc) rc = prepare(c, r, &mem, err);
     if (!rc && partner) rc = prepare(c, partner, &mem, err);
     if (!rc) rc = run_algorithm(c, r, partner, &mem, err);
     if (mem.dev) {

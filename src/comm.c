@@ -213,6 +213,8 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     c->trace = rl_trace_open(rank, nranks);
     rl_fault_from_env(&c->fault);
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
+    c->check = (int)rl_env_int("RINGLET_CHECK", 0, 0, 1);
+    c->infos[rank].check = c->check;
     const rl_device_ops *dops = rl_device();
     if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
     c->infos[rank].rank = rank;
@@ -223,6 +225,13 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     } else if (t->listen_fd >= 0) {
         close(t->listen_fd);
     }
+    for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
+        if (c->infos[r].check != c->check) {
+            /* The check is an exchange of its own before every collective: all or none. */
+            rc = RINGLET_ERR_INVALID_USAGE;
+            snprintf(err, sizeof err, "RINGLET_CHECK is %d on rank %d but %d on rank %d: set it the same on every rank",
+                     c->infos[r].check, r, c->check, rank);
+        }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);
         /* More ranks than cores here: a waiter yields at once, since the rank it waits

@@ -26,6 +26,7 @@ typedef struct rl_rank_info {
     uint32_t bloblen[RL_TP_MAX]; /* 0: that transport is not available on the rank */
     uint8_t blob[RL_TP_MAX][RL_BLOB_MAX];
     char bell_name[RL_BELL_NAME_MAX]; /* its doorbell (doorbell.h), "" when it has none */
+    int32_t check;                    /* RINGLET_CHECK (must be the same on every rank) */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */
@@ -176,6 +177,7 @@ struct ringlet_comm {
     struct ringlet_request *q_head, *q_tail;
     int q_quit;
     int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */
+    int check; /* RINGLET_CHECK: every collective's fingerprint is compared first (collective.c) */
     int running; /* an operation is being run (progress thread, or inline by the caller) */
     uint64_t seq;
 

@@ -1,0 +1,87 @@
+/* Mismatched collectives under RINGLET_CHECK=1 are an error on every rank, naming both
+ * calls, and leave the communicator usable. Rank P-1 (the odd one out) calls something
+ * else than the others in each case:
+ *   dtype    allreduce float32 vs int32 (the same byte count: garbage without the check)
+ *   op       allreduce sum vs max (a different result on each rank without it)
+ *   kind     allreduce vs broadcast (a hang until RINGLET_TIMEOUT without it)
+ *   count    allreduce of 1000 vs 999 elements
+ *   root     broadcast from 0 vs from 1
+ *   skip     the odd rank calls an all-reduce where the others call a barrier
+ * After every case, a correct all-reduce (random integers, checked exactly) on the same
+ * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringlet.h"
+
+static int g_rank, g_P, g_checks, g_failed;
+static ringlet_comm_t g_comm;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) g_failed++, printf("FAIL rank %d: ", g_rank), printf(__VA_ARGS__), printf("\n");                 \
+    } while (0)
+
+static void expect_mismatch(const char *cas, ringlet_result_t rc, const char *a, const char *b) {
+    const char *m = ringlet_comm_last_error(g_comm);
+    CHECK(rc == RINGLET_ERR_INVALID_USAGE, "%s: returned %d (%s): %s", cas, (int)rc, ringlet_strerror(rc), m);
+    CHECK(strstr(m, "mismatched collectives") && strstr(m, a) && strstr(m, b), "%s: message \"%s\" lacks \"%s\" / \"%s\"",
+          cas, m, a, b);
+    if (g_rank == 0) printf("mismatch: %s -> %s\n", cas, m);
+}
+
+static void still_works(int k) {
+    int32_t x[257];
+    for (int i = 0; i < 257; i++) x[i] = (int32_t)((i * 7919 + k * 104729 + g_rank * 31) % 2001) - 1000;
+    ringlet_result_t rc = ringlet_allreduce(x, x, 257, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    int bad = 0;
+    for (int i = 0; i < 257 && !rc; i++) {
+        int32_t s = 0;
+        for (int r = 0; r < g_P; r++) s += (int32_t)((i * 7919 + k * 104729 + r * 31) % 2001) - 1000;
+        bad += x[i] != s;
+    }
+    CHECK(!rc && !bad, "after case %d: allreduce: %s, %d wrong", k, rc ? ringlet_comm_last_error(g_comm) : "ok", bad);
+}
+
+int main(void) {
+    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_P);
+    int odd = g_rank == g_P - 1;
+    float f[1000];
+    for (int i = 0; i < 1000; i++) f[i] = (float)i;
+    ringlet_result_t rc;
+
+    rc = ringlet_allreduce(f, f, 1000, odd ? RINGLET_INT32 : RINGLET_FLOAT32, RINGLET_SUM, g_comm, NULL);
+    expect_mismatch("dtype", rc, "allreduce(count=1000, float32, sum)", "allreduce(count=1000, int32, sum)");
+    still_works(1);
+    rc = ringlet_allreduce(f, f, 1000, RINGLET_FLOAT32, odd ? RINGLET_MAX : RINGLET_SUM, g_comm, NULL);
+    expect_mismatch("op", rc, "allreduce(count=1000, float32, sum)", "allreduce(count=1000, float32, max)");
+    still_works(2);
+    rc = odd ? ringlet_broadcast(f, f, 1000, RINGLET_FLOAT32, 0, g_comm, NULL)
+             : ringlet_allreduce(f, f, 1000, RINGLET_FLOAT32, RINGLET_SUM, g_comm, NULL);
+    expect_mismatch("kind", rc, "allreduce(count=1000, float32, sum)", "broadcast(count=1000, float32, root=0)");
+    still_works(3);
+    rc = ringlet_allreduce(f, f, odd ? 999 : 1000, RINGLET_FLOAT32, RINGLET_SUM, g_comm, NULL);
+    expect_mismatch("count", rc, "allreduce(count=1000, float32, sum)", "allreduce(count=999, float32, sum)");
+    still_works(4);
+    rc = ringlet_broadcast(f, f, 1000, RINGLET_FLOAT32, odd ? 1 : 0, g_comm, NULL);
+    expect_mismatch("root", rc, "broadcast(count=1000, float32, root=0)", "broadcast(count=1000, float32, root=1)");
+    still_works(5);
+    /* The odd rank adds an operation: from then on it is one ahead, so after the mismatch
+     * the others add one too, to be in step again. */
+    int32_t y[4] = {1, 2, 3, 4};
+    if (odd) {
+        rc = ringlet_allreduce(y, y, 4, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+        expect_mismatch("skip", rc, "barrier()", "allreduce(count=4, int32, sum)");
+    } else {
+        rc = ringlet_barrier(g_comm, NULL);
+        expect_mismatch("skip", rc, "barrier()", "allreduce(count=4, int32, sum)");
+    }
+    still_works(6);
+    printf("mismatch: rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failed);
+    ringlet_comm_destroy(g_comm);
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Mismatched collectives with RINGLET_CHECK=1 (tests/mp/mismatch.c) at P = 2, 3 and 4 over
+# shm and tcp: every rank's call fails naming both calls, the communicator stays usable;
+# and RINGLET_CHECK set differently on the ranks fails init on every rank, saying so.
+# Exit 0 = passed, 1 = failed.
+set -u
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/mismatch"
+for f in "$RUN" "$PROG"; do [ -x "$f" ] || { echo "FAIL: $f not found (build first)"; exit 1; }; done
+export RINGLET_TIMEOUT=60
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-mismatch.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+for tr in shm tcp; do
+    for P in 2 3 4; do
+        RINGLET_CHECK=1 RINGLET_TRANSPORT=$tr "$RUN" -n $P --timeout 300 "$PROG" >"$TMP/out" 2>&1
+        rc=$?
+        if [ $rc = 0 ] && [ "$(grep -cE 'mismatch: rank [0-9]+: [0-9]+ checks, 0 failed' "$TMP/out")" = $P ]; then
+            echo "ok:   $tr P=$P: 6 mismatches, each an error on every rank; the communicator went on"
+        else
+            fails=$((fails + 1))
+            echo "FAIL: $tr P=$P (exit $rc)"
+            tail -n 30 "$TMP/out"
+        fi
+    done
+done
+grep -E '^\[0\] mismatch: .* -> ' "$TMP/out" | sed 's/^\[0\] /      /'
+# RINGLET_CHECK=1 on rank 0 only
+"$RUN" -n 3 --timeout 120 --grace 60 sh -c 'RINGLET_CHECK=$([ "$RANK" = 0 ] && echo 1 || echo 0) exec "$0"' "$PROG" >"$TMP/out" 2>&1
+rc=$?
+n=$(grep -c 'FAIL: init: .*RINGLET_CHECK is' "$TMP/out")
+if [ $rc != 0 ] && [ "$n" = 3 ]; then
+    echo "ok:   RINGLET_CHECK on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_CHECK is.*' "$TMP/out")"
+else
+    fails=$((fails + 1))
+    echo "FAIL: RINGLET_CHECK on rank 0 only: exit $rc, $n of 3 ranks said so"
+    tail -n 20 "$TMP/out"
+fi
+[ $fails = 0 ] && { echo "mismatch: all passed"; exit 0; }
+echo "mismatch: $fails failed"
+exit 1
