@@ -252,6 +252,22 @@ static void write_back(struct ringlet_ddp *d, int b) {
     }
 }
 
+/* Waits for bucket b's all-reduces; its first failure becomes *crc (with cmsg) unless
+ * one is there already. */
+static void wait_bucket(struct ringlet_ddp *d, int b, ringlet_result_t *crc, char *cmsg) {
+    bucket_t *bk = &d->buckets[b];
+    for (int r = 0; r < bk->nreqs; r++)
+        if (bk->reqs[r]) {
+            ringlet_result_t w = ringlet_wait(&bk->reqs[r]);
+            if (w && !bk->rc) bk->rc = w;
+        }
+    if (bk->t_complete <= 0) bk->t_complete = ddp_now_s();
+    if (bk->rc && !*crc) {
+        *crc = bk->rc;
+        ddp_msgf(cmsg, MSG_MAX, "all-reduce of bucket %d: %s", b, ringlet_comm_last_error(d->comm));
+    }
+}
+
 /* finish on device memory without waiting: the write-backs are queued on the stream,
  * each behind its bucket's all-reduce (which holds the stream until it is done); the
  * ranks' error flags are summed by a small non-blocking all-reduce on host memory, queued
@@ -285,19 +301,7 @@ ringlet_result_t ddp_settle_previous(struct ringlet_ddp *d, const char *fn) {
     d->flag_pending = 0;
     ringlet_result_t crc = RINGLET_SUCCESS;
     char cmsg[MSG_MAX] = "";
-    for (int b = 0; b < d->nbuckets; b++) {
-        bucket_t *bk = &d->buckets[b];
-        for (int r = 0; r < bk->nreqs; r++)
-            if (bk->reqs[r]) {
-                ringlet_result_t w = ringlet_wait(&bk->reqs[r]);
-                if (w && !bk->rc) bk->rc = w;
-            }
-        if (bk->t_complete <= 0) bk->t_complete = ddp_now_s();
-        if (bk->rc && !crc) {
-            crc = bk->rc;
-            ddp_msgf(cmsg, sizeof cmsg, "all-reduce of bucket %d: %s", b, ringlet_comm_last_error(d->comm));
-        }
-    }
+    for (int b = 0; b < d->nbuckets; b++) wait_bucket(d, b, &crc, cmsg);
     if (d->flag_req) {
         ringlet_result_t w = ringlet_wait(&d->flag_req);
         if (w && !crc) {
@@ -382,19 +386,9 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
     ringlet_result_t crc = RINGLET_SUCCESS;
     char cmsg[MSG_MAX] = "";
     for (int b = 0; b < d->nbuckets; b++) {
-        bucket_t *bk = &d->buckets[b];
-        for (int r = 0; r < bk->nreqs; r++)
-            if (bk->reqs[r]) {
-                ringlet_result_t w = ringlet_wait(&bk->reqs[r]);
-                if (w && !bk->rc) bk->rc = w;
-            }
-        if (bk->t_complete <= 0) bk->t_complete = ddp_now_s();
-        if (bk->rc && !crc) {
-            crc = bk->rc;
-            ddp_msgf(cmsg, sizeof cmsg, "all-reduce of bucket %d: %s", b, ringlet_comm_last_error(d->comm));
-        }
+        wait_bucket(d, b, &crc, cmsg);
         if (!crc && !defer) write_back(d, b);
-        bk->t_done = ddp_now_s();
+        d->buckets[b].t_done = ddp_now_s();
     }
     if (d->used_req) {
         ringlet_result_t w = ringlet_wait(&d->used_req);
