@@ -157,12 +157,14 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     c->init_joined = 1;
     atomic_init(&c->init_done, 1);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->join_mu, NULL);
     return c;
 }
 
 static void comm_free(struct ncclComm *c) {
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->join_mu);
     free(c->pending);
     free(c);
 }
@@ -196,14 +198,21 @@ static void *init_thread_keep(void *p) {
     return NULL;
 }
 
-ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
-    if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
-    if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+/* Joins a non-blocking init's thread once, whichever thread asks first (a framework's
+ * watchdog may poll ncclCommGetAsyncError while another thread issues calls). */
+static void join_init(struct ncclComm *c) {
+    pthread_mutex_lock(&c->join_mu);
     if (!c->init_joined) {
-        /* A call on a communicator whose non-blocking init still runs waits for it. */
         pthread_join(c->init_thread, NULL);
         c->init_joined = 1;
     }
+    pthread_mutex_unlock(&c->join_mu);
+}
+
+ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
+    if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    join_init(c); /* a call on a communicator whose non-blocking init still runs waits for it */
     if (c->init_rc != ncclSuccess || !c->rc)
         return shim_fail(c, ncclInvalidUsage, "%s: the communicator's init failed: %s", fn, c->err);
     return ncclSuccess;
@@ -409,10 +418,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
     if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
     if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
-    if (!c->init_joined) {
-        pthread_join(c->init_thread, NULL);
-        c->init_joined = 1;
-    }
+    join_init(c);
     return ncclSuccess;
 }
 
@@ -486,14 +492,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     if (!comm || comm->magic != SHIM_MAGIC)
         return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
-    if (!comm->init_joined) {
-        if (!atomic_load(&comm->init_done)) {
-            *asyncError = ncclInProgress;
-            return ncclSuccess;
-        }
-        pthread_join(comm->init_thread, NULL);
-        comm->init_joined = 1;
+    if (!atomic_load(&comm->init_done)) {
+        *asyncError = ncclInProgress;
+        return ncclSuccess;
     }
+    join_init(comm);
     if (comm->init_rc != ncclSuccess) {
         *asyncError = comm->init_rc;
         return ncclSuccess;

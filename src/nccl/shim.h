@@ -21,6 +21,7 @@ struct ncclComm {
     int device; /* the device current at init (-1: none) */
     /* Non-blocking init: a thread runs it; init_done is set when it returns. */
     pthread_t init_thread;
+    pthread_mutex_t join_mu; /* init_joined, init_thread */
     int init_joined;
     atomic_int init_done;
     ncclResult_t init_rc;
