@@ -190,7 +190,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
 
     rl_doorbell_open(c);
     rl_transport_init tin = {rank,           nranks,    &c->stop,  rl_comm_notify,    c, c->timeout_s,
-                             c->secret,      &c->ifaddr, rl_doorbell_peer, c};
+                             c->secret,      &c->ifaddr, rl_doorbell_peer, c, &c->failed};
     /* Every transport that can run here publishes its blob; TCP must. */
     for (int i = 0; i < RL_TP_MAX && rc == RINGLET_SUCCESS; i++) {
         if (!rl_transports[i]) continue;
@@ -268,7 +268,9 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
         snprintf(err, sizeof err, "cannot start the progress thread");
     if (rc != RINGLET_SUCCESS) {
-        if (atomic_load(&c->failed)) snprintf(err, sizeof err, "%s", c->fail_msg);
+        /* A peer's failure explains this one, unless the error is a setting this rank
+         * judged itself (every rank judges it the same, and some may leave first). */
+        if (atomic_load(&c->failed) && rc != RINGLET_ERR_INVALID_USAGE) snprintf(err, sizeof err, "%s", c->fail_msg);
         comm_teardown(c, 0);
         comm_free(c);
         return rl_error(NULL, rc, "init (rank %d of %d): %s", rank, nranks, err);

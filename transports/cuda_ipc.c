@@ -111,6 +111,7 @@ typedef struct ipc_conn {
     struct ipc_ctx *ctx;
     struct ipc_conn *next;
     int peer, sending, device;
+    int32_t peer_pid; /* sender: the receiver's process */
     ctl_t *ctl;
     void *ctl_map; /* sender: its block mapped from the receiver's segment */
     size_t ctl_map_len;
@@ -222,7 +223,7 @@ static ringlet_result_t ipc_init(const rl_transport_init *in, void **out, void *
 /* Maps len bytes at off of the peer's segment, after checking it is the peer's and this
  * job's. */
 static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t off, size_t len, void **out,
-                                 char *err) {
+                                 int32_t *pid, char *err) {
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's control segment %s: %s", peer, name, strerror(errno)), RINGLET_ERR_SYSTEM;
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -245,6 +246,7 @@ static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t 
             snprintf(err, RL_ERR_MAX, "control block for rank %d: %s", peer, strerror(e ? e : errno));
         } else {
             *out = m;
+            *pid = h->pid;
         }
     }
     if (h) munmap(h, IPC_PAGE);
@@ -298,7 +300,7 @@ static ringlet_result_t ipc_connect(void *ctx, int peer, const void *blob, size_
     k->slot_bytes = x->slot_bytes;
     x->d->get_device(&k->device);
     size_t off = IPC_PAGE + (size_t)x->in.rank * x->ctl_stride;
-    ringlet_result_t rc = map_peer(x, b.name, peer, off, x->ctl_stride, &k->ctl_map, err);
+    ringlet_result_t rc = map_peer(x, b.name, peer, off, x->ctl_stride, &k->ctl_map, &k->peer_pid, err);
     if (!rc) {
         k->ctl_map_len = x->ctl_stride;
         k->ctl = k->ctl_map;
@@ -491,6 +493,13 @@ static int advance_tail(ipc_conn *k) {
     return 1;
 }
 
+/* Receiver: a posted receive still needs a piece it has not taken. */
+static int wants_piece(const ipc_conn *k) {
+    for (const ipc_op *o = k->head; o; o = o->next)
+        if (o->started < o->npieces) return 1;
+    return 0;
+}
+
 static int progress_recv(ipc_conn *k) {
     const rl_device_ops *d = k->ctx->d;
     int moved = 0;
@@ -558,7 +567,10 @@ finish:
     dev_leave(k, cur);
     if (advance_tail(k)) ring_peer(k);
     while (k->head && k->head->npieces && k->head->done == k->head->npieces) op_pop(k);
-    if (!moved && k->head && atomic_load(&k->ctl->sender) == SIDE_CLOSED &&
+    /* A sender that closed cleanly published everything it sent: only a receive still
+     * waiting for a piece it never published fails (pieces already taken finish, their
+     * slots stay mapped here). */
+    if (!moved && wants_piece(k) && atomic_load(&k->ctl->sender) == SIDE_CLOSED &&
         atomic_load(&k->ctl->rec[k->rpos % k->nslots].seq) != k->rpos + 1)
         fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
     return moved;
@@ -651,9 +663,32 @@ static ringlet_result_t ipc_reg_mr(void *ctx, void *buf, size_t len, void **mr, 
 
 static void ipc_dereg_mr(void *ctx, void *mr) { (void)ctx, (void)mr; }
 
+/* Sender, closing cleanly: its slots are the receiver's data until the receiver is done
+ * with every piece published (a peer that finished its part of a collective may close
+ * while the receiver still copies out of them). Waits for that, for the receiver's own
+ * close or exit, or for the deadline. */
+static void linger(ipc_conn *k) {
+    ipc_ctx *x = k->ctx;
+    if (!k->sending || !k->slots || (x->in.failed && atomic_load(x->in.failed))) return;
+    pthread_mutex_lock(&x->mu);
+    uint64_t published = k->ppos;
+    pthread_mutex_unlock(&x->mu);
+    double until = rl_now() + x->in.timeout_s;
+    while (atomic_load_explicit(&k->ctl->tail, memory_order_acquire) < published &&
+           atomic_load(&k->ctl->receiver) != SIDE_CLOSED && !process_gone(k->peer_pid)) {
+        if (rl_now() > until) {
+            RL_WARN(x->in.rank, "cuda_ipc: closing while rank %d has not taken %llu piece(s) sent to it", k->peer,
+                    (unsigned long long)(published - atomic_load(&k->ctl->tail)));
+            return;
+        }
+        rl_sleep_ms(1);
+    }
+}
+
 static void ipc_close(void *conn) {
     ipc_conn *k = conn;
     ipc_ctx *x = k->ctx;
+    linger(k);
     pthread_mutex_lock(&x->mu);
     fail_all(k, RINGLET_ERR_REMOTE, "the connection was closed");
     for (ipc_conn **p = &x->conns; *p; p = &(*p)->next)

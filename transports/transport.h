@@ -77,6 +77,9 @@ typedef struct rl_transport_init {
      * has none: ring it (rl_bell_ring_sleeper) after publishing what it waits for. */
     rl_bell *(*peer_bell)(void *arg, int peer);
     void *bell_arg;
+    /* non-zero: the communicator failed or was aborted, so a close waits for no peer
+     * (NULL: never) */
+    const atomic_int *failed;
 } rl_transport_init;
 
 typedef struct rl_transport_ops {
