@@ -92,6 +92,18 @@ ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringle
  * WORLD_SIZE, LOCAL_RANK; Slurm's SLURM_PROCID/SLURM_NTASKS; Open MPI's
  * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE. The secret comes from RINGLET_SECRET. */
 ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm);
+/* An init that another thread can stop (a watchdog's deadline, an abort while peers are
+ * still missing): once ringlet_stop_token_fire(token) is called, from any thread, the
+ * init waiting with that token returns RINGLET_ERR_INVALID_USAGE ("aborted while it
+ * ran") within about 100 ms; its peers' inits then fail too. Firing after init returned
+ * has no effect (abort the communicator instead). A token serves one init at a time and
+ * stays fired; ringlet_comm_init_rank is this with token NULL. */
+typedef struct ringlet_stop_token *ringlet_stop_token_t;
+ringlet_result_t ringlet_stop_token_create(ringlet_stop_token_t *token);
+void ringlet_stop_token_fire(ringlet_stop_token_t token);
+void ringlet_stop_token_destroy(ringlet_stop_token_t token);
+ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                                  ringlet_stop_token_t token);
 /* Collective clean shutdown: frees everything, including requests never completed
  * by test/wait (their transfers are stopped; they may not be used afterwards). Rank 0
  * waits (within the deadline) for the others' destroy so that no rank mistakes a clean

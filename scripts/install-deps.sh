@@ -10,7 +10,7 @@ set -u
 # Debian's PyTorch (CPU) and numpy for the Python package and the DDP tests.
 pkgs=(gcc g++ make libc6-dev pkg-config python3 procps iproute2
       libibverbs-dev ibverbs-providers rdma-core perftest
-      python3-torch python3-numpy)
+      python3-torch python3-numpy clang libclang-rt-dev)
 if [ "${1:-}" = peers ]; then
     pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3 python3-matplotlib)
 fi

@@ -308,7 +308,12 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
     char msg[RL_MSG_MAX] = "";
     while (joined < P) {
         int fd;
-        rl_io_t r = rl_sock_accept(t->listen_fd, deadline, NULL, &fd);
+        rl_io_t r = rl_sock_accept(t->listen_fd, deadline, &c->stop, &fd);
+        if (r == RL_IO_STOPPED) {
+            snprintf(msg, sizeof msg, "bootstrap: rank 0 stopped its init (aborted or failed)");
+            rc = RINGLET_ERR_REMOTE;
+            break;
+        }
         if (r != RL_IO_OK) {
             int n = snprintf(msg, sizeof msg, "bootstrap: %d of %d ranks never joined within %.0f s:", P - joined, P,
                              c->timeout_s);
@@ -322,8 +327,8 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         struct msg_hello h;
         uint8_t mac[32];
         double hd = rl_now() + HELLO_WAIT_S;
-        r = rl_sock_send_all(fd, &ch, sizeof ch, hd, NULL);
-        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, NULL);
+        r = rl_sock_send_all(fd, &ch, sizeof ch, hd, &c->stop);
+        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, &c->stop);
         if (r == RL_IO_OK) hello_mac(t->secret, ch.nonce, &h, mac);
         if (r != RL_IO_OK || h.magic != BOOT_MAGIC || !rl_ct_equal(mac, h.mac, 32)) {
             RL_WARN(0, "bootstrap: refused a connection that did not authenticate (%s)",
@@ -365,15 +370,16 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
     rl_sockaddr_str((struct sockaddr *)&t->addr, where, sizeof where);
     for (;;) {
         int fd;
-        rl_io_t r = rl_sock_connect(&t->addr, rl_sockaddr_len(&t->addr), deadline, NULL, &fd);
+        rl_io_t r = rl_sock_connect(&t->addr, rl_sockaddr_len(&t->addr), deadline, &c->stop, &fd);
         if (r != RL_IO_OK)
             return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where, rl_io_str(r)),
                    r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_SYSTEM;
         struct msg_challenge ch;
-        r = rl_sock_recv_all(fd, &ch, sizeof ch, deadline, NULL);
+        r = rl_sock_recv_all(fd, &ch, sizeof ch, deadline, &c->stop);
         if (r != RL_IO_OK || ch.magic != BOOT_MAGIC) {
             /* Rank 0 may have refused us while busy, or it is not ringlet: retry. */
             close(fd);
+            if (r == RL_IO_STOPPED) return snprintf(err, RL_MSG_MAX, "bootstrap: stopped"), RINGLET_ERR_REMOTE;
             if (rl_now() >= deadline)
                 return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 at %s did not answer", where), RINGLET_ERR_TIMEOUT;
             rl_sleep_ms(100);
@@ -388,8 +394,8 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         h.info = c->infos[c->rank];
         hello_mac(t->secret, ch.nonce, &h, h.mac);
         struct msg_table_head th;
-        r = rl_sock_send_all(fd, &h, sizeof h, deadline, NULL);
-        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &th, sizeof th, deadline + 10.0, NULL);
+        r = rl_sock_send_all(fd, &h, sizeof h, deadline, &c->stop);
+        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &th, sizeof th, deadline + 10.0, &c->stop);
         if (r != RL_IO_OK || th.magic != BOOT_MAGIC) {
             close(fd);
             return snprintf(err, RL_MSG_MAX,
@@ -401,7 +407,7 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         size_t len = th.status == 0 ? sizeof(rl_rank_info) * (size_t)c->nranks : RL_MSG_MAX;
         char *payload = malloc(len);
         if (!payload) return close(fd), snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
-        r = rl_sock_recv_all(fd, payload, len, deadline + 10.0, NULL);
+        r = rl_sock_recv_all(fd, payload, len, deadline + 10.0, &c->stop);
         uint8_t mac[32];
         if (r == RL_IO_OK) table_mac(t->secret, h.nonce, th.status, payload, len, mac);
         if (r != RL_IO_OK || !rl_ct_equal(mac, th.mac, 32)) {

@@ -18,6 +18,7 @@
 #include "progress.h"
 #include "sha256.h"
 #include "sock.h"
+#include "stop_token.h"
 #include "trace.h"
 #include "util.h"
 #include "wait.h"
@@ -139,13 +140,14 @@ static void comm_free(struct ringlet_comm *c) {
     free(c);
 }
 
-static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t) {
+static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t, ringlet_stop_token_t token) {
     char err[RL_MSG_MAX] = "";
     struct ringlet_comm *c = comm_alloc(rank, nranks);
     if (!c) {
         if (t->listen_fd >= 0) close(t->listen_fd);
         return rl_error(NULL, RINGLET_ERR_SYSTEM, "init: out of memory");
     }
+    rl_stop_token_attach(token, &c->stop);
     memcpy(c->secret, t->secret, 32);
     c->timeout_s = rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
@@ -267,6 +269,11 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, 0, &conn, err);
     if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
         snprintf(err, sizeof err, "cannot start the progress thread");
+    /* From here a cancel finds nothing to stop (the caller aborts what init returned). */
+    if (rl_stop_token_attach(token, NULL)) {
+        rc = RINGLET_ERR_INVALID_USAGE;
+        snprintf(err, sizeof err, "aborted while it ran");
+    }
     if (rc != RINGLET_SUCCESS) {
         /* A peer's failure explains this one, unless the error is a setting this rank
          * judged itself (every rank judges it the same, and some may leave first). */
@@ -287,6 +294,11 @@ ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
 }
 
 ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank) {
+    return ringlet_comm_init_rank_stoppable(comm, nranks, id, rank, NULL);
+}
+
+ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                          ringlet_stop_token_t token) {
     if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
     *comm = NULL;
     if (nranks < 1) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: nranks %d is < 1", nranks);
@@ -296,7 +308,7 @@ ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringle
     char err[RL_MSG_MAX];
     ringlet_result_t rc = rl_boot_parse_id(&id, rank, &t, err);
     if (rc) return rl_error(NULL, rc, "init: unique %s", err);
-    return comm_init(comm, nranks, rank, &t);
+    return comm_init(comm, nranks, rank, &t, token);
 }
 
 ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
@@ -311,7 +323,7 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
         if (t.listen_fd >= 0) close(t.listen_fd);
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init from environment: rank %d, world size %d", rank, nranks);
     }
-    return comm_init(comm, nranks, rank, &t);
+    return comm_init(comm, nranks, rank, &t, NULL);
 }
 
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {

@@ -158,6 +158,12 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     atomic_init(&c->init_done, 1);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->join_mu, NULL);
+    if (ringlet_stop_token_create(&c->init_stop) != RINGLET_SUCCESS) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->join_mu);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -165,6 +171,7 @@ static void comm_free(struct ncclComm *c) {
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->join_mu);
+    ringlet_stop_token_destroy(c->init_stop);
     free(c->pending);
     free(c);
 }
@@ -179,7 +186,7 @@ static void init_run(init_arg *a) {
     struct ncclComm *c = a->c;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (a->device >= 0) rc = ringlet_set_device(a->device);
-    if (!rc) rc = ringlet_comm_init_rank(&c->rc, c->nranks, a->id, c->rank);
+    if (!rc) rc = ringlet_comm_init_rank_stoppable(&c->rc, c->nranks, a->id, c->rank, c->init_stop);
     if (!rc) ringlet_comm_device(c->rc, &c->device);
     c->init_rc = shim_check(c, rc);
     if (!rc) shim_info("rank %d of %d: communicator up on ringlet %s (device %d, %s)", c->rank, c->nranks,
@@ -436,6 +443,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    /* An init still running stops within about 100 ms (NCCL's own abort may wait for it). */
+    if (comm && comm->magic == SHIM_MAGIC) ringlet_stop_token_fire(comm->init_stop);
     ncclResult_t rc = comm_settle(comm, "ncclCommAbort");
     if (rc) return rc;
     if (comm->rc) {

@@ -25,6 +25,7 @@ struct ncclComm {
     int init_joined;
     atomic_int init_done;
     ncclResult_t init_rc;
+    ringlet_stop_token_t init_stop; /* ncclCommAbort stops an init still running with it */
     /* Non-blocking calls: requests not yet seen finished; the first error sticks. */
     pthread_mutex_t mu;
     ringlet_request_t *pending;

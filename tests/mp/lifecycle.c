@@ -11,6 +11,13 @@
  *       thread aborts the communicator: the call must return (an error) and abort must
  *       return, each within 5 s (the times are printed; the goals are 100 ms and 1 s);
  *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
+ *   lifecycle --abort-init
+ *       one process, no launcher: inits that wait for peers who never come are stopped
+ *       from another thread through a stop token (ringlet_comm_init_rank_stoppable): a
+ *       rank 1 stuck in its handshake with a rank 0 that never answers, a rank 0 waiting
+ *       for a rank 1 that never joins, and a token fired before init began. Each init must
+ *       fail with RINGLET_ERR_INVALID_USAGE within 5 s of the fire (RINGLET_TIMEOUT is
+ *       60 s in the test; the goal is 1 s; the times are printed).
  * Prints "lifecycle: rank R: OK ..." or FAIL lines; exit 0 iff all passed.
  */
 #include <dirent.h>
@@ -128,9 +135,59 @@ static void *wait_thread(void *p) {
     return NULL;
 }
 
+typedef struct {
+    ringlet_unique_id_t id;
+    int rank;
+    ringlet_stop_token_t token;
+    ringlet_comm_t comm;
+    ringlet_result_t rc;
+    double t_return;
+    char msg[512]; /* the init's error (the last error is per thread) */
+} initer_t;
+static void *init_thread(void *p) {
+    initer_t *a = p;
+    a->rc = ringlet_comm_init_rank_stoppable(&a->comm, 2, a->id, a->rank, a->token);
+    a->t_return = now();
+    snprintf(a->msg, sizeof a->msg, "%s", ringlet_comm_last_error(NULL));
+    return NULL;
+}
+
+/* One stopped init: fire_early fires the token before the init starts. */
+static void stop_one_init(const char *label, int rank, int fire_early) {
+    initer_t a = {.rank = rank};
+    if (ringlet_get_unique_id(&a.id) || ringlet_stop_token_create(&a.token))
+        return (void)FAIL("%s: cannot make a unique id or a token: %s", label, ringlet_comm_last_error(NULL));
+    if (fire_early) ringlet_stop_token_fire(a.token);
+    pthread_t th;
+    double t_start = now();
+    pthread_create(&th, NULL, init_thread, &a);
+    if (!fire_early) usleep(200 * 1000); /* likely waiting by now; either way init must stop */
+    double t0 = fire_early ? t_start : now();
+    ringlet_stop_token_fire(a.token);
+    pthread_join(th, NULL);
+    double dt = a.t_return - t0;
+    const char *msg = a.msg;
+    if (a.rc != RINGLET_ERR_INVALID_USAGE || a.comm || !strstr(msg, "aborted"))
+        FAIL("%s: init returned %d (%s), comm %p; wanted %d and no communicator", label, a.rc, msg, (void *)a.comm,
+             RINGLET_ERR_INVALID_USAGE);
+    else if (dt > 5)
+        FAIL("%s: init returned %.3f s after the token fired", label, dt);
+    else
+        printf("lifecycle: rank 0: OK %s: init returned %.1f ms after the fire: %s\n", label, dt * 1e3, msg);
+    ringlet_stop_token_fire(a.token); /* a second fire, after init ended: no effect */
+    ringlet_stop_token_destroy(a.token);
+}
+
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
     int abort_thread = 0;
+    if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
+        stop_one_init("stop a rank 0 whose rank 1 never joins", 0, 0);
+        stop_one_init("a token fired before init", 0, 1);
+        return g_failed ? 1 : 0;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cycles") && i + 1 < argc) ncycles = atol(argv[++i]);
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
@@ -139,7 +196,9 @@ int main(int argc, char **argv) {
             if (!strcmp(argv[++i], "device") && !(D = rl_device()))
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
-            return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] | --abort-thread\n"), 2;
+            return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] | --abort-thread | "
+                                   "--abort-init\n"),
+                   2;
         }
     }
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");

@@ -6,7 +6,9 @@
 #     all-reduce: descriptors, threads, /dev/shm segments and mappings unchanged, RSS
 #     within 16 MiB; again on simulated device memory (50 and 20 cycles);
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
-#     joins: both return (times printed).
+#     joins: both return (times printed);
+#   - inits stopped from another thread through a stop token (rank 0 waiting for a rank
+#     that never joins, rank 1 in a handshake rank 0 never answers, a token fired early).
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -38,6 +40,14 @@ one "host memory: $N init/destroy, $M init/abort cycles" "$RUN" -n 2 --timeout 9
 one "simulated device memory: 50 init/destroy, 20 init/abort cycles" RINGLET_DEVICE=sim \
     "$RUN" -n 2 --timeout 900 "$PROG" --cycles 50 --aborts 20 --memory device
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
+if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
+    echo "ok:   inits stopped through a stop token"
+    sed 's/^/      /' "$TMP/out" | grep OK
+else
+    fails=$((fails + 1))
+    echo "FAIL: inits stopped through a stop token"
+    tail -n 30 "$TMP/out"
+fi
 [ $fails = 0 ] && { echo "lifecycle: all passed"; exit 0; }
 echo "lifecycle: $fails failed"
 exit 1

@@ -52,6 +52,7 @@ for mem in host device; do
         one "$mem initall" 0 --case initall --memory $mem
     fi
 done
+one "abort of a non-blocking init whose peer never comes" 0 --case abortinit
 [ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
 echo "nccl: $fails failed"
 exit 1

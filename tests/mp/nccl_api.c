@@ -19,6 +19,9 @@
  *            and ncclGetLastError names rank 1.
  *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
  *            destroyed one by one.
+ *   abortinit one process: a non-blocking init as rank 0 of 2 whose rank 1 never comes;
+ *            ncclCommGetAsyncError says ncclInProgress, then ncclCommAbort must stop the
+ *            init and return (within 5 s; RINGLET_TIMEOUT is far longer in the test).
  * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <errno.h>
@@ -567,6 +570,29 @@ static void case_initall(void) {
     free(want), free(got);
 }
 
+static void case_abortinit(void) {
+    ncclUniqueId id;
+    OK(ncclGetUniqueId(&id));
+    ncclComm_t c = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    EXPECT(ncclCommInitRankConfig(&c, 2, id, 0, &cfg), ncclInProgress, ncclInProgress);
+    if (!c) {
+        FAIL("abortinit: no communicator handle from a non-blocking init");
+        return;
+    }
+    ncclResult_t a = ncclSuccess;
+    OK(ncclCommGetAsyncError(c, &a));
+    g_checks++;
+    if (a != ncclInProgress) FAIL("abortinit: the init whose peer never comes says %d, not ncclInProgress", (int)a);
+    double t0 = now();
+    OK(ncclCommAbort(c));
+    double dt = now() - t0;
+    g_checks++;
+    if (dt > 5) FAIL("abortinit: ncclCommAbort of an init waiting for its peer took %.3f s", dt);
+    else printf("nccl_api: abortinit: ncclCommAbort stopped the waiting init in %.1f ms\n", dt * 1e3);
+}
+
 int main(int argc, char **argv) {
     const char *cas = "all", *dir = ".";
     int device = 0;
@@ -575,7 +601,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) g_dir = dir = argv[++i];
-        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall [--memory host|device] [--count N] [--dir D]\n"), 2;
+        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall|abortinit [--memory host|device] [--count N] [--dir D]\n"), 2;
     }
     if (device && !(D = rl_device())) {
         printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
@@ -588,6 +614,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cas, "initall")) {
         g_P = 1;
         case_initall();
+    } else if (!strcmp(cas, "abortinit")) {
+        g_P = 1;
+        case_abortinit();
     } else {
         ncclUniqueId id;
         if (share_id(dir, &id)) return 1;
