@@ -16,6 +16,8 @@
 #                    (RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device): every collective x
 #                    dtype x op, P = 1..5, over shm and tcp, several ranks on each GPU
 #   device-stream    tests/mp/stream.sh over cuda: stream order, abort, async errors
+#   device-batch     tests/mp/batch.sh over cuda: 64 collectives queued on a stream between
+#                    synchronisations, P = 3 over tcp (the case that failed once), 2 and 4
 #   device-ipc-p8    8 ranks on the GPU(s), device buffers over cuda_ipc, every collective
 #   device-mps       the cuda_ipc runs of device-collectives again, under MPS
 #                    (tests/gpu/mps.sh)
@@ -172,10 +174,12 @@ fi
 if [ $have_gpu = 0 ]; then
     record device-collectives SKIP 0 "SKIP: no GPU"
     record device-stream SKIP 0 "SKIP: no GPU"
+    record device-batch SKIP 0 "SKIP: no GPU"
 else
     run_step device-collectives 1500 '^(ok|FAIL|collectives)' env RINGLET_TEST_DEVICE=cuda RINGLET_TEST_MEMORY=device \
         BUILD="$BUILD" bash tests/mp/collectives.sh
     run_step device-stream 600 '^(ok|FAIL|stream)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/stream.sh
+    run_step device-batch 600 '^(ok|FAIL|batch)' env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/mp/batch.sh
     run_step device-ipc-p8 900 'FAIL|collectives: rank|cuda_ipc connections' bash -c "
         RINGLET_DEVICE=cuda RINGLET_DEBUG=INFO '$BUILD/bin/ringlet-run' -n 8 --timeout 850 '$BUILD/tests/mp/collectives' \
             --memory device --max-count 100003 >'$LOGDIR/p8.out' 2>&1
