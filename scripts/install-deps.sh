@@ -7,10 +7,12 @@
 set -u
 # build and test: the compiler; verbs headers (else the IB transport is built as a stub;
 # libibverbs itself is only dlopen'd); rdma-core + perftest for the IB tests in the VM;
-# Debian's PyTorch (CPU) and numpy for the Python package and the DDP tests.
+# Debian's PyTorch (CPU) and numpy for the Python package and the DDP tests; clang and
+# its runtime (libFuzzer) for tests/mp/fuzz.sh; valgrind for tests/mp/valgrind.sh;
+# iproute2 (ip netns, tc netem) for the network-fault tests.
 pkgs=(gcc g++ make libc6-dev pkg-config python3 procps iproute2
       libibverbs-dev ibverbs-providers rdma-core perftest
-      python3-torch python3-numpy clang libclang-rt-dev)
+      python3-torch python3-numpy clang libclang-rt-dev valgrind)
 if [ "${1:-}" = peers ]; then
     pkgs+=(g++ openmpi-bin libopenmpi-dev libgloo-dev iperf3 python3-matplotlib)
 fi

@@ -2,9 +2,9 @@
 # Communicators come and go without leaking; abort works from another thread
 # (tests/mp/lifecycle.c), through ringlet-run at 2 ranks:
 #   - LIFECYCLE_CYCLES init/destroy and LIFECYCLE_ABORTS init/abort/destroy cycles in one
-#     process per rank (default 300 and 100; 50 and 20 in sanitizer builds), each with an
+#     process per rank (default 1000 and 200; 50 and 20 in sanitizer builds), each with an
 #     all-reduce: descriptors, threads, /dev/shm segments and mappings unchanged, RSS
-#     within 16 MiB; again on simulated device memory (50 and 20 cycles);
+#     within 16 MiB; again on simulated device memory (as many cycles);
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed);
 #   - inits stopped from another thread through a stop token (rank 0 waiting for a rank
@@ -15,7 +15,7 @@ BUILD=${BUILD:-build}
 RUN="$BUILD/bin/ringlet-run"
 PROG="$BUILD/tests/mp/lifecycle"
 for f in "$RUN" "$PROG"; do [ -x "$f" ] || { echo "FAIL: $f not found (build first)"; exit 1; }; done
-N=${LIFECYCLE_CYCLES:-300} M=${LIFECYCLE_ABORTS:-100}
+N=${LIFECYCLE_CYCLES:-1000} M=${LIFECYCLE_ABORTS:-200}
 [ -n "${SANITIZE:-}" ] && N=${LIFECYCLE_CYCLES:-50} M=${LIFECYCLE_ABORTS:-20} && export LIFECYCLE_SANITIZED=1
 export RINGLET_TIMEOUT=60
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-lifecycle.XXXXXX")
@@ -37,8 +37,8 @@ one() { # label env... -- args...
     fi
 }
 one "host memory: $N init/destroy, $M init/abort cycles" "$RUN" -n 2 --timeout 900 "$PROG" --cycles "$N" --aborts "$M"
-one "simulated device memory: 50 init/destroy, 20 init/abort cycles" RINGLET_DEVICE=sim \
-    "$RUN" -n 2 --timeout 900 "$PROG" --cycles 50 --aborts 20 --memory device
+one "simulated device memory: $N init/destroy, $M init/abort cycles" RINGLET_DEVICE=sim \
+    "$RUN" -n 2 --timeout 900 "$PROG" --cycles "$N" --aborts "$M" --memory device
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
     echo "ok:   inits stopped through a stop token"
