@@ -178,6 +178,8 @@ struct ringlet_comm {
     int q_quit;
     int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */
     int check; /* RINGLET_CHECK: every collective's fingerprint is compared first (collective.c) */
+    uint64_t check_seq; /* RINGLET_CHECK: collectives checked so far (sends and receives, which only
+                         * some ranks call, are not counted), the number in the fingerprint */
     int running; /* an operation is being run (progress thread, or inline by the caller) */
     uint64_t seq;
 
@@ -191,7 +193,7 @@ struct ringlet_comm {
     rl_userop userops[RL_MAX_USER_OPS];
 
     struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
-    rl_fault fault;         /* RINGLET_FAULT_KILL (tests) */
+    rl_fault fault;         /* RINGLET_FAULT_KILL / _STOP (tests) */
     struct rl_monitor *mon;
     struct rl_devcomm *dev; /* made by the first call on device buffers or with a stream */
 
