@@ -15,6 +15,13 @@
  * goodbye, rank 0 tells everybody that rank failed; when rank 0's closes without one,
  * every rank knows rank 0 failed. Failures are thus reported by rank within
  * milliseconds of a process dying, even to ranks that are not its ring neighbours.
+ * A peer that is stopped, hung as a whole, or cut off by the network closes nothing, so
+ * both ends also send a heartbeat on the socket every min(1 s, RINGLET_TIMEOUT / 4):
+ * when rank 0 hears nothing from a rank for RINGLET_TIMEOUT, it tells everybody that
+ * rank is unresponsive; a rank that hears nothing from rank 0 for that long says so of
+ * rank 0. A stall in a collective starts no earlier than the fault that caused it, and
+ * a timed-out call first gives the monitor a moment (failure.h), so every rank names
+ * the silent rank, not the neighbour it happened to wait for.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,11 +42,10 @@
 #include "util.h"
 
 #define ID_MAGIC 0x31544c52u     /* "RLT1" */
-#define BOOT_MAGIC 0x31424c52u   /* "RLB1" */
 #define MON_MAGIC 0x314d4c52u    /* "RLM1" */
 #define HELLO_WAIT_S 5.0         /* a genuine rank sends its hello at once */
 
-enum { MON_BYE = 1, MON_FAILED = 2 };
+enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4 };
 
 /* ---- unique id ---- */
 
@@ -228,25 +234,6 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
 
 /* ---- exchange ---- */
 
-struct msg_challenge {
-    uint32_t magic;
-    uint8_t nonce[16];
-};
-
-struct msg_hello {
-    uint32_t magic;
-    int32_t rank, nranks;
-    uint8_t nonce[16];
-    rl_rank_info info;
-    uint8_t mac[32];
-};
-
-struct msg_table_head {
-    uint32_t magic;
-    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes */
-    uint8_t mac[32];
-};
-
 struct mon_frame {
     uint32_t magic;
     int32_t type;
@@ -264,19 +251,22 @@ struct rl_monitor {
     atomic_int quit;
     atomic_int leaving; /* this rank is in destroy: closed connections are expected */
     int wake[2];        /* a byte on it ends the monitor's poll at once (stop); -1: none */
+    double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
+    int *silent;        /* per fd: declared unresponsive (monitor thread only) */
+    double beat_s, next_beat;
 };
 
-static void hello_mac(const uint8_t *secret, const uint8_t nonce0[16], const struct msg_hello *h, uint8_t out[32]) {
+void rl_boot_hello_mac(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, uint8_t out[32]) {
     rl_hmac_sha256_ctx m;
     rl_hmac_sha256_init(&m, secret, 32);
     rl_hmac_sha256_update(&m, "hello", 5);
     rl_hmac_sha256_update(&m, nonce0, 16);
-    rl_hmac_sha256_update(&m, h, offsetof(struct msg_hello, mac));
+    rl_hmac_sha256_update(&m, h, offsetof(rl_boot_hello, mac));
     rl_hmac_sha256_final(&m, out);
 }
 
-static void table_mac(const uint8_t *secret, const uint8_t nonce[16], int32_t status, const void *payload, size_t len,
-                      uint8_t out[32]) {
+void rl_boot_table_mac(const uint8_t secret[32], const uint8_t nonce[16], int32_t status, const void *payload,
+                       size_t len, uint8_t out[32]) {
     rl_hmac_sha256_ctx m;
     rl_hmac_sha256_init(&m, secret, 32);
     rl_hmac_sha256_update(&m, "table", 5);
@@ -286,13 +276,48 @@ static void table_mac(const uint8_t *secret, const uint8_t nonce[16], int32_t st
     rl_hmac_sha256_final(&m, out);
 }
 
+int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, int nranks,
+                        const int *fds, char *msg, size_t msglen) {
+    uint8_t mac[32];
+    rl_boot_hello_mac(secret, nonce0, h, mac);
+    if (h->magic != RL_BOOT_MAGIC || !rl_ct_equal(mac, h->mac, 32)) return -1;
+    /* Authenticated: from here on, a mismatch is the job's mistake. */
+    if (h->nranks != nranks || h->rank <= 0 || h->rank >= nranks || fds[h->rank] >= 0) {
+        snprintf(msg, msglen,
+                 h->nranks != nranks ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d"
+                                     : "bootstrap: rank %d joined twice or is out of range (job of %d ranks; rank 0 has %d)",
+                 h->rank, h->nranks, nranks);
+        return 1;
+    }
+    return 0;
+}
+
+size_t rl_boot_table_len(const rl_boot_table_head *th, int nranks) {
+    return th->status == 0 ? sizeof(rl_rank_info) * (size_t)nranks : RL_MSG_MAX;
+}
+
+ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t nonce[16], const rl_boot_table_head *th,
+                                     const void *payload, size_t len, char *err) {
+    uint8_t mac[32];
+    rl_boot_table_mac(secret, nonce, th->status, payload, len, mac);
+    if (!rl_ct_equal(mac, th->mac, 32))
+        return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (bad MAC)"), RINGLET_ERR_REMOTE;
+    if (th->status != 0) {
+        /* Rank 0's error text; it need not end with a NUL. */
+        size_t n = strnlen(payload, len < RL_MSG_MAX ? len : RL_MSG_MAX - 1);
+        snprintf(err, RL_MSG_MAX, "%.*s", (int)n, (const char *)payload);
+        return RINGLET_ERR_REMOTE;
+    }
+    return RINGLET_SUCCESS;
+}
+
 /* Rank 0: sends the table (or an error) to every joined rank. */
 static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, uint8_t (*nonces)[16], int32_t status,
                        const void *payload, size_t len, double deadline) {
     for (int r = 1; r < c->nranks; r++) {
         if (fds[r] < 0) continue;
-        struct msg_table_head h = {BOOT_MAGIC, status, {0}};
-        table_mac(secret, nonces[r], status, payload, len, h.mac);
+        rl_boot_table_head h = {RL_BOOT_MAGIC, status, {0}};
+        rl_boot_table_mac(secret, nonces[r], status, payload, len, h.mac);
         if (rl_sock_send_all(fds[r], &h, sizeof h, deadline, NULL) != RL_IO_OK ||
             rl_sock_send_all(fds[r], payload, len, deadline, NULL) != RL_IO_OK)
             RL_WARN(0, "bootstrap: could not send the table to rank %d", r);
@@ -322,26 +347,20 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             rc = RINGLET_ERR_TIMEOUT;
             break;
         }
-        struct msg_challenge ch = {BOOT_MAGIC, {0}};
+        rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
         rl_random_bytes(ch.nonce, 16);
-        struct msg_hello h;
-        uint8_t mac[32];
+        rl_boot_hello h;
         double hd = rl_now() + HELLO_WAIT_S;
         r = rl_sock_send_all(fd, &ch, sizeof ch, hd, &c->stop);
         if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, &c->stop);
-        if (r == RL_IO_OK) hello_mac(t->secret, ch.nonce, &h, mac);
-        if (r != RL_IO_OK || h.magic != BOOT_MAGIC || !rl_ct_equal(mac, h.mac, 32)) {
+        int verdict = r == RL_IO_OK ? rl_boot_check_hello(t->secret, ch.nonce, &h, P, fds, msg, sizeof msg) : -1;
+        if (verdict < 0) {
             RL_WARN(0, "bootstrap: refused a connection that did not authenticate (%s)",
                     r == RL_IO_OK ? "wrong secret or not a ringlet rank" : rl_io_str(r));
             close(fd);
             continue;
         }
-        /* Authenticated: from here on, a mismatch is the job's mistake, fatal. */
-        if (h.nranks != P || h.rank <= 0 || h.rank >= P || fds[h.rank] >= 0) {
-            snprintf(msg, sizeof msg,
-                     h.nranks != P ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d"
-                                   : "bootstrap: rank %d joined twice or is out of range (job of %d ranks; rank 0 has %d)",
-                     h.rank, h.nranks, P);
+        if (verdict > 0) { /* authenticated, but not this job's: fatal */
             fds[0] = fd; /* so the reply reaches it too */
             rc = RINGLET_ERR_INVALID_USAGE;
             break;
@@ -374,9 +393,9 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         if (r != RL_IO_OK)
             return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where, rl_io_str(r)),
                    r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_SYSTEM;
-        struct msg_challenge ch;
+        rl_boot_challenge ch;
         r = rl_sock_recv_all(fd, &ch, sizeof ch, deadline, &c->stop);
-        if (r != RL_IO_OK || ch.magic != BOOT_MAGIC) {
+        if (r != RL_IO_OK || ch.magic != RL_BOOT_MAGIC) {
             /* Rank 0 may have refused us while busy, or it is not ringlet: retry. */
             close(fd);
             if (r == RL_IO_STOPPED) return snprintf(err, RL_MSG_MAX, "bootstrap: stopped"), RINGLET_ERR_REMOTE;
@@ -385,18 +404,18 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
             rl_sleep_ms(100);
             continue;
         }
-        struct msg_hello h;
+        rl_boot_hello h;
         memset(&h, 0, sizeof h);
-        h.magic = BOOT_MAGIC;
+        h.magic = RL_BOOT_MAGIC;
         h.rank = c->rank;
         h.nranks = c->nranks;
         rl_random_bytes(h.nonce, 16);
         h.info = c->infos[c->rank];
-        hello_mac(t->secret, ch.nonce, &h, h.mac);
-        struct msg_table_head th;
+        rl_boot_hello_mac(t->secret, ch.nonce, &h, h.mac);
+        rl_boot_table_head th;
         r = rl_sock_send_all(fd, &h, sizeof h, deadline, &c->stop);
         if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &th, sizeof th, deadline + 10.0, &c->stop);
-        if (r != RL_IO_OK || th.magic != BOOT_MAGIC) {
+        if (r != RL_IO_OK || th.magic != RL_BOOT_MAGIC) {
             close(fd);
             return snprintf(err, RL_MSG_MAX,
                             "bootstrap: no table from rank 0 (%s): rank 0 refused this rank (is RINGLET_SECRET the same "
@@ -404,24 +423,19 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
                             rl_io_str(r)),
                    r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
         }
-        size_t len = th.status == 0 ? sizeof(rl_rank_info) * (size_t)c->nranks : RL_MSG_MAX;
+        size_t len = rl_boot_table_len(&th, c->nranks);
         char *payload = malloc(len);
         if (!payload) return close(fd), snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
         r = rl_sock_recv_all(fd, payload, len, deadline + 10.0, &c->stop);
-        uint8_t mac[32];
-        if (r == RL_IO_OK) table_mac(t->secret, h.nonce, th.status, payload, len, mac);
-        if (r != RL_IO_OK || !rl_ct_equal(mac, th.mac, 32)) {
+        ringlet_result_t rc = RINGLET_ERR_REMOTE;
+        if (r != RL_IO_OK)
+            snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r));
+        else
+            rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err);
+        if (rc != RINGLET_SUCCESS) {
             free(payload);
             close(fd);
-            return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r)),
-                   RINGLET_ERR_REMOTE;
-        }
-        if (th.status != 0) {
-            payload[RL_MSG_MAX - 1] = 0;
-            snprintf(err, RL_MSG_MAX, "%s", payload);
-            free(payload);
-            close(fd);
-            return RINGLET_ERR_REMOTE;
+            return rc;
         }
         memcpy(c->infos, payload, len);
         free(payload);
@@ -439,8 +453,10 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
     m->nfds = m->is_root ? c->nranks : 1;
     m->fds = malloc(sizeof(int) * (size_t)m->nfds);
     m->said_bye = calloc((size_t)m->nfds, sizeof(int));
-    if (!m->fds || !m->said_bye) {
-        free(m->fds), free(m->said_bye), free(m);
+    m->heard = calloc((size_t)m->nfds, sizeof(double));
+    m->silent = calloc((size_t)m->nfds, sizeof(int));
+    if (!m->fds || !m->said_bye || !m->heard || !m->silent) {
+        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
         return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
     for (int i = 0; i < m->nfds; i++) m->fds[i] = -1;
@@ -457,17 +473,20 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
         for (int i = 0; i < m->nfds; i++)
             if (m->fds[i] >= 0) close(m->fds[i]);
         if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-        free(m->fds), free(m->said_bye), free(m);
+        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
         return rc;
     }
     atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
+    m->beat_s = c->timeout_s < 4.0 ? c->timeout_s / 4 : 1.0;
+    m->next_beat = rl_now();
+    for (int i = 0; i < m->nfds; i++) m->heard[i] = m->next_beat;
     c->mon = m;
     if (pthread_create(&m->thread, NULL, monitor_thread, c) != 0) {
         c->mon = NULL;
         for (int i = 0; i < m->nfds; i++)
             if (m->fds[i] >= 0) close(m->fds[i]);
         if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-        free(m->fds), free(m->said_bye), free(m);
+        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
         return snprintf(err, RL_MSG_MAX, "cannot start the monitor thread"), RINGLET_ERR_SYSTEM;
     }
     return RINGLET_SUCCESS;
@@ -480,7 +499,7 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     m->fds[r] = -1;
     if (m->said_bye[r]) return;
     atomic_fetch_sub(&m->nlive, 1);
-    if (atomic_load(&m->leaving)) return;
+    if (atomic_load(&m->leaving) || m->silent[r]) return; /* silent: everybody knows already */
     /* Tell everybody first: once this rank's own calls fail, its user may abort, and
      * the others must have heard the real cause before they see this rank go. */
     struct mon_frame f = {MON_MAGIC, MON_FAILED, r, 0};
@@ -489,6 +508,40 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
     rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
                  r);
+}
+
+#define SILENT_WHY "stopped, hung, or cut off by the network"
+
+/* Heartbeats to every connection that still counts. */
+static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
+    struct mon_frame f = {MON_MAGIC, MON_ALIVE, c->rank, 0};
+    for (int i = 0; i < m->nfds; i++)
+        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i])
+            (void)rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + 0.5, NULL);
+}
+
+/* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */
+static void check_silence(struct ringlet_comm *c, struct rl_monitor *m) {
+    double now = rl_now();
+    for (int i = 0; i < m->nfds; i++) {
+        if (m->fds[i] < 0 || m->silent[i] || m->said_bye[i] || now - m->heard[i] <= c->timeout_s) continue;
+        /* Something waiting on it (this thread was late): the loop reads it first. */
+        struct pollfd q = {m->fds[i], POLLIN, 0};
+        if (poll(&q, 1, 0) > 0) continue;
+        m->silent[i] = 1;
+        if (atomic_load(&m->leaving)) continue;
+        if (m->is_root) {
+            /* Tell everybody first, as for a rank that is gone. */
+            struct mon_frame f = {MON_MAGIC, MON_SILENT, i, 0};
+            for (int k = 1; k < m->nfds; k++)
+                if (k != i && m->fds[k] >= 0 && !m->silent[k] &&
+                    rl_sock_send_all(m->fds[k], &f, sizeof f, rl_now() + 1.0, NULL) != RL_IO_OK)
+                    RL_WARN(0, "monitor: could not tell rank %d that rank %d is unresponsive", k, i);
+        }
+        rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
+                     "rank %d is unresponsive: nothing heard from it for %.0f s (RINGLET_TIMEOUT; " SILENT_WHY ")",
+                     m->is_root ? i : 0, c->timeout_s);
+    }
 }
 
 static void *monitor_thread(void *arg) {
@@ -502,6 +555,10 @@ static void *monitor_thread(void *arg) {
         return NULL;
     }
     while (!atomic_load(&m->quit)) {
+        if (rl_now() >= m->next_beat) {
+            send_beats(c, m);
+            m->next_beat = rl_now() + m->beat_s;
+        }
         int n = 0;
         for (int i = 0; i < m->nfds; i++)
             if (m->fds[i] >= 0) {
@@ -514,13 +571,18 @@ static void *monitor_thread(void *arg) {
         }
         int nw = n;
         if (m->wake[0] >= 0) pf[nw++] = (struct pollfd){m->wake[0], POLLIN, 0};
-        if (poll(pf, (nfds_t)nw, 100) <= 0) continue;
+        int ms = (int)((m->next_beat - rl_now()) * 1000) + 1;
+        if (poll(pf, (nfds_t)nw, ms < 1 ? 1 : ms > 100 ? 100 : ms) <= 0) {
+            check_silence(c, m);
+            continue;
+        }
         for (int k = 0; k < n; k++) {
             if (!pf[k].revents) continue;
             int i = who[k];
             struct mon_frame f;
             rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + 2.0, NULL);
             if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
+            if (r == RL_IO_OK) m->heard[i] = rl_now();
             if (m->is_root) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
@@ -530,6 +592,10 @@ static void *monitor_thread(void *arg) {
                 rl_comm_fail(c, RINGLET_ERR_REMOTE,
                              "rank %d failed (its process exited or aborted without destroying the communicator)",
                              f.rank);
+            } else if (r == RL_IO_OK && f.type == MON_SILENT) {
+                rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
+                             "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
+                             SILENT_WHY ")", f.rank, c->timeout_s);
             } else if (r != RL_IO_OK) {
                 close(m->fds[0]);
                 m->fds[0] = -1;
@@ -538,6 +604,7 @@ static void *monitor_thread(void *arg) {
                                  "rank 0 failed (its process exited or aborted without destroying the communicator)");
             }
         }
+        check_silence(c, m);
     }
     free(pf);
     free(who);
@@ -569,6 +636,8 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
         if (m->fds[i] >= 0) close(m->fds[i]);
     free(m->fds);
     free(m->said_bye);
+    free(m->heard);
+    free(m->silent);
     free(m);
     c->mon = NULL;
 }

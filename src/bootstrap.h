@@ -18,4 +18,46 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
 /* Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
 void rl_monitor_stop(struct ringlet_comm *c, int clean);
 
+/* ---- the handshake on the wire (protocol: bootstrap.c's opening comment) ----
+ * Here with the checks of what arrives, so that tests/fuzz/ runs the code that
+ * rl_boot_exchange runs. */
+#define RL_BOOT_MAGIC 0x31424c52u /* "RLB1" */
+
+typedef struct rl_boot_challenge {
+    uint32_t magic;
+    uint8_t nonce[16];
+} rl_boot_challenge;
+
+typedef struct rl_boot_hello {
+    uint32_t magic;
+    int32_t rank, nranks;
+    uint8_t nonce[16];
+    rl_rank_info info;
+    uint8_t mac[32];
+} rl_boot_hello;
+
+typedef struct rl_boot_table_head {
+    uint32_t magic;
+    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes */
+    uint8_t mac[32];
+} rl_boot_table_head;
+
+void rl_boot_hello_mac(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, uint8_t out[32]);
+void rl_boot_table_mac(const uint8_t secret[32], const uint8_t nonce[16], int32_t status, const void *payload,
+                       size_t len, uint8_t out[32]);
+/* Rank 0, on a hello answering its challenge nonce0: -1 when it does not authenticate
+ * (that connection is closed, the job goes on); 1 when it does but does not fit this
+ * job of nranks ranks (fds[r] >= 0: rank r has joined already), fatal, the reason in
+ * msg; 0 when it is rank h->rank's genuine hello. */
+int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, int nranks,
+                        const int *fds, char *msg, size_t msglen);
+/* Any other rank: the payload bytes that follow this table head (rank 0's table of
+ * nranks infos, or its error text). */
+size_t rl_boot_table_len(const rl_boot_table_head *th, int nranks);
+/* Then, the payload in: RINGLET_SUCCESS when it authenticates (hello nonce `nonce`)
+ * and is the table; else RINGLET_ERR_REMOTE and the reason (rank 0's error text, or
+ * that the table did not authenticate) in err (RL_MSG_MAX bytes). */
+ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t nonce[16], const rl_boot_table_head *th,
+                                     const void *payload, size_t len, char *err);
+
 #endif

@@ -58,12 +58,66 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ib.h"
 #include "ib_verbs.h"
 #include "log.h"
 #include "sha256.h"
 #include "sock.h"
 #include "transport.h"
 #include "util.h"
+
+/* ---- the exchange and the chunk header (ib.h): no verbs needed ---- */
+
+int rl_ib_parse_blob(const void *blob, size_t bloblen, rl_ib_blob *b) {
+    if (bloblen != sizeof *b) return RL_IB_BAD;
+    memcpy(b, blob, sizeof *b);
+    if (b->magic != RL_IB_MAGIC || b->version != RL_IB_VERSION) return RL_IB_VERSION_MISMATCH;
+    /* The handshake listener: an IP address, nothing else connect would take. */
+    return b->addr.ss_family == AF_INET || b->addr.ss_family == AF_INET6 ? RL_IB_OK : RL_IB_BAD;
+}
+
+void rl_ib_hello_mac(const uint8_t secret[32], const rl_ib_hello *h, uint8_t out[32]) {
+    rl_hmac_sha256(secret, 32, h, offsetof(rl_ib_hello, mac), out);
+}
+
+void rl_ib_reply_mac(const uint8_t secret[32], const rl_ib_reply *r, uint8_t out[32]) {
+    rl_hmac_sha256(secret, 32, r, offsetof(rl_ib_reply, mac), out);
+}
+
+int rl_ib_check_hello(const uint8_t secret[32], const rl_ib_hello *h, int rank, int nranks) {
+    uint8_t mac[32];
+    rl_ib_hello_mac(secret, h, mac);
+    if (h->magic != RL_IB_MAGIC || h->version != RL_IB_VERSION || !rl_ct_equal(mac, h->mac, 32) || h->to != rank ||
+        h->from < 0 || h->from >= nranks || h->nqps < 1 || h->nqps > RL_IB_MAX_QPS || h->nslots < 2 ||
+        h->nslots > 1024 || h->slot_size < 64 || h->slot_size > (64u << 20) || h->slot_size % 64)
+        return RL_IB_BAD;
+    return RL_IB_OK;
+}
+
+int rl_ib_check_reply(const uint8_t secret[32], const rl_ib_reply *r, int peer, int rank, const uint8_t nonce[16],
+                      int nqps, ringlet_result_t *code) {
+    uint8_t mac[32];
+    rl_ib_reply_mac(secret, r, mac);
+    if (r->magic != RL_IB_MAGIC || r->version != RL_IB_VERSION || !rl_ct_equal(mac, r->mac, 32) || r->from != peer ||
+        r->to != rank || !rl_ct_equal(r->nonce, nonce, 16))
+        return RL_IB_BAD;
+    if (r->status != RINGLET_SUCCESS) {
+        /* Its own error code, passed on; one this build does not know (a newer peer) is
+         * a remote error, and never "in progress". */
+        int known = r->status > 0 && r->status < RINGLET_NUM_RESULTS && r->status != RINGLET_IN_PROGRESS;
+        *code = known ? (ringlet_result_t)r->status : RINGLET_ERR_REMOTE;
+        return RL_IB_REFUSED;
+    }
+    return r->nqps != (uint32_t)nqps ? RL_IB_NQPS : RL_IB_OK;
+}
+
+int rl_ib_check_chunk(const rl_ib_chunk_hdr *h, uint64_t seq, size_t len, size_t off, size_t slot_size) {
+    size_t want = len - off < slot_size ? len - off : slot_size;
+    if (h->magic != RL_IB_CHUNK_MAGIC || h->seq != seq) return RL_IB_BAD;
+    if (h->total != len) return RL_IB_LENGTH;
+    if (h->off != off || h->len != want) return RL_IB_PLACE;
+    return RL_IB_OK;
+}
 
 #ifndef RL_HAVE_VERBS
 
@@ -79,12 +133,12 @@ const rl_transport_ops rl_transport_ib = {.name = "ib", .init = ib_init_stub};
 
 #else
 
-#define IB_MAGIC 0x524c4942u /* "RLIB" */
-#define IB_VERSION 1
-#define IB_MAX_QPS 16
+#define IB_MAGIC RL_IB_MAGIC
+#define IB_VERSION RL_IB_VERSION
+#define IB_MAX_QPS RL_IB_MAX_QPS
 #define IB_HDR 64u          /* header bytes at the start of every slot */
 #define IB_CTRL_MAX 4       /* control messages (credits) in flight per connection */
-#define IB_CHUNK_MAGIC 0x43484b31u
+#define IB_CHUNK_MAGIC RL_IB_CHUNK_MAGIC
 #define IB_IMM_MASK 0x3fffffffu
 enum { IMM_DATA = 0, IMM_CREDIT = 1, IMM_ERROR = 2 };
 #define IB_IMM(type, v) (((uint32_t)(type) << 30) | ((uint32_t)(v)&IB_IMM_MASK))
@@ -93,49 +147,7 @@ enum { WR_RECV = 1, WR_DATA = 2, WR_CTRL = 3 };
 
 enum { ST_PENDING = 0, ST_READY = 1, ST_BROKEN = 2 };
 
-/* What every rank publishes. */
-struct ib_blob {
-    uint32_t magic, version;
-    struct sockaddr_storage addr; /* the handshake listener */
-    uint8_t gid[16];
-    uint32_t lid, mtu, is_eth, gid_index;
-};
-
-/* Connector -> acceptor. */
-struct ib_hello {
-    uint32_t magic, version;
-    int32_t from, to;
-    uint32_t nqps, nslots, slot_size, mtu;
-    uint32_t lid, is_eth;
-    uint8_t gid[16];
-    uint32_t qpn[IB_MAX_QPS];
-    uint8_t nonce[16];
-    uint8_t mac[32];
-};
-
-/* Acceptor -> connector. */
-struct ib_reply {
-    uint32_t magic, version;
-    int32_t from, to;
-    int32_t status; /* ringlet_result_t: 0, or why the acceptor refused (msg) */
-    uint32_t nqps, mtu, lid;
-    uint8_t gid[16];
-    uint32_t qpn[IB_MAX_QPS];
-    uint64_t fifo_addr;
-    uint32_t fifo_rkey, pad;
-    uint8_t nonce[16]; /* the hello's */
-    char msg[128];
-    uint8_t mac[32];
-};
-
-/* At the start of every slot. */
-struct ib_chunk_hdr {
-    uint64_t total; /* the message's length */
-    uint64_t off;   /* this chunk's offset in it */
-    uint64_t seq;   /* chunk number on the connection */
-    uint32_t len;   /* bytes in this chunk */
-    uint32_t magic;
-};
+_Static_assert(sizeof(rl_ib_chunk_hdr) <= IB_HDR, "chunk header too large");
 
 /* One posted message, inside rl_treq.priv. */
 struct ib_req {
@@ -169,8 +181,8 @@ struct ib_conn {
     char why[RL_ERR_MAX];
     int fd;          /* handshake socket: the reply (pending), then end-of-file when the peer goes */
     int peer_closed; /* the socket ended */
-    struct ib_hello hello;
-    struct ib_reply reply;
+    rl_ib_hello hello;
+    rl_ib_reply reply;
     size_t reply_got;
 
     struct ibv_cq *cq;
@@ -198,7 +210,7 @@ struct ib_conn {
 
 struct ib_stash {
     int fd;
-    struct ib_hello h;
+    rl_ib_hello h;
 };
 
 struct ib_ctx {
@@ -454,7 +466,7 @@ static int post_sends(struct ib_conn *c) {
         if (c->slot_req[k]) break; /* our staging slot is still being written */
         size_t len = r->len - r->off < c->slot_size ? r->len - r->off : c->slot_size;
         char *slot = c->buf + (size_t)k * c->stride;
-        struct ib_chunk_hdr h = {r->len, r->off, seq, (uint32_t)len, IB_CHUNK_MAGIC};
+        rl_ib_chunk_hdr h = {r->len, r->off, seq, (uint32_t)len, IB_CHUNK_MAGIC};
         memcpy(slot, &h, sizeof h);
         struct ibv_sge sge[2];
         int nsge = 1;
@@ -515,15 +527,15 @@ static int consume(struct ib_conn *c) {
             break;
         }
         const char *slot = c->buf + (size_t)k * c->stride;
-        struct ib_chunk_hdr h;
+        rl_ib_chunk_hdr h;
         memcpy(&h, slot, sizeof h);
-        size_t want = r->len - r->off < c->slot_size ? r->len - r->off : c->slot_size;
-        if (h.magic != IB_CHUNK_MAGIC || h.seq != c->consumed) {
+        int verdict = rl_ib_check_chunk(&h, c->consumed, r->len, r->off, c->slot_size);
+        if (verdict == RL_IB_BAD) {
             conn_break(c, RINGLET_ERR_REMOTE, "receive from rank %d: corrupt chunk header (chunk %llu)", c->peer,
                        (unsigned long long)c->consumed);
             break;
         }
-        if (h.total != r->len) {
+        if (verdict == RL_IB_LENGTH) {
             rl_treq_fail(r->t, RINGLET_ERR_INVALID_USAGE,
                          "receive from rank %d: the peer sent a message of %llu bytes, this rank expected %zu", c->peer,
                          (unsigned long long)h.total, r->len);
@@ -534,7 +546,7 @@ static int consume(struct ib_conn *c) {
                        c->peer, (unsigned long long)h.total, r->len);
             break;
         }
-        if (h.off != r->off || h.len != want) {
+        if (verdict == RL_IB_PLACE) {
             conn_break(c, RINGLET_ERR_REMOTE, "receive from rank %d: chunk out of place (offset %llu, %u bytes)",
                        c->peer, (unsigned long long)h.off, h.len);
             break;
@@ -625,32 +637,22 @@ static int drain_cq(struct ib_conn *c) {
 
 /* ---- handshake ---- */
 
-static void hello_mac(const uint8_t *secret, const struct ib_hello *h, uint8_t out[32]) {
-    rl_hmac_sha256(secret, 32, h, offsetof(struct ib_hello, mac), out);
-}
-
-static void reply_mac(const uint8_t *secret, const struct ib_reply *r, uint8_t out[32]) {
-    rl_hmac_sha256(secret, 32, r, offsetof(struct ib_reply, mac), out);
-}
-
 /* The connector's side, once the reply is in: QPs to RTS. c->mu held. */
 static void finish_connect(struct ib_conn *c) {
     struct ib_ctx *x = c->ctx;
-    struct ib_reply *r = &c->reply;
-    uint8_t mac[32];
-    reply_mac(x->secret, r, mac);
-    if (r->magic != IB_MAGIC || r->version != IB_VERSION || !rl_ct_equal(mac, r->mac, 32) || r->from != c->peer ||
-        r->to != x->in.rank || !rl_ct_equal(r->nonce, c->hello.nonce, 16)) {
+    rl_ib_reply *r = &c->reply;
+    ringlet_result_t code = RINGLET_ERR_REMOTE;
+    int verdict = rl_ib_check_reply(x->secret, r, c->peer, x->in.rank, c->hello.nonce, c->nqps, &code);
+    if (verdict == RL_IB_BAD) {
         conn_break(c, RINGLET_ERR_REMOTE, "send to rank %d: the IB handshake reply did not authenticate", c->peer);
         return;
     }
-    if (r->status != RINGLET_SUCCESS) {
+    if (verdict == RL_IB_REFUSED) {
         r->msg[sizeof r->msg - 1] = 0;
-        conn_break(c, (ringlet_result_t)r->status, "send to rank %d: rank %d refused the IB connection: %s", c->peer,
-                   c->peer, r->msg);
+        conn_break(c, code, "send to rank %d: rank %d refused the IB connection: %s", c->peer, c->peer, r->msg);
         return;
     }
-    if (r->nqps != (uint32_t)c->nqps) {
+    if (verdict == RL_IB_NQPS) {
         conn_break(c, RINGLET_ERR_REMOTE, "send to rank %d: IB handshake: %u queue pairs, wanted %d", c->peer,
                    r->nqps, c->nqps);
         return;
@@ -876,7 +878,7 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     *bloblen = 0;
     const rl_ibv *v = rl_ibv_load(e, sizeof e);
     if (!v) return snprintf(err, RL_ERR_MAX, "ib: %.240s", e), RINGLET_ERR_SYSTEM;
-    _Static_assert(sizeof(struct ib_blob) <= RL_BLOB_MAX, "blob too large");
+    _Static_assert(sizeof(rl_ib_blob) <= RL_BLOB_MAX, "blob too large");
     _Static_assert(sizeof(struct ib_req) <= RL_TREQ_PRIV, "request too small");
     struct ib_ctx *x = calloc(1, sizeof *x);
     if (!x) return snprintf(err, RL_ERR_MAX, "ib: out of memory"), RINGLET_ERR_SYSTEM;
@@ -930,7 +932,7 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     }
     x->thread_started = 1;
 
-    struct ib_blob b;
+    rl_ib_blob b;
     memset(&b, 0, sizeof b);
     b.magic = IB_MAGIC;
     b.version = IB_VERSION;
@@ -973,10 +975,10 @@ static void conn_add(struct ib_ctx *x, struct ib_conn *c) {
 static ringlet_result_t ib_connect(void *ctxp, int peer, const void *peer_blob, size_t bloblen, void **connp,
                                    char *err) {
     struct ib_ctx *x = ctxp;
-    struct ib_blob b;
-    if (bloblen != sizeof b) return snprintf(err, RL_ERR_MAX, "ib: bad blob from rank %d", peer), RINGLET_ERR_INTERNAL;
-    memcpy(&b, peer_blob, sizeof b);
-    if (b.magic != IB_MAGIC || b.version != IB_VERSION)
+    rl_ib_blob b;
+    int verdict = rl_ib_parse_blob(peer_blob, bloblen, &b);
+    if (verdict == RL_IB_BAD) return snprintf(err, RL_ERR_MAX, "ib: bad blob from rank %d", peer), RINGLET_ERR_INTERNAL;
+    if (verdict != RL_IB_OK)
         return snprintf(err, RL_ERR_MAX, "ib: rank %d runs another IB transport version", peer), RINGLET_ERR_INVALID_USAGE;
     if ((int)b.is_eth != x->port.is_eth)
         return snprintf(err, RL_ERR_MAX, "ib: rank %d's port is %s, this rank's %s", peer,
@@ -988,7 +990,7 @@ static ringlet_result_t ib_connect(void *ctxp, int peer, const void *peer_blob, 
     rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, x->in.stop, &c->fd);
     if (r == RL_IO_OK) {
         rl_sock_tune(c->fd, 0);
-        struct ib_hello *h = &c->hello;
+        rl_ib_hello *h = &c->hello;
         memset(h, 0, sizeof *h);
         h->magic = IB_MAGIC;
         h->version = IB_VERSION;
@@ -1003,7 +1005,7 @@ static ringlet_result_t ib_connect(void *ctxp, int peer, const void *peer_blob, 
         memcpy(h->gid, x->port.gid.raw, 16);
         for (int i = 0; i < c->nqps; i++) h->qpn[i] = c->qp[i]->qp_num;
         rl_random_bytes(h->nonce, sizeof h->nonce);
-        hello_mac(x->secret, h, h->mac);
+        rl_ib_hello_mac(x->secret, h, h->mac);
         r = rl_sock_send_all(c->fd, h, sizeof *h, deadline, x->in.stop);
     }
     if (r != RL_IO_OK) {
@@ -1022,13 +1024,9 @@ static ringlet_result_t ib_connect(void *ctxp, int peer, const void *peer_blob, 
 /* Takes one connection off the listener and files its hello under the sender's rank
  * if it is genuine; strangers and garbage are closed and logged. */
 static void accept_one(struct ib_ctx *x, int fd) {
-    struct ib_hello h;
+    rl_ib_hello h;
     rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_now() + 5.0, x->in.stop);
-    uint8_t mac[32];
-    if (r == RL_IO_OK) hello_mac(x->secret, &h, mac);
-    if (r != RL_IO_OK || h.magic != IB_MAGIC || h.version != IB_VERSION || !rl_ct_equal(mac, h.mac, 32) ||
-        h.to != x->in.rank || h.from < 0 || h.from >= x->in.nranks || h.nqps < 1 || h.nqps > IB_MAX_QPS ||
-        h.nslots < 2 || h.nslots > 1024 || h.slot_size < 64 || h.slot_size > (64u << 20) || h.slot_size % 64) {
+    if (r != RL_IO_OK || rl_ib_check_hello(x->secret, &h, x->in.rank, x->in.nranks) != RL_IB_OK) {
         RL_WARN(x->in.rank, "ib: refused a handshake that did not authenticate (%s)",
                 r == RL_IO_OK ? "bad hello" : rl_io_str(r));
         close(fd);
@@ -1057,10 +1055,10 @@ static ringlet_result_t ib_accept(void *ctxp, int peer, void **connp, char *err)
         accept_one(x, fd);
     }
     int fd = x->stash[peer].fd;
-    struct ib_hello h = x->stash[peer].h;
+    rl_ib_hello h = x->stash[peer].h;
     x->stash[peer].fd = -1;
 
-    struct ib_reply rep;
+    rl_ib_reply rep;
     memset(&rep, 0, sizeof rep);
     rep.magic = IB_MAGIC;
     rep.version = IB_VERSION;
@@ -1090,7 +1088,7 @@ static ringlet_result_t ib_accept(void *ctxp, int peer, void **connp, char *err)
         rep.status = rc;
         snprintf(rep.msg, sizeof rep.msg, "%s", err);
     }
-    reply_mac(x->secret, &rep, rep.mac);
+    rl_ib_reply_mac(x->secret, &rep, rep.mac);
     rl_io_t r = rl_sock_send_all(fd, &rep, sizeof rep, deadline, x->in.stop);
     if (rc == RINGLET_SUCCESS && r != RL_IO_OK) {
         rc = r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;

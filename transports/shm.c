@@ -35,24 +35,19 @@
 
 #include "log.h"
 #include "sha256.h"
+#include "shm.h"
 #include "shmseg.h"
 #include "transport.h"
 #include "util.h"
 
-#define SHM_MAGIC 0x524c534du /* "RLSM" */
-#define SHM_PAGE 4096u
+#define SHM_MAGIC RL_SHM_MAGIC
+#define SHM_PAGE RL_SHM_PAGE
 #define SHM_NAME_MAX 64
 #define SHM_PREFIX "ringlet-"
-#define FIFO_HDR 256u
-#define SLOT_HDR 32u /* a small message shares its slot header's cache line */
+#define FIFO_HDR RL_SHM_FIFO_HDR
+#define SLOT_HDR RL_SHM_SLOT_HDR /* a small message shares its slot header's cache line */
 
-typedef struct {
-    uint32_t magic;
-    int32_t rank, nranks, pid;
-    uint32_t nslots, pad;
-    uint64_t slot_bytes, fifo_stride;
-    uint8_t tag[32]; /* HMAC(secret, name): the segment belongs to this job */
-} seg_hdr;
+typedef rl_shm_seg_hdr seg_hdr;
 
 enum { SIDE_NONE = 0, SIDE_OPEN = 1, SIDE_CLOSED = 2 };
 
@@ -124,6 +119,37 @@ static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32])
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
 }
 
+/* ---- the segment header (shm.h) ---- */
+
+uint64_t rl_shm_fifo_stride(uint32_t nslots, uint64_t slot_bytes) {
+    size_t fifo = FIFO_HDR + (size_t)nslots * slot_stride(slot_bytes);
+    return (fifo + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE;
+}
+
+int rl_shm_check_owner(const rl_shm_seg_hdr *h, int peer, const uint8_t tag[32]) {
+    return h->magic != SHM_MAGIC || h->rank != peer || memcmp(h->tag, tag, 32) != 0 ? -1 : 0;
+}
+
+int rl_shm_check_layout(const rl_shm_seg_hdr *h, int nranks, rl_shm_geom *g) {
+    rl_shm_seg_hdr c;
+    memcpy(&c, h, sizeof c); /* once: the peer may write it meanwhile */
+    /* Only the geometry shm_init writes: within these bounds nothing below overflows
+     * (a slot size near 2^64, or slots x size wrapping, passed a plain "stride >= slots
+     * x size" test and made the sender write past the FIFO it mapped). */
+    if (c.nranks != nranks || c.nslots < RL_SHM_NSLOTS_MIN || c.nslots > RL_SHM_NSLOTS_MAX ||
+        c.slot_bytes < RL_SHM_SLOT_MIN || c.slot_bytes > RL_SHM_SLOT_MAX || c.slot_bytes % 64 ||
+        c.fifo_stride != rl_shm_fifo_stride(c.nslots, c.slot_bytes))
+        return -1;
+    g->nslots = c.nslots;
+    g->slot_bytes = c.slot_bytes;
+    g->fifo_stride = c.fifo_stride;
+    return 0;
+}
+
+int rl_shm_check_piece(uint64_t msg_len, uint64_t piece, size_t len, size_t off, uint64_t slot_bytes) {
+    return msg_len != len || piece > len - off || piece > slot_bytes ? -1 : 0;
+}
+
 static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
     if (rl_env_int("RINGLET_SHM_DISABLE", 0, 0, 1)) return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_SHM_DISABLE"), RINGLET_ERR_SYSTEM;
     shm_ctx *x = calloc(1, sizeof *x);
@@ -131,11 +157,10 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
     x->in = *in;
     memcpy(x->secret, in->secret, 32);
     pthread_mutex_init(&x->mu, NULL);
-    x->slot_bytes = (uint64_t)rl_env_int("RINGLET_SHM_SLOT_SIZE", 256 << 10, 4096, 64LL << 20);
+    x->slot_bytes = (uint64_t)rl_env_int("RINGLET_SHM_SLOT_SIZE", 256 << 10, RL_SHM_SLOT_MIN, RL_SHM_SLOT_MAX);
     x->slot_bytes = (x->slot_bytes + 63) & ~(uint64_t)63;
-    x->nslots = (uint32_t)rl_env_int("RINGLET_SHM_NSLOTS", 8, 2, 1024);
-    size_t fifo = FIFO_HDR + (size_t)x->nslots * slot_stride(x->slot_bytes);
-    x->fifo_stride = (fifo + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE;
+    x->nslots = (uint32_t)rl_env_int("RINGLET_SHM_NSLOTS", 8, RL_SHM_NSLOTS_MIN, RL_SHM_NSLOTS_MAX);
+    x->fifo_stride = rl_shm_fifo_stride(x->nslots, x->slot_bytes);
     x->seg_len = SHM_PAGE + (size_t)in->nranks * x->fifo_stride;
 
     rl_shmseg_remove_stale();
@@ -186,7 +211,7 @@ static ringlet_result_t map_peer(shm_ctx *x, const char *name, int peer, size_t 
         h = NULL;
         rc = RINGLET_ERR_SYSTEM;
         snprintf(err, RL_ERR_MAX, "mapping rank %d's shared memory: %s", peer, strerror(errno));
-    } else if (h->magic != SHM_MAGIC || h->rank != peer || memcmp(h->tag, tag, 32) != 0) {
+    } else if (rl_shm_check_owner(h, peer, tag) != 0) {
         rc = RINGLET_ERR_SYSTEM;
         snprintf(err, RL_ERR_MAX, "shared memory %s is not rank %d's of this job (refused)", name, peer);
     } else if (len) {
@@ -234,18 +259,17 @@ static ringlet_result_t shm_connect(void *ctx, int peer, const void *blob, size_
     seg_hdr *h = NULL;
     ringlet_result_t rc = map_peer(x, name, peer, 0, 0, 0, &unused, &h, err);
     if (rc) return rc;
-    size_t stride = h->fifo_stride, off = SHM_PAGE + (size_t)x->in.rank * stride;
-    if (h->nranks != x->in.nranks || !h->nslots || !h->slot_bytes || stride < FIFO_HDR + h->nslots * slot_stride(h->slot_bytes)) {
-        munmap(h, SHM_PAGE);
-        return snprintf(err, RL_ERR_MAX, "rank %d's shared memory has a bad layout", peer), RINGLET_ERR_SYSTEM;
-    }
+    rl_shm_geom g;
+    int bad = rl_shm_check_layout(h, x->in.nranks, &g);
+    munmap(h, SHM_PAGE);
+    if (bad) return snprintf(err, RL_ERR_MAX, "rank %d's shared memory has a bad layout", peer), RINGLET_ERR_SYSTEM;
+    size_t stride = g.fifo_stride, off = SHM_PAGE + (size_t)x->in.rank * stride;
     shm_conn *k = conn_new(x, peer, 1);
     void *fm = NULL;
     seg_hdr *h2 = NULL;
     rc = k ? map_peer(x, name, peer, off, stride, 1, &fm, &h2, err) : RINGLET_ERR_SYSTEM;
     if (rc) {
         if (!k) snprintf(err, RL_ERR_MAX, "out of memory");
-        munmap(h, SHM_PAGE);
         free(k);
         return rc;
     }
@@ -253,9 +277,8 @@ static ringlet_result_t shm_connect(void *ctx, int peer, const void *blob, size_
     k->fifo_map = fm;
     k->fifo_map_len = stride;
     k->f = fm;
-    k->nslots = h->nslots;
-    k->slot_bytes = h->slot_bytes;
-    munmap(h, SHM_PAGE);
+    k->nslots = g.nslots;
+    k->slot_bytes = g.slot_bytes;
     k->slots = (char *)fm + FIFO_HDR;
     /* A FIFO is used by one sender connection for the job's life. */
     int none = SIDE_NONE;
@@ -372,7 +395,7 @@ static int progress_recv(shm_conn *k) {
             struct {
                 uint64_t msg_len, piece;
             } sh = {shp->msg_len, shp->piece};
-            if (sh.msg_len != o->len || sh.piece > o->len - o->off || sh.piece > k->slot_bytes) {
+            if (rl_shm_check_piece(sh.msg_len, sh.piece, o->len, o->off, k->slot_bytes) != 0) {
                 atomic_store(&k->f->mismatch, 1);
                 ring_peer(k);
                 char why[160];

@@ -25,32 +25,19 @@
 #include "log.h"
 #include "sha256.h"
 #include "sock.h"
+#include "tcp.h"
 #include "transport.h"
 #include "util.h"
 
-#define TCP_MAX_SOCKS 16
+#define TCP_MAX_SOCKS RL_TCP_MAX_SOCKS
 #define TCP_MIN_PART (64 * 1024)
-#define TCP_MAGIC 0x524c5443u /* "RLTC" */
+#define TCP_MAGIC RL_TCP_MAGIC
 
 struct tcp_part {
     struct tcp_part *next;
     rl_treq *req;
     char *ptr;
     size_t len;
-};
-
-struct tcp_hdr {
-    uint64_t total;
-    uint64_t part;
-    uint32_t magic;
-    uint32_t pad;
-};
-
-struct tcp_hello {
-    uint32_t magic;
-    int32_t from, to, index, nsocks;
-    uint8_t nonce[16];
-    uint8_t mac[32];
 };
 
 struct tcp_conn;
@@ -85,10 +72,35 @@ struct tcp_conn {
     struct tcp_sock socks[TCP_MAX_SOCKS];
 };
 
-struct tcp_blob {
-    struct sockaddr_storage addr;
-    int32_t nsocks;
-};
+/* ---- the wire (tcp.h) ---- */
+
+int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part) {
+    if (got->magic != TCP_MAGIC) return RL_TCP_HDR_CORRUPT;
+    return got->total != total || got->part != part ? RL_TCP_HDR_LENGTH : RL_TCP_HDR_OK;
+}
+
+void rl_tcp_hello_mac(const uint8_t secret[32], const rl_tcp_hello *h, uint8_t out[32]) {
+    rl_hmac_sha256(secret, 32, h, offsetof(rl_tcp_hello, mac), out);
+}
+
+int rl_tcp_check_hello(const uint8_t secret[32], const rl_tcp_hello *h, int rank, int nranks, int nsocks,
+                       const int *peer_nsocks) {
+    uint8_t mac[32];
+    rl_tcp_hello_mac(secret, h, mac);
+    if (h->magic != TCP_MAGIC || !rl_ct_equal(mac, h->mac, 32) || h->to != rank || h->from < 0 || h->from >= nranks ||
+        h->nsocks < 1 || h->nsocks > nsocks || h->index < 0 || h->index >= h->nsocks ||
+        (peer_nsocks[h->from] && peer_nsocks[h->from] != h->nsocks))
+        return -1;
+    return 0;
+}
+
+int rl_tcp_parse_blob(const void *blob, size_t bloblen, rl_tcp_blob *b) {
+    if (bloblen != sizeof *b) return -1;
+    memcpy(b, blob, sizeof *b);
+    /* Only an IP address: connect would take any family (a Unix socket path, ...). */
+    int ip = b->addr.ss_family == AF_INET || b->addr.ss_family == AF_INET6;
+    return !ip || b->nsocks < 1 || b->nsocks > TCP_MAX_SOCKS ? -1 : 0;
+}
 
 static int conn_stopped(struct tcp_conn *c, struct tcp_sock *s) {
     return atomic_load(c->ctx->in.stop) || atomic_load(&c->broken) || atomic_load(&s->quit);
@@ -102,7 +114,7 @@ static void part_finish(struct tcp_conn *c, struct tcp_part *p) {
  * connection. */
 static int part_io(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
     const char *dir = c->is_send ? "send to" : "receive from";
-    struct tcp_hdr h = {p->req->len, p->len, TCP_MAGIC, 0};
+    rl_tcp_hdr h = {p->req->len, p->len, TCP_MAGIC, 0};
     /* Waits here are bounded by the communicator: it sets *stop on timeout or failure. */
     const double forever = 1e300;
     rl_io_t r;
@@ -111,10 +123,11 @@ static int part_io(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
         r = rl_sock_send_all(s->fd, &h, sizeof h, forever, stop);
         if (r == RL_IO_OK) r = rl_sock_send_all(s->fd, p->ptr, p->len, forever, stop);
     } else {
-        struct tcp_hdr got;
+        rl_tcp_hdr got;
         r = rl_sock_recv_all(s->fd, &got, sizeof got, forever, stop);
-        if (r == RL_IO_OK && (got.magic != TCP_MAGIC || got.total != h.total || got.part != h.part)) {
-            if (got.magic != TCP_MAGIC)
+        int verdict = r == RL_IO_OK ? rl_tcp_check_hdr(&got, h.total, h.part) : RL_TCP_HDR_OK;
+        if (verdict != RL_TCP_HDR_OK) {
+            if (verdict == RL_TCP_HDR_CORRUPT)
                 rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: corrupt stream (bad part header)", dir, c->peer);
             else
                 rl_treq_fail(p->req, RINGLET_ERR_INVALID_USAGE,
@@ -163,10 +176,6 @@ static void *sock_thread(void *arg) {
     return NULL;
 }
 
-static void hello_mac(const uint8_t *secret, const struct tcp_hello *h, uint8_t out[32]) {
-    rl_hmac_sha256(secret, 32, h, offsetof(struct tcp_hello, mac), out);
-}
-
 /* Sockets per peer when RINGLET_NSOCKS_PERPEER is unset: enough streams to use the
  * cores, counting a sending and a receiving thread per socket for every rank on this
  * host (LOCAL_WORLD_SIZE as torchrun and ringlet-run set it, or Open MPI's), 1 to 8. */
@@ -204,7 +213,7 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
         return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
     }
     for (size_t i = 0; i < (size_t)in->nranks * (size_t)ctx->nsocks; i++) ctx->pending_fds[i] = -1;
-    struct tcp_blob b;
+    rl_tcp_blob b;
     memset(&b, 0, sizeof b);
     b.addr = ctx->addr;
     b.nsocks = ctx->nsocks;
@@ -262,11 +271,8 @@ static void tcp_close(void *connp) {
 static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob, size_t bloblen, void **connp,
                                     char *err) {
     struct tcp_ctx *ctx = ctxp;
-    struct tcp_blob b;
-    if (bloblen != sizeof b) return snprintf(err, RL_ERR_MAX, "tcp: bad address blob for rank %d", peer),
-                                    RINGLET_ERR_INTERNAL;
-    memcpy(&b, peer_blob, sizeof b);
-    if (b.nsocks < 1 || b.nsocks > TCP_MAX_SOCKS)
+    rl_tcp_blob b;
+    if (rl_tcp_parse_blob(peer_blob, bloblen, &b) != 0)
         return snprintf(err, RL_ERR_MAX, "tcp: bad address blob for rank %d", peer), RINGLET_ERR_INTERNAL;
     struct tcp_conn *c = conn_new(ctx, peer, 1);
     if (!c) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
@@ -278,7 +284,7 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
         rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, ctx->in.stop, &c->socks[i].fd);
         if (r == RL_IO_OK) {
             rl_sock_tune(c->socks[i].fd, ctx->bufsize);
-            struct tcp_hello h;
+            rl_tcp_hello h;
             memset(&h, 0, sizeof h);
             h.magic = TCP_MAGIC;
             h.from = ctx->in.rank;
@@ -286,7 +292,7 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
             h.index = i;
             h.nsocks = c->nsocks;
             rl_random_bytes(h.nonce, sizeof h.nonce);
-            hello_mac(ctx->secret, &h, h.mac);
+            rl_tcp_hello_mac(ctx->secret, &h, h.mac);
             r = rl_sock_send_all(c->socks[i].fd, &h, sizeof h, deadline, ctx->in.stop);
         }
         if (r != RL_IO_OK) {
@@ -307,14 +313,11 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
 /* Takes one connection off the listener and files it under (rank, index) if its
  * hello is genuine. Strangers and garbage are closed and logged. */
 static void accept_one(struct tcp_ctx *ctx, int fd) {
-    struct tcp_hello h;
+    rl_tcp_hello h;
     /* A genuine peer sends its hello right after connecting. */
     rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_now() + 5.0, ctx->in.stop);
-    uint8_t mac[32];
-    if (r == RL_IO_OK) hello_mac(ctx->secret, &h, mac);
-    if (r != RL_IO_OK || h.magic != TCP_MAGIC || !rl_ct_equal(mac, h.mac, 32) || h.to != ctx->in.rank ||
-        h.from < 0 || h.from >= ctx->in.nranks || h.nsocks < 1 || h.nsocks > ctx->nsocks || h.index < 0 ||
-        h.index >= h.nsocks || (ctx->peer_nsocks[h.from] && ctx->peer_nsocks[h.from] != h.nsocks)) {
+    if (r != RL_IO_OK ||
+        rl_tcp_check_hello(ctx->secret, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks, ctx->peer_nsocks) != 0) {
         RL_WARN(ctx->in.rank, "tcp: refused a connection that did not authenticate (%s)",
                 r == RL_IO_OK ? "bad hello" : rl_io_str(r));
         close(fd);

@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -19,9 +20,7 @@ void rl_sleep_ms(int ms) {
     }
 }
 
-long long rl_env_int(const char *name, long long def, long long lo, long long hi) {
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
+int rl_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 0);
@@ -29,19 +28,39 @@ long long rl_env_int(const char *name, long long def, long long lo, long long hi
     if (*end == 'k' || *end == 'K') mul = 1LL << 10, end++;
     else if (*end == 'm' || *end == 'M') mul = 1LL << 20, end++;
     else if (*end == 'g' || *end == 'G') mul = 1LL << 30, end++;
-    if (errno || end == s || *end || v > hi / mul || v * mul < lo) {
+    /* Bounds of v first, so that v * mul cannot overflow (a large negative number with
+     * a suffix did, e.g. "-30000000002G"). */
+    if (errno || end == s || *end || v > LLONG_MAX / mul || v < LLONG_MIN / mul) return -1;
+    v *= mul;
+    if (v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int rl_parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+long long rl_env_int(const char *name, long long def, long long lo, long long hi) {
+    const char *s = getenv(name);
+    long long v;
+    if (!s || !*s) return def;
+    if (rl_parse_int(s, lo, hi, &v) != 0) {
         RL_WARN(-1, "%s=%s is not an integer in [%lld, %lld]; using %lld", name, s, lo, hi, def);
         return def;
     }
-    return v * mul;
+    return v;
 }
 
 double rl_env_double(const char *name, double def, double lo, double hi) {
     const char *s = getenv(name);
+    double v;
     if (!s || !*s) return def;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) {
+    if (rl_parse_double(s, lo, hi, &v) != 0) {
         RL_WARN(-1, "%s=%s is not a number in [%g, %g]; using %g", name, s, lo, hi, def);
         return def;
     }

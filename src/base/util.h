@@ -19,6 +19,11 @@ void rl_sleep_ms(int ms);
  * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. */
 long long rl_env_int(const char *name, long long def, long long lo, long long hi);
 double rl_env_double(const char *name, double def, double lo, double hi);
+/* The parsers behind them (pure; fuzzed by tests/fuzz/env.c): 0 and *out in [lo, hi],
+ * or -1 when s is not an integer (decimal, 0x hex or 0 octal, optional K/M/G suffix)
+ * or a number in [lo, hi]. */
+int rl_parse_int(const char *s, long long lo, long long hi, long long *out);
+int rl_parse_double(const char *s, double lo, double hi, double *out);
 /* The deadline every wait uses: RINGLET_TIMEOUT seconds (default 300). */
 double rl_timeout_s(void);
 

@@ -1,0 +1,50 @@
+/* The TCP transport's wire format (tcp.c), with the checks of what a peer sends: here
+ * so that tests/fuzz/tcp.c runs the code the transport runs. */
+#ifndef RINGLET_TCP_H
+#define RINGLET_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define RL_TCP_MAX_SOCKS 16
+#define RL_TCP_MAGIC 0x524c5443u /* "RLTC" */
+
+/* Before every part of a message. */
+typedef struct rl_tcp_hdr {
+    uint64_t total; /* the message's length */
+    uint64_t part;  /* this part's length */
+    uint32_t magic;
+    uint32_t pad;
+} rl_tcp_hdr;
+
+/* First bytes on every socket, from the connecting side. */
+typedef struct rl_tcp_hello {
+    uint32_t magic;
+    int32_t from, to, index, nsocks;
+    uint8_t nonce[16];
+    uint8_t mac[32]; /* HMAC(secret, all of the above) */
+} rl_tcp_hello;
+
+/* What a rank publishes: where it listens, how many sockets it uses per peer. */
+typedef struct rl_tcp_blob {
+    struct sockaddr_storage addr;
+    int32_t nsocks;
+} rl_tcp_blob;
+
+enum { RL_TCP_HDR_OK = 0, RL_TCP_HDR_CORRUPT = 1, RL_TCP_HDR_LENGTH = 2 };
+/* A received part header against the part the receive expects: RL_TCP_HDR_OK, CORRUPT
+ * (not a header) or LENGTH (the peer sent a message of another length). */
+int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part);
+
+void rl_tcp_hello_mac(const uint8_t secret[32], const rl_tcp_hello *h, uint8_t out[32]);
+/* 0 when h is a genuine hello to rank `rank` of a job of nranks ranks that uses at
+ * most nsocks sockets per peer; peer_nsocks[r] (0: none yet) is what earlier hellos
+ * from rank r said. -1 otherwise. */
+int rl_tcp_check_hello(const uint8_t secret[32], const rl_tcp_hello *h, int rank, int nranks, int nsocks,
+                       const int *peer_nsocks);
+
+/* A peer's blob of bloblen bytes into *b: 0, or -1 when malformed. */
+int rl_tcp_parse_blob(const void *blob, size_t bloblen, rl_tcp_blob *b);
+
+#endif
