@@ -73,7 +73,9 @@ void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char
 ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
                                    const char *what, char *err) {
     if (!atomic_load(&c->failed)) {
-        if (code == RINGLET_ERR_REMOTE) rl_comm_fail_link(c, code, what);
+        /* A broken link or a stall may be a neighbour's view of another rank's fault,
+         * which the monitor names (a death at once, silence after RINGLET_TIMEOUT). */
+        if (code == RINGLET_ERR_REMOTE || code == RINGLET_ERR_TIMEOUT) rl_comm_fail_link(c, code, what);
         else rl_comm_fail(c, code, "%s", what);
     }
     char msg[RL_MSG_MAX];

@@ -20,14 +20,16 @@ void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt
     __attribute__((format(printf, 3, 4)));
 /* The failure that broke the communicator: its code, and (msg not NULL) its message. */
 ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
-/* A connection broke: give the monitor a moment to name the real cause (a peer's death
- * reaches every rank through rank 0 within milliseconds; the broken link may only be a
- * neighbour that aborted because of it), then fail with what is known. */
+/* A connection broke or stalled: give the monitor a moment to name the real cause (a
+ * peer's death reaches every rank through rank 0 within milliseconds, a silent peer's
+ * after RINGLET_TIMEOUT; the broken link may only be a neighbour that aborted because of
+ * it, the stalled one a neighbour waiting for the silent peer), then fail with what is
+ * known. */
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
 /* An operation failed with code (what: the local view): fails the communicator if it
- * has not failed yet (a broken link first gives the monitor a moment to name the real
- * cause), and writes "<op> #seq (count n) failed: <the communicator's cause>" to err
- * (RL_MSG_MAX). Returns the communicator's failure code. */
+ * has not failed yet (a broken link or a timeout first gives the monitor a moment to
+ * name the real cause), and writes "<op> #seq (count n) failed: <the communicator's
+ * cause>" to err (RL_MSG_MAX). Returns the communicator's failure code. */
 ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
                                    const char *what, char *err);
 

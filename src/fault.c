@@ -8,28 +8,45 @@
 
 #include "log.h"
 
-void rl_fault_from_env(rl_fault *f) {
-    memset(f, 0, sizeof *f);
-    const char *s = getenv("RINGLET_FAULT_KILL");
-    if (!s || !*s) return;
+/* Parses one variable's value into f; returns 1 when it armed a fault. */
+static int parse(rl_fault *f, const char *var, int sig) {
+    const char *s = getenv(var);
+    if (!s || !*s) return 0;
     unsigned long long seq, n;
     char dir[8];
     int used = 0;
     if (sscanf(s, "%llu:%7[a-z]:%llu%n", &seq, dir, &n, &used) != 3 || s[used] != 0 || seq == 0 ||
         (strcmp(dir, "send") != 0 && strcmp(dir, "recv") != 0)) {
-        RL_WARN(-1, "RINGLET_FAULT_KILL=%s is not <seq>:send:<n> or <seq>:recv:<n>; no fault injected", s);
-        return;
+        RL_WARN(-1, "%s=%s is not <seq>:send:<n> or <seq>:recv:<n>; no fault injected", var, s);
+        return 0;
     }
     f->dir = strcmp(dir, "send") == 0 ? RL_FAULT_SEND : RL_FAULT_RECV;
     f->seq = seq;
     f->n = (size_t)n;
+    f->sig = sig;
+    return 1;
+}
+
+void rl_fault_from_env(rl_fault *f) {
+    memset(f, 0, sizeof *f);
+    if (parse(f, "RINGLET_FAULT_KILL", SIGKILL)) {
+        if (getenv("RINGLET_FAULT_STOP") && *getenv("RINGLET_FAULT_STOP"))
+            RL_WARN(-1, "RINGLET_FAULT_KILL and RINGLET_FAULT_STOP both set: RINGLET_FAULT_STOP ignored");
+        return;
+    }
+    parse(f, "RINGLET_FAULT_STOP", SIGSTOP);
 }
 
 void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n) {
-    (void)f;
     /* Logged whatever RINGLET_DEBUG says: the test looks for this line. */
-    rl_log(RL_LOG_WARN, rank, "fault injection: SIGKILL in %s #%llu before posting %s %zu", name,
-           (unsigned long long)seq, dir == RL_FAULT_SEND ? "send" : "receive", n);
+    rl_log(RL_LOG_WARN, rank, "fault injection: %s in %s #%llu before posting %s %zu",
+           f->sig == SIGSTOP ? "SIGSTOP" : "SIGKILL", name, (unsigned long long)seq,
+           dir == RL_FAULT_SEND ? "send" : "receive", n);
+    if (f->sig == SIGSTOP) {
+        /* Every thread stops here; after SIGCONT the operation goes on where it was. */
+        kill(getpid(), SIGSTOP);
+        return;
+    }
     kill(getpid(), SIGKILL);
     for (;;) pause();
 }

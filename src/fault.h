@@ -1,8 +1,12 @@
-/* Fault injection for tests: kill this rank at a point inside an operation chosen by
- * construction, not by timing.
+/* Fault injection for tests: kill or stop this rank at a point inside an operation
+ * chosen by construction, not by timing.
  *
  *   RINGLET_FAULT_KILL=<seq>:send:<n>   SIGKILL just before operation #seq posts its
  *   RINGLET_FAULT_KILL=<seq>:recv:<n>   n-th send (receive), counting from 0
+ *   RINGLET_FAULT_STOP=...              the same syntax, SIGSTOP instead: the whole
+ *                                       process stops there (a hung peer, or the moment
+ *                                       a test cuts its link); after SIGCONT the
+ *                                       operation goes on
  *
  * Operation numbers are the communicator's sequence numbers (1 for the first call,
  * as in error messages). With send:1, only the rank's first message of that operation
@@ -20,11 +24,14 @@ typedef struct rl_fault {
     int dir;      /* RL_FAULT_*; NONE: no fault asked for */
     uint64_t seq;
     size_t n;
+    int sig;      /* SIGKILL or SIGSTOP */
 } rl_fault;
 
-/* Reads RINGLET_FAULT_KILL; a malformed value is a warning and no fault. */
+/* Reads RINGLET_FAULT_KILL (or else RINGLET_FAULT_STOP); a malformed value is a warning
+ * and no fault. */
 void rl_fault_from_env(rl_fault *f);
-/* Called before posting message n (dir) of operation seq (name for the log line). */
+/* Called before posting message n (dir) of operation seq (name for the log line): logs,
+ * then SIGKILL (never returns) or SIGSTOP (returns once continued). */
 void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n);
 /* The same, cheap enough for every message: nothing unless a fault is armed for seq. */
 static inline void rl_fault_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n) {
