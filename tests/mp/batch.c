@@ -140,7 +140,10 @@ static void queue_case(int k, case_t *c, ringlet_comm_t comm) {
     unsigned char *host = malloc(bytes > rbytes ? bytes : rbytes);
     c->result_bytes = (c->inplace ? nbuf : nr) * es;
     c->result = malloc(c->result_bytes + 1);
-    if (!host || !c->result) dev_ok("out of host memory", -1);
+    if (!host || !c->result) {
+        printf("FAIL rank %d: case %d: out of host memory\n", g_rank, k);
+        exit(1);
+    }
     fill(k, c, host, nbuf);
     dev_ok("mem_alloc", D->mem_alloc(&c->dsend, bytes));
     dev_ok("copy of the input to the device", D->memcpy_async(c->dsend, host, nbuf * es, g_stream));
