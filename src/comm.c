@@ -240,12 +240,15 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
          * for may need this core to run at all. */
         c->spin_pause = c->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 256;
         if (!c->chunk_bytes) {
-            /* Measured defaults: 256 KiB when both ring neighbours are reached over shared
-             * memory (a chunk then fits one lent slot and stays in cache), 512 KiB for the
-             * network transports. Every rank of a one-host job picks the same. */
+            /* Measured defaults: 256 KiB when the whole ring is over shared memory (a chunk
+             * then fits one lent slot and stays in cache), 512 KiB when any of it crosses a
+             * network. Every rank must pick the same (a ring step's chunks are counted from
+             * it on both ends), so a job of several hosts takes 512 KiB on every rank, also
+             * on ranks whose own two neighbours are local. */
             int tn = RL_TP_TCP, tp = RL_TP_TCP;
             char e2[RL_ERR_MAX];
-            if (nranks > 1 && rl_conn_pick_transport(c, c->next, 0, &tn, e2) == RINGLET_SUCCESS &&
+            if (nranks > 1 && c->local_size == nranks &&
+                rl_conn_pick_transport(c, c->next, 0, &tn, e2) == RINGLET_SUCCESS &&
                 rl_conn_pick_transport(c, c->prev, 0, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
                 c->chunk_bytes = 256 << 10;
             else
