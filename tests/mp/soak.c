@@ -773,6 +773,15 @@ static void note_bad(verdict_t *v, size_t j, const char *fmt_got, const char *fm
     }
 }
 
+/* An element that must match bit for bit. */
+static void check_bits(verdict_t *v, size_t j, uint64_t got, uint64_t want) {
+    if (got == want) return;
+    char g[64], e[64];
+    format_bits(v->d->dt, got, g, sizeof g);
+    format_bits(v->d->dt, want, e, sizeof e);
+    note_bad(v, j, g, e, " (bit-exact)");
+}
+
 static void close_verdict(verdict_t *v, size_t n) {
     g_stat.bytes_checked += n * dt_size[v->d->dt];
     if (!v->bad) return;
@@ -786,13 +795,7 @@ static void check_copy(const op_desc_t *d, const char *name, const unsigned char
     verdict_t v = {d, name, 0, 0, ""};
     gen_t g = gen_of(d, src);
     for (size_t j = 0; j < n; j++) {
-        uint64_t want = input_elem(&g, first + j), got = load_elem(d->dt, p, j);
-        if (got != want) {
-            char g[64], e[64];
-            format_bits(d->dt, got, g, sizeof g);
-            format_bits(d->dt, want, e, sizeof e);
-            note_bad(&v, j, g, e, " (bit-exact)");
-        }
+        check_bits(&v, j, load_elem(d->dt, p, j), input_elem(&g, first + j));
     }
     close_verdict(&v, n);
 }
@@ -895,13 +898,7 @@ static void check_reduced(const op_desc_t *d, const char *name, const unsigned c
             double s, ref = reduce_float(d, &ctx, first + j, &s);
             check_float_elem(&v, j, got, ref, s);
         } else {
-            uint64_t want = reduce_int(d, &ctx, first + j);
-            if (got != want) {
-                char g[64], e[64];
-                format_bits(d->dt, got, g, sizeof g);
-                format_bits(d->dt, want, e, sizeof e);
-                note_bad(&v, j, g, e, " (bit-exact)");
-            }
+            check_bits(&v, j, got, reduce_int(d, &ctx, first + j));
         }
     }
     close_verdict(&v, n);
