@@ -104,6 +104,7 @@ static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_req
         struct ringlet_request *send = r->kind == RL_OP_SEND ? r : partner, *recv = r->kind == RL_OP_RECV ? r : partner;
         return rl_run_p2p_pipe(c, send, recv, mem, err);
     }
+    if (rl_hier_candidate(c, r)) return rl_run_allreduce_choosing(c, r, mem, err);
     if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
     return rl_run_ring(c, r, mem, err);
 }

@@ -24,6 +24,13 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
  * same answer on every rank), and running it. */
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* The hierarchical all-reduce (hier.c): whether r may take it (an all-reduce on a job
+ * of several hosts with the same number of ranks each, by RINGLET_ALGO and size), the
+ * choice between it and the ring (measured per size class, the same on every rank),
+ * and the algorithm itself (the ring where the job has not that shape). */
+int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request *r);
+ringlet_result_t rl_run_allreduce_choosing(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* All-to-all, gather and scatter (spread.c). */
 ringlet_result_t rl_run_spread(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The calls of a group (group.c): its collectives in order, each through run_one (the

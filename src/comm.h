@@ -141,9 +141,17 @@ struct ringlet_comm {
     double timeout_s;
     size_t chunk_bytes;
     int nslots;
-    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, RL_ALGO_RING or RL_ALGO_ONESHOT */
+    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT or _HIER */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
     int oneshot_max_ranks;    /* ... and there are at most this many ranks */
+    /* The hierarchical all-reduce (hier.c): auto considers it from this many bytes; it
+     * cuts a message into slices of about this many; per size class (log2 of the bytes)
+     * the measured times (0: not yet; [0] ring, [1] hierarchical) and the choice (0: not
+     * yet, 1 ring, 2 hierarchical). */
+    size_t hier_min_bytes, hier_slice_bytes;
+#define RL_HIER_CLASSES 64
+    double hier_time[RL_HIER_CLASSES][2];
+    signed char hier_pick[RL_HIER_CLASSES];
 
     void *tctx[RL_TP_MAX];           /* transports that initialised here */
     int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */
@@ -223,6 +231,6 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->device = src->device;
 }
 
-enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2 };
+enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3 };
 
 #endif

@@ -70,7 +70,8 @@ static void fail_with(run_t *s, ringlet_result_t code, const char *msg) {
 
 static char *recv_slot(run_t *s, size_t i) {
     size_t k = i % (size_t)s->W;
-    return s->dev ? s->lane->recv_slots + k * s->slot_bytes : s->p->c->slots + k * s->p->c->chunk_bytes;
+    if (s->dev) return s->lane->recv_slots + k * s->slot_bytes;
+    return (s->p->host_slots ? s->p->host_slots : s->p->c->slots) + k * s->p->c->chunk_bytes;
 }
 
 /* Device work is not announced on the communicator's bell: a waiter that has some

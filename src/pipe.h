@@ -54,9 +54,14 @@ struct rl_pipe {
     void (*send_at)(rl_pipe *p, size_t i, const void **src, size_t *bytes);
     /* Receive i (dst NULL) is in slot: reduce it into place through p->mem. */
     void (*process)(rl_pipe *p, size_t i, const void *slot);
+    /* Host memory: the receive staging slots (nslots x chunk_bytes); NULL: the
+     * communicator's. Two exchanges that run at once need their own. */
+    char *host_slots;
     /* the algorithm's own */
     rl_geom g;
     int P, q;
+    int k0;      /* all-reduce: the first of the steps this exchange runs */
+    int avg_div; /* all-reduce with avg: the divisor at the last reduce-scatter step (0: none) */
     char *work;
 };
 
@@ -67,5 +72,16 @@ ringlet_result_t rl_pipe_run(rl_pipe *p, char *err);
 /* n exchanges at once (each on its own lane, with its own peers), to the end or the
  * first failure (then all stop). */
 ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err);
+
+/* The ring all-reduce (ring.c) as an exchange: steps [k0, k0 + nsteps) of r on a ring
+ * of P ranks where this one is at position q, with p's peers, memory and lane set by
+ * the caller. Steps 0..P-2 are the reduce-scatter (position q ends with segment q+1 of
+ * count cut in P reduced in recvbuf), P-1..2P-3 the all-gather. avg: the reduced
+ * segment is divided by avg_div at step P-2 (0: not divided here). */
+void rl_ring_allreduce_steps(rl_pipe *p, const struct ringlet_request *r, int P, int q, int k0, int nsteps,
+                             int avg_div, size_t chunk_bytes);
+void rl_ring_ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes);
+void rl_ring_ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes);
+void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot);
 
 #endif

@@ -23,10 +23,10 @@ static int mod(long long a, int p) { return (int)(((a % p) + p) % p); }
 
 static char *at(const void *buf, const rl_geom *g, size_t off) { return (char *)buf + off * g->es; }
 
-/* ---- all-reduce ---- */
+/* ---- all-reduce: steps p->k0 + i / nc (a sub-range of the steps: hier.c) ---- */
 
-static void ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
-    size_t k = i / p->g.nc, j = i % p->g.nc, off, len;
+void rl_ring_ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
+    size_t k = (size_t)p->k0 + i / p->g.nc, j = i % p->g.nc, off, len;
     int P = p->P, steps = P - 1;
     int seg = k < (size_t)steps ? mod((long long)p->q - (long long)k - 1, P) : mod((long long)p->q - (long long)(k - steps), P);
     rl_geom_chunk(&p->g, seg, j, &off, &len);
@@ -34,8 +34,8 @@ static void ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
     *dst = k < (size_t)steps ? NULL : at(p->r->recvbuf, &p->g, off);
 }
 
-static void ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
-    size_t k = i / p->g.nc, j = i % p->g.nc, off, len;
+void rl_ring_ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
+    size_t k = (size_t)p->k0 + i / p->g.nc, j = i % p->g.nc, off, len;
     int P = p->P, steps = P - 1;
     int seg = k < (size_t)steps ? mod((long long)p->q - (long long)k, P)
                                 : mod((long long)p->q + 1 - (long long)(k - steps), P);
@@ -44,15 +44,35 @@ static void ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
     *src = at(k == 0 ? p->r->sendbuf : p->r->recvbuf, &p->g, off);
 }
 
-static void ar_process(rl_pipe *p, size_t i, const void *slot) {
-    size_t k = i / p->g.nc, j = i % p->g.nc, off, len;
+void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot) {
+    size_t k = (size_t)p->k0 + i / p->g.nc, j = i % p->g.nc, off, len;
     int P = p->P;
     if (k >= (size_t)(P - 1)) return; /* all-gather: landed in place */
     int seg = mod((long long)p->q - (long long)k - 1, P);
     rl_geom_chunk(&p->g, seg, j, &off, &len);
     char *dst = at(p->r->recvbuf, &p->g, off);
     rl_mem_reduce(p->mem, dst, at(p->r->sendbuf, &p->g, off), slot, len, p->r->dtype, p->r->op);
-    if (k == (size_t)(P - 2) && p->r->op == RINGLET_AVG) rl_mem_divide(p->mem, dst, len, p->r->dtype, P);
+    if (k == (size_t)(P - 2) && p->r->op == RINGLET_AVG && p->avg_div)
+        rl_mem_divide(p->mem, dst, len, p->r->dtype, p->avg_div);
+}
+
+void rl_ring_allreduce_steps(rl_pipe *p, const struct ringlet_request *r, int P, int q, int k0, int nsteps,
+                             int avg_div, size_t chunk_bytes) {
+    p->r = r;
+    p->P = P;
+    p->q = q;
+    p->k0 = k0;
+    p->avg_div = avg_div;
+    p->g = rl_geom_make(r->count, P, ringlet_datatype_size(r->dtype), chunk_bytes, 0);
+    p->nrecv = p->nsend = (size_t)nsteps * p->g.nc;
+    p->lag = p->g.nc;
+    p->send_dep = 1;
+    /* All-gather step 0 receives segment q, which reduce-scatter step 0 sent (from
+     * recvbuf when in place): only when both halves run in this one exchange. */
+    p->recv_lag = k0 == 0 && nsteps > P - 1 ? (size_t)(P - 1) * p->g.nc : 0;
+    p->recv_at = rl_ring_ar_recv_at;
+    p->send_at = rl_ring_ar_send_at;
+    p->process = rl_ring_ar_process;
 }
 
 /* ---- reduce-scatter: partial results live in work, the last step writes recvbuf ---- */
@@ -183,15 +203,7 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
             rl_mem_copy(mem, r->recvbuf, r->sendbuf, r->count * es);
             return mem->rc ? (snprintf(err, RL_MSG_MAX, "%s", mem->err), mem->rc) : RINGLET_SUCCESS;
         }
-        p.g = rl_geom_make(r->count, P, es, cb, 0);
-        p.nrecv = p.nsend = 2 * (size_t)(P - 1) * p.g.nc;
-        p.lag = p.g.nc;
-        p.send_dep = 1;
-        /* All-gather step 0 receives segment q, which reduce-scatter step 0 sent. */
-        p.recv_lag = (size_t)(P - 1) * p.g.nc;
-        p.recv_at = ar_recv_at;
-        p.send_at = ar_send_at;
-        p.process = ar_process;
+        rl_ring_allreduce_steps(&p, r, P, c->ring_pos, 0, 2 * (P - 1), P, cb);
         break;
     case RL_OP_REDUCE_SCATTER:
         if (r->count == 0) return RINGLET_SUCCESS;
