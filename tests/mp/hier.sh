@@ -15,8 +15,9 @@
 # own local position on the next host, an edge the flat ring never has (for local position
 # 0 the flat ring sends to a rank of its own host), so the hierarchy ran.
 # Also: a 3+2 job (hosts of different sizes) with RINGLET_ALGO=hier falls back to the ring
-# and is still right; RINGLET_ALGO=auto at 2x2 measures both algorithms for the large
-# count and every rank logs the same times and the same choice; a bad RINGLET_ALGO fails
+# and is still right; RINGLET_ALGO=auto at 2x2 (with RINGLET_HIER_MIN_BYTES=65536, so that the
+# sanitizers' smaller large counts qualify) measures both algorithms for the large counts
+# and every rank logs the same times and the same choice; a bad RINGLET_ALGO fails
 # init naming the accepted values.
 # Sanitizer builds use smaller large counts. About a minute on 2 cores.
 # Exit 0 = all passed, 1 = a failure.
@@ -102,7 +103,7 @@ if run uneven 5 "RANK<3?0:1" "RINGLET_ALGO=hier RINGLET_CHUNK_SIZE=16384" --coll
 fi
 
 # auto: the large count is measured both ways; every rank logs the same choice.
-if run auto 4 "RANK/2" "RINGLET_DEBUG=INFO" --colls allreduce --quick --max-count $LARGE; then
+if run auto 4 "RANK/2" "RINGLET_DEBUG=INFO RINGLET_HIER_MIN_BYTES=65536" --colls allreduce --quick --max-count $LARGE; then
     grep "hierarchical .* (slowest rank)" "$TMP/auto.log" | sed 's/^\[[0-9]*\] ringlet\[rank [0-9]* pid [0-9]*\] INFO: //' |
         sort | uniq -c >"$TMP/auto.choices"
     nchoice=$(wc -l <"$TMP/auto.choices")
