@@ -190,7 +190,7 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
     g.dtype = RINGLET_UINT8;
     g.seq = r->seq;
     g.device = -1;
-    rl_mem host = {NULL, RINGLET_SUCCESS, ""};
+    rl_mem host = {NULL, RINGLET_SUCCESS, "", NULL};
     char e[RL_MSG_MAX] = "";
     ringlet_result_t rc = run_algorithm(c, &g, NULL, &host, e);
     if (rc) {
@@ -225,6 +225,7 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     rl_mem mem; /* not zeroed whole: its message buffer is written only on failure */
     mem.dev = NULL;
     mem.rc = RINGLET_SUCCESS;
+    mem.pool = c->pool;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV && r->kind != RL_OP_GROUP)
         rc = check_call(c, r, err);

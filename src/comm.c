@@ -16,6 +16,7 @@
 #include "log.h"
 #include "netif.h"
 #include "progress.h"
+#include "reduce_pool.h"
 #include "sha256.h"
 #include "sock.h"
 #include "stop_token.h"
@@ -104,6 +105,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
  * answer calls with an error until it is destroyed). */
 static void comm_teardown(struct ringlet_comm *c, int clean) {
     rl_progress_stop(c);
+    rl_reduce_pool_stop(c->pool); /* kept until comm_free: a call still running falls back to its own thread */
     rl_trace_close(c->trace);
     c->trace = NULL;
     if (!clean) atomic_store(&c->stop, 1);
@@ -129,6 +131,7 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
 
 static void comm_free(struct ringlet_comm *c) {
     rl_comm_free_live(c);
+    rl_reduce_pool_free(c->pool);
     pthread_mutex_destroy(&c->live_mu);
     pthread_mutex_destroy(&c->ops_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
@@ -176,6 +179,13 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
             return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
                             "init: RINGLET_TRANSPORT=%s is not a transport of this build", tname);
         }
+    }
+    int rthreads;
+    size_t rmin;
+    if (rl_reduce_pool_env(&rthreads, &rmin, err) != 0) {
+        if (t->listen_fd >= 0) close(t->listen_fd);
+        comm_free(c);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: %s", err);
     }
     ringlet_result_t rc = RINGLET_SUCCESS;
 
@@ -242,6 +252,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         /* More ranks than cores here: a waiter yields at once, since the rank it waits
          * for may need this core to run at all. */
         c->spin_pause = c->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 256;
+        c->pool = rl_reduce_pool_new(rank, rthreads, c->local_size, rmin, c->spin_s);
         if (!c->chunk_bytes) {
             /* Measured defaults: 256 KiB when the whole ring is over shared memory (a chunk
              * then fits one lent slot and stays in cache), 512 KiB when any of it crosses a

@@ -196,6 +196,7 @@ struct ringlet_comm {
     size_t temp_size;
     char *temp2;      /* grown on demand: the scaled input of a pre-multiplied sum */
     size_t temp2_size;
+    struct rl_reduce_pool *pool; /* RINGLET_REDUCE_THREADS (reduce_pool.h), or NULL: one thread reduces */
     int init_device;  /* the device layer's current device at init, or -1 */
     pthread_mutex_t ops_mu;
     rl_userop userops[RL_MAX_USER_OPS];

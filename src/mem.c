@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "reduce.h"
+#include "reduce_pool.h"
 
 static void failed(rl_mem *m, const char *what) {
     if (m->rc) return;
@@ -13,7 +14,7 @@ static void failed(rl_mem *m, const char *what) {
 void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                    ringlet_op_t op) {
     if (!m->dev) {
-        rl_reduce_host(dst, a, b, n, dt, op);
+        rl_pool_reduce(m->pool, dst, a, b, n, dt, op);
     } else if (n && m->dev->d->reduce(dst, a, b, n, dt, op, m->dev->s_recv) != RL_DEV_OK) {
         failed(m, "reduction kernel");
     }
@@ -42,7 +43,7 @@ ringlet_result_t rl_mem_fence(struct ringlet_comm *c, rl_mem *m, char *err) {
 
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (!m->dev) {
-        rl_divide_host(buf, n, dt, divisor);
+        rl_pool_divide(m->pool, buf, n, dt, divisor);
     } else if (n && divisor > 1 && m->dev->d->divide(buf, n, dt, divisor, m->dev->s_recv) != RL_DEV_OK) {
         failed(m, "division kernel");
     }

@@ -12,10 +12,12 @@ typedef struct rl_mem {
     struct rl_devcomm *dev; /* NULL: host memory */
     ringlet_result_t rc;    /* the first enqueue that failed (device), else success */
     char err[RL_MSG_MAX];
+    struct rl_reduce_pool *pool; /* host: the communicator's reduction threads (NULL: this thread alone) */
 } rl_mem;
 
 /* dst = a op b over n elements (avg reduces as a sum), buf /= divisor, dst = src.
- * Device: operands are device memory or pinned staging memory. */
+ * Device: operands are device memory or pinned staging memory. Host: reduce and divide
+ * are split over m->pool's threads when large enough (reduce_pool.h). */
 void rl_mem_reduce(rl_mem *m, void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                    ringlet_op_t op);
 void rl_mem_divide(rl_mem *m, void *buf, size_t n, ringlet_datatype_t dt, int divisor);

@@ -21,6 +21,11 @@
 # P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
 # large count too); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
 # still spans many chunks.
+# Reduction threads (POOLPLAN below), over tcp when it is in TRANSPORTS: the reducing
+# collectives with RINGLET_REDUCE_THREADS=3 (forced: more threads than a 2-core machine has),
+# P = 2 at the default chunks, P = 3 with 64 KiB chunks and RINGLET_REDUCE_MIN_BYTES=4096 (every
+# chunk split three ways at odd offsets); sanitizer builds with their small chunks and
+# RINGLET_REDUCE_MIN_BYTES=1024.
 # Integers are checked bit-exact, floats within the bound stated at the top of
 # collectives.c, min/max exactly; nothing outside a result may be written.
 # Sanitizer builds (SANITIZE set, as `make test SANITIZE=...` does): L = 262147, every P
@@ -82,6 +87,16 @@ else
 5|$SENV RINGLET_ALGO=oneshot|$LARGE
 8|$SENV|$LARGE"
     TIMEOUT=1800
+fi
+
+# Reduction threads: P|environment|arguments, as PLAN, over tcp.
+RCOLLS="--colls allreduce,reduce,reduce_scatter"
+if [ -z "$SAN" ]; then
+    POOLPLAN="2|RINGLET_REDUCE_THREADS=3|$RCOLLS
+3|RINGLET_REDUCE_THREADS=3 RINGLET_REDUCE_MIN_BYTES=4096 RINGLET_CHUNK_SIZE=65536|$RCOLLS"
+else
+    POOLPLAN="2|$SENV RINGLET_REDUCE_THREADS=3 RINGLET_REDUCE_MIN_BYTES=1024|$LARGE $RCOLLS
+3|$SENV RINGLET_REDUCE_THREADS=3 RINGLET_REDUCE_MIN_BYTES=1024|$LARGE $RCOLLS"
 fi
 
 # Device memory: P|environment|arguments, as PLAN.
@@ -152,6 +167,11 @@ run_plan() {
                 grep -q "over cuda_ipc (device buffers)" "$TMP/err" || why="device buffers did not go over cuda_ipc"
             fi
         fi
+        # With reduction threads, every rank must have split a reduction (else the run tested nothing new).
+        if [[ "$envs" == *RINGLET_REDUCE_THREADS=* ]] &&
+            [ "$(grep -cE 'INFO: reduction threads: [0-9]+ workers started' "$TMP/err")" != "$P" ]; then
+            why="the reduction threads did not start on every rank"
+        fi
         if [ "$rc" = 0 ] && [ "$good" = "$P" ] && [ -z "$why" ]; then
             echo "ok:   $name: ${cases:-?} cases per rank, $((dt / 1000)).$((dt % 1000 / 100)) s"
         else
@@ -167,6 +187,7 @@ run_plan() {
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
         for tr in $TRANSPORTS; do run_plan "$tr" "" "" "$PLAN"; done
+        [[ " $TRANSPORTS " == *" tcp "* ]] && run_plan tcp "" "" "$POOLPLAN"
     elif [ "$DEVICE" != none ]; then
         for tr in $DTRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "--memory device" "$DPLAN"; done
         [[ " $DTRANSPORTS " == *" ipc "* ]] && run_plan ipc "RINGLET_DEVICE=$DEVICE" "" "$IPCPLAN"

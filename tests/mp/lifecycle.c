@@ -1,8 +1,11 @@
 /* Communicators come and go without leaking, and abort works from another thread.
  *
- *   lifecycle --cycles N --aborts M [--memory host|device]
+ *   lifecycle --cycles N --aborts M [--memory host|device] [--count C] [--reduce-workers W]
  *       N init/destroy cycles, then M init/abort/destroy cycles, each with one all-reduce
- *       (so that every transport connects); before (after one warm-up cycle) and after:
+ *       of C int32 (default 256; so that every transport connects); with --reduce-workers,
+ *       W threads named ringlet-reduce must be running after each all-reduce (the
+ *       communicator's reduction threads started; RINGLET_REDUCE_THREADS=W+1 and C large
+ *       enough to split). Before (after one warm-up cycle) and after:
  *       open descriptors, threads, /dev/shm segments of this process, memory mappings
  *       must be the same, and the resident set may grow by at most 16 MiB (the
  *       allocator keeps some). Prints the figures.
@@ -34,6 +37,7 @@
 #include "ringlet.h"
 
 static int g_rank, g_failed;
+static long g_count = 256, g_workers = -1; /* --count, --reduce-workers (-1: not checked) */
 static char g_dir[96] = "/tmp"; /* the abort cycles' handshake files */
 static const rl_device_ops *D;
 
@@ -51,6 +55,22 @@ static long count_dir(const char *path, const char *prefix) {
     struct dirent *e;
     while (d && (e = readdir(d)))
         if (e->d_name[0] != '.' && (!prefix || !strncmp(e->d_name, prefix, strlen(prefix)))) n++;
+    if (d) closedir(d);
+    return n;
+}
+/* Threads of this process whose name starts with name. */
+static long count_named(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    long n = 0;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f)) n += !strncmp(comm, name, strlen(name));
+        if (f) fclose(f);
+    }
     if (d) closedir(d);
     return n;
 }
@@ -88,21 +108,27 @@ static int cycle(int abort_it, int k) {
     if (ringlet_comm_init_env(&c)) return FAIL("cycle %d: init: %s", k, ringlet_comm_last_error(NULL)), 1;
     int size = 0;
     ringlet_comm_size(c, &size);
-    int32_t h[256], *buf = h;
-    for (int i = 0; i < 256; i++) h[i] = i + k + g_rank;
+    size_t hbytes = (size_t)g_count * sizeof(int32_t);
+    int32_t *h = malloc(hbytes), *buf = h;
+    if (!h) return FAIL("cycle %d: out of memory", k), 1;
+    for (long i = 0; i < g_count; i++) h[i] = (int32_t)(i + k + g_rank);
     void *dbuf = NULL;
     if (D) {
-        if (D->mem_alloc(&dbuf, sizeof h) != RL_DEV_OK || D->memcpy_async(dbuf, h, sizeof h, NULL) != RL_DEV_OK)
-            return FAIL("cycle %d: device memory: %s", k, rl_dev_error()), 1;
+        if (D->mem_alloc(&dbuf, hbytes) != RL_DEV_OK || D->memcpy_async(dbuf, h, hbytes, NULL) != RL_DEV_OK)
+            return free(h), FAIL("cycle %d: device memory: %s", k, rl_dev_error()), 1;
         buf = dbuf;
     }
-    ringlet_result_t rc = ringlet_allreduce(buf, buf, 256, RINGLET_INT32, RINGLET_SUM, c, D ? RINGLET_STREAM_DEFAULT : NULL);
+    ringlet_result_t rc =
+        ringlet_allreduce(buf, buf, (size_t)g_count, RINGLET_INT32, RINGLET_SUM, c, D ? RINGLET_STREAM_DEFAULT : NULL);
     if (D && !rc) {
-        if (D->memcpy_async(h, dbuf, sizeof h, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK) rc = RINGLET_ERR_CUDA;
+        if (D->memcpy_async(h, dbuf, hbytes, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK) rc = RINGLET_ERR_CUDA;
     }
     int bad = 0;
-    for (int i = 0; i < 256 && !rc; i++) bad += h[i] != size * (i + k) + size * (size - 1) / 2;
+    for (long i = 0; i < g_count && !rc; i++) bad += h[i] != (int32_t)(size * (i + k) + size * (size - 1) / 2);
+    free(h);
     if (rc || bad) FAIL("cycle %d: allreduce: %s, %d wrong", k, rc ? ringlet_comm_last_error(c) : "ok", bad);
+    long workers = g_workers >= 0 ? count_named("ringlet-reduce") : -1;
+    if (workers != g_workers) FAIL("cycle %d: %ld reduction threads running, wanted %ld", k, workers, g_workers);
     if (abort_it) {
         /* Aborts only once every rank's all-reduce has returned (this rank's last message
          * may still be on its way when its own returns): a file per rank and cycle. */
@@ -192,15 +218,18 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--cycles") && i + 1 < argc) ncycles = atol(argv[++i]);
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--reduce-workers") && i + 1 < argc) g_workers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
             if (!strcmp(argv[++i], "device") && !(D = rl_device()))
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
-            return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] | --abort-thread | "
-                                   "--abort-init\n"),
+            return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
+                                   "[--reduce-workers W] | --abort-thread | --abort-init\n"),
                    2;
         }
     }
+    if (g_count < 1) return fprintf(stderr, "lifecycle: --count must be at least 1\n"), 2;
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (abort_thread) {

@@ -4,7 +4,9 @@
 #   - LIFECYCLE_CYCLES init/destroy and LIFECYCLE_ABORTS init/abort/destroy cycles in one
 #     process per rank (default 1000 and 200; 50 and 20 in sanitizer builds), each with an
 #     all-reduce: descriptors, threads, /dev/shm segments and mappings unchanged, RSS
-#     within 16 MiB; again on simulated device memory (as many cycles);
+#     within 16 MiB; again on simulated device memory (as many cycles); again over TCP with
+#     reduction threads (RINGLET_REDUCE_THREADS=3, an all-reduce of 1 MiB that splits; a fifth
+#     as many cycles): the two workers must run in every cycle and be gone after it;
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed);
 #   - inits stopped from another thread through a stop token (rank 0 waiting for a rank
@@ -39,6 +41,9 @@ one() { # label env... -- args...
 one "host memory: $N init/destroy, $M init/abort cycles" "$RUN" -n 2 --timeout 900 "$PROG" --cycles "$N" --aborts "$M"
 one "simulated device memory: $N init/destroy, $M init/abort cycles" RINGLET_DEVICE=sim \
     "$RUN" -n 2 --timeout 900 "$PROG" --cycles "$N" --aborts "$M" --memory device
+one "reduction threads over tcp: $((N / 5)) init/destroy, $((M / 5)) init/abort cycles" RINGLET_TRANSPORT=tcp \
+    RINGLET_REDUCE_THREADS=3 "$RUN" -n 2 --timeout 900 "$PROG" --cycles $((N / 5)) --aborts $((M / 5)) --count 262144 \
+    --reduce-workers 2
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
     echo "ok:   inits stopped through a stop token"
