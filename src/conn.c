@@ -3,6 +3,8 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "util.h"
+#include "wait.h"
 
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
     const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
@@ -46,7 +48,8 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
                   : ops->accept(c->tctx[tp], peer, &slot->h, err);
         if (rc) return rc;
         slot->tp = ops;
-        if (ops->progress) atomic_store(&c->polled, 1);
+        if (ops->progress)
+            atomic_fetch_or(&c->polled, RL_POLLED_TP(tp) | (ops->park ? RL_POLLED_ON_DEMAND : RL_POLLED_ALWAYS));
         RL_INFO(c->rank, "%s rank %d over %s%s", send ? "sending to" : "receiving from", peer, ops->name,
                 dev_table ? " (device buffers)" : "");
     }
@@ -63,6 +66,16 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
 }
 
 void rl_conn_close_all(struct ringlet_comm *c) {
+    /* An abort from another thread: a call may still be running on its caller's thread,
+     * polling the transports. stop is set, so it ends within a poll slice; let it leave
+     * (1 s at most) before the connections and the transports go. */
+    for (double until = rl_now() + 1.0;;) {
+        pthread_mutex_lock(&c->q_mu);
+        int busy = c->running;
+        pthread_mutex_unlock(&c->q_mu);
+        if (!busy || rl_now() > until) break;
+        rl_sleep_ms(1);
+    }
     rl_conn *tables[4] = {c->send_conns, c->recv_conns, c->send_conns_dev, c->recv_conns_dev};
     for (int t = 0; t < 4; t++)
         for (int p = 0; p < c->nranks && tables[t]; p++) {

@@ -13,36 +13,49 @@ void rl_comm_notify(void *arg) {
 unsigned rl_comm_gen(struct ringlet_comm *c) { return atomic_load(&atomic_load(&c->ev)->gen); }
 
 int rl_comm_progress(struct ringlet_comm *c) {
-    if (!atomic_load_explicit(&c->polled, memory_order_relaxed)) return 0;
+    int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
+    if (!polled) return 0;
     int moved = 0;
     for (int i = 0; i < RL_TP_MAX; i++)
-        if (c->tctx[i] && rl_transports[i]->progress) moved |= rl_transports[i]->progress(c->tctx[i]);
+        if ((polled & RL_POLLED_TP(i)) && c->tctx[i]) moved |= rl_transports[i]->progress(c->tctx[i]);
     return moved;
 }
 
 /* For rl_bell_wait: anything to do now (moved, or device work to poll) means no sleep. */
-static int comm_poll(void *c) { return rl_comm_progress(c) != 0; }
+static int comm_poll(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
+
+/* Before sleeping: transports with threads take over what only polling would move. */
+static void comm_park(struct ringlet_comm *c, int polled) {
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
+}
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
     rl_bell *b = atomic_load(&c->ev);
-    if (atomic_load_explicit(&c->polled, memory_order_relaxed)) {
+    int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
+    if (polled) {
         /* A peer process answers within microseconds; sleeping and being woken costs
-         * more than that, so poll for a while first (yielding: ranks may share cores). */
+         * more than that, so poll for a while first (yielding: ranks may share cores).
+         * Only a threadless transport, or one that says polling moves something now
+         * (RL_PROGRESS_POLL), is worth it: the others ring the bell. */
+        int always = polled & RL_POLLED_ALWAYS;
+        /* The first rounds in a pause loop (a reply often comes within a microsecond,
+         * and a yield is a system call), then yield the core; the clock is read only
+         * every 64 rounds. A TCP poll is a system call itself: no pause rounds then. */
+        unsigned pause = always ? c->spin_pause : 0;
         double until = 0;
         int busy = 0;
         for (unsigned n = 0;; n++) {
             int p = rl_comm_progress(c);
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
-            /* The first rounds in a pause loop (a reply often comes within a
-             * microsecond, and a yield is a system call), then yield the core; the
-             * clock is read only every 64 rounds. */
-            if (n < c->spin_pause) {
+            if (!always && !(p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) break;
+            if (n < pause) {
                 rl_cpu_relax();
                 continue;
             }
             sched_yield();
-            if (n % 64 == 0) {
+            if ((n - pause) % 64 == 0) {
                 double now = rl_now();
                 if (until == 0) until = now + c->spin_s;
                 else if (now > until) break;
@@ -55,6 +68,7 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
             nanosleep(&ts, NULL);
             return;
         }
+        if (polled & RL_POLLED_ON_DEMAND) comm_park(c, polled);
     }
     rl_bell_wait(b, gen, ms, comm_poll, c);
 }

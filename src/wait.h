@@ -7,6 +7,14 @@
 
 #include "comm.h"
 
+/* Bits of comm->polled: a connection exists over a transport without threads (shm: a
+ * waiter polls it for a while before it sleeps), or over one whose threads do all the
+ * work but whose progress takes some sooner (TCP: polled while it says
+ * RL_PROGRESS_POLL, parked before the waiter sleeps); and RL_POLLED_TP(id) for each
+ * transport with a progress op that has a connection (only those are polled). */
+enum { RL_POLLED_ALWAYS = 1, RL_POLLED_ON_DEMAND = 2 };
+#define RL_POLLED_TP(id) (4 << (id))
+
 /* Wakes waiters (transport completions, finished operations); arg is the comm. */
 void rl_comm_notify(void *comm);
 /* The wake-up counter's value: read it before checking for work, then wait with it. */

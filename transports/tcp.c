@@ -8,6 +8,16 @@
  * header carrying the message's total length, so a receive posted with another length
  * fails on both sides instead of corrupting data.
  *
+ * Small messages skip the thread (one part of at most TCP_INLINE_MAX bytes, on a socket
+ * whose thread has nothing queued or under way): the posting thread sends it with one
+ * non-blocking sendmsg (the thread sends whatever the socket buffer did not take), and a
+ * receive is tried at once, then read by whoever waits on the communicator (progress(),
+ * polled as shared memory is), so a reply costs no thread switch. A socket has one owner
+ * at a time, decided under its mutex: its thread (a part queued or under way) or the
+ * pollers (the one receive in inl). A later message on that socket, or a waiter about to
+ * sleep (park()), hands that receive to the thread, which goes on where the pollers
+ * stopped and rings the bell when done.
+ *
  * Connection set-up: the connecting side sends a hello per socket (its rank, the
  * target rank, the socket index, a nonce and an HMAC-SHA256 of all that under the job
  * secret); the listening side drops anything else. Connect never waits for the peer's
@@ -20,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -32,12 +44,15 @@
 #define TCP_MAX_SOCKS RL_TCP_MAX_SOCKS
 #define TCP_MIN_PART (64 * 1024)
 #define TCP_MAGIC RL_TCP_MAGIC
+#define TCP_INLINE_MAX (64 * 1024) /* largest message the posting or waiting thread moves itself */
 
 struct tcp_part {
     struct tcp_part *next;
     rl_treq *req;
     char *ptr;
     size_t len;
+    size_t done;    /* bytes of header and payload moved so far */
+    rl_tcp_hdr hdr; /* the header sent, or as received */
 };
 
 struct tcp_conn;
@@ -49,7 +64,12 @@ struct tcp_sock {
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* Under mu: the thread's queue, whether it moves a part now, and the receive the
+     * pollers own (only while the queue is empty and the thread idle; read without mu
+     * to skip sockets that have none). */
     struct tcp_part *head, *tail;
+    int busy;
+    _Atomic(struct tcp_part *) inl;
     atomic_int quit; /* written under mu, read without it by conn_stopped */
 };
 
@@ -62,6 +82,9 @@ struct tcp_ctx {
     int bufsize;
     int *pending_fds; /* [peer * nsocks + index]: accepted, not yet claimed */
     int *peer_nsocks; /* [peer]: sockets the peer's connection uses (from its hellos), 0 = none yet */
+    pthread_mutex_t mu;      /* guards conns; taken before a socket's mu */
+    struct tcp_conn *conns;  /* receiving connections: where pollers look */
+    atomic_int ninl;         /* sockets with a receive in inl */
 };
 
 struct tcp_conn {
@@ -69,6 +92,7 @@ struct tcp_conn {
     int peer, is_send, nsocks;
     uint64_t nmsgs; /* posted messages; only the posting thread touches it */
     atomic_int broken;
+    struct tcp_conn *next; /* in ctx->conns */
     struct tcp_sock socks[TCP_MAX_SOCKS];
 };
 
@@ -106,47 +130,95 @@ static int conn_stopped(struct tcp_conn *c, struct tcp_sock *s) {
     return atomic_load(c->ctx->in.stop) || atomic_load(&c->broken) || atomic_load(&s->quit);
 }
 
-static void part_finish(struct tcp_conn *c, struct tcp_part *p) {
-    if (rl_treq_part_done(p->req) && c->ctx->in.notify) c->ctx->in.notify(c->ctx->in.notify_arg);
+static void notify(struct tcp_conn *c) {
+    if (c->ctx->in.notify) c->ctx->in.notify(c->ctx->in.notify_arg);
 }
 
-/* Moves one part through the socket; returns 0 or fails the request and breaks the
- * connection. */
-static int part_io(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
+/* The part's last use: its request may be reused at once. */
+static void part_finish(struct tcp_conn *c, struct tcp_part *p) {
+    if (rl_treq_part_done(p->req)) notify(c);
+}
+
+/* Fails p's request (r: why) and breaks the connection: the stream is out of step. */
+static void part_fail(struct tcp_conn *c, struct tcp_part *p, rl_io_t r, int err) {
     const char *dir = c->is_send ? "send to" : "receive from";
-    rl_tcp_hdr h = {p->req->len, p->len, TCP_MAGIC, 0};
-    /* Waits here are bounded by the communicator: it sets *stop on timeout or failure. */
-    const double forever = 1e300;
-    rl_io_t r;
-    const atomic_int *stop = c->ctx->in.stop;
-    if (c->is_send) {
-        r = rl_sock_send_all(s->fd, &h, sizeof h, forever, stop);
-        if (r == RL_IO_OK) r = rl_sock_send_all(s->fd, p->ptr, p->len, forever, stop);
-    } else {
-        rl_tcp_hdr got;
-        r = rl_sock_recv_all(s->fd, &got, sizeof got, forever, stop);
-        int verdict = r == RL_IO_OK ? rl_tcp_check_hdr(&got, h.total, h.part) : RL_TCP_HDR_OK;
-        if (verdict != RL_TCP_HDR_OK) {
-            if (verdict == RL_TCP_HDR_CORRUPT)
-                rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: corrupt stream (bad part header)", dir, c->peer);
-            else
-                rl_treq_fail(p->req, RINGLET_ERR_INVALID_USAGE,
-                             "receive from rank %d: the peer sent a message of %llu bytes, this rank expected %llu",
-                             c->peer, (unsigned long long)got.total, (unsigned long long)h.total);
-            atomic_store(&c->broken, 1);
-            return -1;
-        }
-        if (r == RL_IO_OK) r = rl_sock_recv_all(s->fd, p->ptr, p->len, forever, stop);
-    }
-    if (r == RL_IO_OK) return 0;
     if (r == RL_IO_STOPPED)
         rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: stopped (communicator failed or aborted)", dir, c->peer);
     else
         rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: %s%s%s", dir, c->peer, rl_io_str(r),
-                     r == RL_IO_ERR ? ": " : "", r == RL_IO_ERR ? strerror(errno) : "");
+                     r == RL_IO_ERR ? ": " : "", r == RL_IO_ERR ? strerror(err) : "");
     atomic_store(&c->broken, 1);
-    if (c->ctx->in.notify) c->ctx->in.notify(c->ctx->in.notify_arg);
-    return -1;
+    notify(c);
+}
+
+/* A received header against the receive posted; 0 (failed, connection broken) or 1. */
+static int hdr_ok(struct tcp_conn *c, struct tcp_part *p) {
+    int verdict = rl_tcp_check_hdr(&p->hdr, p->req->len, p->len);
+    if (verdict == RL_TCP_HDR_OK) return 1;
+    if (verdict == RL_TCP_HDR_CORRUPT)
+        rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "receive from rank %d: corrupt stream (bad part header)", c->peer);
+    else
+        rl_treq_fail(p->req, RINGLET_ERR_INVALID_USAGE,
+                     "receive from rank %d: the peer sent a message of %llu bytes, this rank expected %llu", c->peer,
+                     (unsigned long long)p->hdr.total, (unsigned long long)p->req->len);
+    atomic_store(&c->broken, 1);
+    notify(c);
+    return 0;
+}
+
+enum { STEP_DONE, STEP_AGAIN, STEP_FAILED };
+
+/* Moves as much of part p (header, then payload) as the socket takes or has now, never
+ * blocking: one system call for both while both fit. A receive may read payload before
+ * it checks the header; on a mismatch the request fails and the connection is broken,
+ * so those bytes are never taken for data. */
+static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
+    const size_t H = sizeof p->hdr;
+    while (p->done < H + p->len) {
+        struct iovec iov[2];
+        size_t n = 0, off = p->done < H ? 0 : p->done - H;
+        if (p->done < H) iov[n++] = (struct iovec){(char *)&p->hdr + p->done, H - p->done};
+        if (off < p->len) iov[n++] = (struct iovec){p->ptr + off, p->len - off};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = n};
+        ssize_t got = c->is_send ? sendmsg(s->fd, &m, MSG_NOSIGNAL) : recvmsg(s->fd, &m, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return STEP_AGAIN;
+        if (got <= 0) {
+            int e = got < 0 ? errno : 0;
+            part_fail(c, p, got == 0 || e == ECONNRESET || e == EPIPE ? RL_IO_EOF : RL_IO_ERR, e);
+            return STEP_FAILED;
+        }
+        size_t before = p->done;
+        p->done += (size_t)got;
+        if (!c->is_send && before < H && p->done >= H && !hdr_ok(c, p)) return STEP_FAILED;
+    }
+    return STEP_DONE;
+}
+
+/* The thread's way: steps, sleeping in poll while the socket is not ready. Waits are
+ * bounded by the communicator: it sets *stop on timeout or failure. */
+static void part_run(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
+    while (part_step(c, s, p) == STEP_AGAIN) {
+        if (atomic_load(c->ctx->in.stop)) {
+            part_fail(c, p, RL_IO_STOPPED, 0);
+            return;
+        }
+        struct pollfd pf = {s->fd, c->is_send ? POLLOUT : POLLIN, 0};
+        poll(&pf, 1, 100);
+    }
+}
+
+/* Hands the pollers' receive to the thread (caller holds s->mu). It goes first: it was
+ * posted before anything queued behind it. */
+static void inline_to_thread(struct tcp_sock *s) {
+    struct tcp_part *p = atomic_load_explicit(&s->inl, memory_order_relaxed);
+    if (!p) return;
+    atomic_store(&s->inl, NULL);
+    atomic_fetch_sub(&s->conn->ctx->ninl, 1);
+    p->next = s->head;
+    s->head = p;
+    if (!s->tail) s->tail = p;
+    pthread_cond_signal(&s->cv);
 }
 
 static void *sock_thread(void *arg) {
@@ -154,23 +226,21 @@ static void *sock_thread(void *arg) {
     struct tcp_conn *c = s->conn;
     for (;;) {
         pthread_mutex_lock(&s->mu);
+        s->busy = 0;
         while (!s->head && !atomic_load(&s->quit)) pthread_cond_wait(&s->cv, &s->mu);
         struct tcp_part *p = s->head;
         if (p) {
             s->head = p->next;
             if (!s->head) s->tail = NULL;
         }
-        int quit = atomic_load(&s->quit);
+        s->busy = p != NULL;
         pthread_mutex_unlock(&s->mu);
-        if (!p) {
-            if (quit) break;
-            continue;
-        }
+        if (!p) break; /* quit, nothing left */
         if (conn_stopped(c, s))
             rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: connection no longer usable",
                          c->is_send ? "send to" : "receive from", c->peer);
         else
-            part_io(c, s, p);
+            part_run(c, s, p);
         part_finish(c, p);
     }
     return NULL;
@@ -213,6 +283,7 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
         return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
     }
     for (size_t i = 0; i < (size_t)in->nranks * (size_t)ctx->nsocks; i++) ctx->pending_fds[i] = -1;
+    pthread_mutex_init(&ctx->mu, NULL);
     rl_tcp_blob b;
     memset(&b, 0, sizeof b);
     b.addr = ctx->addr;
@@ -246,17 +317,32 @@ static ringlet_result_t conn_start(struct tcp_conn *c, char *err) {
         }
         s->started = 1;
     }
+    if (!c->is_send) {
+        pthread_mutex_lock(&c->ctx->mu);
+        c->next = c->ctx->conns;
+        c->ctx->conns = c;
+        pthread_mutex_unlock(&c->ctx->mu);
+    }
     return RINGLET_SUCCESS;
 }
 
 static void tcp_close(void *connp) {
     struct tcp_conn *c = connp;
     if (!c) return;
+    /* Out of the pollers' sight first (they walk the list under ctx->mu). */
+    pthread_mutex_lock(&c->ctx->mu);
+    for (struct tcp_conn **q = &c->ctx->conns; *q; q = &(*q)->next)
+        if (*q == c) {
+            *q = c->next;
+            break;
+        }
+    pthread_mutex_unlock(&c->ctx->mu);
     for (int i = 0; i < c->nsocks; i++) {
         struct tcp_sock *s = &c->socks[i];
         if (s->started) {
             pthread_mutex_lock(&s->mu);
             atomic_store(&s->quit, 1);
+            inline_to_thread(s); /* which fails it, as everything still queued */
             pthread_cond_signal(&s->cv);
             pthread_mutex_unlock(&s->mu);
             pthread_join(s->thread, NULL);
@@ -367,14 +453,28 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
     return RINGLET_SUCCESS;
 }
 
-static void enqueue(struct tcp_sock *s, struct tcp_part *p) {
+/* Posts part p on socket s. small: the message is this one part, small enough that the
+ * caller may move it itself, which it does when the socket is idle; the rest (a send
+ * the socket buffer did not take whole) or anything else goes to the thread, behind
+ * whatever it has, and a receive the pollers hold goes to it first. */
+static void post_part(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p, int small) {
     p->next = NULL;
     pthread_mutex_lock(&s->mu);
-    if (s->tail) s->tail->next = p;
-    else s->head = p;
-    s->tail = p;
-    pthread_cond_signal(&s->cv);
+    int mine = small && !s->head && !s->busy && !atomic_load_explicit(&s->inl, memory_order_relaxed) &&
+               !conn_stopped(c, s);
+    int r = mine ? part_step(c, s, p) : STEP_AGAIN;
+    if (r == STEP_AGAIN && mine && !c->is_send) {
+        atomic_store(&s->inl, p); /* the waiters read the rest */
+        atomic_fetch_add(&c->ctx->ninl, 1);
+    } else if (r == STEP_AGAIN) {
+        inline_to_thread(s);
+        if (s->tail) s->tail->next = p;
+        else s->head = p;
+        s->tail = p;
+        pthread_cond_signal(&s->cv);
+    }
     pthread_mutex_unlock(&s->mu);
+    if (r != STEP_AGAIN) part_finish(c, p);
 }
 
 static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *req) {
@@ -396,9 +496,12 @@ static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *re
         parts[i].req = req;
         parts[i].ptr = (char *)buf + off;
         parts[i].len = n;
+        parts[i].done = 0;
+        parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, 0};
         off += n;
     }
-    for (int i = 0; i < nparts; i++) enqueue(&c->socks[(first + i) % c->nsocks], &parts[i]);
+    int small = nparts == 1 && len <= TCP_INLINE_MAX;
+    for (int i = 0; i < nparts; i++) post_part(c, &c->socks[(first + i) % c->nsocks], &parts[i], small);
     return RINGLET_SUCCESS;
 }
 
@@ -420,6 +523,57 @@ static ringlet_result_t tcp_reg_mr(void *ctx, void *buf, size_t len, void **mr, 
 
 static void tcp_dereg_mr(void *ctx, void *mr) { (void)ctx, (void)mr; }
 
+/* A poller's turn at socket s's receive, if it has one and nobody else holds the
+ * socket: RL_PROGRESS_MOVED when the receive ended (done or failed). */
+static int sock_poll(struct tcp_conn *c, struct tcp_sock *s) {
+    if (!atomic_load_explicit(&s->inl, memory_order_relaxed) || pthread_mutex_trylock(&s->mu) != 0) return 0;
+    struct tcp_part *p = atomic_load_explicit(&s->inl, memory_order_relaxed);
+    int r = STEP_AGAIN;
+    if (p && atomic_load(c->ctx->in.stop)) {
+        part_fail(c, p, RL_IO_STOPPED, 0);
+        r = STEP_FAILED;
+    } else if (p) {
+        r = part_step(c, s, p);
+    }
+    if (r != STEP_AGAIN) {
+        atomic_store(&s->inl, NULL);
+        atomic_fetch_sub(&c->ctx->ninl, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r == STEP_AGAIN) return 0;
+    part_finish(c, p);
+    return RL_PROGRESS_MOVED;
+}
+
+/* Reads the receives the pollers hold; RL_PROGRESS_POLL while some are left. */
+static int tcp_progress(void *ctxp) {
+    struct tcp_ctx *ctx = ctxp;
+    if (!atomic_load_explicit(&ctx->ninl, memory_order_relaxed)) return 0;
+    int moved = 0;
+    if (pthread_mutex_trylock(&ctx->mu) == 0) { /* else another thread polls them now */
+        for (struct tcp_conn *c = ctx->conns; c; c = c->next)
+            for (int i = 0; i < c->nsocks; i++) moved |= sock_poll(c, &c->socks[i]);
+        pthread_mutex_unlock(&ctx->mu);
+    }
+    return moved | (atomic_load_explicit(&ctx->ninl, memory_order_relaxed) ? RL_PROGRESS_POLL : 0);
+}
+
+/* A waiter is going to sleep: the threads take the receives over, and ring the bell. */
+static void tcp_park(void *ctxp) {
+    struct tcp_ctx *ctx = ctxp;
+    if (!atomic_load_explicit(&ctx->ninl, memory_order_relaxed)) return;
+    pthread_mutex_lock(&ctx->mu);
+    for (struct tcp_conn *c = ctx->conns; c; c = c->next)
+        for (int i = 0; i < c->nsocks; i++) {
+            struct tcp_sock *s = &c->socks[i];
+            if (!atomic_load_explicit(&s->inl, memory_order_relaxed)) continue;
+            pthread_mutex_lock(&s->mu);
+            inline_to_thread(s);
+            pthread_mutex_unlock(&s->mu);
+        }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
 static void tcp_fini(void *ctxp) {
     struct tcp_ctx *ctx = ctxp;
     if (!ctx) return;
@@ -428,6 +582,7 @@ static void tcp_fini(void *ctxp) {
     free(ctx->pending_fds);
     free(ctx->peer_nsocks);
     close(ctx->lfd);
+    pthread_mutex_destroy(&ctx->mu);
     free(ctx);
 }
 
@@ -442,4 +597,6 @@ const rl_transport_ops rl_transport_tcp = {
     .dereg_mr = tcp_dereg_mr,
     .close = tcp_close,
     .fini = tcp_fini,
+    .progress = tcp_progress,
+    .park = tcp_park,
 };

@@ -17,6 +17,9 @@
  *   (shared memory): whoever waits on such a transport's requests calls it. Such a
  *   transport wakes a peer process that may be waiting by ringing its doorbell
  *   (rl_transport_init's peer_bell) when it hands the peer data or room.
+ *   A transport with threads may have progress too, with park (TCP): progress then
+ *   moves what a polling waiter can take sooner than a thread would (a small receive,
+ *   without a thread switch), and park hands that back to the threads.
  *
  * Deadlines and failures: a transport stops waiting as soon as *stop (owned by the
  * communicator) becomes non-zero, and fails the request; the communicator sets it when
@@ -96,11 +99,16 @@ typedef struct rl_transport_ops {
     void (*dereg_mr)(void *ctx, void *mr);
     void (*close)(void *conn);
     void (*fini)(void *ctx);
-    /* Optional (NULL for transports with their own threads). progress returns
+    /* Optional (NULL for transports whose threads do everything; see park). progress returns
      * RL_PROGRESS_MOVED when it moved anything, | RL_PROGRESS_BUSY while it has device
      * work under way whose end only its own polling sees (call again soon rather than
      * sleep); it is safe from any thread. */
     int (*progress)(void *ctx);
+    /* Optional, with progress, for a transport whose threads can finish every request
+     * (and then call notify): progress returns RL_PROGRESS_POLL while it holds work
+     * that only polling moves (a waiter spins only then), and park, called by a waiter
+     * before it sleeps, hands all such work to the threads. Safe from any thread. */
+    void (*park)(void *ctx);
     /* Optional: receive without a copy. Done, req->mapped points at the message inside
      * the transport's own memory (a shared-memory slot), valid until release(conn, req);
      * an algorithm reduces straight from it. Releases come in posting order. Returns
@@ -114,7 +122,7 @@ typedef struct rl_transport_ops {
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
 } rl_transport_ops;
 
-enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2 };
+enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4 };
 
 /* Done (1) or running (0). */
 static inline int rl_treq_done(rl_treq *r) { return atomic_load_explicit(&r->pending, memory_order_acquire) == 0; }

@@ -1,0 +1,234 @@
+/* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
+ * mixed with large ones that the socket threads move, on the same connections.
+ *
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large]
+ *
+ * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
+ * receives from the previous one. A round is a list of messages, the same on every
+ * rank (from the seed): sizes from 0 bytes to past a 1 MiB point-to-point piece, mostly
+ * small, some just under, at and over the transport's 64 KiB inline limit. A round posts
+ * every receive, then every send, non-blocking, and waits for them in a shuffled order
+ * (polling with test for some); so small receives are read by waiters, and a large
+ * message posted behind a small receive takes that receive over to the socket thread.
+ * In some rounds the senders sleep a few milliseconds first, so that receivers give up
+ * spinning and hand their receives to the threads; other rounds use the blocking calls;
+ * between rounds an 8-byte and a 300 KB all-reduce share the connections. Every byte is
+ * checked, and the guard bytes after each receive buffer must be untouched.
+ *
+ * --mismatch (2 ranks): after the rounds, rank 0 sends a message of one length and rank
+ * 1 receives another (small: 100 and 200 bytes, under the inline limit; large: 300000
+ * and 200000 bytes, the socket thread's way). Rank 1's receive must fail with
+ * RINGLET_ERR_INVALID_USAGE saying both lengths and naming rank 0; rank 1 then destroys
+ * its communicator, and rank 0's next receive from rank 1 must fail naming rank 1.
+ *
+ * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ringlet.h"
+
+#define GUARD 64
+#define MAX_MSGS 24
+
+static int g_rank, g_P;
+static uint64_t g_seed = 20261125;
+static long g_checks, g_failed;
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) {                                                                                                 \
+            g_failed++;                                                                                                \
+            printf("FAIL rank %d: ", g_rank);                                                                          \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Byte i of the message msg of round k that rank `from` sends. */
+static unsigned char byte_at(int k, int msg, int from, size_t i) {
+    uint64_t h = mix(g_seed ^ ((uint64_t)k << 40) ^ ((uint64_t)msg << 32) ^ ((uint64_t)from << 24));
+    return (unsigned char)(mix(h + i / 8) >> (8 * (i % 8)));
+}
+
+/* Message sizes: mostly small, some at the inline limit's edges, some large. */
+static size_t pick_size(uint64_t r) {
+    static const size_t edge[] = {0, 1, 8, 24, 4095, 4096, 65535, 65536, 65537, 131072, 300001, (1u << 20) + 3};
+    switch (r % 8) {
+    case 0: return edge[(r >> 8) % (sizeof edge / sizeof edge[0])];
+    case 1: return 65536 + (r >> 8) % 200000; /* over the limit */
+    default: return (r >> 8) % 2048;          /* small */
+    }
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void check_recv(const unsigned char *buf, size_t n, int k, int msg, int from, const char *how) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != byte_at(k, msg, from, i) && !bad++) first = i;
+    CHECK(!bad, "round %d message %d (%zu bytes, %s) from rank %d: %zu bytes wrong, the first at %zu", k, msg, n, how,
+          from, bad, first);
+    int guard_ok = 1;
+    for (size_t i = 0; i < GUARD; i++) guard_ok &= buf[n + i] == 0xA5;
+    CHECK(guard_ok, "round %d message %d (%zu bytes) from rank %d: written past the end", k, msg, n, from);
+}
+
+/* One round: n messages to next, n from prev. */
+static void round_run(ringlet_comm_t comm, int k) {
+    int next = (g_rank + 1) % g_P, prev = (g_rank + g_P - 1) % g_P;
+    uint64_t r = mix(g_seed * 977 + (uint64_t)k);
+    int n = 1 + (int)(r % MAX_MSGS), mode = (int)((r >> 8) % 4); /* 0, 1: non-blocking; 2: senders late; 3: blocking */
+    size_t len[MAX_MSGS];
+    unsigned char *sbuf[MAX_MSGS], *rbuf[MAX_MSGS];
+    for (int m = 0; m < n; m++) {
+        len[m] = pick_size(mix(r + (uint64_t)m + 1));
+        sbuf[m] = malloc(len[m] + 1);
+        rbuf[m] = malloc(len[m] + GUARD);
+        if (!sbuf[m] || !rbuf[m]) {
+            printf("FAIL rank %d: out of memory\n", g_rank);
+            exit(1);
+        }
+        for (size_t i = 0; i < len[m]; i++) sbuf[m][i] = byte_at(k, m, g_rank, i);
+        memset(rbuf[m], 0x5A, len[m]);
+        memset(rbuf[m] + len[m], 0xA5, GUARD);
+    }
+    if (mode == 3) {
+        /* Blocking, in ring order: even ranks send first (with P = 2 and odd P as well,
+         * the last rank breaks the cycle by receiving first). */
+        int send_first = g_rank % 2 == 0 && !(g_P % 2 == 1 && g_rank == g_P - 1);
+        for (int m = 0; m < n; m++) {
+            ringlet_result_t a, b;
+            if (send_first) {
+                a = ringlet_send(sbuf[m], len[m], RINGLET_UINT8, next, comm, NULL);
+                b = ringlet_recv(rbuf[m], len[m], RINGLET_UINT8, prev, comm, NULL);
+            } else {
+                b = ringlet_recv(rbuf[m], len[m], RINGLET_UINT8, prev, comm, NULL);
+                a = ringlet_send(sbuf[m], len[m], RINGLET_UINT8, next, comm, NULL);
+            }
+            CHECK(!a && !b, "round %d message %d: blocking send/recv: %s", k, m, ringlet_comm_last_error(comm));
+            if (!b) check_recv(rbuf[m], len[m], k, m, prev, "blocking");
+        }
+    } else {
+        ringlet_request_t rq[MAX_MSGS], sq[MAX_MSGS];
+        for (int m = 0; m < n; m++) {
+            ringlet_result_t rc = ringlet_irecv(rbuf[m], len[m], RINGLET_UINT8, prev, comm, NULL, &rq[m]);
+            CHECK(!rc, "round %d: irecv %d: %s", k, m, ringlet_comm_last_error(comm));
+            if (rc) exit(1);
+        }
+        if (mode == 2) sleep_ms(2 + (int)(r >> 16) % 5); /* receivers spin out and park */
+        for (int m = 0; m < n; m++) {
+            ringlet_result_t rc = ringlet_isend(sbuf[m], len[m], RINGLET_UINT8, next, comm, NULL, &sq[m]);
+            CHECK(!rc, "round %d: isend %d: %s", k, m, ringlet_comm_last_error(comm));
+            if (rc) exit(1);
+        }
+        /* Receives in a shuffled order; every third one polled with test. */
+        int order[MAX_MSGS];
+        for (int m = 0; m < n; m++) order[m] = m;
+        for (int m = n - 1; m > 0; m--) {
+            int j = (int)(mix(r + 1000 + (uint64_t)m) % (uint64_t)(m + 1)), t = order[m];
+            order[m] = order[j], order[j] = t;
+        }
+        for (int i = 0; i < n; i++) {
+            int m = order[i];
+            ringlet_result_t rc;
+            if (i % 3 == 2) {
+                int done = 0;
+                while (!(rc = ringlet_test(&rq[m], &done)) && !done) {
+                }
+            } else {
+                rc = ringlet_wait(&rq[m]);
+            }
+            CHECK(!rc, "round %d: receive %d (%zu bytes) from rank %d: %s", k, m, len[m], prev,
+                  ringlet_comm_last_error(comm));
+            if (!rc) check_recv(rbuf[m], len[m], k, m, prev, mode == 2 ? "late sender" : "non-blocking");
+        }
+        for (int m = 0; m < n; m++) {
+            ringlet_result_t rc = ringlet_wait(&sq[m]);
+            CHECK(!rc, "round %d: send %d: %s", k, m, ringlet_comm_last_error(comm));
+        }
+    }
+    for (int m = 0; m < n; m++) free(sbuf[m]), free(rbuf[m]);
+
+    /* Collectives on the same connections: 8 bytes (the latency path), then 300 KB. */
+    static const size_t counts[2] = {2, 75001};
+    for (int i = 0; i < 2; i++) {
+        size_t cnt = counts[i];
+        int32_t *in = malloc(cnt * sizeof *in), *out = malloc(cnt * sizeof *out);
+        if (!in || !out) exit(1);
+        for (size_t j = 0; j < cnt; j++) in[j] = (int32_t)((j * 7 + (size_t)k) % 1000) + g_rank;
+        ringlet_result_t rc = ringlet_allreduce(in, out, cnt, RINGLET_INT32, RINGLET_SUM, comm, NULL);
+        size_t bad = 0;
+        for (size_t j = 0; !rc && j < cnt; j++)
+            bad += out[j] != (int32_t)(g_P * ((j * 7 + (size_t)k) % 1000) + g_P * (g_P - 1) / 2);
+        CHECK(!rc && !bad, "round %d: all-reduce of %zu int32: %s, %zu wrong", k, cnt,
+              rc ? ringlet_comm_last_error(comm) : "ok", bad);
+        free(in), free(out);
+    }
+}
+
+/* Rank 0 sends slen bytes, rank 1 receives rlen. */
+static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen) {
+    unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) + 1);
+    if (!buf) exit(1);
+    if (g_rank == 0) {
+        ringlet_result_t rc = ringlet_send(buf, slen, RINGLET_UINT8, 1, *comm, NULL);
+        /* The bytes may well have left before rank 1 looked: success or an error both do. */
+        printf("tcp_inline: rank 0: send of %zu bytes: %s\n", slen, rc ? ringlet_comm_last_error(*comm) : "ok");
+        rc = ringlet_recv(buf, 1, RINGLET_UINT8, 1, *comm, NULL);
+        const char *m = ringlet_comm_last_error(*comm);
+        CHECK(rc != RINGLET_SUCCESS && strstr(m, "rank 1"), "receive from rank 1 after its failure: %s (%s)",
+              ringlet_strerror(rc), rc ? m : "succeeded");
+        printf("tcp_inline: rank 0: after the mismatch: %s\n", m);
+    } else if (g_rank == 1) {
+        ringlet_result_t rc = ringlet_recv(buf, rlen, RINGLET_UINT8, 0, *comm, NULL);
+        const char *m = ringlet_comm_last_error(*comm);
+        char want[128];
+        snprintf(want, sizeof want, "sent a message of %zu bytes, this rank expected %zu", slen, rlen);
+        CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(m, want) && strstr(m, "rank 0"),
+              "receive of %zu bytes when rank 0 sent %zu: %s: %s", rlen, slen, ringlet_strerror(rc), m);
+        printf("tcp_inline: rank 1: mismatch: %s\n", m);
+        ringlet_comm_destroy(*comm); /* rank 0 waits for a message that never comes */
+        *comm = NULL;
+    }
+    free(buf);
+}
+
+int main(int argc, char **argv) {
+    int rounds = 40;
+    const char *mm = "none";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
+        else if (!strcmp(argv[i], "--mismatch")) mm = argv[i + 1];
+        else return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large]\n"), 2;
+    }
+    ringlet_comm_t comm;
+    if (ringlet_comm_init_env(&comm)) {
+        printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL));
+        return 1;
+    }
+    ringlet_comm_rank(comm, &g_rank);
+    ringlet_comm_size(comm, &g_P);
+    if (g_P >= 2)
+        for (int k = 0; k < rounds; k++) round_run(comm, k);
+    if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200);
+    else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000);
+    if (comm) ringlet_comm_destroy(comm);
+    printf("tcp_inline: rank %d of %d: %ld checks, %ld failed\n", g_rank, g_P, g_checks, g_failed);
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# TCP small messages moved by the calling threads, mixed with large ones on the same
+# connections (tests/mp/tcp_inline.c), every byte checked: P = 2; P = 3 with 3 sockets per
+# peer; P = 2 with RINGLET_SPIN_US=0 (waiters hand their receives to the socket threads at
+# once); and a length mismatch on the inline path (100 / 200 bytes) and on the thread's
+# (300000 / 200000): the receiver fails naming both lengths and the sender, the sender's
+# next receive fails naming the receiver. Exit 0 = passed, 1 = failed.
+set -u
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/ringlet-run"
+PROG="$BUILD/tests/mp/tcp_inline"
+for f in "$RUN" "$PROG"; do [ -x "$f" ] || { echo "FAIL: $f not found (build first)"; exit 1; }; done
+ROUNDS=40
+case "${SANITIZE:-}" in *thread*) ROUNDS=12 ;; esac
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-tcp-inline.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+one() { # name P args... (environment before the name)
+    local name=$1 P=$2 rc n
+    shift 2
+    RINGLET_TRANSPORT=tcp RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} "$RUN" -n "$P" --timeout 300 --grace 30 "$PROG" \
+        --rounds "$ROUNDS" "$@" >"$TMP/out" 2>&1
+    rc=$?
+    n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
+    if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
+        echo "ok:   $name: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank"
+        grep -E 'mismatch:|after the mismatch' "$TMP/out" | sed 's/^/      /'
+    else
+        fails=$((fails + 1))
+        echo "FAIL: $name: launcher exit status $rc, $n of $P ranks passed"
+        tail -n 30 "$TMP/out"
+    fi
+}
+one "P=2" 2 --seed 1
+RINGLET_NSOCKS_PERPEER=3 one "P=3, 3 sockets per peer" 3 --seed 2
+RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
+one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
+one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
+[ $fails = 0 ] && { echo "tcp_inline: all passed"; exit 0; }
+echo "tcp_inline: $fails failed"
+exit 1
