@@ -8,6 +8,7 @@
 #   perf/cluster.sh down  [-n name]
 #   perf/cluster.sh bench [-r rate] [-d delay] [-s size] [-H "2 4"] [-p ranks-per-host] [-i iters] [-w warmup]
 #                         [-m mtu] [-t seconds]
+#   perf/cluster.sh rsh   host command...
 #
 # The network. Host i (0 <= i < H) is the namespace <name>-h<i>; its one interface cl0 has
 # 10.214.0.(i+1)/24 and is one end of a veth pair whose other end, h<i>, is a port of the bridge
@@ -66,7 +67,16 @@
 # bytes per MTU-sized IP packet, plus a 14-byte Ethernet header): 95.6% of R at MTU 1500. bench
 # prints both and the share of R.
 #
-# Needs root, ip and tc (iproute2), network namespaces, veth, bridge and (for -r) tbf.
+# rsh is a stand-in for ssh that launchers such as Open MPI's (--mca plm_rsh_agent "perf/cluster.sh rsh")
+# call as "agent host command...": host is a cluster host's namespace name (<name>-h<i>); the command
+# words are joined with spaces and run by sh -c in that namespace, as ssh runs them on a remote host,
+# in a UTS namespace of its own whose hostname is the host's name (the hosts share this machine's
+# hostname otherwise, and Open MPI names its shared-memory files after the hostname: ranks of two
+# hosts would collide). Exit status: the command's; 2 on a usage error. perf/compare --cluster uses
+# it (and runs mpirun itself in host 0's namespace, with that hostname, so that the daemons reach it).
+#
+# Needs root, ip and tc (iproute2), network namespaces, veth, bridge and (for -r) tbf; rsh needs
+# unshare (util-linux).
 # tests/mp/cluster.sh (in make test) uses up / run / down; nothing runs bench but a person.
 set -u
 
@@ -79,7 +89,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 usage() {
     echo usage: >&2
-    sed -n '5,10s/^# \{0,1\}//p' "$SELF" >&2
+    sed -n '5,11s/^# \{0,1\}//p' "$SELF" >&2
     exit 2
 }
 die() {
@@ -541,8 +551,21 @@ cmd_bench() {
     printf '%s\n' "${rows[@]}"
 }
 
+# ------------------------------------------------------------------------------------------- rsh
+cmd_rsh() {
+    local host=${1:-}
+    [ $# -ge 2 ] || bad "rsh: usage: perf/cluster.sh rsh host command..."
+    shift
+    [[ "$host" =~ ^${NS_PREFIX}[A-Za-z0-9_]*-h[0-9]+$ ]] || bad "rsh: $host is not a cluster host (<name>-h<i>)"
+    need_root
+    [ -e "/run/netns/$host" ] || die "rsh: no host $host (perf/cluster.sh up ...)"
+    command -v unshare >/dev/null 2>&1 || die "rsh: no 'unshare' command (install util-linux)"
+    # shellcheck disable=SC2016  # expanded by the inner sh
+    exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" || exit 1; eval "$2"' rsh "$host" "$*"
+}
+
 case "${1:-}" in
-up | down | run | show | bench)
+up | down | run | show | bench | rsh)
     cmd=$1
     shift
     "cmd_$cmd" "$@"
