@@ -39,6 +39,10 @@
 #                    Gloo on CUDA tensors, at 2 and 4 ranks, 64 MiB (the goals' table)
 #   ipc-bench        perf/ipc_bench.sh: cuda_ipc busbw against the memory floors at 2 and 4
 #                    ranks, and the 8-byte latency, with and without MPS
+#   tcp-bench        perf/compare on the machine's cores (not the GPU): ringlet over TCP (its
+#                    reduction threads on by default) against PyTorch's Gloo, Gloo and Open MPI
+#                    TCP at 2 and 4 ranks, 64 MiB, and the 8-byte latency (issue 16's 16-core goal:
+#                    ringlet-tcp >= 3x PyTorch's Gloo); needs the peers (scripts/peer-kit.sh)
 #   host-suite       make test (the CI suite; its device tests run over the simulator there)
 # and closes with a summary table.
 #
@@ -252,6 +256,8 @@ if [ $bench = 1 ]; then
         record device-bench SKIP 0 "SKIP: no GPU"
         record ipc-bench SKIP 0 "SKIP: no GPU"
     fi
+    run_step tcp-bench 900 '^## |^(64 MiB|8 B lat)|^(2|4) +(64 MiB|8 B lat)|missing:' env BUILD="$BUILD" RANKS="2 4" SIZES=64M \
+        TRANSPORTS=tcp PEERS="gloo-torch gloo mpi-tcp" PASSES=3 OUT="$GB/tcp_compare" bash perf/compare
 fi
 
 # ---- host suite ----
