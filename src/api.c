@@ -191,7 +191,10 @@ static ringlet_result_t complete(struct ringlet_request **req) {
 ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "test: request is NULL");
     if (!done) return rl_error((*req)->comm, RINGLET_ERR_INVALID_ARGUMENT, "test: done is NULL");
+    struct ringlet_comm *c = (*req)->comm;
+    atomic_fetch_add(&c->waiters, 1);
     *done = request_done(*req);
+    atomic_fetch_sub(&c->waiters, 1);
     return *done ? complete(req) : RINGLET_SUCCESS;
 }
 
@@ -199,9 +202,13 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "wait: request is NULL");
     struct ringlet_request *r = *req;
     struct ringlet_comm *c = r->comm;
+    atomic_fetch_add(&c->waiters, 1);
     for (;;) {
         unsigned gen = rl_comm_gen(c);
-        if (request_done(r)) return complete(req);
+        if (request_done(r)) {
+            atomic_fetch_sub(&c->waiters, 1);
+            return complete(req);
+        }
         /* Collectives have their deadline inside the progress thread; a posted
          * point-to-point message has its own here. */
         if (atomic_load(&r->posted) && rl_now() - r->posted_at > c->timeout_s) {

@@ -189,6 +189,8 @@ struct ringlet_comm {
     uint64_t check_seq; /* RINGLET_CHECK: collectives checked so far (sends and receives, which only
                          * some ranks call, are not counted), the number in the fingerprint */
     int running; /* an operation is being run (progress thread, or inline by the caller) */
+    atomic_int waiters; /* threads in ringlet_test / ringlet_wait: they poll the transports,
+                         * so an abort's teardown lets them leave before closing those */
     uint64_t seq;
 
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */

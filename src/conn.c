@@ -67,11 +67,12 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
 
 void rl_conn_close_all(struct ringlet_comm *c) {
     /* An abort from another thread: a call may still be running on its caller's thread,
-     * polling the transports. stop is set, so it ends within a poll slice; let it leave
-     * (1 s at most) before the connections and the transports go. */
+     * or a thread wait or test on a request, polling the transports. stop is set, so they
+     * end within a poll slice; let them leave (1 s at most) before the connections and
+     * the transports go. */
     for (double until = rl_now() + 1.0;;) {
         pthread_mutex_lock(&c->q_mu);
-        int busy = c->running;
+        int busy = c->running || atomic_load(&c->waiters);
         pthread_mutex_unlock(&c->q_mu);
         if (!busy || rl_now() > until) break;
         rl_sleep_ms(1);

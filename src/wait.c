@@ -30,6 +30,11 @@ static void comm_park(struct ringlet_comm *c, int polled) {
         if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
 }
 
+void rl_comm_park(struct ringlet_comm *c) {
+    int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
+    if (polled & RL_POLLED_ON_DEMAND) comm_park(c, polled);
+}
+
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
     rl_bell *b = atomic_load(&c->ev);
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);

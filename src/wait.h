@@ -15,6 +15,10 @@
 enum { RL_POLLED_ALWAYS = 1, RL_POLLED_ON_DEMAND = 2 };
 #define RL_POLLED_TP(id) (4 << (id))
 
+/* Hands what only polling would move (a small TCP receive) to the transports' threads:
+ * for a request posted with nobody to wait on it soon (an irecv the progress thread
+ * posted), so that it completes even while no thread polls this communicator. */
+void rl_comm_park(struct ringlet_comm *c);
 /* Wakes waiters (transport completions, finished operations); arg is the comm. */
 void rl_comm_notify(void *comm);
 /* The wake-up counter's value: read it before checking for work, then wait with it. */

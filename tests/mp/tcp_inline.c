@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large] [--two-comms 0|1]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -20,6 +20,15 @@
  * and 200000 bytes, the socket thread's way). Rank 1's receive must fail with
  * RINGLET_ERR_INVALID_USAGE saying both lengths and naming rank 0; rank 1 then destroys
  * its communicator, and rank 0's next receive from rank 1 must fail naming rank 1.
+ *
+ * --two-comms 1 (2 ranks), before the rounds: rank 0 posts a 64 KiB irecv from rank 1
+ * on the world communicator, then joins an all-reduce on a second one (a split) and only
+ * then waits for the receive; rank 1 sends those 64 KiB with a blocking send first, then
+ * joins the all-reduce. No thread of rank 0 polls the world communicator meanwhile, so
+ * the receive must be read by its socket thread: where the socket buffers hold less than
+ * the message (tcp_inline.sh runs this in a network namespace whose TCP buffers are 4 KiB),
+ * a receive left for pollers would stall rank 1's send, and both ranks would wait until
+ * RINGLET_TIMEOUT.
  *
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
@@ -181,6 +190,42 @@ static void round_run(ringlet_comm_t comm, int k) {
     }
 }
 
+/* --two-comms: a receive posted on one communicator, completed while its owner is busy
+ * on another. */
+static void two_comms(ringlet_comm_t comm) {
+    const size_t n = 65536;
+    ringlet_comm_t other;
+    ringlet_result_t rc = ringlet_comm_split(comm, 0, g_rank, &other);
+    CHECK(!rc, "split: %s", ringlet_comm_last_error(comm));
+    if (rc) return;
+    unsigned char *buf = malloc(n + GUARD);
+    if (!buf) exit(1);
+    int32_t one = g_rank + 1, sum = 0;
+    if (g_rank == 0) {
+        memset(buf, 0x5A, n);
+        memset(buf + n, 0xA5, GUARD);
+        ringlet_request_t rq;
+        rc = ringlet_irecv(buf, n, RINGLET_UINT8, 1, comm, NULL, &rq);
+        CHECK(!rc, "two comms: irecv: %s", ringlet_comm_last_error(comm));
+        if (rc) exit(1);
+        rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
+        CHECK(!rc && sum == 3, "two comms: all-reduce on the second communicator: %s, sum %d",
+              rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
+        rc = ringlet_wait(&rq);
+        CHECK(!rc, "two comms: the receive: %s", ringlet_comm_last_error(comm));
+        if (!rc) check_recv(buf, n, -1, 0, 1, "two communicators");
+    } else if (g_rank == 1) {
+        for (size_t i = 0; i < n; i++) buf[i] = byte_at(-1, 0, 1, i);
+        rc = ringlet_send(buf, n, RINGLET_UINT8, 0, comm, NULL);
+        CHECK(!rc, "two comms: send: %s", ringlet_comm_last_error(comm));
+        rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
+        CHECK(!rc && sum == 3, "two comms: all-reduce on the second communicator: %s, sum %d",
+              rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
+    }
+    free(buf);
+    ringlet_comm_destroy(other);
+}
+
 /* Rank 0 sends slen bytes, rank 1 receives rlen. */
 static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen) {
     unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) + 1);
@@ -209,13 +254,17 @@ static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = 40;
+    int rounds = 40, two = 0;
     const char *mm = "none";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--mismatch")) mm = argv[i + 1];
-        else return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large]\n"), 2;
+        else if (!strcmp(argv[i], "--two-comms")) two = atoi(argv[i + 1]);
+        else
+            return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large] "
+                                   "[--two-comms 0|1]\n"),
+                   2;
     }
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm)) {
@@ -224,6 +273,7 @@ int main(int argc, char **argv) {
     }
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
+    if (two && g_P == 2) two_comms(comm);
     if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);
     if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200);

@@ -4,7 +4,11 @@
 # peer; P = 2 with RINGLET_SPIN_US=0 (waiters hand their receives to the socket threads at
 # once); and a length mismatch on the inline path (100 / 200 bytes) and on the thread's
 # (300000 / 200000): the receiver fails naming both lengths and the sender, the sender's
-# next receive fails naming the receiver. Exit 0 = passed, 1 = failed.
+# next receive fails naming the receiver. As root, also --two-comms (an irecv on one
+# communicator completed while its owner blocks on another) in a network namespace whose
+# TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
+# socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
+# Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/ringlet-run"
@@ -15,11 +19,11 @@ case "${SANITIZE:-}" in *thread*) ROUNDS=12 ;; esac
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-tcp-inline.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 fails=0
-one() { # name P args... (environment before the name)
+one() { # name P args... (environment before the name; WRAP: a command to run the launcher in)
     local name=$1 P=$2 rc n
     shift 2
-    RINGLET_TRANSPORT=tcp RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} "$RUN" -n "$P" --timeout 300 --grace 30 "$PROG" \
-        --rounds "$ROUNDS" "$@" >"$TMP/out" 2>&1
+    RINGLET_TRANSPORT=tcp RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} ${WRAP:-} "$RUN" -n "$P" --timeout 300 --grace 30 \
+        "$PROG" --rounds "$ROUNDS" "$@" >"$TMP/out" 2>&1
     rc=$?
     n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
     if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
@@ -36,6 +40,18 @@ RINGLET_NSOCKS_PERPEER=3 one "P=3, 3 sockets per peer" 3 --seed 2
 RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
+if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
+    cat >"$TMP/smallbuf" <<'EOF2'
+#!/usr/bin/env bash
+# runs "$@" in a new network namespace with loopback up and 4 KiB TCP buffers
+ip link set lo up && sysctl -q -w net.ipv4.tcp_rmem="4096 4096 4096" net.ipv4.tcp_wmem="4096 4096 4096" && exec "$@"
+EOF2
+    chmod +x "$TMP/smallbuf"
+    WRAP="unshare -n $TMP/smallbuf" \
+        ROUNDS=2 RINGLET_TIMEOUT=20 one "P=2, two communicators, 4 KiB TCP buffers" 2 --seed 6 --two-comms 1
+else
+    echo "skip: P=2, two communicators (needs root and unshare -n for 4 KiB TCP buffers)"
+fi
 [ $fails = 0 ] && { echo "tcp_inline: all passed"; exit 0; }
 echo "tcp_inline: $fails failed"
 exit 1
