@@ -9,8 +9,8 @@
  * fails on both sides instead of corrupting data.
  *
  * Small messages skip the thread (one part of at most TCP_INLINE_MAX bytes, on a socket
- * whose thread has nothing queued or under way): the posting thread sends it with one
- * non-blocking sendmsg (the thread sends whatever the socket buffer did not take), and a
+ * whose thread has nothing queued or under way): the posting thread sends it with
+ * non-blocking sendmsg calls (the thread sends whatever the socket buffer did not take), and a
  * receive is tried at once, then read by whoever waits on the communicator (progress(),
  * polled as shared memory is), so a reply costs no thread switch. A socket has one owner
  * at a time, decided under its mutex: its thread (a part queued or under way) or the
