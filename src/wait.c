@@ -24,15 +24,11 @@ int rl_comm_progress(struct ringlet_comm *c) {
 /* For rl_bell_wait: anything to do now (moved, or device work to poll) means no sleep. */
 static int comm_poll(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
 
-/* Before sleeping: transports with threads take over what only polling would move. */
-static void comm_park(struct ringlet_comm *c, int polled) {
-    for (int i = 0; i < RL_TP_MAX; i++)
-        if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
-}
-
 void rl_comm_park(struct ringlet_comm *c) {
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
-    if (polled & RL_POLLED_ON_DEMAND) comm_park(c, polled);
+    if (!(polled & RL_POLLED_ON_DEMAND)) return;
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
 }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
@@ -73,7 +69,7 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
             nanosleep(&ts, NULL);
             return;
         }
-        if (polled & RL_POLLED_ON_DEMAND) comm_park(c, polled);
+        rl_comm_park(c); /* before sleeping: the threads take over what only polling moves */
     }
     rl_bell_wait(b, gen, ms, comm_poll, c);
 }
