@@ -12,7 +12,17 @@
  *      buf[i] = f(buf[i]);
  *   4. launch: alignment, vector width, grid size;
  *   5. the C entry points, which map (dtype, op) onto the templates;
- *   6. rl_stream_wait_flag, rl_stream_write_flag; rl_reduce_device_many (many sources, one launch).
+ *   6. rl_stream_wait_flag, rl_stream_write_flag; rl_reduce_device_many (many sources, one launch);
+ *   7. rl_cuda_load_kernels: every kernel above loaded at once.
+ *
+ * Launching
+ *
+ *   Every launch goes through cudaLaunchKernel and returns what it returned: the status
+ *   of that launch only. cudaGetLastError would also return an error an earlier call
+ *   left on the thread (cudaErrorNotReady from an event query, for one) and fail a
+ *   launch that went well. The same code path, with Go::load set, loads a kernel
+ *   instead of launching it (cudaFuncGetAttributes), so that rl_cuda_load_kernels loads
+ *   exactly the kernels the launchers can pick.
  *
  * Vectorisation
  *
@@ -56,6 +66,20 @@ namespace {
 constexpr int kThreads = 256; /* threads per block */
 constexpr int kUnroll = 2;    /* 16-byte groups of each input in flight per thread */
 constexpr int kVecBytes = 16;
+
+/* Where a launcher's kernel goes: launched on stream, or only loaded (load). */
+struct Go {
+    cudaStream_t stream;
+    bool load;
+};
+
+/* Loads kernel into the current context (what its first launch would do under lazy
+ * loading, which can wait for the whole device). */
+template <typename K>
+cudaError_t load_kernel(K *kernel) {
+    cudaFuncAttributes attr;
+    return cudaFuncGetAttributes(&attr, reinterpret_cast<const void *>(kernel));
+}
 
 /* ------------------------------------------------------------------------------
  * 1. Data types
@@ -297,9 +321,10 @@ cudaError_t sm_count(int dev, int *count) {
 }
 
 template <typename D, int Bytes, bool Unary, typename F>
-int launch_span(void *dst, const void *a, const void *b, Span s, F f, cudaStream_t stream) {
+int launch_span(void *dst, const void *a, const void *b, Span s, F f, const Go &go) {
     using Bits = typename D::Bits;
     void (*const kernel)(Bits *, const Bits *, const Bits *, Span, F) = map_kernel<D, Bytes, Unary, F>;
+    if (go.load) return static_cast<int>(load_kernel(kernel));
     static std::atomic<int> full_grid[kMaxCachedDevices]; /* per device, for this kernel */
 
     int dev = 0;
@@ -321,16 +346,24 @@ int launch_span(void *dst, const void *a, const void *b, Span s, F f, cudaStream
     if (s.tail > work) work = s.tail;
     const size_t wanted = (work + kThreads - 1) / kThreads;
     const unsigned blocks = static_cast<unsigned>(wanted < static_cast<size_t>(cap) ? wanted : static_cast<size_t>(cap));
-    kernel<<<blocks, kThreads, 0, stream>>>(static_cast<Bits *>(dst), static_cast<const Bits *>(a),
-                                            static_cast<const Bits *>(b), s, f);
-    return static_cast<int>(cudaGetLastError());
+    Bits *pd = static_cast<Bits *>(dst);
+    const Bits *pa = static_cast<const Bits *>(a), *pb = static_cast<const Bits *>(b);
+    void *args[] = {&pd, &pa, &pb, &s, &f};
+    return static_cast<int>(
+        cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(kThreads), args, 0, go.stream));
 }
 
 /* dst[i] = f(a[i], b[i]) (or f(a[i]) when Unary; b is then ignored) for i < n. */
 template <typename D, bool Unary, typename F>
-int launch(void *dst, const void *a, const void *b, size_t n, F f, cudaStream_t stream) {
+int launch(void *dst, const void *a, const void *b, size_t n, F f, const Go &go) {
     using Bits = typename D::Bits;
     constexpr size_t kSize = sizeof(Bits);
+    if (go.load) {
+        /* Both widths: which one a call takes depends on its pointers. */
+        Span none = {0, 0, 0};
+        int err = launch_span<D, kVecBytes, Unary>(dst, a, b, none, f, go);
+        return err ? err : launch_span<D, static_cast<int>(kSize), Unary>(dst, a, b, none, f, go);
+    }
     if (n == 0) return cudaSuccess;
     const uintptr_t pd = reinterpret_cast<uintptr_t>(dst), pa = reinterpret_cast<uintptr_t>(a);
     const uintptr_t pb = Unary ? pd : reinterpret_cast<uintptr_t>(b);
@@ -343,11 +376,11 @@ int launch(void *dst, const void *a, const void *b, size_t n, F f, cudaStream_t 
         if (s.head > n) s.head = n;
         s.ngroups = (n - s.head) / kCount;
         s.tail = n - s.head - s.ngroups * kCount;
-        return launch_span<D, kVecBytes, Unary>(dst, a, b, s, f, stream);
+        return launch_span<D, kVecBytes, Unary>(dst, a, b, s, f, go);
     }
     /* Offsets differ modulo 16: element by element (still coalesced). */
     Span s = {0, n, 0};
-    return launch_span<D, static_cast<int>(kSize), Unary>(dst, a, b, s, f, stream);
+    return launch_span<D, static_cast<int>(kSize), Unary>(dst, a, b, s, f, go);
 }
 
 /* ------------------------------------------------------------------------------
@@ -356,22 +389,22 @@ int launch(void *dst, const void *a, const void *b, size_t n, F f, cudaStream_t 
 
 /* Wrap: the type sum and prod run on (the unsigned twin for signed integers). */
 template <typename D, typename Wrap>
-int reduce_typed(void *dst, const void *a, const void *b, size_t n, ringlet_op_t op, cudaStream_t stream) {
+int reduce_typed(void *dst, const void *a, const void *b, size_t n, ringlet_op_t op, const Go &go) {
     switch (op) {
     case RINGLET_SUM:
-    case RINGLET_AVG: return launch<Wrap, false>(dst, a, b, n, OpSum(), stream);
-    case RINGLET_PROD: return launch<Wrap, false>(dst, a, b, n, OpProd(), stream);
-    case RINGLET_MAX: return launch<D, false>(dst, a, b, n, OpMax(), stream);
-    case RINGLET_MIN: return launch<D, false>(dst, a, b, n, OpMin(), stream);
+    case RINGLET_AVG: return launch<Wrap, false>(dst, a, b, n, OpSum(), go);
+    case RINGLET_PROD: return launch<Wrap, false>(dst, a, b, n, OpProd(), go);
+    case RINGLET_MAX: return launch<D, false>(dst, a, b, n, OpMax(), go);
+    case RINGLET_MIN: return launch<D, false>(dst, a, b, n, OpMin(), go);
     default: return cudaErrorInvalidValue;
     }
 }
 
 template <typename D>
-int divide_typed(void *buf, size_t n, int divisor, cudaStream_t stream) {
+int divide_typed(void *buf, size_t n, int divisor, const Go &go) {
     OpDivide f;
     f.divisor = divisor;
-    return launch<D, true>(buf, buf, buf, n, f, stream); /* b: never read */
+    return launch<D, true>(buf, buf, buf, n, f, go); /* b: never read */
 }
 
 /* A storage value read on the host (a scalar given by its bits). */
@@ -392,13 +425,13 @@ typename D::Value host_load(typename D::Bits b) {
 
 /* dst[i] = src[i] * k, k one element of D's storage type given by its bits. */
 template <typename D>
-int scale_typed(void *dst, const void *src, size_t n, const void *scalar, cudaStream_t stream) {
+int scale_typed(void *dst, const void *src, size_t n, const void *scalar, const Go &go) {
     using Bits = typename D::Bits;
-    Bits kb;
-    memcpy(&kb, scalar, sizeof kb);
+    Bits kb = Bits();
+    if (scalar) memcpy(&kb, scalar, sizeof kb);
     OpScale<typename D::Value> f;
     f.k = host_load<D>(kb);
-    return launch<D, true>(dst, src, src, n, f, stream); /* b: never read */
+    return launch<D, true>(dst, src, src, n, f, go); /* b: never read */
 }
 
 /* Many sources: dst[i] = s0[i] op s1[i] op ... (left to right, rounded after each step,
@@ -423,8 +456,9 @@ __global__ void __launch_bounds__(kThreads) many_kernel(typename D::Bits *dst, S
 }
 
 template <typename D, typename F>
-int launch_many(void *dst, const void *const *srcs, int nsrc, size_t n, F f, cudaStream_t stream) {
+int launch_many(void *dst, const void *const *srcs, int nsrc, size_t n, F f, const Go &go) {
     using Bits = typename D::Bits;
+    if (go.load) return static_cast<int>(load_kernel(many_kernel<D, F>));
     Sources<D> src;
     src.n = nsrc;
     for (int k = 0; k < nsrc; k++) {
@@ -438,18 +472,20 @@ int launch_many(void *dst, const void *const *srcs, int nsrc, size_t n, F f, cud
     if (err != cudaSuccess) return static_cast<int>(err);
     const size_t wanted = (n + kThreads - 1) / kThreads, cap = static_cast<size_t>(sms) * 4;
     const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
-    many_kernel<D, F><<<blocks, kThreads, 0, stream>>>(static_cast<Bits *>(dst), src, n, f);
-    return static_cast<int>(cudaGetLastError());
+    Bits *pd = static_cast<Bits *>(dst);
+    void *args[] = {&pd, &src, &n, &f};
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(many_kernel<D, F>), dim3(blocks),
+                                             dim3(kThreads), args, 0, go.stream));
 }
 
 template <typename D, typename Wrap>
-int reduce_many_typed(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_op_t op, cudaStream_t stream) {
+int reduce_many_typed(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_op_t op, const Go &go) {
     switch (op) {
     case RINGLET_SUM:
-    case RINGLET_AVG: return launch_many<Wrap>(dst, srcs, nsrc, n, OpSum(), stream);
-    case RINGLET_PROD: return launch_many<Wrap>(dst, srcs, nsrc, n, OpProd(), stream);
-    case RINGLET_MAX: return launch_many<D>(dst, srcs, nsrc, n, OpMax(), stream);
-    case RINGLET_MIN: return launch_many<D>(dst, srcs, nsrc, n, OpMin(), stream);
+    case RINGLET_AVG: return launch_many<Wrap>(dst, srcs, nsrc, n, OpSum(), go);
+    case RINGLET_PROD: return launch_many<Wrap>(dst, srcs, nsrc, n, OpProd(), go);
+    case RINGLET_MAX: return launch_many<D>(dst, srcs, nsrc, n, OpMax(), go);
+    case RINGLET_MIN: return launch_many<D>(dst, srcs, nsrc, n, OpMin(), go);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -480,102 +516,6 @@ __global__ void write_flag_kernel(volatile uint64_t *flag, uint64_t value) {
     __threadfence_system();
 }
 
-} // namespace
-
-extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
-                                ringlet_op_t op, void *stream) {
-    if (n == 0) return cudaSuccess;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (dt) {
-    case RINGLET_INT8: return reduce_typed<I8, U8>(dst, a, b, n, op, s);
-    case RINGLET_UINT8: return reduce_typed<U8, U8>(dst, a, b, n, op, s);
-    case RINGLET_INT32: return reduce_typed<I32, U32>(dst, a, b, n, op, s);
-    case RINGLET_UINT32: return reduce_typed<U32, U32>(dst, a, b, n, op, s);
-    case RINGLET_INT64: return reduce_typed<I64, U64>(dst, a, b, n, op, s);
-    case RINGLET_UINT64: return reduce_typed<U64, U64>(dst, a, b, n, op, s);
-    case RINGLET_FLOAT16: return reduce_typed<F16, F16>(dst, a, b, n, op, s);
-    case RINGLET_FLOAT32: return reduce_typed<F32, F32>(dst, a, b, n, op, s);
-    case RINGLET_FLOAT64: return reduce_typed<F64, F64>(dst, a, b, n, op, s);
-    case RINGLET_BFLOAT16: return reduce_typed<BF16, BF16>(dst, a, b, n, op, s);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-extern "C" int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream) {
-    if (n == 0 || divisor <= 1) return cudaSuccess;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (dt) {
-    case RINGLET_INT8: return divide_typed<I8>(buf, n, divisor, s);
-    case RINGLET_UINT8: return divide_typed<U8>(buf, n, divisor, s);
-    case RINGLET_INT32: return divide_typed<I32>(buf, n, divisor, s);
-    case RINGLET_UINT32: return divide_typed<U32>(buf, n, divisor, s);
-    case RINGLET_INT64: return divide_typed<I64>(buf, n, divisor, s);
-    case RINGLET_UINT64: return divide_typed<U64>(buf, n, divisor, s);
-    case RINGLET_FLOAT16: return divide_typed<F16>(buf, n, divisor, s);
-    case RINGLET_FLOAT32: return divide_typed<F32>(buf, n, divisor, s);
-    case RINGLET_FLOAT64: return divide_typed<F64>(buf, n, divisor, s);
-    case RINGLET_BFLOAT16: return divide_typed<BF16>(buf, n, divisor, s);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-extern "C" int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *stream) {
-    if (flag == nullptr) return cudaErrorInvalidValue;
-    wait_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
-    return static_cast<int>(cudaGetLastError());
-}
-
-extern "C" int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream) {
-    if (flag == nullptr) return cudaErrorInvalidValue;
-    write_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
-    return static_cast<int>(cudaGetLastError());
-}
-
-extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
-                                     ringlet_op_t op, void *stream) {
-    if (n == 0) return cudaSuccess;
-    if (nsrc < 1 || nsrc > kMaxSources) return cudaErrorInvalidValue;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    static const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-    if (nsrc == 1) {
-        if ((unsigned)dt >= RINGLET_NUM_DATATYPES) return cudaErrorInvalidValue;
-        return dst == srcs[0] ? cudaSuccess
-                              : static_cast<int>(cudaMemcpyAsync(dst, srcs[0], n * sizes[dt], cudaMemcpyDefault, s));
-    }
-    switch (dt) {
-    case RINGLET_INT8: return reduce_many_typed<I8, U8>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_UINT8: return reduce_many_typed<U8, U8>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_INT32: return reduce_many_typed<I32, U32>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_UINT32: return reduce_many_typed<U32, U32>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_INT64: return reduce_many_typed<I64, U64>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_UINT64: return reduce_many_typed<U64, U64>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_FLOAT16: return reduce_many_typed<F16, F16>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_FLOAT32: return reduce_many_typed<F32, F32>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_FLOAT64: return reduce_many_typed<F64, F64>(dst, srcs, nsrc, n, op, s);
-    case RINGLET_BFLOAT16: return reduce_many_typed<BF16, BF16>(dst, srcs, nsrc, n, op, s);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-extern "C" int rl_scale_device(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
-                               void *stream) {
-    if (n == 0) return cudaSuccess;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (dt) {
-    case RINGLET_INT8:
-    case RINGLET_UINT8: return scale_typed<U8>(dst, src, n, scalar, s);
-    case RINGLET_INT32:
-    case RINGLET_UINT32: return scale_typed<U32>(dst, src, n, scalar, s);
-    case RINGLET_INT64:
-    case RINGLET_UINT64: return scale_typed<U64>(dst, src, n, scalar, s);
-    case RINGLET_FLOAT16: return scale_typed<F16>(dst, src, n, scalar, s);
-    case RINGLET_FLOAT32: return scale_typed<F32>(dst, src, n, scalar, s);
-    case RINGLET_FLOAT64: return scale_typed<F64>(dst, src, n, scalar, s);
-    case RINGLET_BFLOAT16: return scale_typed<BF16>(dst, src, n, scalar, s);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
 /* ------------------------------------------------------------------------------
  * Conversions between the floating types, with a scaling (kernels/convert.h): from
  * float64 the product is taken in float64, from the others in float32; then one round
@@ -591,36 +531,193 @@ __global__ void convert_kernel(typename D::Bits *dst, const typename S::Bits *sr
 }
 
 template <typename S, typename D>
-int convert_typed(void *dst, const void *src, size_t n, double scale, cudaStream_t stream) {
+int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &go) {
     using M = typename std::conditional<std::is_same<S, F64>::value, double, float>::type;
+    void (*const kernel)(typename D::Bits *, const typename S::Bits *, size_t, M) = convert_kernel<S, D, M>;
+    if (go.load) return static_cast<int>(load_kernel(kernel));
     size_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    convert_kernel<S, D, M><<<(unsigned)blocks, 256, 0, stream>>>(static_cast<typename D::Bits *>(dst),
-                                                                 static_cast<const typename S::Bits *>(src), n,
-                                                                 static_cast<M>(scale));
-    return cudaGetLastError();
+    typename D::Bits *pd = static_cast<typename D::Bits *>(dst);
+    const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
+    M k = static_cast<M>(scale);
+    void *args[] = {&pd, &ps, &n, &k};
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
+                                             dim3(256), args, 0, go.stream));
 }
 
 template <typename S>
-int convert_from(void *dst, ringlet_datatype_t dt, const void *src, size_t n, double scale, cudaStream_t s) {
+int convert_from(void *dst, ringlet_datatype_t dt, const void *src, size_t n, double scale, const Go &go) {
     switch (dt) {
-    case RINGLET_FLOAT16: return convert_typed<S, F16>(dst, src, n, scale, s);
-    case RINGLET_BFLOAT16: return convert_typed<S, BF16>(dst, src, n, scale, s);
-    case RINGLET_FLOAT32: return convert_typed<S, F32>(dst, src, n, scale, s);
-    case RINGLET_FLOAT64: return convert_typed<S, F64>(dst, src, n, scale, s);
+    case RINGLET_FLOAT16: return convert_typed<S, F16>(dst, src, n, scale, go);
+    case RINGLET_BFLOAT16: return convert_typed<S, BF16>(dst, src, n, scale, go);
+    case RINGLET_FLOAT32: return convert_typed<S, F32>(dst, src, n, scale, go);
+    case RINGLET_FLOAT64: return convert_typed<S, F64>(dst, src, n, scale, go);
     default: return cudaErrorInvalidValue;
     }
+}
+
+/* ------------------------------------------------------------------------------
+ * The entry points' dispatch: (dtype, op) onto the templates, launched or loaded.
+ * ------------------------------------------------------------------------------ */
+
+int reduce_any(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op, const Go &go) {
+    switch (dt) {
+    case RINGLET_INT8: return reduce_typed<I8, U8>(dst, a, b, n, op, go);
+    case RINGLET_UINT8: return reduce_typed<U8, U8>(dst, a, b, n, op, go);
+    case RINGLET_INT32: return reduce_typed<I32, U32>(dst, a, b, n, op, go);
+    case RINGLET_UINT32: return reduce_typed<U32, U32>(dst, a, b, n, op, go);
+    case RINGLET_INT64: return reduce_typed<I64, U64>(dst, a, b, n, op, go);
+    case RINGLET_UINT64: return reduce_typed<U64, U64>(dst, a, b, n, op, go);
+    case RINGLET_FLOAT16: return reduce_typed<F16, F16>(dst, a, b, n, op, go);
+    case RINGLET_FLOAT32: return reduce_typed<F32, F32>(dst, a, b, n, op, go);
+    case RINGLET_FLOAT64: return reduce_typed<F64, F64>(dst, a, b, n, op, go);
+    case RINGLET_BFLOAT16: return reduce_typed<BF16, BF16>(dst, a, b, n, op, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+int divide_any(void *buf, size_t n, ringlet_datatype_t dt, int divisor, const Go &go) {
+    switch (dt) {
+    case RINGLET_INT8: return divide_typed<I8>(buf, n, divisor, go);
+    case RINGLET_UINT8: return divide_typed<U8>(buf, n, divisor, go);
+    case RINGLET_INT32: return divide_typed<I32>(buf, n, divisor, go);
+    case RINGLET_UINT32: return divide_typed<U32>(buf, n, divisor, go);
+    case RINGLET_INT64: return divide_typed<I64>(buf, n, divisor, go);
+    case RINGLET_UINT64: return divide_typed<U64>(buf, n, divisor, go);
+    case RINGLET_FLOAT16: return divide_typed<F16>(buf, n, divisor, go);
+    case RINGLET_FLOAT32: return divide_typed<F32>(buf, n, divisor, go);
+    case RINGLET_FLOAT64: return divide_typed<F64>(buf, n, divisor, go);
+    case RINGLET_BFLOAT16: return divide_typed<BF16>(buf, n, divisor, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+int reduce_many_any(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                    const Go &go) {
+    switch (dt) {
+    case RINGLET_INT8: return reduce_many_typed<I8, U8>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_UINT8: return reduce_many_typed<U8, U8>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_INT32: return reduce_many_typed<I32, U32>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_UINT32: return reduce_many_typed<U32, U32>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_INT64: return reduce_many_typed<I64, U64>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_UINT64: return reduce_many_typed<U64, U64>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_FLOAT16: return reduce_many_typed<F16, F16>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_FLOAT32: return reduce_many_typed<F32, F32>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_FLOAT64: return reduce_many_typed<F64, F64>(dst, srcs, nsrc, n, op, go);
+    case RINGLET_BFLOAT16: return reduce_many_typed<BF16, BF16>(dst, srcs, nsrc, n, op, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+int scale_any(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar, const Go &go) {
+    switch (dt) {
+    case RINGLET_INT8:
+    case RINGLET_UINT8: return scale_typed<U8>(dst, src, n, scalar, go);
+    case RINGLET_INT32:
+    case RINGLET_UINT32: return scale_typed<U32>(dst, src, n, scalar, go);
+    case RINGLET_INT64:
+    case RINGLET_UINT64: return scale_typed<U64>(dst, src, n, scalar, go);
+    case RINGLET_FLOAT16: return scale_typed<F16>(dst, src, n, scalar, go);
+    case RINGLET_FLOAT32: return scale_typed<F32>(dst, src, n, scalar, go);
+    case RINGLET_FLOAT64: return scale_typed<F64>(dst, src, n, scalar, go);
+    case RINGLET_BFLOAT16: return scale_typed<BF16>(dst, src, n, scalar, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+int convert_any(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                const Go &go) {
+    switch (st) {
+    case RINGLET_FLOAT16: return convert_from<F16>(dst, dt, src, n, scale, go);
+    case RINGLET_BFLOAT16: return convert_from<BF16>(dst, dt, src, n, scale, go);
+    case RINGLET_FLOAT32: return convert_from<F32>(dst, dt, src, n, scale, go);
+    case RINGLET_FLOAT64: return convert_from<F64>(dst, dt, src, n, scale, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+Go launching(void *stream) {
+    Go go;
+    go.stream = static_cast<cudaStream_t>(stream);
+    go.load = false;
+    return go;
+}
+
+} // namespace
+
+extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
+                                ringlet_op_t op, void *stream) {
+    if (n == 0) return cudaSuccess;
+    return reduce_any(dst, a, b, n, dt, op, launching(stream));
+}
+
+extern "C" int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream) {
+    if (n == 0 || divisor <= 1) return cudaSuccess;
+    return divide_any(buf, n, dt, divisor, launching(stream));
+}
+
+extern "C" int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *stream) {
+    if (flag == nullptr) return cudaErrorInvalidValue;
+    void *args[] = {&flag, &value};
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(wait_flag_kernel), dim3(1), dim3(1), args,
+                                             0, static_cast<cudaStream_t>(stream)));
+}
+
+extern "C" int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream) {
+    if (flag == nullptr) return cudaErrorInvalidValue;
+    void *args[] = {&flag, &value};
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(write_flag_kernel), dim3(1), dim3(1), args,
+                                             0, static_cast<cudaStream_t>(stream)));
+}
+
+extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                                     ringlet_op_t op, void *stream) {
+    if (n == 0) return cudaSuccess;
+    if (nsrc < 1 || nsrc > kMaxSources) return cudaErrorInvalidValue;
+    static const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    if (nsrc == 1) {
+        if ((unsigned)dt >= RINGLET_NUM_DATATYPES) return cudaErrorInvalidValue;
+        return dst == srcs[0] ? cudaSuccess
+                              : static_cast<int>(cudaMemcpyAsync(dst, srcs[0], n * sizes[dt], cudaMemcpyDefault,
+                                                                 static_cast<cudaStream_t>(stream)));
+    }
+    return reduce_many_any(dst, srcs, nsrc, n, dt, op, launching(stream));
+}
+
+extern "C" int rl_scale_device(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
+                               void *stream) {
+    if (n == 0) return cudaSuccess;
+    return scale_any(dst, src, n, dt, scalar, launching(stream));
 }
 
 extern "C" int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
                                  double scale, void *stream) {
     if (n == 0) return cudaSuccess;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (st) {
-    case RINGLET_FLOAT16: return convert_from<F16>(dst, dt, src, n, scale, s);
-    case RINGLET_BFLOAT16: return convert_from<BF16>(dst, dt, src, n, scale, s);
-    case RINGLET_FLOAT32: return convert_from<F32>(dst, dt, src, n, scale, s);
-    case RINGLET_FLOAT64: return convert_from<F64>(dst, dt, src, n, scale, s);
-    default: return cudaErrorInvalidValue;
+    return convert_any(dst, dt, src, st, n, scale, launching(stream));
+}
+
+/* ------------------------------------------------------------------------------
+ * 7. Every kernel loaded at once
+ * ------------------------------------------------------------------------------ */
+
+extern "C" int rl_cuda_load_kernels(void) {
+    Go go;
+    go.stream = nullptr;
+    go.load = true;
+    static const ringlet_datatype_t floats[] = {RINGLET_FLOAT16, RINGLET_BFLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64};
+    int err = static_cast<int>(load_kernel(wait_flag_kernel));
+    if (!err) err = static_cast<int>(load_kernel(write_flag_kernel));
+    for (int t = 0; t < RINGLET_NUM_DATATYPES && !err; t++) {
+        const ringlet_datatype_t dt = static_cast<ringlet_datatype_t>(t);
+        /* avg launches sum's kernel */
+        for (int o = 0; o < RINGLET_NUM_OPS && !err; o++) {
+            err = reduce_any(nullptr, nullptr, nullptr, 0, dt, static_cast<ringlet_op_t>(o), go);
+            if (!err) err = reduce_many_any(nullptr, nullptr, 2, 0, dt, static_cast<ringlet_op_t>(o), go);
+        }
+        if (!err) err = divide_any(nullptr, 0, dt, 2, go);
+        if (!err) err = scale_any(nullptr, nullptr, 0, dt, nullptr, go);
     }
+    for (int i = 0; i < 4 && !err; i++)
+        for (int j = 0; j < 4 && !err; j++) err = convert_any(nullptr, floats[j], nullptr, floats[i], 0, 1.0, go);
+    return err;
 }

@@ -1,7 +1,8 @@
 /* Reduction kernels for device (CUDA) buffers: the same contract as reduce.h.
  * C interface, no CUDA types: a stream is a cudaStream_t passed as void *.
  * Every function enqueues on the stream and returns at once: 0, or the cudaError_t
- * of the failed launch. Built only when RINGLET_CUDA is defined (nvcc found). */
+ * of its own launch (cudaLaunchKernel's status: never an error an earlier call left on
+ * the thread). Built only when RINGLET_CUDA is defined (nvcc found). */
 #ifndef RINGLET_KERNELS_REDUCE_CUDA_H
 #define RINGLET_KERNELS_REDUCE_CUDA_H
 
@@ -38,6 +39,12 @@ int rl_stream_wait_flag(volatile const uint64_t *flag, uint64_t value, void *str
 /* Stores value into *flag (pinned or device memory, also a peer's mapped memory) once
  * the stream's earlier work is done and visible. */
 int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream);
+
+/* Loads every kernel the functions above can launch into the current device's context
+ * (cudaFuncGetAttributes on each): under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA
+ * 12.2's default) a kernel's first launch loads it, which can wait for the whole device,
+ * and so never ends while a stream is held. 0 or the cudaError_t. */
+int rl_cuda_load_kernels(void);
 
 #ifdef __cplusplus
 }

@@ -353,7 +353,13 @@ ringlet_result_t ringlet_group_end(void) {
     /* Every communicator's events are recorded: now the streams wait for the results. */
     for (int i = 0; i < nh; i++) {
         char err[RL_MSG_MAX];
-        ringlet_result_t rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
+        ringlet_result_t rc = RINGLET_ERR_TIMEOUT;
+        if (rl_dev_hold_begin(held[i].c->timeout_s) != RL_DEV_OK) {
+            snprintf(err, sizeof err, "%s", rl_dev_error());
+        } else {
+            rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
+            rl_dev_hold_end();
+        }
         if (rc && !first) first = rl_error(held[i].c, rc, "group_end: %s", err);
     }
     for (int i = 0; i < nw; i++) {
@@ -540,9 +546,8 @@ ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t c) {
 
 ringlet_result_t ringlet_comm_device(ringlet_comm_t c, int *device) {
     if (!c || !device) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "comm_device: comm or device is NULL");
-    pthread_mutex_lock(&c->q_mu); /* c->dev is made under it */
-    *device = c->dev && c->dev->device >= 0 ? c->dev->device : c->init_device;
-    pthread_mutex_unlock(&c->q_mu);
+    int dev = rl_devcomm_device(c);
+    *device = dev >= 0 ? dev : c->init_device;
     return RINGLET_SUCCESS;
 }
 
@@ -551,7 +556,12 @@ ringlet_result_t ringlet_mem_alloc(void **ptr, size_t bytes) {
     if (!ptr) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "mem_alloc: ptr is NULL");
     *ptr = NULL;
     if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "mem_alloc: no device backend: %s", rl_device_unavailable());
-    if (d->mem_alloc(ptr, bytes) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_alloc: %s", rl_dev_error());
+    /* Not while a stream is held (device.h): it waits for ringlet's holds to end. */
+    if (rl_dev_quiet_begin(rl_timeout_s(), "mem_alloc") != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "mem_alloc: %s", rl_dev_error());
+    int rc = d->mem_alloc(ptr, bytes);
+    rl_dev_quiet_end();
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_alloc: %s", rl_dev_error());
     return RINGLET_SUCCESS;
 }
 
@@ -559,7 +569,11 @@ ringlet_result_t ringlet_mem_free(void *ptr) {
     const rl_device_ops *d = rl_device();
     if (!ptr) return RINGLET_SUCCESS;
     if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "mem_free: no device backend");
-    if (d->mem_free(ptr) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
+    if (rl_dev_quiet_begin(rl_timeout_s(), "mem_free") != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
+    int rc = d->mem_free(ptr);
+    rl_dev_quiet_end();
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
     return RINGLET_SUCCESS;
 }
 

@@ -18,6 +18,10 @@
 ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
                            char *err, char *partner_err);
 
+/* Calling thread, before r is queued: makes what r's device work will need (devneeds.c,
+ * devcomm.h); r on device buffers or with a stream. */
+ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+
 /* The ring (ring.c). */
 ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* Small messages in one exchange (oneshot.c): whether this call takes that path (the

@@ -206,7 +206,9 @@ struct ringlet_comm {
     struct rl_trace *trace; /* RINGLET_TRACE, or NULL */
     rl_fault fault;         /* RINGLET_FAULT_KILL / _STOP (tests) */
     struct rl_monitor *mon;
-    struct rl_devcomm *dev; /* made by the first call on device buffers or with a stream */
+    /* made by the first call on device buffers or with a stream (rl_devcomm_prepare, on a
+     * calling thread), read by the progress thread */
+    struct rl_devcomm *_Atomic dev;
 
     pthread_mutex_t err_mu;
     char last_error[RL_MSG_MAX];

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn.h"
 #include "log.h"
 #include "util.h"
 
@@ -13,54 +14,321 @@ ringlet_result_t rl_devcomm_error(const char *what, char *err) {
     return RINGLET_ERR_CUDA;
 }
 
-/* The communicator's device state with its flag (either thread, under the queue lock
- * or on the progress thread before any stream call exists). */
+static pthread_mutex_t g_create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The communicator's device state, made (without any device call) on first use. */
 static struct rl_devcomm *get_state(struct ringlet_comm *c, char *err) {
-    if (c->dev) return c->dev;
+    struct rl_devcomm *s = c->dev;
+    if (s) return s;
     const rl_device_ops *d = rl_device();
     if (!d) {
         snprintf(err, RL_MSG_MAX, "a stream or device buffers, but no device backend is usable here: %s",
                  rl_device_unavailable());
         return NULL;
     }
-    struct rl_devcomm *s = calloc(1, sizeof *s);
-    if (!s) return snprintf(err, RL_MSG_MAX, "out of memory"), NULL;
-    s->d = d;
-    s->device = -1;
-    void *flag = NULL;
-    if (d->host_alloc(&flag, 64) != RL_DEV_OK) {
-        rl_devcomm_error("pinned memory for the stream flag", err);
-        free(s);
-        return NULL;
+    pthread_mutex_lock(&g_create_mu);
+    if (!(s = c->dev)) {
+        s = calloc(1, sizeof *s);
+        if (s) {
+            s->d = d;
+            s->device = -1;
+            pthread_mutex_init(&s->mu, NULL);
+            pthread_mutex_init(&s->prep_mu, NULL);
+            s->send_ready = calloc((size_t)c->nranks, 1);
+            s->recv_ready = calloc((size_t)c->nranks, 1);
+            if (!s->send_ready || !s->recv_ready) {
+                free(s->send_ready), free(s->recv_ready), free(s);
+                s = NULL;
+            }
+        }
+        if (s) c->dev = s;
     }
-    s->flag = flag;
-    *s->flag = 0;
-    c->dev = s;
+    pthread_mutex_unlock(&g_create_mu);
+    if (!s) snprintf(err, RL_MSG_MAX, "out of memory");
     return s;
 }
 
-/* The event of the stream's work so far, then (unless later) the stream held until the
- * flag reaches seq. */
-static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t seq, int later, void **event,
-                                    char *err) {
-    const rl_device_ops *d = s->d;
-    rl_dev_event_t ev = NULL;
-    if (d->event_create(&ev) != RL_DEV_OK) return rl_devcomm_error("an event for the stream", err);
-    if (d->event_record(ev, stream) != RL_DEV_OK) {
-        d->event_destroy(ev);
-        return rl_devcomm_error("recording an event on the stream", err);
+/* ---- preparation (calling thread) ---- */
+
+static int lane_complete(const struct rl_devcomm *s, const rl_devlane *l, int dev_slots) {
+    return l && (!(dev_slots || s->reduce_from_copy) || l->dev_slots);
+}
+
+/* Whatever need asks for is there (under s->mu). */
+static int satisfied(const struct rl_devcomm *s, const rl_dev_needs *need, int nranks) {
+    if (!s->flag) return 0;
+    if (need->device < 0) /* host buffers with a stream: the flag, and the stream's device */
+        return need->stream_device >= 0 && need->stream_device < RL_DEV_MAX_READY && s->ready_devices[need->stream_device];
+    if (s->device != need->device || !s->s_send) return 0;
+    for (int i = 0; i < need->lanes; i++)
+        if (!lane_complete(s, s->lanes[i], need->dev_slots || s->device_receiving)) return 0;
+    if (need->scratch > s->scratch_size || need->scratch2 > s->scratch2_size || need->pinned > s->pinned_size)
+        return 0;
+    for (int q = 0; q < nranks; q++)
+        if ((need->send_to && need->send_to[q] && !s->send_ready[q]) ||
+            (need->recv_from && need->recv_from[q] && !s->recv_ready[q]))
+            return 0;
+    return 1;
+}
+
+/* Device memory (kind RL_DEV_MEM_DEVICE) or pinned memory of at least bytes in *buf;
+ * the old buffer retired (an operation running may still use it). In a quiet section. */
+static ringlet_result_t grow(struct rl_devcomm *s, int kind, void **buf, size_t *size, size_t bytes, char *err) {
+    if (bytes <= *size && *buf) return RINGLET_SUCCESS;
+    if (*buf && s->nretired == (int)(sizeof s->retired / sizeof s->retired[0]))
+        return snprintf(err, RL_MSG_MAX, "%s scratch memory grew too often", kind ? "pinned" : "device"),
+               RINGLET_ERR_CUDA;
+    /* At least double, so that a sweep of sizes reallocates only a few times. */
+    size_t want = bytes > 2 * *size ? bytes : 2 * *size;
+    if (want < 4096) want = 4096;
+    void *p = NULL;
+    if ((kind == RL_DEV_MEM_PINNED ? s->d->host_alloc(&p, want) : s->d->mem_alloc(&p, want)) != RL_DEV_OK)
+        return rl_devcomm_error(kind == RL_DEV_MEM_PINNED ? "pinned scratch memory" : "device scratch memory", err);
+    pthread_mutex_lock(&s->mu);
+    if (*buf) {
+        s->retired[s->nretired] = *buf;
+        s->retired_kind[s->nretired++] = kind;
     }
-    if (!later && d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) {
-        d->event_destroy(ev);
-        return rl_devcomm_error("making the stream wait for the operation", err);
-    }
-    *event = ev;
+    *buf = p;
+    *size = want;
+    pthread_mutex_unlock(&s->mu);
     return RINGLET_SUCCESS;
 }
 
-ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+static ringlet_result_t make_lane(struct ringlet_comm *c, struct rl_devcomm *s, int i, int dev_slots, char *err) {
+    const rl_device_ops *d = s->d;
+    rl_devlane *l = s->lanes[i], *fresh = NULL;
+    if (!l) {
+        l = fresh = calloc(1, sizeof *l);
+        if (!l) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+        ringlet_result_t rc = RINGLET_SUCCESS;
+        for (int k = 0; k < s->nslots && !rc; k++)
+            if (d->event_create(&l->ev_send[k]) != RL_DEV_OK || d->event_create(&l->ev_recv[k]) != RL_DEV_OK)
+                rc = rl_devcomm_error("creating events", err);
+        size_t bytes = s->slot_bytes * (size_t)s->nslots;
+        if (!rc && (d->host_alloc((void **)&l->send_slots, bytes) != RL_DEV_OK ||
+                    d->host_alloc((void **)&l->recv_slots, bytes) != RL_DEV_OK))
+            rc = rl_devcomm_error("pinned staging slots", err);
+        if (rc) {
+            for (int k = 0; k < RL_DEV_MAX_SLOTS; k++) {
+                if (l->ev_send[k]) d->event_destroy(l->ev_send[k]);
+                if (l->ev_recv[k]) d->event_destroy(l->ev_recv[k]);
+            }
+            if (l->send_slots) d->host_free(l->send_slots);
+            if (l->recv_slots) d->host_free(l->recv_slots);
+            free(l);
+            return rc;
+        }
+    }
+    if ((dev_slots || s->reduce_from_copy) && !l->dev_slots) {
+        char *p = NULL;
+        if (d->mem_alloc((void **)&p, s->slot_bytes * (size_t)s->nslots) != RL_DEV_OK) {
+            ringlet_result_t rc = rl_devcomm_error("device staging slots", err);
+            if (fresh) {
+                s->lanes[i] = fresh; /* complete but for its device slots: fini frees it */
+            }
+            return rc;
+        }
+        pthread_mutex_lock(&s->mu);
+        l->dev_slots = p;
+        pthread_mutex_unlock(&s->mu);
+    }
+    (void)c;
+    if (fresh) {
+        pthread_mutex_lock(&s->mu);
+        s->lanes[i] = fresh;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return RINGLET_SUCCESS;
+}
+
+/* Streams and events of the buffers' device, made by the first operation on device
+ * buffers (current device: dev). */
+static ringlet_result_t make_streams(struct ringlet_comm *c, struct rl_devcomm *s, int dev, char *err) {
+    const rl_device_ops *d = s->d;
+    rl_dev_stream_t a = NULL, b = NULL;
+    if (d->stream_create(&a) != RL_DEV_OK || d->stream_create(&b) != RL_DEV_OK) {
+        if (a) d->stream_destroy(a);
+        return rl_devcomm_error("creating the communicator's streams", err);
+    }
+    rl_dev_event_t e[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        if (d->event_create(&e[i]) != RL_DEV_OK) {
+            ringlet_result_t rc = rl_devcomm_error("creating events", err);
+            for (int k = 0; k < i; k++) d->event_destroy(e[k]);
+            d->stream_destroy(a), d->stream_destroy(b);
+            return rc;
+        }
+    const char *how = getenv("RINGLET_DEVICE_REDUCE");
+    if (how && *how && strcmp(how, "copy") != 0 && strcmp(how, "direct") != 0)
+        RL_WARN(c->rank, "RINGLET_DEVICE_REDUCE=%s is not direct or copy; using direct", how);
+    pthread_mutex_lock(&s->mu);
+    s->s_send = a, s->s_recv = b;
+    s->ev_drain[0] = e[0], s->ev_drain[1] = e[1], s->ev_misc = e[2];
+    s->nslots = c->nslots < RL_DEV_MAX_SLOTS ? c->nslots : RL_DEV_MAX_SLOTS;
+    /* A slot holds a ring chunk or a point-to-point piece. */
+    s->slot_bytes = c->chunk_bytes > RL_P2P_PIECE ? c->chunk_bytes : RL_P2P_PIECE;
+    s->reduce_from_copy = how && !strcmp(how, "copy");
+    s->device = dev;
+    pthread_mutex_unlock(&s->mu);
+    RL_INFO(c->rank, "device %d over the %s backend: %d pinned staging slots of %zu bytes per direction; kernels "
+                     "reduce %s; streams held by %s",
+            dev, d->name, s->nslots, s->slot_bytes,
+            s->reduce_from_copy ? "from device copies of the slots" : "straight from the pinned slots",
+            d->hold_kind(dev));
+    return RINGLET_SUCCESS;
+}
+
+/* Device connections need asks for: the transport picked (for a device transport, which
+ * can map a peer's memory: in a quiet section), the sending ends made (their memory
+ * allocated) and the receiving ends accepted. Host transports are left to connect on
+ * first use, as always. */
+static ringlet_result_t make_connections(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need,
+                                         char *err) {
+    /* Sending ends first, also towards a peer this rank only receives from: the peer's
+     * preparation may wait for them (ready) before it makes its own, as this one waits
+     * for the peer's, so every rank makes all of its sending ends before it waits. */
+    for (int dir = 0; dir < 2; dir++) {
+        unsigned char *have = dir ? s->recv_ready : s->send_ready;
+        for (int q = 0; q < c->nranks; q++) {
+            int want = (need->send_to && need->send_to[q]) || (need->recv_from && need->recv_from[q]);
+            if (dir) want = need->recv_from && need->recv_from[q];
+            if (!want || have[q] || q == c->rank) continue;
+            rl_conn *conn = NULL;
+            char cerr[RL_ERR_MAX] = "";
+            int tp = -1;
+            ringlet_result_t rc = rl_conn_pick_transport(c, q, 1, &tp, cerr);
+            if (!rc && !rl_transports[tp]->device_memory) {
+                have[q] = 1; /* a host transport: connected on first use, by the progress thread */
+                continue;
+            }
+            if (!rc) rc = dir ? rl_comm_recv_conn(c, q, 1, &conn, cerr) : rl_comm_send_conn(c, q, 1, &conn, cerr);
+            if (rc) return snprintf(err, RL_MSG_MAX, "%s rank %d: %s", dir ? "receiving from" : "sending to", q, cerr), rc;
+            /* Ready now unless a receiving end must still map its sender's memory. */
+            if (!(dir && conn->tp->ready)) have[q] = 1;
+        }
+    }
+    return RINGLET_SUCCESS;
+}
+
+/* Receiving ends that map their sender's memory: each waits for its sender to connect
+ * (no quiet section held meanwhile), then maps. */
+static ringlet_result_t ready_connections(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need,
+                                          char *err) {
+    for (int q = 0; need->recv_from && q < c->nranks; q++) {
+        if (!need->recv_from[q] || s->recv_ready[q] || q == c->rank) continue;
+        rl_conn *conn = NULL;
+        char cerr[RL_ERR_MAX] = "";
+        ringlet_result_t rc = rl_comm_recv_conn(c, q, 1, &conn, cerr);
+        if (!rc && conn->tp->ready) rc = conn->tp->ready(conn->h, rl_now() + c->timeout_s, cerr);
+        if (rc) return snprintf(err, RL_MSG_MAX, "receiving from rank %d: %s", q, cerr), rc;
+        s->recv_ready[q] = 1;
+    }
+    return RINGLET_SUCCESS;
+}
+
+/* Whether a receiving end need marks goes over a transport that moves device memory
+ * (its pieces may not fit a lane's pinned slot: device staging slots then). */
+static int device_receiving(const struct ringlet_comm *c, const rl_dev_needs *need) {
+    for (int q = 0; need->recv_from && q < c->nranks; q++)
+        if (need->recv_from[q] && c->recv_conns_dev[q].h && c->recv_conns_dev[q].tp->device_memory) return 1;
+    return 0;
+}
+
+/* In a quiet section, on the device: everything but the receiving ends' mappings. */
+static ringlet_result_t prepare_quiet(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need, int dev,
+                                      char *err) {
+    const rl_device_ops *d = s->d;
+    if (!s->flag) {
+        void *flag = NULL;
+        if (d->host_alloc(&flag, 64) != RL_DEV_OK) return rl_devcomm_error("pinned memory for the stream flag", err);
+        *(volatile uint64_t *)flag = 0;
+        pthread_mutex_lock(&s->mu);
+        s->flag = flag;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (d->device_ready(dev) != RL_DEV_OK) return rl_devcomm_error("making the device ready", err);
+    if (dev < RL_DEV_MAX_READY) s->ready_devices[dev] = 1;
+    if (need->device < 0) return RINGLET_SUCCESS;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (!s->s_send) rc = make_streams(c, s, dev, err);
+    if (!rc) rc = make_connections(c, s, need, err);
+    if (device_receiving(c, need)) s->device_receiving = 1;
+    int dev_slots = need->dev_slots || s->device_receiving;
+    for (int i = 0; i < need->lanes && !rc; i++) rc = make_lane(c, s, i, dev_slots, err);
+    if (!rc) rc = grow(s, RL_DEV_MEM_DEVICE, &s->scratch, &s->scratch_size, need->scratch, err);
+    if (!rc && need->scratch2) rc = grow(s, RL_DEV_MEM_DEVICE, &s->scratch2, &s->scratch2_size, need->scratch2, err);
+    if (!rc && need->pinned) rc = grow(s, RL_DEV_MEM_PINNED, &s->pinned, &s->pinned_size, need->pinned, err);
+    return rc;
+}
+
+ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *need, char *err) {
+    if (need->lanes > RL_DEV_MAX_LANES)
+        return snprintf(err, RL_MSG_MAX, "more than %d peers at once", RL_DEV_MAX_LANES), RINGLET_ERR_INVALID_USAGE;
     struct rl_devcomm *s = get_state(c, err);
-    if (!s) return RINGLET_ERR_INVALID_ARGUMENT;
+    if (!s) return RINGLET_ERR_INVALID_USAGE;
+    pthread_mutex_lock(&s->mu);
+    int mismatch = need->device >= 0 && s->device >= 0 && need->device != s->device;
+    int done = !mismatch && satisfied(s, need, c->nranks);
+    int used = s->device;
+    pthread_mutex_unlock(&s->mu);
+    if (mismatch)
+        return snprintf(err, RL_MSG_MAX, "buffers on device %d, but this communicator uses device %d", need->device,
+                        used),
+               RINGLET_ERR_INVALID_USAGE;
+    if (done) return RINGLET_SUCCESS;
+
+    pthread_mutex_lock(&s->prep_mu);
+    const rl_device_ops *d = s->d;
+    int cur = -1, dev = need->device >= 0 ? need->device : need->stream_device;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    if (d->get_device(&cur) != RL_DEV_OK || (cur != dev && d->set_device(dev) != RL_DEV_OK))
+        rc = rl_devcomm_error("selecting the device", err);
+    if (!rc) {
+        if (rl_dev_quiet_begin(c->timeout_s, "preparing device memory") != RL_DEV_OK) {
+            rc = rl_devcomm_error("device memory for the operation", err);
+        } else {
+            rc = prepare_quiet(c, s, need, dev, err);
+            rl_dev_quiet_end();
+        }
+    }
+    if (!rc) rc = ready_connections(c, s, need, err);
+    if (cur >= 0 && cur != dev) d->set_device(cur);
+    pthread_mutex_unlock(&s->prep_mu);
+    return rc;
+}
+
+/* ---- stream order (calling thread) ---- */
+
+/* The event of the stream's work so far, then (unless later) the stream held until the
+ * flag reaches seq. Both on the stream's device: an event records only on a stream of
+ * the device it was made on, and a kernel launches only on the current device. */
+static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t seq, int later, void **event,
+                                    char *err) {
+    const rl_device_ops *d = s->d;
+    int cur = -1, dev = -1;
+    if (d->stream_device(stream, &dev) != RL_DEV_OK) return rl_devcomm_error("the stream's device", err);
+    if (d->get_device(&cur) != RL_DEV_OK || (cur != dev && d->set_device(dev) != RL_DEV_OK))
+        return rl_devcomm_error("selecting the stream's device", err);
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    rl_dev_event_t ev = NULL;
+    if (d->event_create(&ev) != RL_DEV_OK) {
+        rc = rl_devcomm_error("an event for the stream", err);
+    } else if (d->event_record(ev, stream) != RL_DEV_OK) {
+        rc = rl_devcomm_error("recording an event on the stream", err);
+    } else if (!later && d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) {
+        rc = rl_devcomm_error("making the stream wait for the operation", err);
+    }
+    if (rc && ev) d->event_destroy(ev);
+    if (!rc) *event = ev;
+    if (cur != dev) d->set_device(cur);
+    return rc;
+}
+
+ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    struct rl_devcomm *s = c->dev;
+    if (!s || !s->flag)
+        return snprintf(err, RL_MSG_MAX, "internal: a stream call that was not prepared"), RINGLET_ERR_INTERNAL;
     ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, err);
     /* A group's other streams. A failure here leaves the streams already held waiting
      * for a flag that the operation, never queued, does not set: release them now. */
@@ -76,75 +344,36 @@ ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_reque
 
 ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, int n, uint64_t seq, char *err) {
     struct rl_devcomm *s = c->dev;
-    for (int i = 0; i < n; i++)
-        if (s->d->wait_flag(s->flag, seq, streams[i]) != RL_DEV_OK)
-            return rl_devcomm_error("making the stream wait for the group", err);
-    return RINGLET_SUCCESS;
-}
-
-/* Streams and events, made by the first operation on device buffers. */
-static ringlet_result_t make_streams(struct ringlet_comm *c, struct rl_devcomm *s, char *err) {
     const rl_device_ops *d = s->d;
-    if (d->stream_create(&s->s_send) != RL_DEV_OK || d->stream_create(&s->s_recv) != RL_DEV_OK)
-        return rl_devcomm_error("creating the communicator's streams", err);
-    if (d->event_create(&s->ev_drain[0]) != RL_DEV_OK || d->event_create(&s->ev_drain[1]) != RL_DEV_OK ||
-        d->event_create(&s->ev_misc) != RL_DEV_OK)
-        return rl_devcomm_error("creating events", err);
-    s->nslots = c->nslots < RL_DEV_MAX_SLOTS ? c->nslots : RL_DEV_MAX_SLOTS;
-    /* A slot holds a ring chunk or a point-to-point piece. */
-    s->slot_bytes = c->chunk_bytes > RL_P2P_PIECE ? c->chunk_bytes : RL_P2P_PIECE;
-    const char *how = getenv("RINGLET_DEVICE_REDUCE");
-    s->reduce_from_copy = how && !strcmp(how, "copy");
-    if (how && *how && strcmp(how, "copy") != 0 && strcmp(how, "direct") != 0)
-        RL_WARN(c->rank, "RINGLET_DEVICE_REDUCE=%s is not direct or copy; using direct", how);
-    if (!rl_devcomm_lane(c, 0, err)) return RINGLET_ERR_CUDA;
-    RL_INFO(c->rank, "device %d over the %s backend: %d pinned staging slots of %zu bytes per direction; kernels "
-                     "reduce %s",
-            s->device, d->name, s->nslots, s->slot_bytes,
-            s->reduce_from_copy ? "from device copies of the slots" : "straight from the pinned slots");
+    for (int i = 0; i < n; i++) {
+        int cur = -1, dev = -1;
+        if (d->stream_device(streams[i], &dev) != RL_DEV_OK || d->get_device(&cur) != RL_DEV_OK ||
+            (cur != dev && d->set_device(dev) != RL_DEV_OK))
+            return rl_devcomm_error("selecting the stream's device", err);
+        int rc = d->wait_flag(s->flag, seq, streams[i]);
+        if (cur != dev) d->set_device(cur);
+        if (rc != RL_DEV_OK) return rl_devcomm_error("making the stream wait for the group", err);
+    }
     return RINGLET_SUCCESS;
 }
 
-rl_devlane *rl_devcomm_lane(struct ringlet_comm *c, int i, char *err) {
-    struct rl_devcomm *s = c->dev;
-    if (i < 0 || i >= RL_DEV_MAX_LANES) return snprintf(err, RL_MSG_MAX, "more than %d peers at once", RL_DEV_MAX_LANES), NULL;
-    if (s->lanes[i]) return s->lanes[i];
-    const rl_device_ops *d = s->d;
-    rl_devlane *l = calloc(1, sizeof *l);
-    if (!l) return snprintf(err, RL_MSG_MAX, "out of memory"), NULL;
-    s->lanes[i] = l; /* freed at fini, whatever follows */
-    for (int k = 0; k < s->nslots; k++)
-        if (d->event_create(&l->ev_send[k]) != RL_DEV_OK || d->event_create(&l->ev_recv[k]) != RL_DEV_OK)
-            return rl_devcomm_error("creating events", err), NULL;
-    size_t bytes = s->slot_bytes * (size_t)s->nslots;
-    if (d->host_alloc((void **)&l->send_slots, bytes) != RL_DEV_OK || d->host_alloc((void **)&l->recv_slots, bytes) != RL_DEV_OK)
-        return rl_devcomm_error("pinned staging slots", err), NULL;
-    if (s->reduce_from_copy && rl_devcomm_device_slots(c, l, err) != RINGLET_SUCCESS) return NULL;
-    return l;
-}
-
-ringlet_result_t rl_devcomm_device_slots(struct ringlet_comm *c, rl_devlane *l, char *err) {
-    struct rl_devcomm *s = c->dev;
-    if (l->dev_slots) return RINGLET_SUCCESS;
-    if (s->d->mem_alloc((void **)&l->dev_slots, s->slot_bytes * (size_t)s->nslots) != RL_DEV_OK)
-        return rl_devcomm_error("device staging slots", err);
-    return RINGLET_SUCCESS;
-}
+/* ---- the progress thread ---- */
 
 ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request *r, struct rl_devcomm **out,
                                   char *err) {
-    struct rl_devcomm *s = get_state(c, err);
-    if (!s) return RINGLET_ERR_INVALID_USAGE;
-    if (s->device >= 0 && r->device != s->device) {
-        snprintf(err, RL_MSG_MAX, "buffers on device %d, but this communicator uses device %d", r->device, s->device);
+    struct rl_devcomm *s = c->dev;
+    int dev = -1, streams = 0;
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        dev = s->device, streams = s->s_send != NULL;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (!streams) return snprintf(err, RL_MSG_MAX, "internal: device buffers that were not prepared"), RINGLET_ERR_INTERNAL;
+    if (r->device != dev) {
+        snprintf(err, RL_MSG_MAX, "buffers on device %d, but this communicator uses device %d", r->device, dev);
         return RINGLET_ERR_INVALID_USAGE;
     }
     if (s->d->set_device(r->device) != RL_DEV_OK) return rl_devcomm_error("selecting the buffers' device", err);
-    if (s->device < 0) {
-        s->device = r->device;
-        ringlet_result_t rc = make_streams(c, s, err);
-        if (rc) return rc;
-    }
     void *evs[1 + RL_GROUP_MAX_STREAMS] = {r->event};
     for (int i = 0; i < r->nxstream; i++) evs[1 + i] = r->xevent[i];
     for (int i = 0; i <= r->nxstream; i++)
@@ -186,6 +415,7 @@ ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err) {
 
 void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r) {
     struct rl_devcomm *s = c->dev;
+    if (!s) return;
     if (r->event) {
         s->d->event_destroy(r->event);
         r->event = NULL;
@@ -193,43 +423,59 @@ void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r) {
     for (int i = 0; i < r->nxstream; i++)
         if (r->xevent[i]) s->d->event_destroy(r->xevent[i]), r->xevent[i] = NULL;
     /* Operations finish in issue order, so the flag only grows. */
-    if (r->stream && s) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
+    if (r->stream && s->flag) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
+}
+
+rl_devlane *rl_devcomm_lane(struct ringlet_comm *c, int i, char *err) {
+    struct rl_devcomm *s = c->dev;
+    if (i < 0 || i >= RL_DEV_MAX_LANES) return snprintf(err, RL_MSG_MAX, "more than %d peers at once", RL_DEV_MAX_LANES), NULL;
+    pthread_mutex_lock(&s->mu);
+    rl_devlane *l = s->lanes[i];
+    pthread_mutex_unlock(&s->mu);
+    if (!l) snprintf(err, RL_MSG_MAX, "internal: staging lane %d was not prepared", i);
+    return l;
+}
+
+ringlet_result_t rl_devcomm_device_slots(struct ringlet_comm *c, rl_devlane *l, char *err) {
+    struct rl_devcomm *s = c->dev;
+    pthread_mutex_lock(&s->mu);
+    int ok = l->dev_slots != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return snprintf(err, RL_MSG_MAX, "internal: device staging slots were not prepared"), RINGLET_ERR_INTERNAL;
+    return RINGLET_SUCCESS;
 }
 
 /* which: 0 device scratch, 1 pinned, 2 the second device scratch */
-static void *grow(struct ringlet_comm *c, int which, size_t bytes, char *err) {
+static void *lookup(struct ringlet_comm *c, int which, size_t bytes, char *err) {
     struct rl_devcomm *s = c->dev;
-    int pinned = which == 1;
-    void **buf = which == 1 ? &s->pinned : which == 2 ? &s->scratch2 : &s->scratch;
-    size_t *size = which == 1 ? &s->pinned_size : which == 2 ? &s->scratch2_size : &s->scratch_size;
-    if (bytes <= *size && *buf) return *buf;
-    if (*buf && s->nretired == (int)(sizeof s->retired / sizeof s->retired[0])) {
-        snprintf(err, RL_MSG_MAX, "%s scratch memory grew too often", pinned ? "pinned" : "device");
-        return NULL;
-    }
-    /* At least double, so that a sweep of sizes reallocates only a few times. */
-    size_t want = bytes > 2 * *size ? bytes : 2 * *size;
-    if (want < 4096) want = 4096;
-    void *p = NULL;
-    if ((pinned ? s->d->host_alloc(&p, want) : s->d->mem_alloc(&p, want)) != RL_DEV_OK) {
-        rl_devcomm_error(pinned ? "pinned scratch memory" : "device scratch memory", err);
-        return NULL;
-    }
-    if (*buf) {
-        s->retired[s->nretired] = *buf;
-        s->retired_pinned[s->nretired++] = pinned;
-    }
-    *buf = p;
-    *size = want;
-    return p;
+    pthread_mutex_lock(&s->mu);
+    void *buf = which == 1 ? s->pinned : which == 2 ? s->scratch2 : s->scratch;
+    size_t size = which == 1 ? s->pinned_size : which == 2 ? s->scratch2_size : s->scratch_size;
+    pthread_mutex_unlock(&s->mu);
+    if (buf && size >= bytes) return buf;
+    snprintf(err, RL_MSG_MAX, "internal: %zu bytes of %s were not prepared (%zu are)", bytes,
+             which == 1 ? "pinned scratch" : "device scratch", size);
+    return NULL;
 }
 
-void *rl_devcomm_scratch(struct ringlet_comm *c, size_t bytes, char *err) { return grow(c, 0, bytes, err); }
-void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err) { return grow(c, 1, bytes, err); }
-void *rl_devcomm_scratch2(struct ringlet_comm *c, size_t bytes, char *err) { return grow(c, 2, bytes, err); }
+void *rl_devcomm_scratch(struct ringlet_comm *c, size_t bytes, char *err) { return lookup(c, 0, bytes, err); }
+void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err) { return lookup(c, 1, bytes, err); }
+void *rl_devcomm_scratch2(struct ringlet_comm *c, size_t bytes, char *err) { return lookup(c, 2, bytes, err); }
+
+int rl_devcomm_device(struct ringlet_comm *c) {
+    struct rl_devcomm *s = c->dev;
+    if (!s) return -1;
+    pthread_mutex_lock(&s->mu);
+    int dev = s->device;
+    pthread_mutex_unlock(&s->mu);
+    return dev;
+}
+
+/* ---- teardown ---- */
 
 void rl_devcomm_release_all(struct ringlet_comm *c) {
-    if (c->dev) __atomic_store_n(c->dev->flag, UINT64_MAX, __ATOMIC_RELEASE);
+    struct rl_devcomm *s = c->dev;
+    if (s && s->flag) __atomic_store_n(s->flag, RL_DEVCOMM_RELEASE_ALL, __ATOMIC_RELEASE);
 }
 
 void rl_devcomm_fini(struct ringlet_comm *c) {
@@ -241,6 +487,8 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     rl_devcomm_release_all(c);
     char err[RL_MSG_MAX];
     if (rl_devcomm_drain(c, err) != RINGLET_SUCCESS) RL_WARN(c->rank, "device teardown: %s", err);
+    /* Memory goes when no stream of the process is held (another communicator may hold
+     * one now): rl_dev_free_later. */
     for (int i = 0; i < RL_DEV_MAX_LANES; i++) {
         rl_devlane *l = s->lanes[i];
         if (!l) continue;
@@ -248,9 +496,9 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
             if (l->ev_send[k]) d->event_destroy(l->ev_send[k]);
             if (l->ev_recv[k]) d->event_destroy(l->ev_recv[k]);
         }
-        if (l->dev_slots) d->mem_free(l->dev_slots);
-        if (l->send_slots) d->host_free(l->send_slots);
-        if (l->recv_slots) d->host_free(l->recv_slots);
+        rl_dev_free_later(l->dev_slots, RL_DEV_MEM_DEVICE);
+        rl_dev_free_later(l->send_slots, RL_DEV_MEM_PINNED);
+        rl_dev_free_later(l->recv_slots, RL_DEV_MEM_PINNED);
         free(l);
     }
     if (s->ev_drain[0]) d->event_destroy(s->ev_drain[0]);
@@ -258,12 +506,15 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     if (s->ev_misc) d->event_destroy(s->ev_misc);
     if (s->s_send) d->stream_destroy(s->s_send);
     if (s->s_recv) d->stream_destroy(s->s_recv);
-    if (s->scratch) d->mem_free(s->scratch);
-    if (s->scratch2) d->mem_free(s->scratch2);
-    if (s->pinned) d->host_free(s->pinned);
-    for (int i = 0; i < s->nretired; i++)
-        s->retired_pinned[i] ? d->host_free(s->retired[i]) : d->mem_free(s->retired[i]);
-    d->host_free((void *)s->flag);
+    rl_dev_free_later(s->scratch, RL_DEV_MEM_DEVICE);
+    rl_dev_free_later(s->scratch2, RL_DEV_MEM_DEVICE);
+    rl_dev_free_later(s->pinned, RL_DEV_MEM_PINNED);
+    for (int i = 0; i < s->nretired; i++) rl_dev_free_later(s->retired[i], s->retired_kind[i]);
+    rl_dev_free_later((void *)s->flag, RL_DEV_MEM_PINNED);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->prep_mu);
+    free(s->send_ready);
+    free(s->recv_ready);
     free(s);
     c->dev = NULL;
 }

@@ -2,11 +2,18 @@
  * and the streams, pinned staging slots and scratch memory of its device operations.
  *
  * Stream order (as NCCL's calls): the calling thread records an event on the user's
- * stream (the work before the call) and enqueues on it a wait until a pinned flag
- * reaches the operation's sequence number (the work after the call). The progress
- * thread makes its own streams wait for the event, runs the operation, and sets the
- * flag. So the call returns at once and the user's side never synchronises with the
- * host. */
+ * stream (the work before the call) and holds the stream until a pinned flag reaches
+ * the operation's sequence number (the work after the call). The progress thread makes
+ * its own streams wait for the event, runs the operation, and sets the flag. So the call
+ * returns at once and the user's side never synchronises with the host.
+ *
+ * Nothing that can synchronise the device (allocations, frees, IPC mappings, a kernel's
+ * first load) may happen while a stream is held: on a GPU it could wait for the held
+ * stream forever (device.h). So everything an operation's device work needs is made by
+ * rl_devcomm_prepare on the calling thread, before the operation is queued and its
+ * streams held, inside a quiet section of the device layer; the progress thread only
+ * looks things up (and fails, as an internal error, on anything not prepared). Memory is
+ * freed through rl_dev_free_later, which waits for a moment when no stream is held. */
 #ifndef RINGLET_DEVCOMM_H
 #define RINGLET_DEVCOMM_H
 
@@ -21,16 +28,32 @@
 typedef struct rl_devlane {
     char *send_slots, *recv_slots; /* pinned, nslots * slot_bytes each */
     /* RINGLET_DEVICE_REDUCE=copy, or a device transport whose slot a chunk does not fit:
-     * device staging slots (made on first use) */
+     * device staging slots */
     char *dev_slots;
     rl_dev_event_t ev_send[RL_DEV_MAX_SLOTS], ev_recv[RL_DEV_MAX_SLOTS];
 } rl_devlane;
 
+/* What an operation's device work needs, made by rl_devcomm_prepare (collective.c says
+ * what each algorithm uses). */
+typedef struct rl_dev_needs {
+    int device;        /* the buffers' device; -1: host buffers (a stream only) */
+    int stream_device; /* host buffers: the stream's device */
+    int lanes;        /* lanes 0 .. lanes-1 */
+    int dev_slots;    /* with device staging slots */
+    size_t scratch, scratch2, pinned; /* bytes of each (rl_devcomm_scratch ...) */
+    /* Device connections (over a transport that maps peer memory, where one reaches the
+     * peer): to and from each rank marked (arrays of nranks, NULL: none). */
+    unsigned char *send_to, *recv_from;
+} rl_dev_needs;
+
+#define RL_DEV_MAX_READY 64
+
 struct rl_devcomm {
     const rl_device_ops *d;
+    pthread_mutex_t mu;      /* prepare (calling threads) against the progress thread's lookups */
+    pthread_mutex_t prep_mu; /* one prepare at a time */
     volatile uint64_t *flag; /* pinned; user streams wait on it */
     int device;              /* of the buffers (one per communicator); -1 until the first such call */
-    /* Made by the first operation on device buffers (progress thread only): */
     rl_dev_stream_t s_send;  /* copies into the pinned send slots */
     rl_dev_stream_t s_recv;  /* reductions and copies out of the pinned receive slots */
     rl_dev_event_t ev_drain[2], ev_misc;
@@ -40,30 +63,38 @@ struct rl_devcomm {
      * (the lane's dev_slots) and reduced from there; direct (default): the kernel reads
      * the pinned slot itself. Which is faster is a property of the GPU and its link. */
     int reduce_from_copy;
-    rl_devlane *lanes[RL_DEV_MAX_LANES]; /* made on first use */
+    rl_devlane *lanes[RL_DEV_MAX_LANES];
     void *scratch;       /* device memory: partial results */
     size_t scratch_size;
     void *scratch2;      /* device memory: a pre-multiplied sum's scaled input */
     size_t scratch2_size;
     void *pinned;        /* pinned memory: the one-shot path's blocks */
     size_t pinned_size;
-    /* Outgrown buffers, freed at teardown only: freeing waits for every stream of the
-     * device, and a user's stream may be held by the flag for a later operation. */
+    /* Per rank: device connections made ready (rl_devcomm_prepare); devices made ready. */
+    unsigned char *send_ready, *recv_ready;
+    unsigned char ready_devices[RL_DEV_MAX_READY];
+    int device_receiving; /* some peer's pieces come over a device transport: lanes get device slots */
+    /* Outgrown buffers, freed at teardown: an operation running may still use them. */
     void *retired[64];
-    int retired_pinned[64];
+    int retired_kind[64];
     int nretired;
 };
 
-/* Calling thread, under the queue lock, with r->seq assigned: the stream order above. */
+/* Calling thread, no lock held, before the operation is queued: makes what need says
+ * (the communicator's device state and the device made ready too), in quiet sections of
+ * the device layer; waits (within the deadline) for peers to connect where device
+ * connections are new. The thread's current device is kept. */
+ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *need, char *err);
+/* Calling thread, under the queue lock, in a hold section (device.h), with r->seq
+ * assigned and r prepared: the stream order above. */
 ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 /* With r->hold_later, enqueue records the events only; the caller holds the streams
- * afterwards with this (a group over several communicators of this process that share a
- * stream: every communicator's event comes before any hold, or the first hold would keep
- * the others' operations, which it needs, from starting). */
+ * afterwards with this, in a hold section (a group over several communicators of this
+ * process that share a stream: every communicator's event comes before any hold, or the
+ * first hold would keep the others' operations, which it needs, from starting). */
 ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, int n, uint64_t seq, char *err);
-/* Progress thread, before an operation on device buffers (r->device >= 0): the
- * streams and slots (made on first use), the thread's current device, and the
- * internal streams waiting for the user's earlier work. */
+/* Progress thread, before an operation on device buffers (r->device >= 0): the thread's
+ * current device, and the internal streams waiting for the user's earlier work. */
 ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request *r, struct rl_devcomm **out,
                                   char *err);
 /* Waits, within the deadline, for an event of the communicator's streams (what: for
@@ -74,22 +105,27 @@ ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, cons
 ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err);
 /* Lets the request's stream go on (flag = seq), whatever the outcome. */
 void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r);
-/* Lane i (its pinned slots and events), made on first use; NULL with err on failure. */
+/* Progress thread: lane i, its device staging slots, and the scratch memory, as prepared;
+ * NULL with err (an internal error) where the operation did not prepare them. Scratch is
+ * valid until the next prepare of the communicator that grows it. */
 rl_devlane *rl_devcomm_lane(struct ringlet_comm *c, int i, char *err);
-/* The lane's device staging slots, made on first use. */
 ringlet_result_t rl_devcomm_device_slots(struct ringlet_comm *c, rl_devlane *l, char *err);
-/* Device scratch (rl_devcomm_scratch) or pinned scratch (rl_devcomm_pinned) of at least
- * bytes; NULL with err on failure. Valid until the next call of the same kind. */
 void *rl_devcomm_scratch(struct ringlet_comm *c, size_t bytes, char *err);
 void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err);
 void *rl_devcomm_scratch2(struct ringlet_comm *c, size_t bytes, char *err);
-/* Lets go of every user stream still held (teardown, before anything is freed: freeing
- * device memory waits for every stream of the device, as cudaFree does). */
+/* Lets go of every user stream still held (teardown, before anything is freed). */
 void rl_devcomm_release_all(struct ringlet_comm *c);
 /* Releases every stream still waiting, then frees everything (teardown). */
 void rl_devcomm_fini(struct ringlet_comm *c);
 
+/* The buffers' device of the communicator, or -1 before its first device operation. */
+int rl_devcomm_device(struct ringlet_comm *c);
+
 /* Enqueued device work failed: the operation's error. */
 ringlet_result_t rl_devcomm_error(const char *what, char *err);
+
+/* The flag value that releases every hold (below 2^62, as wait_flag wants, and above
+ * every sequence number). */
+#define RL_DEVCOMM_RELEASE_ALL ((uint64_t)1 << 61)
 
 #endif

@@ -7,6 +7,7 @@
 #include "convert.h"
 #include "device.h"
 #include "failure.h"
+#include "util.h"
 
 /* The backend when either pointer is device memory; NULL for host memory. */
 static const rl_device_ops *on_device(const void *a, const void *b) {
@@ -68,9 +69,17 @@ ringlet_result_t ringlet_host_alloc(void **ptr, size_t bytes) {
     if (!ptr) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "host_alloc: ptr is NULL");
     const rl_device_ops *d = rl_device();
     *ptr = NULL;
-    if (d ? d->host_alloc(ptr, bytes ? bytes : 1) != RL_DEV_OK : !(*ptr = calloc(1, bytes ? bytes : 1)))
-        return rl_error(NULL, d ? RINGLET_ERR_CUDA : RINGLET_ERR_SYSTEM, "host_alloc of %zu bytes: %s", bytes,
-                        d ? rl_dev_error() : "out of memory");
+    if (!d) {
+        if (!(*ptr = calloc(1, bytes ? bytes : 1)))
+            return rl_error(NULL, RINGLET_ERR_SYSTEM, "host_alloc of %zu bytes: out of memory", bytes);
+        return RINGLET_SUCCESS;
+    }
+    /* Not while a stream is held (device.h): it waits for ringlet's holds to end. */
+    if (rl_dev_quiet_begin(rl_timeout_s(), "host_alloc") != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "host_alloc of %zu bytes: %s", bytes, rl_dev_error());
+    int rc = d->host_alloc(ptr, bytes ? bytes : 1);
+    rl_dev_quiet_end();
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "host_alloc of %zu bytes: %s", bytes, rl_dev_error());
     return RINGLET_SUCCESS;
 }
 
@@ -81,6 +90,10 @@ ringlet_result_t ringlet_host_free(void *ptr) {
         free(ptr);
         return RINGLET_SUCCESS;
     }
-    if (d->host_free(ptr) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
+    if (rl_dev_quiet_begin(rl_timeout_s(), "host_free") != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
+    int rc = d->host_free(ptr);
+    rl_dev_quiet_end();
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
     return RINGLET_SUCCESS;
 }

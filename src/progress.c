@@ -168,6 +168,18 @@ void rl_comm_free_live(struct ringlet_comm *c) {
 }
 
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    /* Device memory and streams first (devcomm.h): nothing of that kind may be made once
+     * a stream is held, and the stream is held below. The hold section keeps another
+     * thread's allocation from starting between the two; it is entered outside the queue
+     * lock, which the progress thread needs to finish the operations an allocation waits
+     * for. */
+    int holds = r->stream != NULL;
+    if (r->device >= 0 || holds) {
+        ringlet_result_t rc = rl_op_prepare_device(c, r, err);
+        if (rc) return rc;
+    }
+    if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
+        return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;
     pthread_mutex_lock(&c->q_mu);
     r->seq = ++c->seq;
     if (r->seq_out) *r->seq_out = r->seq;
@@ -177,6 +189,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
             /* The number stays used: streams it held were released by setting the flag
              * to it, which must not also release the next operation's. */
             pthread_mutex_unlock(&c->q_mu);
+            rl_dev_hold_end();
             return rc;
         }
     }
@@ -186,5 +199,6 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     c->q_tail = r;
     pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
+    if (holds) rl_dev_hold_end();
     return RINGLET_SUCCESS;
 }

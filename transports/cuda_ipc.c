@@ -27,6 +27,11 @@
  * Whether a peer's memory can be mapped at all (another container, two GPUs without peer
  * access) is tried once per peer with a probe allocation each rank exports at init
  * (reachable); the communicator then falls back to staging through host memory.
+ *
+ * Allocating, freeing and mapping device memory can synchronise the device, and so must
+ * not happen while a stream is held (device.h): connect allocates and reachable maps in
+ * the communicator's quiet sections (before an operation is queued), ready maps the
+ * sender's slots in one of its own, and memory is freed with rl_dev_free_later.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -211,9 +216,14 @@ static ringlet_result_t ipc_init(const rl_transport_init *in, void **out, void *
     blob_t b;
     memset(&b, 0, sizeof b);
     memcpy(b.name, x->name, sizeof b.name);
-    if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK) b.has_probe = 1;
-    else RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
-                 rl_dev_error());
+    if (rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
+        if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK)
+            b.has_probe = 1;
+        rl_dev_quiet_end();
+    }
+    if (!b.has_probe)
+        RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
+                rl_dev_error());
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *out = x;
@@ -280,7 +290,7 @@ static void conn_free(ipc_conn *k) {
     if (k->stream) d->stream_destroy(k->stream); /* after its copies ran */
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
-    if (k->slots) k->sending ? d->mem_free(k->slots) : d->mem_unimport(k->slots);
+    if (k->slots) rl_dev_free_later(k->slots, k->sending ? RL_DEV_MEM_DEVICE : RL_DEV_MEM_IMPORTED);
     if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
     free(k);
 }
@@ -447,40 +457,74 @@ static int process_gone(int32_t pid) {
     return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-/* Receiver: maps the sender's slots once it has connected. */
-static int attach(ipc_conn *k) {
-    if (k->slots) return 1;
-    int st = atomic_load_explicit(&k->ctl->sender, memory_order_acquire);
-    if (st != SIDE_OPEN) {
-        if (st == SIDE_CLOSED) fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
-        return 0;
+/* Receiver (ready): the sender's FIFO as this rank expects it, or why not. */
+static int check_fifo(const ipc_conn *k, char *why, size_t n) {
+    if (k->ctl->nslots == k->nslots && k->ctl->slot_bytes == k->slot_bytes) return 1;
+    snprintf(why, n, "the sender's FIFO is %u x %llu bytes, this rank's %u x %llu (RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE "
+             "must be the same on every rank)", k->ctl->nslots, (unsigned long long)k->ctl->slot_bytes, k->nslots,
+             (unsigned long long)k->slot_bytes);
+    return 0;
+}
+
+/* Receiver, before the first operation that uses the connection: waits for the sender to
+ * connect, then maps its slots (a quiet section: mapping can synchronise the device). */
+static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
+    ipc_conn *k = conn;
+    if (k->sending || k->slots) return RINGLET_SUCCESS;
+    ipc_ctx *x = k->ctx;
+    int st;
+    while ((st = atomic_load_explicit(&k->ctl->sender, memory_order_acquire)) == SIDE_NONE) {
+        if (atomic_load(x->in.stop))
+            return snprintf(err, RL_ERR_MAX, "stopped (the communicator failed) waiting for rank %d to connect over "
+                            "cuda_ipc", k->peer), RINGLET_ERR_REMOTE;
+        if (rl_now() > deadline)
+            return snprintf(err, RL_ERR_MAX, "rank %d did not connect over cuda_ipc within RINGLET_TIMEOUT", k->peer),
+                   RINGLET_ERR_TIMEOUT;
+        rl_sleep_ms(1);
     }
+    if (st == SIDE_CLOSED) return snprintf(err, RL_ERR_MAX, "rank %d closed the connection", k->peer), RINGLET_ERR_REMOTE;
     char why[RL_ERR_MAX] = "";
-    if (k->ctl->nslots != k->nslots || k->ctl->slot_bytes != k->slot_bytes) {
-        snprintf(why, sizeof why, "the sender's FIFO is %u x %llu bytes, this rank's %u x %llu "
-                 "(RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank)", k->ctl->nslots,
-                 (unsigned long long)k->ctl->slot_bytes, k->nslots, (unsigned long long)k->slot_bytes);
+    ringlet_result_t rc = RINGLET_ERR_CUDA;
+    void *p = NULL;
+    if (!check_fifo(k, why, sizeof why)) {
+        rc = RINGLET_ERR_INVALID_USAGE;
+    } else if (rl_dev_quiet_begin(x->in.timeout_s, "mapping a cuda_ipc peer's slots") != RL_DEV_OK) {
+        snprintf(why, sizeof why, "%s", rl_dev_error());
     } else {
         int cur = dev_enter(k);
-        void *p = NULL;
-        if (k->ctx->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK)
+        if (x->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK) {
             snprintf(why, sizeof why, "mapping the sender's slots: %s", rl_dev_error());
-        else if (conn_streams(k, why) == 0)
-            k->slots = p;
-        else
-            k->ctx->d->mem_unimport(p);
+            p = NULL;
+        } else if (conn_streams(k, why) != 0) {
+            x->d->mem_unimport(p);
+            p = NULL;
+        }
         dev_leave(k, cur);
+        rl_dev_quiet_end();
     }
-    if (!k->slots) {
-        atomic_store(&k->ctl->mismatch, 1);
-        ring_peer(k);
-        /* A sender that died after it connected takes its memory with it: that is the
-         * peer's failure (REMOTE: the monitor then names it), not a mapping problem. */
-        int gone = process_gone(k->ctl->sender_pid);
-        fail_all(k, gone ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA, why);
-        return 0;
+    if (p) {
+        pthread_mutex_lock(&x->mu);
+        k->slots = p;
+        pthread_mutex_unlock(&x->mu);
+        return RINGLET_SUCCESS;
     }
-    return 1;
+    atomic_store(&k->ctl->mismatch, 1);
+    ring_peer(k);
+    /* A sender that died after it connected takes its memory with it: that is the peer's
+     * failure (REMOTE: the monitor then names it), not a mapping problem. */
+    if (rc == RINGLET_ERR_CUDA && process_gone(k->ctl->sender_pid)) rc = RINGLET_ERR_REMOTE;
+    snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %s", k->peer, why);
+    return rc;
+}
+
+/* Receiver: the sender's slots, mapped by ready; a closed sender fails what waits. */
+static int attach(ipc_conn *k) {
+    if (k->slots) return 1;
+    if (atomic_load_explicit(&k->ctl->sender, memory_order_acquire) == SIDE_CLOSED)
+        fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
+    else
+        fail_all(k, RINGLET_ERR_INTERNAL, "internal: the connection was used before it was made ready");
+    return 0;
 }
 
 /* Hands the sender back every slot it may reuse (in order). */
@@ -709,8 +753,8 @@ static void ipc_fini(void *ctx) {
     ipc_ctx *x = ctx;
     while (x->conns) ipc_close(x->conns);
     for (int i = 0; i < x->in.nranks; i++)
-        if (x->probes[i]) x->d->mem_unimport(x->probes[i]);
-    if (x->probe) x->d->mem_free(x->probe);
+        if (x->probes[i]) rl_dev_free_later(x->probes[i], RL_DEV_MEM_IMPORTED);
+    if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
     close(x->lock_fd);
@@ -724,7 +768,10 @@ static int ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, 
     ipc_ctx *x = ctx;
     if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
     pthread_mutex_lock(&x->mu);
-    if (!x->reach[peer]) {
+    if (!x->reach[peer] && !rl_dev_in_quiet()) {
+        /* Mapping can synchronise the device: only in the communicator's preparation. */
+        snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);
+    } else if (!x->reach[peer]) {
         blob_t b;
         memcpy(&b, blob, sizeof b);
         void *p = NULL;
@@ -761,4 +808,5 @@ const rl_transport_ops rl_transport_cuda_ipc = {
     .irecv_map = ipc_irecv_map,
     .release = ipc_release,
     .reachable = ipc_reachable,
+    .ready = ipc_ready,
 };

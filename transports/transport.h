@@ -120,6 +120,14 @@ typedef struct rl_transport_ops {
      * e.g. mapping the peer's memory); 0 with the reason in why (RL_ERR_MAX) makes the
      * communicator use another transport for the pair. */
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
+    /* Optional, for a transport that maps a peer's memory: makes a connection ready to
+     * move data with no call that can synchronise the device afterwards (device.h's
+     * holds): a receiving end waits (until deadline, or stop) for its sender to connect,
+     * then maps the sender's memory in a quiet section. Called by the communicator before
+     * the operation that first uses the connection is queued; isend / irecv on a
+     * connection that is not ready fail. reachable must be called in a quiet section, too,
+     * the first time for a peer. */
+    ringlet_result_t (*ready)(void *conn, double deadline, char *err);
 } rl_transport_ops;
 
 enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4 };

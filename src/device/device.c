@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
+#include "util.h"
 
 static _Thread_local char t_error[256];
 
@@ -74,4 +76,176 @@ const char *rl_device_unavailable(void) {
 int rl_dev_ptr_device(const void *p) {
     const rl_device_ops *d = rl_device();
     return d && p ? d->ptr_device(p) : -1;
+}
+
+/* ---- quiet sections, hold sections, and the holds ----
+ *
+ * A reader-writer gate: hold sections are readers (many at once), a quiet section is the
+ * writer, waited for by new readers, and itself waiting for the readers to leave and for
+ * every noted hold to be released. Progress threads release holds without passing the
+ * gate, so a quiet section never waits for a thread that waits for it. */
+
+typedef struct {
+    volatile uint64_t *flag;
+    uint64_t value;
+    int cyclic;
+} hold_t;
+
+typedef struct deferred {
+    void *p;
+    int kind;
+    struct deferred *next;
+} deferred_t;
+
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static int g_readers, g_writer, g_writers_waiting;
+static _Thread_local int t_quiet_depth;
+static hold_t *g_holds;
+static size_t g_nholds, g_holds_cap;
+static deferred_t *g_deferred;
+
+static int hold_released(const hold_t *h) {
+    uint64_t v = __atomic_load_n(h->flag, __ATOMIC_ACQUIRE);
+    return h->cyclic ? (int64_t)(v - h->value) >= 0 : v >= h->value;
+}
+
+/* Drops released holds; the number left (gate lock held). */
+static size_t prune_holds(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < g_nholds; i++)
+        if (!hold_released(&g_holds[i])) g_holds[k++] = g_holds[i];
+    g_nholds = k;
+    return k;
+}
+
+void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic) {
+    pthread_mutex_lock(&g_gate_mu);
+    if (g_nholds == g_holds_cap) prune_holds();
+    if (g_nholds == g_holds_cap) {
+        size_t cap = g_holds_cap ? 2 * g_holds_cap : 64;
+        hold_t *h = realloc(g_holds, cap * sizeof *h);
+        if (h) g_holds = h, g_holds_cap = cap;
+    }
+    /* Out of memory: the hold goes unnoted, and a quiet section may then meet it (the
+     * simulator reports that as a deadlock); nothing better is possible here. */
+    if (g_nholds < g_holds_cap) g_holds[g_nholds++] = (hold_t){flag, value, cyclic};
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+int rl_dev_holds_active(void) {
+    pthread_mutex_lock(&g_gate_mu);
+    int n = (int)prune_holds();
+    pthread_mutex_unlock(&g_gate_mu);
+    return n;
+}
+
+/* A timed wait on the gate's condition, 1 ms at most (holds are released by a store to
+ * host memory, which signals nobody). */
+static void gate_wait(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &ts);
+}
+
+static void free_now(const rl_device_ops *d, void *p, int kind) {
+    int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
+    if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
+}
+
+/* The deferred frees (the caller is the writer). */
+static void flush_deferred(void) {
+    pthread_mutex_lock(&g_gate_mu);
+    deferred_t *list = g_deferred;
+    g_deferred = NULL;
+    pthread_mutex_unlock(&g_gate_mu);
+    const rl_device_ops *d = rl_device();
+    while (list) {
+        deferred_t *next = list->next;
+        if (d) free_now(d, list->p, list->kind);
+        free(list);
+        list = next;
+    }
+}
+
+int rl_dev_quiet_begin(double timeout_s, const char *what) {
+    if (t_quiet_depth++) return RL_DEV_OK;
+    double until = rl_now() + timeout_s;
+    pthread_mutex_lock(&g_gate_mu);
+    g_writers_waiting++;
+    while ((g_writer || g_readers || prune_holds()) && rl_now() < until) gate_wait();
+    g_writers_waiting--;
+    int ok = !g_writer && !g_readers && !prune_holds();
+    if (ok) g_writer = 1;
+    pthread_cond_broadcast(&g_gate_cv);
+    size_t held = g_nholds;
+    pthread_mutex_unlock(&g_gate_mu);
+    if (!ok) {
+        t_quiet_depth = 0;
+        return rl_dev_fail("%s: streams of this process stayed held (%zu hold(s) not released) for %.0f s (the "
+                           "operations holding them did not finish)",
+                           what, held, timeout_s);
+    }
+    flush_deferred();
+    return RL_DEV_OK;
+}
+
+int rl_dev_in_quiet(void) { return t_quiet_depth > 0; }
+
+void rl_dev_quiet_end(void) {
+    if (t_quiet_depth == 0 || --t_quiet_depth) return;
+    pthread_mutex_lock(&g_gate_mu);
+    g_writer = 0;
+    pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+int rl_dev_hold_begin(double timeout_s) {
+    double until = rl_now() + timeout_s;
+    pthread_mutex_lock(&g_gate_mu);
+    /* The writer itself may hold (its own quiet section is over by then, or it knows). */
+    while (!t_quiet_depth && (g_writer || g_writers_waiting) && rl_now() < until) gate_wait();
+    int ok = t_quiet_depth || (!g_writer && !g_writers_waiting);
+    if (ok) g_readers++;
+    pthread_mutex_unlock(&g_gate_mu);
+    return ok ? RL_DEV_OK
+              : rl_dev_fail("holding a stream: another thread's allocation or free waited %.0f s for this process's "
+                            "held streams",
+                            timeout_s);
+}
+
+void rl_dev_hold_end(void) {
+    pthread_mutex_lock(&g_gate_mu);
+    if (g_readers > 0) g_readers--;
+    pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+void rl_dev_free_later(void *p, int kind) {
+    const rl_device_ops *d = rl_device();
+    if (!p || !d) return;
+    if (t_quiet_depth) {
+        free_now(d, p, kind);
+        return;
+    }
+    pthread_mutex_lock(&g_gate_mu);
+    int now = !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
+    if (now) g_writer = 1;
+    deferred_t *x = now ? NULL : malloc(sizeof *x);
+    if (x) *x = (deferred_t){p, kind, g_deferred}, g_deferred = x;
+    pthread_mutex_unlock(&g_gate_mu);
+    if (!now) {
+        /* Out of memory for the note: the memory stays (a leak, never a deadlock). */
+        return;
+    }
+    t_quiet_depth = 1;
+    free_now(d, p, kind);
+    flush_deferred();
+    t_quiet_depth = 0;
+    pthread_mutex_lock(&g_gate_mu);
+    g_writer = 0;
+    pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
 }

@@ -6,14 +6,21 @@
  * kernels, events, and flags in memory that one side writes and a stream waits on.
  * It knows data types and ops (for the kernels) and nothing else of ringlet.
  *
- * Backends (one per process, chosen at the first call by RINGLET_DEVICE):
+ * Backends (one per process, chosen at the first call by RINGLET_DEVICE), both the same
+ * logic (backend_ops.inc) over a CUDA runtime (rt.h):
  *   cuda   the CUDA runtime and kernels/reduce_cuda.cu (device.c picks it by default
  *          when the build has CUDA and a device is usable)
- *   sim    a simulated GPU on the CPU (sim_*.c): device memory host code cannot touch,
- *          streams that run on threads of their own, the CPU kernels; for tests, and
- *          for people without a GPU
+ *   sim    a simulated GPU on the CPU (simgpu_*.c): device memory host code cannot touch,
+ *          streams that run on threads of their own, the CPU kernels, and CUDA's rules;
+ *          for tests, and for people without a GPU
  *   none   no device: every pointer is host memory (the default without CUDA)
  * RINGLET_DEVICE=auto (or unset) | cuda | sim | none.
+ *
+ * Holds. A stream waiting for a flag the host sets later (wait_flag) is held. On a GPU a
+ * call that can synchronise the device (allocations, frees, IPC mappings, a kernel's
+ * first, lazy, load) made while a stream is held may never return. So such calls go
+ * through the quiet sections below, which wait until no stream is held and keep new holds
+ * out meanwhile, and holds are made inside hold sections (RINGLET_STREAM_HOLD: how).
  *
  * Conventions: every function returns 0 on success and RL_DEV_ERR on failure, with the
  * reason in rl_dev_error() (the calling thread's last error, e.g. "cudaMemcpyAsync:
@@ -53,6 +60,16 @@ typedef struct rl_device_ops {
 
     /* Devices and the calling thread's current device (as cudaSetDevice). */
     int (*count)(int *n);
+    /* Makes device dev ready for ringlet's work, once per device: every kernel loaded
+     * into its context (never lazily behind a held stream), and the way streams are held
+     * chosen (stream memory operations where the device has them, else a spinning
+     * kernel; RINGLET_STREAM_HOLD=memop|kernel forces one). Can synchronise the device:
+     * inside a quiet section. The calling thread's current device is kept. */
+    int (*device_ready)(int dev);
+    /* "memop" or "kernel": how device_ready chose to hold streams of dev. */
+    const char *(*hold_kind)(int dev);
+    /* The device of a stream (NULL, RINGLET_STREAM_DEFAULT: the current device's). */
+    int (*stream_device)(rl_dev_stream_t s, int *dev);
     int (*set_device)(int dev);
     int (*get_device)(int *dev);
     /* The device whose memory p points into (device memory from mem_alloc or
@@ -109,7 +126,8 @@ typedef struct rl_device_ops {
                        ringlet_op_t op, rl_dev_stream_t s);
 
     /* Flags: 8-byte words in pinned or device memory (also memory imported from a
-     * peer). wait_flag holds the stream until *flag >= value; write_flag stores value
+     * peer). wait_flag holds the stream until *flag >= value (values below 2^62; call it
+     * inside a hold section, on the stream's device, made ready); write_flag stores value
      * once the stream's earlier work is done (visible to the host and to peers). */
     int (*wait_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
     int (*write_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
@@ -128,6 +146,28 @@ int rl_dev_ptr_device(const void *p);
 const char *rl_dev_error(void);
 /* For backends: sets it (printf-style) and returns RL_DEV_ERR. */
 int rl_dev_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- quiet sections and hold sections (device.c) ---- */
+
+/* Waits (timeout_s at most) until no stream of the process is held and no hold section
+ * is open, then keeps holds out until rl_dev_quiet_end. Nests in one thread. RL_DEV_ERR
+ * on timeout, naming what. Frees deferred by rl_dev_free_later are made here. */
+int rl_dev_quiet_begin(double timeout_s, const char *what);
+void rl_dev_quiet_end(void);
+/* Whether the calling thread is in a quiet section. */
+int rl_dev_in_quiet(void);
+/* A hold section: wait_flag calls go between these (and no quiet section is open
+ * meanwhile). Waits (timeout_s at most) while another thread is in a quiet section. */
+int rl_dev_hold_begin(double timeout_s);
+void rl_dev_hold_end(void);
+/* For backends: a stream was held until *flag reaches value (cyclic: as CUDA's GEQ
+ * memory operation compares). */
+void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic);
+/* The holds not released yet (their flag below their value). */
+int rl_dev_holds_active(void);
+/* Frees memory (RL_DEV_MEM_*) now when no stream is held, else at the next quiet section. */
+enum { RL_DEV_MEM_DEVICE = 0, RL_DEV_MEM_PINNED = 1, RL_DEV_MEM_IMPORTED = 2 };
+void rl_dev_free_later(void *p, int kind);
 
 extern const rl_device_ops rl_device_sim;
 #ifdef RINGLET_CUDA

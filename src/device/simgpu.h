@@ -1,7 +1,12 @@
-/* The simulated GPU (RINGLET_DEVICE=sim): internal interface between its memory part
- * (simgpu_mem.c) and its streams (simgpu_stream.c). See device.h for what it promises and
- * ../shared/DESIGN.md for why it exists: every device path of ringlet runs in CI on it,
- * under the sanitizers, with rules strict enough to fail where a GPU would.
+/* The simulated GPU (RINGLET_DEVICE=sim): a CUDA runtime on the CPU (rt.h's rl_rt_sim),
+ * and the internal interface between its parts:
+ *   simgpu_rt.c      errors (per thread, sticky), devices, kernel loading, the table
+ *   simgpu_mem.c     device and pinned memory, IPC
+ *   simgpu_stream.c  streams, events, the operations they run, held streams
+ *   simgpu_launch.c  kernels (the CPU twins) and stream memory operations
+ * See rt.h for the rules it holds and ../../shared/DESIGN.md for why it exists: every
+ * device path of ringlet runs in CI on it, under the sanitizers, with rules strict enough
+ * to fail where a GPU would.
  *
  * Memory. Device memory is a memfd mapped twice: PROT_NONE at the address callers get
  * (a host dereference crashes, as on a GPU), read-write for the simulator's engine
@@ -15,40 +20,118 @@
 #define RINGLET_SIMGPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#include "device.h"
+#include "rt.h"
+
+/* ---- errors (simgpu_rt.c) ---- */
+
+/* Fails the call: code becomes the thread's last error (unless a sticky error holds it),
+ * the message its detail; returns code. */
+int sim_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sticky error: once set (the first wins), every call fails with it. */
+void sim_set_sticky(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sticky code as the thread's error (sim_fail), or RL_RT_SUCCESS. */
+int sim_sticky_check(void);
+/* Non-zero once the sticky error is set. */
+int sim_sticky(void);
+
+/* ---- devices and kernel loading (simgpu_rt.c) ---- */
+
+int sim_device_count(void);
+/* The calling thread's current device. */
+int sim_current_device(void);
+/* Before a kernel's first launch: loads it (lazily, unless CUDA_MODULE_LOADING=EAGER),
+ * which waits for the device to be idle. kernel: an index below SIM_KERNELS. */
+#define SIM_KERNELS 256
+int sim_kernel_loaded(int kernel, const char *name);
+int sim_load_all_kernels(void);
+
+/* ---- memory (simgpu_mem.c) ---- */
 
 /* Where the engine reaches [p, p + bytes): */
 enum { SIM_MEM_DEVICE = 0, SIM_MEM_PINNED = 1, SIM_MEM_PAGEABLE = 2, SIM_MEM_BAD = -1 };
 /* Classifies the range and gives the engine's address of it (device memory: through the
  * engine mapping; pinned and pageable: p itself). SIM_MEM_BAD: the range starts in an
- * allocation and runs past its end (why says so, RL_DEV_ERR-style text). */
+ * allocation and runs past its end (why says so). */
 int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t whylen);
-
-/* The sticky error: once set (the first message wins), every call fails with it. */
-void sim_set_sticky(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* RL_DEV_ERR with the sticky message as the thread's error, or RL_DEV_OK. */
-int sim_sticky_check(void);
-/* Non-zero once the sticky error is set. */
-int sim_sticky(void);
-
-/* Blocks until no stream of the process has queued or running work (cudaFree does the
- * same before it frees). */
-void sim_sync_all(void);
-/* The calling thread's current device (set_device). */
-int sim_current_device(void);
-
-/* Memory operations of the ops table (simgpu_mem.c). */
-int sim_count(int *n);
-int sim_set_device(int dev);
-int sim_get_device(int *dev);
-int sim_ptr_device(const void *p);
-int sim_mem_alloc(void **p, size_t bytes);
-int sim_mem_free(void *p);
+int sim_pointer_device(const void *p);
+int sim_malloc(void **p, size_t bytes);
+int sim_free(void *p);
 int sim_host_alloc(void **p, size_t bytes);
-int sim_host_free(void *p);
-int sim_mem_export(void *p, rl_dev_handle *h);
-int sim_mem_import(const rl_dev_handle *h, void **p);
-int sim_mem_unimport(void *p);
+int sim_free_host(void *p);
+int sim_ipc_get_handle(rl_dev_handle *h, void *p);
+int sim_ipc_open(void **p, const rl_dev_handle *h);
+int sim_ipc_close(void *p);
+
+/* ---- streams (simgpu_stream.c) ---- */
+
+/* A call that can synchronise the device (what: its name): waits until no stream has
+ * queued or running work; RL_RT_ERR_SIM_DEADLOCK (with the thread's error set) when a
+ * stream is held by a flag wait that is not met, since on a GPU the wait would not end. */
+int sim_device_sync(const char *what);
+
+/* One operation of a stream. */
+enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_SCALE, OP_CONVERT, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT,
+       OP_WAIT_FLAG, OP_WRITE_FLAG, OP_WAIT_VALUE, OP_WRITE_VALUE, OP_FAULT };
+
+#define SIM_MAX_SOURCES 64
+
+typedef struct sim_op {
+    int kind;
+    void *dst;
+    const void *a, *b;
+    void *owned;                       /* a copy from pageable memory: the bytes staged at the call */
+    const void *srcs[SIM_MAX_SOURCES]; /* reduce_many: engine addresses */
+    unsigned char scalar[8];           /* scale: the scalar, taken at the call */
+    int nsrc;
+    size_t n; /* bytes (copy, memset) or elements (kernels) */
+    int value, divisor;
+    ringlet_datatype_t dt, st; /* st: convert's source type */
+    double fscale;             /* convert */
+    ringlet_op_t rop;
+    rl_dev_event_t ev;
+    uint64_t gen;  /* record / wait: the event's generation; flags: the value */
+    int fault;     /* OP_FAULT: the sticky code */
+    char msg[200]; /* fault */
+    struct sim_op *next;
+} sim_op;
+
+sim_op *sim_new_op(int kind);
+/* Queues o on s (NULL or RL_RT_STREAM_LEGACY: the current device's legacy stream), after
+ * checking that s is usable; frees o on failure. */
+int sim_enqueue(rl_dev_stream_t s, sim_op *o, const char *what);
+/* The device of a stream. */
+int sim_stream_device(rl_dev_stream_t s, int *dev);
+/* Blocks until s has run everything enqueued on it so far. */
+int sim_stream_reached(rl_dev_stream_t s, const char *what);
+
+int sim_stream_create(rl_dev_stream_t *s, int blocking);
+int sim_stream_destroy(rl_dev_stream_t s);
+int sim_stream_synchronize(rl_dev_stream_t s);
+int sim_event_create(rl_dev_event_t *e);
+int sim_event_destroy(rl_dev_event_t e);
+int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s);
+int sim_event_query(rl_dev_event_t e);
+int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e);
+int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s);
+int sim_memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s);
+
+/* ---- kernels and memory operations (simgpu_launch.c) ---- */
+
+int sim_launch_reduce(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                      rl_dev_stream_t s);
+int sim_launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                           ringlet_op_t op, rl_dev_stream_t s);
+int sim_launch_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
+                     rl_dev_stream_t s);
+int sim_launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                       double scale, rl_dev_stream_t s);
+int sim_launch_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
+int sim_launch_wait_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+int sim_launch_write_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+int sim_memops_supported(int *yes, char *why, size_t whylen);
+int sim_stream_wait_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
+int sim_stream_write_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
 
 #endif

@@ -1,6 +1,7 @@
 /* The simulated GPU's memory (simgpu.h): device allocations as doubly mapped memfds,
  * pinned host memory, the table that tells them apart, and sharing with another process
- * as CUDA IPC does. */
+ * as CUDA IPC does. Allocations, frees and IPC mappings may synchronise the device, as
+ * CUDA's may: they wait for every stream, and fail where a flag holds one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -53,8 +54,6 @@ _Static_assert(sizeof(struct handle) <= RL_DEV_HANDLE_BYTES, "handle too large")
 static pthread_rwlock_t g_mu = PTHREAD_RWLOCK_INITIALIZER;
 static alloc_t **g_tab;
 static size_t g_n, g_cap;
-
-static _Thread_local int t_device;
 
 static size_t round_page(size_t n) { return n ? (n + PAGE - 1) / PAGE * PAGE : PAGE; }
 
@@ -135,29 +134,7 @@ int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t why
     return kind;
 }
 
-int sim_current_device(void) { return t_device; }
-
-static int ndevices(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
-
-int sim_count(int *n) {
-    *n = ndevices();
-    return RL_DEV_OK;
-}
-
-int sim_set_device(int dev) {
-    if (sim_sticky_check()) return RL_DEV_ERR;
-    if (dev < 0 || dev >= ndevices())
-        return rl_dev_fail("set_device: device %d does not exist (RINGLET_SIM_DEVICES=%d)", dev, ndevices());
-    t_device = dev;
-    return RL_DEV_OK;
-}
-
-int sim_get_device(int *dev) {
-    *dev = t_device;
-    return RL_DEV_OK;
-}
-
-int sim_ptr_device(const void *p) {
+int sim_pointer_device(const void *p) {
     pthread_rwlock_rdlock(&g_mu);
     alloc_t *a = find(p);
     int d = a && a->kind != KIND_PINNED ? a->device : -1;
@@ -169,15 +146,15 @@ int sim_ptr_device(const void *p) {
  * the engine. */
 static int map_twice(alloc_t *a, const char *what) {
     a->user = mmap(NULL, a->map, PROT_NONE, MAP_SHARED, a->fd, (off_t)PAGE);
-    if (a->user == MAP_FAILED) return a->user = NULL, rl_dev_fail("%s: mmap: %s", what, strerror(errno));
+    if (a->user == MAP_FAILED) return a->user = NULL, sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: mmap: %s", what, strerror(errno));
     a->eng = mmap(NULL, a->map, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, (off_t)PAGE);
     if (a->eng == MAP_FAILED) {
         int e = errno;
         munmap(a->user, a->map);
         a->user = a->eng = NULL;
-        return rl_dev_fail("%s: mmap: %s", what, strerror(e));
+        return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: mmap: %s", what, strerror(e));
     }
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
 static void unmap(alloc_t *a) {
@@ -191,34 +168,43 @@ static void unmap(alloc_t *a) {
     free(a);
 }
 
-int sim_mem_alloc(void **p, size_t bytes) {
+#define STICKY_GUARD()                                                                                                 \
+    do {                                                                                                               \
+        int sticky_ = sim_sticky_check();                                                                              \
+        if (sticky_) return sticky_;                                                                                   \
+    } while (0)
+
+/* cudaMalloc: may synchronise the device (sim_device_sync). */
+int sim_malloc(void **p, size_t bytes) {
     *p = NULL;
-    if (sim_sticky_check()) return RL_DEV_ERR;
-    if (bytes == 0) return RL_DEV_OK; /* as cudaMalloc */
-    if (bytes > SIZE_MAX - 2 * PAGE) return rl_dev_fail("mem_alloc: %zu bytes: out of memory", bytes);
+    STICKY_GUARD();
+    int rc = sim_device_sync("cudaMalloc");
+    if (rc) return rc;
+    if (bytes == 0) return RL_RT_SUCCESS; /* as cudaMalloc */
+    if (bytes > SIZE_MAX - 2 * PAGE) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: %zu bytes: out of memory", bytes);
     alloc_t *a = calloc(1, sizeof *a);
-    if (!a) return rl_dev_fail("mem_alloc: out of memory");
+    if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: out of memory");
     a->kind = KIND_DEVICE;
-    a->device = t_device;
+    a->device = sim_current_device();
     a->bytes = bytes;
     a->map = round_page(bytes);
     a->fd = memfd_create("ringlet-sim-device", MFD_CLOEXEC);
     struct header h = {HDR_MAGIC, a->device, bytes, {0}};
-    int rc = RL_DEV_OK;
-    if (a->fd < 0) rc = rl_dev_fail("mem_alloc: memfd_create: %s", strerror(errno));
+    if (a->fd < 0) rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: memfd_create: %s", strerror(errno));
     else if (ftruncate(a->fd, (off_t)(PAGE + a->map)) != 0)
-        rc = rl_dev_fail("mem_alloc: %zu bytes: %s", bytes, strerror(errno));
+        rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: %zu bytes: %s", bytes, strerror(errno));
     else if (getrandom(a->nonce, sizeof a->nonce, 0) != (ssize_t)sizeof a->nonce)
-        rc = rl_dev_fail("mem_alloc: getrandom: %s", strerror(errno));
+        rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: getrandom: %s", strerror(errno));
     if (!rc) {
         memcpy(h.nonce, a->nonce, sizeof h.nonce);
-        if (pwrite(a->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) rc = rl_dev_fail("mem_alloc: header: %s", strerror(errno));
+        if (pwrite(a->fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+            rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: header: %s", strerror(errno));
     }
-    if (!rc) rc = map_twice(a, "mem_alloc");
+    if (!rc) rc = map_twice(a, "malloc");
     if (!rc && insert(a) != 0) {
         munmap(a->user, a->map);
         munmap(a->eng, a->map);
-        rc = rl_dev_fail("mem_alloc: out of memory");
+        rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: out of memory");
     }
     if (rc) {
         if (a->fd >= 0) close(a->fd);
@@ -226,24 +212,30 @@ int sim_mem_alloc(void **p, size_t bytes) {
         return rc;
     }
     *p = a->user;
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
-int sim_mem_free(void *p) {
-    if (!p) return RL_DEV_OK;
-    if (sim_sticky_check()) return RL_DEV_ERR;
-    sim_sync_all();
+/* cudaFree: synchronises the device first. */
+int sim_free(void *p) {
+    STICKY_GUARD();
+    if (!p) return RL_RT_SUCCESS;
+    int rc = sim_device_sync("cudaFree");
+    if (rc) return rc;
     alloc_t *a = take(p, KIND_DEVICE);
-    if (!a) return rl_dev_fail("mem_free: %p is not the start of a device allocation (invalid device pointer)", p);
+    if (!a)
+        return sim_fail(RL_RT_ERR_INVALID_DEVICE_POINTER, "free: %p is not the start of a device allocation", p);
     unmap(a);
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
+/* cudaHostAlloc (a page-locked allocation: it may synchronise the device). */
 int sim_host_alloc(void **p, size_t bytes) {
     *p = NULL;
-    if (sim_sticky_check()) return RL_DEV_ERR;
+    STICKY_GUARD();
+    int rc = sim_device_sync("cudaHostAlloc");
+    if (rc) return rc;
     alloc_t *a = calloc(1, sizeof *a);
-    if (!a) return rl_dev_fail("host_alloc: out of memory");
+    if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "host_alloc: out of memory");
     a->kind = KIND_PINNED;
     a->device = -1;
     a->fd = -1;
@@ -252,29 +244,31 @@ int sim_host_alloc(void **p, size_t bytes) {
     a->user = a->eng = mmap(NULL, a->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (a->user == MAP_FAILED) {
         free(a);
-        return rl_dev_fail("host_alloc: %zu bytes: %s", bytes, strerror(errno));
+        return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "host_alloc: %zu bytes: %s", bytes, strerror(errno));
     }
     if (insert(a) != 0) {
         munmap(a->user, a->map);
         free(a);
-        return rl_dev_fail("host_alloc: out of memory");
+        return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "host_alloc: out of memory");
     }
     *p = a->user;
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
-int sim_host_free(void *p) {
-    if (!p) return RL_DEV_OK;
-    if (sim_sticky_check()) return RL_DEV_ERR;
-    sim_sync_all();
+/* cudaFreeHost: synchronises the device first. */
+int sim_free_host(void *p) {
+    STICKY_GUARD();
+    if (!p) return RL_RT_SUCCESS;
+    int rc = sim_device_sync("cudaFreeHost");
+    if (rc) return rc;
     alloc_t *a = take(p, KIND_PINNED);
-    if (!a) return rl_dev_fail("host_free: %p is not the start of a pinned allocation (invalid host pointer)", p);
+    if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "free_host: %p is not the start of a pinned allocation", p);
     unmap(a);
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
-int sim_mem_export(void *p, rl_dev_handle *h) {
-    if (sim_sticky_check()) return RL_DEV_ERR;
+int sim_ipc_get_handle(rl_dev_handle *h, void *p) {
+    STICKY_GUARD();
     struct handle x;
     memset(&x, 0, sizeof x);
     pthread_rwlock_rdlock(&g_mu);
@@ -289,32 +283,38 @@ int sim_mem_export(void *p, rl_dev_handle *h) {
         memcpy(x.nonce, a->nonce, sizeof x.nonce);
     }
     pthread_rwlock_unlock(&g_mu);
-    if (!ok) return rl_dev_fail("mem_export: %p is not the start of a device allocation of this process", p);
+    if (!ok) return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_get_handle: %p is not the start of a device allocation of this process", p);
     memset(h, 0, sizeof *h);
     memcpy(h->bytes, &x, sizeof x);
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
-int sim_mem_import(const rl_dev_handle *h, void **p) {
+/* cudaIpcOpenMemHandle: may synchronise the device. */
+int sim_ipc_open(void **p, const rl_dev_handle *h) {
     *p = NULL;
-    if (sim_sticky_check()) return RL_DEV_ERR;
+    STICKY_GUARD();
     struct handle x;
     memcpy(&x, h->bytes, sizeof x);
-    if (x.magic != HANDLE_MAGIC || x.bytes == 0) return rl_dev_fail("mem_import: not a handle of the simulated GPU");
-    if (x.pid == (int32_t)getpid()) return rl_dev_fail("mem_import: the handle is this process's own memory");
+    if (x.magic != HANDLE_MAGIC || x.bytes == 0)
+        return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_open: not a handle of the simulated GPU");
+    if (x.pid == (int32_t)getpid())
+        return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_open: the handle is this process's own memory");
     /* Testing aid: refuse as CUDA does between containers, or two GPUs without peer access. */
     if (rl_env_int("RINGLET_SIM_IPC_DENY", 0, 0, 1))
-        return rl_dev_fail("mem_import: permission denied (RINGLET_SIM_IPC_DENY=1: as if the processes were in two "
-                           "containers)");
+        return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: permission denied (RINGLET_SIM_IPC_DENY=1: as if the processes "
+                                              "were in two containers)");
+    int rc = sim_device_sync("cudaIpcOpenMemHandle");
+    if (rc) return rc;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)x.pid, (int)x.fd);
     alloc_t *a = calloc(1, sizeof *a);
-    if (!a) return rl_dev_fail("mem_import: out of memory");
+    if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "ipc_open: out of memory");
     a->fd = open(path, O_RDWR | O_CLOEXEC);
     if (a->fd < 0) {
         int e = errno;
         free(a);
-        return rl_dev_fail("mem_import: cannot open %s (pid %d's memory): %s", path, (int)x.pid, strerror(e));
+        return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: cannot open %s (pid %d's memory): %s", path, (int)x.pid,
+                        strerror(e));
     }
     /* The fd number may since hold another file (the memory was freed): the header's
      * nonce says whether it is the allocation the handle names. */
@@ -325,20 +325,20 @@ int sim_mem_import(const rl_dev_handle *h, void **p) {
         (size_t)st.st_size < PAGE + round_page(x.bytes)) {
         close(a->fd);
         free(a);
-        return rl_dev_fail("mem_import: the handle's memory no longer exists (pid %d freed it; fd %d holds something "
-                           "else now)",
-                           (int)x.pid, (int)x.fd);
+        return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: the handle's memory no longer exists (pid %d freed it; fd %d "
+                                              "holds something else now)",
+                        (int)x.pid, (int)x.fd);
     }
     a->kind = KIND_IMPORTED;
     a->device = x.device;
     a->bytes = x.bytes;
     a->map = round_page(x.bytes);
     memcpy(a->nonce, x.nonce, sizeof a->nonce);
-    int rc = map_twice(a, "mem_import");
+    rc = map_twice(a, "ipc_open");
     if (!rc && insert(a) != 0) {
         munmap(a->user, a->map);
         munmap(a->eng, a->map);
-        rc = rl_dev_fail("mem_import: out of memory");
+        rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "ipc_open: out of memory");
     }
     if (rc) {
         close(a->fd);
@@ -346,14 +346,16 @@ int sim_mem_import(const rl_dev_handle *h, void **p) {
         return rc;
     }
     *p = a->user;
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }
 
-int sim_mem_unimport(void *p) {
-    if (sim_sticky_check()) return RL_DEV_ERR;
-    sim_sync_all();
+/* cudaIpcCloseMemHandle: may synchronise the device. */
+int sim_ipc_close(void *p) {
+    STICKY_GUARD();
+    int rc = sim_device_sync("cudaIpcCloseMemHandle");
+    if (rc) return rc;
     alloc_t *a = take(p, KIND_IMPORTED);
-    if (!a) return rl_dev_fail("mem_unimport: %p is not memory this process imported", p);
+    if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_close: %p is not memory this process opened", p);
     unmap(a);
-    return RL_DEV_OK;
+    return RL_RT_SUCCESS;
 }

@@ -17,7 +17,9 @@
  *   stale input only if it gets there before the release, so rank 0 keeps the flag for
  *   20 ms first (that makes such a bug show; it changes nothing for a correct library).
  *   Rank 1 takes part with a stream of its own (no holding). Repeated with blocking and
- *   non-blocking forms, and an all-gather and a broadcast.
+ *   non-blocking forms, and an all-gather and a broadcast, each made once on free streams
+ *   first: a first call may allocate, which it must not do while a stream is held (the
+ *   caller's own hold too: the call would wait for it, and fail at RINGLET_TIMEOUT).
  * abort: rank 0 queues an all-reduce on its stream and a copy after it; rank 1 never
  *   calls it (it waits at a file-system rendezvous). Rank 0 aborts: the stream must go on
  *   (its event done within 30 s), and ringlet_comm_get_async_error must report an error.
@@ -88,8 +90,11 @@ static void file_touch(const char *path) {
 }
 
 /* One held-stream round: kind 0 all-reduce (blocking form), 1 all-reduce (i-form),
- * 2 all-gather, 3 broadcast from rank 1. */
-static void order_round(ringlet_comm_t comm, int P, int kind, size_t n) {
+ * 2 all-gather, 3 broadcast from rank 1. held: rank 0 holds its stream (else a warm-up
+ * round: a call may allocate device memory the first time, which must not happen while
+ * a stream is held, the caller's own hold included, so rank 0 holds only calls that
+ * were made once before). */
+static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held) {
     const char *names[] = {"allreduce", "iallreduce", "allgather", "broadcast"};
     size_t out_n = kind == 2 ? n * (size_t)P : n;
     uint32_t *in, *out; /* pinned: copies on a held stream must not synchronise (pageable ones may) */
@@ -110,7 +115,7 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n) {
     rl_dev_event_t done;
     DEV(D->stream_create(&s));
     DEV(D->event_create(&done));
-    int hold = g_rank == 0;
+    int hold = held && g_rank == 0;
     if (hold) DEV(D->wait_flag(flag, 1, s)); /* nothing after this runs until the flag is 1 */
     DEV(D->memcpy_async(din, in, n * 4, s));
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -172,6 +177,23 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n) {
     DEV(D->host_free(out));
 }
 
+/* Both ranks: one all-reduce on device buffers with a stream, so that the device
+ * connections exist (a first call waits for its peers to make theirs, within
+ * RINGLET_TIMEOUT) and a later call only queues. */
+static void device_warmup(ringlet_comm_t comm) {
+    void *d;
+    rl_dev_stream_t s;
+    DEV(D->mem_alloc(&d, 16));
+    DEV(D->stream_create(&s));
+    DEV(D->memset_async(d, 0, 16, s));
+    if (ringlet_allreduce(d, d, 4, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+        FAIL("warm-up all-reduce on a stream: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("warm-up all-reduce: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_destroy(s));
+    DEV(D->mem_free(d));
+}
+
 int main(int argc, char **argv) {
     const char *cas = "order", *dir = ".";
     size_t n = 300007;
@@ -203,13 +225,15 @@ int main(int argc, char **argv) {
     char path[4096];
 
     if (!strcmp(cas, "order")) {
-        for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n);
+        for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n, 0);
+        for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n, 1);
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK order\n", g_rank);
         return 0;
     }
 
     if (!strcmp(cas, "abort")) {
+        device_warmup(comm);
         snprintf(path, sizeof path, "%s/aborted", dir);
         if (g_rank == 1) {
             /* Never joins the all-reduce: waits until rank 0 has aborted, then aborts too. */
@@ -251,6 +275,7 @@ int main(int argc, char **argv) {
     }
 
     if (!strcmp(cas, "async")) {
+        device_warmup(comm);
         snprintf(path, sizeof path, "%s/warm", dir);
         if (g_rank == 1) {
             /* Leaves only once rank 0's warm-up barrier has returned: this rank's last

@@ -1,0 +1,144 @@
+/* The CUDA runtime as the device layer uses it: one table of the runtime calls, with
+ * CUDA's meaning, and two implementations of it.
+ *
+ *   rl_rt_cuda  the CUDA runtime itself (rt_cuda.c) and the launchers of
+ *               kernels/reduce_cuda.cu
+ *   rl_rt_sim   the simulated GPU (simgpu_*.c), which holds CUDA's rules as strictly as
+ *               CUDA does (below)
+ *
+ * The backend logic (backend_ops.inc) is written once against this table and compiled
+ * over each of them, so the code that runs on a GPU is the code CI tests over the
+ * simulator, kernels' arithmetic aside.
+ *
+ * Every call returns an error code with CUDA's value (rl_rt_err below), and a call that
+ * fails leaves its code as the calling thread's last error, not ready included (an event
+ * query that finds the event pending). get_last_error returns it and clears it,
+ * peek_at_last_error only returns it. A sticky error (a kernel that faulted) is returned
+ * by every later call and never cleared. The launch_* entries have cudaLaunchKernel's
+ * contract: they return their own launch's status, whatever error the thread held before.
+ *
+ * Rules the simulator holds, each as CUDA does (or stricter where CUDA may either wait or
+ * not; see ../../shared/DESIGN.md):
+ *   - calls that can synchronise the device (malloc, free, host_alloc, free_host,
+ *     ipc_open, ipc_close) wait for every stream; one that would wait for a stream held
+ *     by a flag wait (wait_flag launch, stream_wait_value64) fails with
+ *     RL_RT_ERR_SIM_DEADLOCK, naming the call, where a GPU would hang;
+ *   - a kernel's first launch in the process loads it (CUDA_MODULE_LOADING=LAZY, the
+ *     default): that waits for the device to be idle, as above; load_kernels loads them
+ *     all at once;
+ *   - the current device is per thread; streams and events belong to the device current
+ *     when they were made; recording an event on a stream of another device, or
+ *     launching a kernel on a stream of a device that is not current, fails;
+ *   - copies to or from pageable host memory return once done (synchronous with respect
+ *     to their stream);
+ *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
+ *     blocking stream of its device, and they wait for its.
+ */
+#ifndef RINGLET_DEVICE_RT_H
+#define RINGLET_DEVICE_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CUDA's error codes (driver_types.h; rt_cuda.c checks that they agree), and one of the
+ * simulator's own. */
+enum rl_rt_err {
+    RL_RT_SUCCESS = 0,
+    RL_RT_ERR_INVALID_VALUE = 1,
+    RL_RT_ERR_MEMORY_ALLOCATION = 2,
+    RL_RT_ERR_INVALID_DEVICE_POINTER = 17,
+    RL_RT_ERR_NO_DEVICE = 100,
+    RL_RT_ERR_INVALID_DEVICE = 101,
+    RL_RT_ERR_MAP_FAILED = 205,
+    RL_RT_ERR_INVALID_HANDLE = 400,
+    RL_RT_ERR_NOT_READY = 600,
+    RL_RT_ERR_ILLEGAL_ADDRESS = 700,
+    RL_RT_ERR_MISALIGNED_ADDRESS = 716,
+    RL_RT_ERR_NOT_PERMITTED = 800,
+    RL_RT_ERR_NOT_SUPPORTED = 801,
+    RL_RT_ERR_UNKNOWN = 999,
+    /* The simulator refused a call that would never return on a GPU. */
+    RL_RT_ERR_SIM_DEADLOCK = 10001,
+};
+
+/* cudaStreamLegacy: the legacy default stream, as RINGLET_STREAM_DEFAULT is. */
+#define RL_RT_STREAM_LEGACY ((rl_dev_stream_t)1)
+
+typedef struct rl_rt {
+    const char *name; /* "cuda", "sim" */
+
+    int (*get_device_count)(int *n);
+    int (*set_device)(int dev);
+    int (*get_device)(int *dev);
+    /* The device of p's memory (device memory, also a peer's mapped), or -1 for host
+     * memory, pinned or not; never fails. */
+    int (*pointer_device)(const void *p);
+
+    int (*malloc)(void **p, size_t bytes);
+    int (*free)(void *p);
+    int (*host_alloc)(void **p, size_t bytes); /* mapped and portable */
+    int (*free_host)(void *p);
+    int (*ipc_get_handle)(rl_dev_handle *h, void *p);
+    int (*ipc_open)(void **p, const rl_dev_handle *h);
+    int (*ipc_close)(void *p);
+
+    /* blocking: waits for the legacy default stream, and it for this (cudaStreamDefault);
+     * else cudaStreamNonBlocking. */
+    int (*stream_create)(rl_dev_stream_t *s, int blocking);
+    int (*stream_destroy)(rl_dev_stream_t s);
+    int (*stream_synchronize)(rl_dev_stream_t s);
+    int (*stream_get_device)(rl_dev_stream_t s, int *dev);
+    int (*event_create)(rl_dev_event_t *e); /* timing disabled */
+    int (*event_destroy)(rl_dev_event_t e);
+    int (*event_record)(rl_dev_event_t e, rl_dev_stream_t s);
+    int (*event_query)(rl_dev_event_t e); /* RL_RT_SUCCESS, RL_RT_ERR_NOT_READY, or an error */
+    int (*stream_wait_event)(rl_dev_stream_t s, rl_dev_event_t e);
+    int (*memcpy_async)(void *dst, const void *src, size_t bytes, rl_dev_stream_t s);
+    int (*memset_async)(void *dst, int value, size_t bytes, rl_dev_stream_t s);
+
+    int (*get_last_error)(void);
+    int (*peek_at_last_error)(void);
+    const char *(*error_string)(int e);
+    /* What the last failed call on this thread said beyond its code (the simulator's
+     * detail, "" when none); the CUDA runtime has none. */
+    const char *(*error_detail)(void);
+
+    /* Loads every kernel of the launchers below in the current device's context. */
+    int (*load_kernels)(void);
+    /* Kernels (kernels/reduce_cuda.h's contracts), each a launch on s. */
+    int (*launch_reduce)(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                         rl_dev_stream_t s);
+    int (*launch_reduce_many)(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                              ringlet_op_t op, rl_dev_stream_t s);
+    int (*launch_scale)(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
+                        rl_dev_stream_t s);
+    int (*launch_convert)(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                          double scale, rl_dev_stream_t s);
+    int (*launch_divide)(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
+    /* A kernel that spins until *flag >= value (unsigned), and one that stores value. */
+    int (*launch_wait_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+    int (*launch_write_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
+
+    /* Stream memory operations (the driver's cuStreamWaitValue64 / cuStreamWriteValue64):
+     * whether the current device offers them (why says why not), a wait until
+     * (int64_t)(*addr - value) >= 0, and a store. addr: pinned or device memory. */
+    int (*memops_supported)(int *yes, char *why, size_t whylen);
+    int (*stream_wait_value64)(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
+    int (*stream_write_value64)(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
+} rl_rt;
+
+extern const rl_rt rl_rt_sim;
+#ifdef RINGLET_CUDA
+extern const rl_rt rl_rt_cuda;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

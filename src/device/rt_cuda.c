@@ -1,0 +1,275 @@
+/* The CUDA runtime behind rt.h's table: each entry is the runtime call of the same name
+ * (linked statically, so the library loads on a machine with no driver), the launchers of
+ * kernels/reduce_cuda.cu, and the driver's stream memory operations, found at run time
+ * through cudaGetDriverEntryPointByVersion (no link to libcuda).
+ *
+ * Pinned memory is cudaHostAlloc'd mapped and portable; on the 64-bit platforms CUDA
+ * supports (unified virtual addressing) its host address is also its device address, so
+ * kernels and memory operations take it as is. IPC: the legacy cudaIpc handles (one per
+ * cudaMalloc allocation; they work between processes on one GPU, which ringlet allows and
+ * NCCL refuses). */
+#ifdef RINGLET_CUDA
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "reduce_cuda.h"
+#include "rt.h"
+
+_Static_assert(RL_RT_SUCCESS == (int)cudaSuccess, "codes");
+_Static_assert(RL_RT_ERR_INVALID_VALUE == (int)cudaErrorInvalidValue, "codes");
+_Static_assert(RL_RT_ERR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "codes");
+_Static_assert(RL_RT_ERR_INVALID_DEVICE_POINTER == (int)cudaErrorInvalidDevicePointer, "codes");
+_Static_assert(RL_RT_ERR_NO_DEVICE == (int)cudaErrorNoDevice, "codes");
+_Static_assert(RL_RT_ERR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "codes");
+_Static_assert(RL_RT_ERR_MAP_FAILED == (int)cudaErrorMapBufferObjectFailed, "codes");
+_Static_assert(RL_RT_ERR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "codes");
+_Static_assert(RL_RT_ERR_NOT_READY == (int)cudaErrorNotReady, "codes");
+_Static_assert(RL_RT_ERR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "codes");
+_Static_assert(RL_RT_ERR_MISALIGNED_ADDRESS == (int)cudaErrorMisalignedAddress, "codes");
+_Static_assert(RL_RT_ERR_NOT_PERMITTED == (int)cudaErrorNotPermitted, "codes");
+_Static_assert(RL_RT_ERR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "codes");
+_Static_assert(RL_RT_ERR_UNKNOWN == (int)cudaErrorUnknown, "codes");
+
+#define CS(s) ((cudaStream_t)(s))
+
+static int get_device_count(int *n) {
+    *n = 0;
+    return (int)cudaGetDeviceCount(n);
+}
+static int set_device(int dev) { return (int)cudaSetDevice(dev); }
+static int get_device(int *dev) { return (int)cudaGetDevice(dev); }
+
+static int pointer_device(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* a host pointer CUDA never saw: not an error here */
+        return -1;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+}
+
+static int rt_malloc(void **p, size_t bytes) {
+    *p = NULL;
+    return (int)cudaMalloc(p, bytes);
+}
+static int rt_free(void *p) { return (int)cudaFree(p); }
+static int host_alloc(void **p, size_t bytes) {
+    *p = NULL;
+    return (int)cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+}
+static int free_host(void *p) { return (int)cudaFreeHost(p); }
+
+/* The handle: cudaIpcMemHandle_t, then the device. */
+struct cu_handle {
+    cudaIpcMemHandle_t ipc;
+    int32_t device;
+};
+_Static_assert(sizeof(struct cu_handle) <= RL_DEV_HANDLE_BYTES, "device handle too small");
+
+static int ipc_get_handle(rl_dev_handle *h, void *p) {
+    struct cu_handle ch;
+    memset(&ch, 0, sizeof ch);
+    cudaError_t e = cudaIpcGetMemHandle(&ch.ipc, p);
+    if (e != cudaSuccess) return (int)e;
+    ch.device = pointer_device(p);
+    memset(h, 0, sizeof *h);
+    memcpy(h->bytes, &ch, sizeof ch);
+    return RL_RT_SUCCESS;
+}
+
+static int ipc_open(void **p, const rl_dev_handle *h) {
+    struct cu_handle ch;
+    memcpy(&ch, h->bytes, sizeof ch);
+    *p = NULL;
+    return (int)cudaIpcOpenMemHandle(p, ch.ipc, cudaIpcMemLazyEnablePeerAccess);
+}
+static int ipc_close(void *p) { return (int)cudaIpcCloseMemHandle(p); }
+
+static int stream_create(rl_dev_stream_t *s, int blocking) {
+    cudaStream_t cs = NULL;
+    cudaError_t e = cudaStreamCreateWithFlags(&cs, blocking ? cudaStreamDefault : cudaStreamNonBlocking);
+    *s = (rl_dev_stream_t)cs;
+    return (int)e;
+}
+static int stream_destroy(rl_dev_stream_t s) { return (int)cudaStreamDestroy(CS(s)); }
+static int stream_synchronize(rl_dev_stream_t s) { return (int)cudaStreamSynchronize(CS(s)); }
+
+static int stream_get_device(rl_dev_stream_t s, int *dev) {
+    /* The legacy stream (NULL, or 0x1) is the current device's. */
+    if (!s || s == RL_RT_STREAM_LEGACY) return (int)cudaGetDevice(dev);
+    return (int)cudaStreamGetDevice(CS(s), dev);
+}
+
+static int event_create(rl_dev_event_t *e) {
+    cudaEvent_t ce = NULL;
+    cudaError_t r = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
+    *e = (rl_dev_event_t)ce;
+    return (int)r;
+}
+static int event_destroy(rl_dev_event_t e) { return (int)cudaEventDestroy((cudaEvent_t)e); }
+static int event_record(rl_dev_event_t e, rl_dev_stream_t s) { return (int)cudaEventRecord((cudaEvent_t)e, CS(s)); }
+static int event_query(rl_dev_event_t e) { return (int)cudaEventQuery((cudaEvent_t)e); }
+static int stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
+    return (int)cudaStreamWaitEvent(CS(s), (cudaEvent_t)e, 0);
+}
+static int memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s) {
+    return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, CS(s));
+}
+static int memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s) {
+    return (int)cudaMemsetAsync(dst, value, bytes, CS(s));
+}
+
+static int get_last_error(void) { return (int)cudaGetLastError(); }
+static int peek_at_last_error(void) { return (int)cudaPeekAtLastError(); }
+static const char *error_string(int e) { return cudaGetErrorString((cudaError_t)e); }
+static const char *error_detail(void) { return ""; }
+
+static int launch_reduce(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
+                         rl_dev_stream_t s) {
+    return rl_reduce_device(dst, a, b, n, dt, op, s);
+}
+static int launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
+                              ringlet_op_t op, rl_dev_stream_t s) {
+    return rl_reduce_device_many(dst, srcs, nsrc, n, dt, op, s);
+}
+static int launch_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
+                        rl_dev_stream_t s) {
+    return rl_scale_device(dst, src, n, dt, scalar, s);
+}
+static int launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                          double scale, rl_dev_stream_t s) {
+    return rl_convert_device(dst, dt, src, st, n, scale, s);
+}
+static int launch_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
+    return rl_divide_device(buf, n, dt, divisor, s);
+}
+static int launch_wait_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s) {
+    return rl_stream_wait_flag(flag, value, s);
+}
+static int launch_write_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s) {
+    return rl_stream_write_flag(flag, value, s);
+}
+
+/* ---- stream memory operations, from the driver ---- */
+
+typedef CUresult (*wait_value64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+typedef CUresult (*write_value64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+typedef CUresult (*device_attribute_fn)(int *, CUdevice_attribute, CUdevice);
+
+static pthread_once_t g_memops_once = PTHREAD_ONCE_INIT;
+static wait_value64_fn g_wait64;
+static write_value64_fn g_write64;
+static device_attribute_fn g_attribute;
+static char g_memops_why[160];
+
+/* The entry points as CUDA 12.0 defined them (the v2 memory operations, on by default). */
+static void *entry_point(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        cudaGetLastError();
+        if (!g_memops_why[0])
+            snprintf(g_memops_why, sizeof g_memops_why, "the driver has no %s (%s)", name,
+                     e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+        return NULL;
+    }
+    return fn;
+}
+
+static void find_memops(void) {
+    g_wait64 = (wait_value64_fn)entry_point("cuStreamWaitValue64");
+    g_write64 = (write_value64_fn)entry_point("cuStreamWriteValue64");
+    g_attribute = (device_attribute_fn)entry_point("cuDeviceGetAttribute");
+}
+
+static int memops_supported(int *yes, char *why, size_t whylen) {
+    *yes = 0;
+    pthread_once(&g_memops_once, find_memops);
+    if (!g_wait64 || !g_write64 || !g_attribute) {
+        snprintf(why, whylen, "%s", g_memops_why);
+        return RL_RT_SUCCESS;
+    }
+    int dev = 0, v = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return (int)e;
+    CUresult r = g_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, (CUdevice)dev);
+    if (r != CUDA_SUCCESS) snprintf(why, whylen, "cuDeviceGetAttribute failed (CUresult %d)", (int)r);
+    else if (!v) snprintf(why, whylen, "device %d has no 64-bit stream memory operations", dev);
+    *yes = r == CUDA_SUCCESS && v;
+    return RL_RT_SUCCESS;
+}
+
+/* A driver error as the runtime's closest code (the driver's own is in the message). */
+static int from_driver(CUresult r) {
+    switch (r) {
+    case CUDA_SUCCESS: return RL_RT_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE: return RL_RT_ERR_INVALID_VALUE;
+    case CUDA_ERROR_INVALID_HANDLE: return RL_RT_ERR_INVALID_HANDLE;
+    case CUDA_ERROR_NOT_SUPPORTED: return RL_RT_ERR_NOT_SUPPORTED;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return RL_RT_ERR_ILLEGAL_ADDRESS;
+    default: return RL_RT_ERR_UNKNOWN;
+    }
+}
+
+static int stream_wait_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
+    pthread_once(&g_memops_once, find_memops);
+    if (!g_wait64) return RL_RT_ERR_NOT_SUPPORTED;
+    return from_driver(g_wait64((CUstream)s, (CUdeviceptr)(uintptr_t)addr, value, CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+static int stream_write_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
+    pthread_once(&g_memops_once, find_memops);
+    if (!g_write64) return RL_RT_ERR_NOT_SUPPORTED;
+    return from_driver(g_write64((CUstream)s, (CUdeviceptr)(uintptr_t)addr, value, CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+const rl_rt rl_rt_cuda = {
+    .name = "cuda",
+    .get_device_count = get_device_count,
+    .set_device = set_device,
+    .get_device = get_device,
+    .pointer_device = pointer_device,
+    .malloc = rt_malloc,
+    .free = rt_free,
+    .host_alloc = host_alloc,
+    .free_host = free_host,
+    .ipc_get_handle = ipc_get_handle,
+    .ipc_open = ipc_open,
+    .ipc_close = ipc_close,
+    .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
+    .stream_synchronize = stream_synchronize,
+    .stream_get_device = stream_get_device,
+    .event_create = event_create,
+    .event_destroy = event_destroy,
+    .event_record = event_record,
+    .event_query = event_query,
+    .stream_wait_event = stream_wait_event,
+    .memcpy_async = memcpy_async,
+    .memset_async = memset_async,
+    .get_last_error = get_last_error,
+    .peek_at_last_error = peek_at_last_error,
+    .error_string = error_string,
+    .error_detail = error_detail,
+    .load_kernels = rl_cuda_load_kernels,
+    .launch_reduce = launch_reduce,
+    .launch_reduce_many = launch_reduce_many,
+    .launch_scale = launch_scale,
+    .launch_convert = launch_convert,
+    .launch_divide = launch_divide,
+    .launch_wait_flag = launch_wait_flag,
+    .launch_write_flag = launch_write_flag,
+    .memops_supported = memops_supported,
+    .stream_wait_value64 = stream_wait_value64,
+    .stream_write_value64 = stream_write_value64,
+};
+
+#else
+/* A build without CUDA has no CUDA runtime (device.c then offers sim and none). */
+typedef int rl_no_cuda_runtime;
+#endif

@@ -1,0 +1,121 @@
+/* What an operation's device work will need, said before it is queued (devcomm.h: nothing
+ * may be allocated or mapped once a stream is held). It mirrors the algorithms' choices
+ * (collective.c's dispatch) and takes the most any of them could use for the call:
+ *   ring          lane 0; reduce_scatter P * count elements of device scratch, reduce
+ *                 count elements (the ranks between root and the chain's start)
+ *   hierarchy     lanes 0 and 1
+ *   one-shot      (small calls) P blocks of device scratch, or P + 1 (reduce_scatter:
+ *                 2P) blocks of pinned memory when staged
+ *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
+ *                 device scratch
+ *   premul sum    the scaled input (device scratch), 64 pinned bytes (a device scalar)
+ *   every peer a call exchanges with over a transport that maps device memory: its
+ *   connection, made ready. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
+#include "devcomm.h"
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+static int is_collective(rl_op_kind k) { return k != RL_OP_SEND && k != RL_OP_RECV && k != RL_OP_GROUP; }
+
+/* One collective call's needs (lanes, scratch, pinned), added to n. */
+static void collective_needs(const struct ringlet_comm *c, const struct ringlet_request *r, rl_dev_needs *n) {
+    int P = c->nranks;
+    size_t es = ringlet_datatype_size(r->dtype), bytes = r->count * es, all = (size_t)P * bytes;
+    int lanes = 1;
+    if (r->kind == RL_OP_ALLTOALL || r->kind == RL_OP_GATHER || r->kind == RL_OP_SCATTER) lanes = P > 1 ? P - 1 : 1;
+    else if (rl_hier_candidate(c, r)) lanes = 2;
+    if (lanes > n->lanes) n->lanes = lanes;
+    if (r->kind == RL_OP_REDUCE_SCATTER) n->scratch = max_size(n->scratch, all);
+    if (r->kind == RL_OP_REDUCE) n->scratch = max_size(n->scratch, bytes);
+    if (r->kind == RL_OP_ALLTOALL && r->sendbuf == r->recvbuf) n->scratch = max_size(n->scratch, all);
+    if (P > 1 && (r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) {
+        n->scratch = max_size(n->scratch, all);
+        n->pinned = max_size(n->pinned, all + (r->kind == RL_OP_REDUCE_SCATTER ? all : bytes));
+    }
+}
+
+static void mark_all(const struct ringlet_comm *c, rl_dev_needs *n) {
+    for (int q = 0; q < c->nranks; q++)
+        if (q != c->rank) n->send_to[q] = n->recv_from[q] = 1;
+}
+
+ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    rl_dev_needs n;
+    memset(&n, 0, sizeof n);
+    n.device = r->device;
+    n.stream_device = -1;
+    if (r->device < 0) {
+        /* Host buffers with a stream: the flag, and the stream's device made ready. */
+        const rl_device_ops *d = rl_device();
+        if (!d)
+            return snprintf(err, RL_MSG_MAX, "a stream, but no device backend is usable here: %s",
+                            rl_device_unavailable()),
+                   RINGLET_ERR_INVALID_USAGE;
+        void *streams[1 + RL_GROUP_MAX_STREAMS] = {r->stream};
+        for (int i = 0; i < r->nxstream; i++) streams[1 + i] = r->xstream[i];
+        for (int i = 0; i <= r->nxstream; i++) {
+            if (!streams[i]) continue;
+            if (d->stream_device(streams[i], &n.stream_device) != RL_DEV_OK)
+                return rl_devcomm_error("the stream's device", err);
+            ringlet_result_t rc = rl_devcomm_prepare(c, &n, err);
+            if (rc) return rc;
+        }
+        return RINGLET_SUCCESS;
+    }
+    n.send_to = calloc((size_t)c->nranks, 1);
+    n.recv_from = calloc((size_t)c->nranks, 1);
+    if (!n.send_to || !n.recv_from) {
+        free(n.send_to), free(n.recv_from);
+        return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    }
+    n.lanes = 1;
+    if (is_collective(r->kind)) {
+        collective_needs(c, r, &n);
+        mark_all(c, &n);
+    } else if (r->kind == RL_OP_SEND) {
+        n.send_to[r->peer] = 1;
+    } else if (r->kind == RL_OP_RECV) {
+        n.recv_from[r->peer] = 1;
+    } else { /* a group: its collectives one after another, its messages all at once */
+        int peers = 0;
+        for (int i = 0; i < r->nsub; i++) {
+            const rl_subop *o = &r->sub[i];
+            if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) {
+                unsigned char *mark = o->kind == RL_OP_SEND ? n.send_to : n.recv_from;
+                if (o->peer != c->rank && !n.send_to[o->peer] && !n.recv_from[o->peer]) peers++;
+                mark[o->peer] = 1;
+                continue;
+            }
+            struct ringlet_request one;
+            memset(&one, 0, sizeof one);
+            one.comm = (struct ringlet_comm *)c;
+            one.kind = o->kind;
+            one.sendbuf = o->sendbuf;
+            one.recvbuf = o->recvbuf;
+            one.count = o->count;
+            one.dtype = o->dtype;
+            one.op = o->op;
+            one.root = o->root;
+            one.device = o->device;
+            collective_needs(c, &one, &n);
+            mark_all(c, &n);
+        }
+        if (peers > n.lanes) n.lanes = peers;
+    }
+    if (r->premul.live) {
+        size_t es = ringlet_datatype_size(r->dtype);
+        size_t count = r->kind == RL_OP_REDUCE_SCATTER ? r->count * (size_t)c->nranks : r->count;
+        n.scratch2 = count * es;
+        n.pinned = max_size(n.pinned, 64);
+    }
+    if (n.lanes > RL_DEV_MAX_LANES) n.lanes = RL_DEV_MAX_LANES; /* the exchange refuses more itself */
+    ringlet_result_t rc = rl_devcomm_prepare(c, &n, err);
+    free(n.send_to);
+    free(n.recv_from);
+    return rc;
+}
