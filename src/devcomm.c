@@ -50,6 +50,13 @@ static struct rl_devcomm *get_state(struct ringlet_comm *c, char *err) {
 
 /* ---- preparation (calling thread) ---- */
 
+/* Sets a flag satisfied() reads (under s->mu, as it reads). */
+static void mark(struct rl_devcomm *s, unsigned char *flag) {
+    pthread_mutex_lock(&s->mu);
+    *flag = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static int lane_complete(const struct rl_devcomm *s, const rl_devlane *l, int dev_slots) {
     return l && (!(dev_slots || s->reduce_from_copy) || l->dev_slots);
 }
@@ -199,13 +206,13 @@ static ringlet_result_t make_connections(struct ringlet_comm *c, struct rl_devco
             int tp = -1;
             ringlet_result_t rc = rl_conn_pick_transport(c, q, 1, &tp, cerr);
             if (!rc && !rl_transports[tp]->device_memory) {
-                have[q] = 1; /* a host transport: connected on first use, by the progress thread */
+                mark(s, &have[q]); /* a host transport: connected on first use, by the progress thread */
                 continue;
             }
             if (!rc) rc = dir ? rl_comm_recv_conn(c, q, 1, &conn, cerr) : rl_comm_send_conn(c, q, 1, &conn, cerr);
             if (rc) return snprintf(err, RL_MSG_MAX, "%s rank %d: %s", dir ? "receiving from" : "sending to", q, cerr), rc;
             /* Ready now unless a receiving end must still map its sender's memory. */
-            if (!(dir && conn->tp->ready)) have[q] = 1;
+            if (!(dir && conn->tp->ready)) mark(s, &have[q]);
         }
     }
     return RINGLET_SUCCESS;
@@ -222,7 +229,7 @@ static ringlet_result_t ready_connections(struct ringlet_comm *c, struct rl_devc
         ringlet_result_t rc = rl_comm_recv_conn(c, q, 1, &conn, cerr);
         if (!rc && conn->tp->ready) rc = conn->tp->ready(conn->h, rl_now() + c->timeout_s, cerr);
         if (rc) return snprintf(err, RL_MSG_MAX, "receiving from rank %d: %s", q, cerr), rc;
-        s->recv_ready[q] = 1;
+        mark(s, &s->recv_ready[q]);
     }
     return RINGLET_SUCCESS;
 }
@@ -248,13 +255,17 @@ static ringlet_result_t prepare_quiet(struct ringlet_comm *c, struct rl_devcomm 
         pthread_mutex_unlock(&s->mu);
     }
     if (d->device_ready(dev) != RL_DEV_OK) return rl_devcomm_error("making the device ready", err);
-    if (dev < RL_DEV_MAX_READY) s->ready_devices[dev] = 1;
+    if (dev < RL_DEV_MAX_READY) mark(s, &s->ready_devices[dev]);
     if (need->device < 0) return RINGLET_SUCCESS;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (!s->s_send) rc = make_streams(c, s, dev, err);
     if (!rc) rc = make_connections(c, s, need, err);
-    if (device_receiving(c, need)) s->device_receiving = 1;
-    int dev_slots = need->dev_slots || s->device_receiving;
+    if (device_receiving(c, need)) {
+        pthread_mutex_lock(&s->mu);
+        s->device_receiving = 1;
+        pthread_mutex_unlock(&s->mu);
+    }
+    int dev_slots = need->dev_slots || device_receiving(c, need) || s->device_receiving;
     for (int i = 0; i < need->lanes && !rc; i++) rc = make_lane(c, s, i, dev_slots, err);
     if (!rc) rc = grow(s, RL_DEV_MEM_DEVICE, &s->scratch, &s->scratch_size, need->scratch, err);
     if (!rc && need->scratch2) rc = grow(s, RL_DEV_MEM_DEVICE, &s->scratch2, &s->scratch2_size, need->scratch2, err);

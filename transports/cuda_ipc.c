@@ -314,14 +314,17 @@ static ringlet_result_t ipc_connect(void *ctx, int peer, const void *blob, size_
     if (!rc) {
         k->ctl_map_len = x->ctl_stride;
         k->ctl = k->ctl_map;
-        if (x->d->mem_alloc((void **)&k->slots, k->slot_bytes * k->nslots) != RL_DEV_OK ||
+        /* In the communicator's quiet section (device buffers), or one of its own (host
+         * buffers forced over cuda_ipc, connected on first use). */
+        int quiet = rl_dev_quiet_begin(x->in.timeout_s, "cuda_ipc slots") == RL_DEV_OK;
+        if (!quiet || x->d->mem_alloc((void **)&k->slots, k->slot_bytes * k->nslots) != RL_DEV_OK ||
             x->d->mem_export(k->slots, &k->ctl->handle) != RL_DEV_OK) {
             rc = RINGLET_ERR_CUDA;
             snprintf(err, RL_ERR_MAX, "cuda_ipc slots for rank %d (%u x %llu bytes): %s", peer, k->nslots,
                      (unsigned long long)k->slot_bytes, rl_dev_error());
-        } else if (conn_streams(k, err) != 0) {
-            rc = RINGLET_ERR_CUDA;
         }
+        if (quiet) rl_dev_quiet_end();
+        if (!rc && conn_streams(k, err) != 0) rc = RINGLET_ERR_CUDA;
     }
     int none = SIDE_NONE;
     if (!rc) {
@@ -466,8 +469,39 @@ static int check_fifo(const ipc_conn *k, char *why, size_t n) {
     return 0;
 }
 
-/* Receiver, before the first operation that uses the connection: waits for the sender to
- * connect, then maps its slots (a quiet section: mapping can synchronise the device). */
+/* Receiver, in a quiet section: maps the sender's slots (the sender has connected). 0 with
+ * the reason in why on failure. locked: the caller holds the context's lock. */
+static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
+    if (!check_fifo(k, why, n)) return 0;
+    void *p = NULL;
+    int cur = dev_enter(k);
+    if (k->ctx->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK) {
+        snprintf(why, n, "mapping the sender's slots: %s", rl_dev_error());
+        p = NULL;
+    } else if (conn_streams(k, why) != 0) {
+        k->ctx->d->mem_unimport(p);
+        p = NULL;
+    }
+    dev_leave(k, cur);
+    if (!p) return 0;
+    if (!locked) pthread_mutex_lock(&k->ctx->mu);
+    k->slots = p;
+    if (!locked) pthread_mutex_unlock(&k->ctx->mu);
+    return 1;
+}
+
+/* A mapping that failed: the sender fails too; whose failure it is. */
+static ringlet_result_t map_failed(ipc_conn *k, int fifo_mismatch) {
+    atomic_store(&k->ctl->mismatch, 1);
+    ring_peer(k);
+    if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
+    /* A sender that died after it connected takes its memory with it: that is the peer's
+     * failure (REMOTE: the monitor then names it), not a mapping problem. */
+    return process_gone(k->ctl->sender_pid) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
+}
+
+/* Receiver, before the first operation on device buffers that uses the connection is
+ * queued: waits for the sender to connect, then maps its slots in a quiet section. */
 static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     ipc_conn *k = conn;
     if (k->sending || k->slots) return RINGLET_SUCCESS;
@@ -484,47 +518,34 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     }
     if (st == SIDE_CLOSED) return snprintf(err, RL_ERR_MAX, "rank %d closed the connection", k->peer), RINGLET_ERR_REMOTE;
     char why[RL_ERR_MAX] = "";
-    ringlet_result_t rc = RINGLET_ERR_CUDA;
-    void *p = NULL;
-    if (!check_fifo(k, why, sizeof why)) {
-        rc = RINGLET_ERR_INVALID_USAGE;
-    } else if (rl_dev_quiet_begin(x->in.timeout_s, "mapping a cuda_ipc peer's slots") != RL_DEV_OK) {
-        snprintf(why, sizeof why, "%s", rl_dev_error());
-    } else {
-        int cur = dev_enter(k);
-        if (x->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK) {
-            snprintf(why, sizeof why, "mapping the sender's slots: %s", rl_dev_error());
-            p = NULL;
-        } else if (conn_streams(k, why) != 0) {
-            x->d->mem_unimport(p);
-            p = NULL;
-        }
-        dev_leave(k, cur);
-        rl_dev_quiet_end();
+    if (rl_dev_quiet_begin(x->in.timeout_s, "mapping a cuda_ipc peer's slots") != RL_DEV_OK) {
+        snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %s", k->peer, rl_dev_error());
+        return RINGLET_ERR_CUDA;
     }
-    if (p) {
-        pthread_mutex_lock(&x->mu);
-        k->slots = p;
-        pthread_mutex_unlock(&x->mu);
-        return RINGLET_SUCCESS;
-    }
-    atomic_store(&k->ctl->mismatch, 1);
-    ring_peer(k);
-    /* A sender that died after it connected takes its memory with it: that is the peer's
-     * failure (REMOTE: the monitor then names it), not a mapping problem. */
-    if (rc == RINGLET_ERR_CUDA && process_gone(k->ctl->sender_pid)) rc = RINGLET_ERR_REMOTE;
+    int ok = map_sender(k, 0, why, sizeof why);
+    rl_dev_quiet_end();
+    if (ok) return RINGLET_SUCCESS;
     snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %s", k->peer, why);
-    return rc;
+    return map_failed(k, !check_fifo(k, why, sizeof why));
 }
 
-/* Receiver: the sender's slots, mapped by ready; a closed sender fails what waits. */
+/* Receiver, from progress (the context's lock held): the sender's slots. Made ready before
+ * any operation on device buffers; host buffers forced over cuda_ipc (RINGLET_TRANSPORT)
+ * map them here, once the sender connected and while no stream of the process is held.
+ * 0: not yet. */
 static int attach(ipc_conn *k) {
     if (k->slots) return 1;
-    if (atomic_load_explicit(&k->ctl->sender, memory_order_acquire) == SIDE_CLOSED)
-        fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
-    else
-        fail_all(k, RINGLET_ERR_INTERNAL, "internal: the connection was used before it was made ready");
-    return 0;
+    int st = atomic_load_explicit(&k->ctl->sender, memory_order_acquire);
+    if (st != SIDE_OPEN) {
+        if (st == SIDE_CLOSED) fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
+        return 0;
+    }
+    if (!rl_dev_quiet_try()) return 0;
+    char why[RL_ERR_MAX] = "";
+    int ok = map_sender(k, 1, why, sizeof why);
+    rl_dev_quiet_end();
+    if (!ok) fail_all(k, map_failed(k, !check_fifo(k, why, sizeof why)), why);
+    return ok;
 }
 
 /* Hands the sender back every slot it may reuse (in order). */

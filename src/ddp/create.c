@@ -322,6 +322,7 @@ static void ddp_free(struct ringlet_ddp *d) {
     free(d->used_local);
     free(d->used_global);
     ddp_mem_free(d->on_device, d->staging);
+    if (d->value_pinned) ringlet_host_free(d->value_pinned);
     free(d->order);
     for (int k = 0; k < d->nretired; k++) ddp_free_buckets(d->on_device, d->retired[k], d->retired_n[k]);
     free(d->retired);
@@ -519,7 +520,9 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
     d->staging_slot = bsmall < d->bcast_cap ? (bsmall ? bsmall : 1) : d->bcast_cap;
     if (d->staging_slot < ALIGN_BYTES) d->staging_slot = ALIGN_BYTES;
     d->staging = ddp_mem_alloc(d, 2 * d->staging_slot);
-    if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order) {
+    if (d->on_device && ringlet_host_alloc((void **)&d->value_pinned, 64)) d->value_pinned = NULL;
+    if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order ||
+        (d->on_device && !d->value_pinned)) {
         rc = ddp_set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
         goto fail;
     }

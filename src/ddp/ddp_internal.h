@@ -105,6 +105,9 @@ struct ringlet_ddp {
     int rank, nranks;
     int on_device;  /* the tensors are device memory: buckets and staging too, work on stream */
     void *stream;   /* device: the stream every copy, kernel and collective is ordered on */
+    /* device: pinned memory a stored value is copied from (a copy from pageable memory
+     * would wait for the stream, which ringlet may hold), one slot per call site */
+    unsigned char *value_pinned;
     ringlet_result_t mem_rc; /* the first memory operation that failed (device) */
     char mem_msg[MSG_MAX];
     ringlet_ddp_options_t opt;

@@ -48,11 +48,20 @@ void ddp_mem_convert(struct ringlet_ddp *d, void *dst, ringlet_datatype_t dt, co
                         size_t n, double scale) {
     mem_note(d, ringlet_convert_async(dst, dt, src, st, n, scale, ddp_dstream(d)));
 }
-/* One element of memory of the tensors' kind, written from or read into a double. */
+/* One element of memory of the tensors' kind, written from or read into a double. On
+ * device memory the value goes through the DDP's pinned word: a copy from pageable
+ * memory returns only once done, which behind a held stream is never. The word is
+ * written again only after the copy ran (the next iteration's, once this one's
+ * all-reduces, queued after the copy, are collected). */
 void ddp_mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t, double v) {
     unsigned char e[8];
     rl_ddp_store_value(e, t, v);
-    ddp_mem_copy(d, dst, e, ringlet_datatype_size(t));
+    if (!d->on_device) {
+        memcpy(dst, e, ringlet_datatype_size(t));
+        return;
+    }
+    memcpy(d->value_pinned, e, ringlet_datatype_size(t));
+    ddp_mem_copy(d, dst, d->value_pinned, ringlet_datatype_size(t));
 }
 double ddp_mem_load_value(struct ringlet_ddp *d, const void *src, ringlet_datatype_t t) {
     unsigned char e[8] = {0};

@@ -194,6 +194,18 @@ int rl_dev_quiet_begin(double timeout_s, const char *what) {
 
 int rl_dev_in_quiet(void) { return t_quiet_depth > 0; }
 
+int rl_dev_quiet_try(void) {
+    if (t_quiet_depth) return ++t_quiet_depth, 1;
+    pthread_mutex_lock(&g_gate_mu);
+    int ok = !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
+    if (ok) g_writer = 1;
+    pthread_mutex_unlock(&g_gate_mu);
+    if (!ok) return 0;
+    t_quiet_depth = 1;
+    flush_deferred();
+    return 1;
+}
+
 void rl_dev_quiet_end(void) {
     if (t_quiet_depth == 0 || --t_quiet_depth) return;
     pthread_mutex_lock(&g_gate_mu);

@@ -154,6 +154,9 @@ int rl_dev_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * on timeout, naming what. Frees deferred by rl_dev_free_later are made here. */
 int rl_dev_quiet_begin(double timeout_s, const char *what);
 void rl_dev_quiet_end(void);
+/* A quiet section only if one can start at once (no stream held, no hold section open);
+ * 1 if it started (end it with rl_dev_quiet_end). */
+int rl_dev_quiet_try(void);
 /* Whether the calling thread is in a quiet section. */
 int rl_dev_in_quiet(void);
 /* A hold section: wait_flag calls go between these (and no quiet section is open

@@ -79,7 +79,7 @@ static const char *error_string(int e) {
     case RL_RT_ERR_MISALIGNED_ADDRESS: return "misaligned address";
     case RL_RT_ERR_NOT_PERMITTED: return "operation not permitted";
     case RL_RT_ERR_NOT_SUPPORTED: return "operation not supported";
-    case RL_RT_ERR_SIM_DEADLOCK: return "a call that would never return on a GPU (refused by the simulator)";
+    case RL_RT_ERR_SIM_DEADLOCK: return "deadlock on a GPU (refused by the simulator)";
     default: return "unknown error";
     }
 }

@@ -299,12 +299,11 @@ int sim_device_sync(const char *what) {
         const sim_op *h = any_held(list, n, &s);
         if (h) {
             rc = sim_fail(RL_RT_ERR_SIM_DEADLOCK,
-                          "%s waits for every stream of the device, and a%s stream of device %d is held by a flag "
-                          "wait (until the word at %p reaches %llu; it holds %llu): on a GPU this call would not "
-                          "return",
+                          "%s waits for every stream, and a%s stream of device %d is held by a flag wait (word %p "
+                          "holds %llu, awaited %llu)",
                           what, s->legacy ? " legacy default" : "", s->device, (void *)h->a,
-                          (unsigned long long)h->gen,
-                          (unsigned long long)__atomic_load_n((const uint64_t *)h->a, __ATOMIC_ACQUIRE));
+                          (unsigned long long)__atomic_load_n((const uint64_t *)h->a, __ATOMIC_ACQUIRE),
+                          (unsigned long long)h->gen);
             break;
         }
         rl_dev_stream_t busy = NULL;

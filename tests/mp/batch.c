@@ -4,10 +4,11 @@
  *
  * Every rank builds the same list of cases (allreduce, broadcast, reduce, allgather,
  * reduce_scatter x int8..float64 x sum, prod, max, min, avg x counts 0, 1, P-1, P+1, N x
- * in place and out of place x roots) and runs them B at a time: for each case of a batch
- * it allocates the case's own device buffers, queues the copy of its input to the device,
- * the call, and the copy of the result back, all on one stream, and only then moves to
- * the next case; after B cases it synchronises the stream once and checks every result.
+ * in place and out of place x roots) and runs them B at a time: it allocates every case's
+ * own device buffers and pinned host buffers first (allocations must not overlap a held
+ * stream), then for each case queues the copy of its input to the device, the call, and
+ * the copy of the result back, all on one stream, before it moves to the next case; after
+ * B cases it synchronises the stream once and checks every result.
  * So up to B calls, with their copies, are queued behind each other, as a training step
  * queues them (the GPU suite's "--batch 64" run at P = 3 failed this way once, in a
  * staging copy: int64 avg, count 1, in place).
@@ -132,26 +133,30 @@ static ringlet_result_t call(const case_t *c, ringlet_comm_t comm) {
     }
 }
 
-/* Queues case k: its buffers, input copy, call and result copy, all on g_stream. */
-static void queue_case(int k, case_t *c, ringlet_comm_t comm) {
+/* Case k's buffers and input, before anything of its batch is queued: allocating device
+ * or pinned memory can synchronise the device, which must not happen while a stream is
+ * held (ringlet holds g_stream from a queued call until it finishes). The host sides are
+ * pinned: a copy with pageable memory returns only once done. */
+static void alloc_case(int k, case_t *c) {
     size_t es = ringlet_datatype_size(c->dt), ns, nr;
     sizes(c, &ns, &nr);
     size_t nbuf = c->inplace ? (ns > nr ? ns : nr) : ns, bytes = nbuf * es + 1, rbytes = nr * es + 1;
-    unsigned char *host = malloc(bytes > rbytes ? bytes : rbytes);
     c->result_bytes = (c->inplace ? nbuf : nr) * es;
-    c->result = malloc(c->result_bytes + 1);
-    if (!host || !c->result) {
-        printf("FAIL rank %d: case %d: out of host memory\n", g_rank, k);
-        exit(1);
-    }
-    fill(k, c, host, nbuf);
+    dev_ok("host_alloc", D->host_alloc((void **)&c->input, bytes > rbytes ? bytes : rbytes));
+    dev_ok("host_alloc", D->host_alloc((void **)&c->result, c->result_bytes + 1));
+    fill(k, c, c->input, nbuf);
     dev_ok("mem_alloc", D->mem_alloc(&c->dsend, bytes));
-    dev_ok("copy of the input to the device", D->memcpy_async(c->dsend, host, nbuf * es, g_stream));
-    if (!c->inplace) {
-        /* The receive buffer starts as the marker (a memset queued on the stream). */
-        dev_ok("mem_alloc", D->mem_alloc(&c->drecv, rbytes));
-        dev_ok("marker in the receive buffer", D->memset_async(c->drecv, 0xA5, nr * es, g_stream));
-    }
+    if (!c->inplace) dev_ok("mem_alloc", D->mem_alloc(&c->drecv, rbytes));
+}
+
+/* Queues case k: its input copy, call and result copy, all on g_stream. */
+static void queue_case(int k, case_t *c, ringlet_comm_t comm) {
+    size_t es = ringlet_datatype_size(c->dt), ns, nr;
+    sizes(c, &ns, &nr);
+    size_t nbuf = c->inplace ? (ns > nr ? ns : nr) : ns;
+    dev_ok("copy of the input to the device", D->memcpy_async(c->dsend, c->input, nbuf * es, g_stream));
+    /* The receive buffer starts as the marker (a memset queued on the stream). */
+    if (!c->inplace) dev_ok("marker in the receive buffer", D->memset_async(c->drecv, 0xA5, nr * es, g_stream));
     ringlet_result_t rc = call(c, comm);
     if (rc) {
         printf("FAIL rank %d: case %d %s: returned %s: %s\n", g_rank, k, kind_name[c->kind], ringlet_strerror(rc),
@@ -160,7 +165,6 @@ static void queue_case(int k, case_t *c, ringlet_comm_t comm) {
     }
     dev_ok("copy of the result to the host",
            D->memcpy_async(c->result, c->inplace ? c->dsend : c->drecv, c->result_bytes, g_stream));
-    c->input = host; /* read by the queued copies: freed once the batch is synchronised */
 }
 
 /* Checks case k's result once the stream is synchronised. */
@@ -194,8 +198,8 @@ static void check_case(int k, case_t *c) {
             break;
         }
     }
-    free(c->result);
-    free(c->input);
+    D->host_free(c->result);
+    D->host_free(c->input);
     D->mem_free(c->dsend);
     if (c->drecv) D->mem_free(c->drecv);
     c->result = c->input = NULL, c->dsend = c->drecv = NULL;
@@ -243,6 +247,7 @@ int main(int argc, char **argv) {
     size_t m = make_cases(cases, sizeof cases / sizeof *cases, big), nbatch = 0;
     for (size_t b0 = 0; b0 < m; b0 += (size_t)B, nbatch++) {
         size_t b1 = b0 + (size_t)B < m ? b0 + (size_t)B : m;
+        for (size_t k = b0; k < b1; k++) alloc_case((int)k, &cases[k]);
         for (size_t k = b0; k < b1; k++) queue_case((int)k, &cases[k], comm);
         dev_ok("stream_sync after a batch", D->stream_sync(g_stream));
         ringlet_result_t a = ringlet_comm_get_async_error(comm);

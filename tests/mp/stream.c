@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async [--count N]
+ *   stream --case order|abort|async|devices|legacy [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -26,6 +26,13 @@
  * async: rank 1 exits (without destroying its communicator) after the warm-up; rank 0
  *   queues an all-reduce on its stream: the stream goes on (released when the call
  *   failed) and ringlet_comm_get_async_error names rank 1 within RINGLET_TIMEOUT.
+ * devices: (two devices, RINGLET_SIM_DEVICES=2) buffers and stream on device 1, the
+ *   calling thread's current device 0: the call makes its event and hold on the stream's
+ *   device (CUDA refuses an event or a kernel on another device's stream), the progress
+ *   thread works on device 1, and the caller's current device is still 0 afterwards.
+ * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
+ *   waits for every blocking stream, and they for it): the library's own streams must not
+ *   be blocking ones, or they would wait for the legacy stream it holds.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -177,6 +184,42 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held
     DEV(D->host_free(out));
 }
 
+/* An all-reduce of n elements on device buffers of the current device, on stream s (made
+ * by the caller) from a thread whose current device is then `calling`; checked. */
+static void checked_allreduce(ringlet_comm_t comm, int P, size_t n, rl_dev_stream_t s, int calling, const char *what) {
+    uint32_t *in, *out;
+    void *din, *dout;
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4));
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i), out[i] = 0xdeadbeefu;
+    int own = -1;
+    DEV(D->get_device(&own));
+    for (int round = 0; round < 2; round++) { /* the first call prepares, the second only queues */
+        DEV(D->memcpy_async(din, in, n * 4, s));
+        DEV(D->set_device(calling));
+        if (ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+            FAIL("%s: allreduce: %s", what, ringlet_comm_last_error(comm));
+        int cur = -1;
+        DEV(D->get_device(&cur));
+        if (cur != calling) FAIL("%s: the call changed the thread's current device from %d to %d", what, calling, cur);
+        DEV(D->set_device(own));
+        DEV(D->memcpy_async(out, dout, n * 4, s));
+        DEV(D->stream_sync(s));
+        if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("%s: %s", what, ringlet_comm_last_error(comm));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t want = 0;
+            for (int r = 0; r < P; r++) want += input(r, i);
+            if (out[i] != want) FAIL("%s: element %zu is 0x%08x, want 0x%08x", what, i, out[i], want);
+        }
+    }
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(dout));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+}
+
 /* Both ranks: one all-reduce on device buffers with a stream, so that the device
  * connections exist (a first call waits for its peers to make theirs, within
  * RINGLET_TIMEOUT) and a later call only queues. */
@@ -202,7 +245,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|legacy [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -313,6 +356,24 @@ int main(int argc, char **argv) {
         DEV(D->event_destroy(done));
         DEV(D->stream_destroy(s));
         DEV(D->mem_free(d));
+        return 0;
+    }
+    if (!strcmp(cas, "devices")) {
+        if (ndev < 2) FAIL("the devices case needs two devices (RINGLET_SIM_DEVICES=2), %d here", ndev);
+        DEV(D->set_device(1));
+        rl_dev_stream_t s;
+        DEV(D->stream_create(&s));
+        checked_allreduce(comm, P, n, s, 0, "a stream of device 1 called from device 0");
+        DEV(D->stream_destroy(s));
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK devices: device 1's stream and buffers, called with device 0 current\n", g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "legacy")) {
+        checked_allreduce(comm, P, n, (rl_dev_stream_t)RINGLET_STREAM_DEFAULT, g_rank % ndev, "the legacy stream");
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK legacy: all-reduces ordered on the legacy default stream\n", g_rank);
         return 0;
     }
     FAIL("unknown case %s", cas);

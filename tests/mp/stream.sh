@@ -9,6 +9,10 @@
 #   abort  a rank aborts with a stream call pending that its peer never joins: the stream
 #          goes on, get_async_error reports it
 #   async  the peer leaves: the stream call fails, the stream goes on, get_async_error names it
+#   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
+#   devices (simulator) buffers and stream on device 1, called with device 0 current
+# every case with streams held by stream memory operations (the default) and order and legacy
+# also by a spinning kernel (RINGLET_STREAM_HOLD=kernel); the INFO log must say which.
 # Exit 0 = all passed, 1 = a failure, 77 = no device backend.
 set -u
 BUILD=${BUILD:-build}
@@ -24,29 +28,54 @@ trap 'rm -rf "$TMP"' EXIT
 COUNT=300007
 case "${SANITIZE:-}" in *thread*) COUNT=30011 ;; esac
 fails=0
+# run_case transport case [VAR=value ...]
+run_case() {
+    local tr=$1 cas=$2
+    shift 2
+    rm -rf "$TMP/d" && mkdir "$TMP/d"
+    local tenv="RINGLET_TRANSPORT=$tr"
+    [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
+    env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
+        --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if grep -q '^\[0\] SKIP' "$TMP/out"; then
+        grep -m1 SKIP "$TMP/out" | sed 's/^\[0\] //'
+        exit 77
+    fi
+    local n label="$tr $cas${*:+ ($*)}"
+    n=$(grep -cE "^\[[01]\] stream: rank [01]: OK $cas" "$TMP/out")
+    # The INFO line says how streams were held (stream memory operations or a kernel).
+    local held
+    held=$(grep -m1 -oE 'streams held by [a-z]+( [a-z]+)*' "$TMP/err")
+    if [ "$rc" = 0 ] && [ "$n" = 2 ] && { [ -z "$WANT_HOLD" ] || grep -q "streams held by $WANT_HOLD" "$TMP/err"; }; then
+        echo "ok:   $label${held:+, $held}"
+        grep -E "OK $cas:" "$TMP/out" | sed 's/^/      /'
+    else
+        fails=$((fails + 1))
+        echo "FAIL: $label: launcher exit status $rc, $n of 2 ranks OK${WANT_HOLD:+ (want streams held by $WANT_HOLD; saw: ${held:-none})}"
+        tail -n 30 "$TMP/out"
+        grep -v ' INFO: ' "$TMP/err" | tail -n 30
+    fi
+}
+# Holds by stream memory operations (the default where the device has them) and by a
+# spinning kernel (RINGLET_STREAM_HOLD=kernel), each checked in the INFO log.
+WANT_HOLD=
+[ "$RINGLET_DEVICE" = sim ] && WANT_HOLD="stream memory operations"
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm tcp}; do
-    for cas in order abort async; do
-        rm -rf "$TMP/d" && mkdir "$TMP/d"
-        tenv="RINGLET_TRANSPORT=$tr"
-        [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
-        env "$tenv" RINGLET_TIMEOUT=10 "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
-            --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
-        rc=$?
-        if grep -q '^\[0\] SKIP' "$TMP/out"; then
-            grep -m1 SKIP "$TMP/out" | sed 's/^\[0\] //'
-            exit 77
-        fi
-        n=$(grep -cE "^\[[01]\] stream: rank [01]: OK $cas" "$TMP/out")
-        if [ "$rc" = 0 ] && [ "$n" = 2 ]; then
-            echo "ok:   $tr $cas"
-            grep -E "OK $cas:" "$TMP/out" | sed 's/^/      /'
-        else
-            fails=$((fails + 1))
-            echo "FAIL: $tr $cas: launcher exit status $rc, $n of 2 ranks OK"
-            tail -n 30 "$TMP/out" "$TMP/err"
-        fi
+    for cas in order abort async legacy; do
+        run_case "$tr" "$cas"
     done
 done
+WANT_HOLD="a spinning kernel"
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
+    run_case "$tr" order RINGLET_STREAM_HOLD=kernel
+    run_case "$tr" legacy RINGLET_STREAM_HOLD=kernel
+done
+WANT_HOLD=
+if [ "$RINGLET_DEVICE" = sim ]; then
+    # The current device is per thread: buffers and stream on device 1, called from device 0.
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
+fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }
 echo "stream: $fails failed"
 exit 1

@@ -1,0 +1,428 @@
+/* CUDA's rules that the simulated GPU holds (src/device/rt.h), each checked through the
+ * simulator's runtime (rl_rt_sim) and, where the device layer adds to it, through the
+ * backend (rl_device_sim):
+ *   last-error  the per-thread last error: "not ready" from a query included, cleared by
+ *               get_last_error, not by peek; launches return their own status; the
+ *               backend leaves a query's "not ready" cleared
+ *   loading     a kernel's first launch waits for an idle device: behind a held stream it
+ *               fails (where a GPU deadlocks); load_kernels / device_ready, or
+ *               CUDA_MODULE_LOADING=EAGER, load them all first
+ *   sync        allocations, frees and IPC mappings wait for every stream, and fail while
+ *               one is held
+ *   devices     the current device per thread; events and launches on another device's
+ *               stream refused, copies and waits allowed
+ *   pageable    copies to and from pageable memory return once done
+ *   legacy      the legacy default stream and the blocking streams wait for each other;
+ *               non-blocking streams take no part
+ *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
+ *               hold kind (RINGLET_STREAM_HOLD, RINGLET_SIM_MEMOPS=0)
+ * Rules whose state is the whole process (loaded kernels, the device count, environment
+ * read once) run in child processes.
+ *   test_simrules               every rule
+ *   test_simrules --child NAME  (internal) one rule in a fresh process
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "rt.h"
+
+static const rl_rt *R = &rl_rt_sim;
+static const rl_device_ops *D = &rl_device_sim;
+static int g_fail, g_checks;
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        g_checks++;                                                                                                    \
+        if (!(cond)) {                                                                                                 \
+            g_fail++;                                                                                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
+    } while (0)
+#define RT_OK(call)                                                                                                    \
+    do {                                                                                                               \
+        int e_ = (call);                                                                                               \
+        CHECK(e_ == RL_RT_SUCCESS, "%s: %d %s (%s)", #call, e_, R->error_string(e_), R->error_detail());               \
+    } while (0)
+#define DEV_OK(call) CHECK((call) == RL_DEV_OK, "%s: %s", #call, rl_dev_error())
+
+/* Runs /proc/self/exe --child name with one extra environment variable (or none). */
+static int run_child(const char *name, const char *var, const char *value) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (var) setenv(var, value, 1);
+        execl("/proc/self/exe", "test_simrules", "--child", name, (char *)NULL);
+        _exit(99);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A pinned flag word, 0. */
+static volatile uint64_t *new_flag(void) {
+    void *p = NULL;
+    RT_OK(R->host_alloc(&p, 64));
+    *(volatile uint64_t *)p = 0;
+    return p;
+}
+
+static void release(volatile uint64_t *flag, uint64_t v) { __atomic_store_n(flag, v, __ATOMIC_RELEASE); }
+
+static int event_done(rl_dev_event_t e) {
+    int q = R->event_query(e);
+    R->get_last_error();
+    return q == RL_RT_SUCCESS;
+}
+
+/* ---- last error ---- */
+
+static void rule_last_error(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t s;
+    rl_dev_event_t e;
+    RT_OK(R->stream_create(&s, 0));
+    RT_OK(R->event_create(&e));
+    volatile uint64_t *flag = new_flag();
+    void *a = NULL;
+    RT_OK(R->malloc(&a, 4096));
+    RT_OK(R->launch_wait_flag(flag, 1, s));
+    RT_OK(R->event_record(e, s));
+    CHECK(R->event_query(e) == RL_RT_ERR_NOT_READY, "a query behind a held flag is not 'not ready'");
+    CHECK(R->peek_at_last_error() == RL_RT_ERR_NOT_READY, "the query left %d as the last error, not 600",
+          R->peek_at_last_error());
+    CHECK(R->peek_at_last_error() == RL_RT_ERR_NOT_READY, "peek cleared the last error");
+    /* A launch reports its own status, whatever the thread held. */
+    CHECK(R->launch_reduce(a, a, a, 16, RINGLET_FLOAT32, RINGLET_SUM, s) == RL_RT_SUCCESS,
+          "a good launch after a 'not ready' query failed");
+    CHECK(R->get_last_error() == RL_RT_ERR_NOT_READY, "get_last_error did not return the query's 'not ready'");
+    CHECK(R->get_last_error() == RL_RT_SUCCESS, "get_last_error did not clear it");
+    /* A failed call sets it, a successful one leaves it. */
+    CHECK(R->set_device(999) == RL_RT_ERR_INVALID_DEVICE, "set_device(999) did not fail with invalid device");
+    int dev = -1;
+    RT_OK(R->get_device(&dev));
+    CHECK(R->peek_at_last_error() == RL_RT_ERR_INVALID_DEVICE, "a successful call changed the last error");
+    R->get_last_error();
+    /* The backend: a query that finds the event pending leaves the thread's error clean
+     * (a caller's launch check would fail on a stale 600), and a reduction after it works. */
+    CHECK(D->event_query(e) == RL_DEV_NOT_READY, "the backend's query is not 'not ready'");
+    CHECK(R->peek_at_last_error() == RL_RT_SUCCESS,
+          "the backend's query left %d as the thread's last error (it must clear 'not ready')",
+          R->peek_at_last_error());
+    DEV_OK(D->reduce(a, a, a, 16, RINGLET_FLOAT32, RINGLET_SUM, s));
+    release(flag, 1);
+    RT_OK(R->stream_synchronize(s));
+    CHECK(event_done(e), "the event is not done after the sync");
+    RT_OK(R->free(a));
+    RT_OK(R->event_destroy(e));
+    RT_OK(R->stream_destroy(s));
+    RT_OK(R->free_host((void *)flag));
+}
+
+/* ---- kernel loading (children: the loaded set is the process's) ---- */
+
+/* A held stream, then another kernel's first launch: 0 if it failed as a deadlock. */
+static int first_launch_behind_hold(int load_first) {
+    if (load_first) RT_OK(R->load_kernels());
+    rl_dev_stream_t a, b;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->stream_create(&b, 0));
+    volatile uint64_t *flag = new_flag();
+    void *x = NULL;
+    RT_OK(R->malloc(&x, 4096));
+    RT_OK(R->stream_wait_value64(a, flag, 1)); /* a memory operation: no kernel to load */
+    int e = R->launch_reduce(x, x, x, 16, RINGLET_INT32, RINGLET_MAX, b);
+    const char *detail = R->error_detail();
+    R->get_last_error();
+    release(flag, 1);
+    RT_OK(R->stream_synchronize(a));
+    RT_OK(R->stream_synchronize(b));
+    if (!load_first && getenv("CUDA_MODULE_LOADING") == NULL) {
+        CHECK(e == RL_RT_ERR_SIM_DEADLOCK && strstr(detail, "first launch"),
+              "a kernel's first launch behind a held stream returned %d (%s), not the deadlock", e, detail);
+        /* Once the device is idle it loads. */
+        CHECK(R->launch_reduce(x, x, x, 16, RINGLET_INT32, RINGLET_MAX, b) == RL_RT_SUCCESS,
+              "the first launch on an idle device failed");
+    } else {
+        CHECK(e == RL_RT_SUCCESS, "a loaded kernel's launch behind a held stream failed: %d (%s)", e, detail);
+    }
+    RT_OK(R->stream_synchronize(b));
+    RT_OK(R->free(x));
+    return 0;
+}
+
+static void rule_loading(void) {
+    CHECK(run_child("lazy", NULL, NULL) == 0, "lazy loading: the child failed");
+    CHECK(run_child("loaded", NULL, NULL) == 0, "load_kernels first: the child failed");
+    CHECK(run_child("eager", "CUDA_MODULE_LOADING", "EAGER") == 0, "CUDA_MODULE_LOADING=EAGER: the child failed");
+    CHECK(run_child("ready", NULL, NULL) == 0, "device_ready first: the child failed");
+}
+
+static int child_ready(void) {
+    /* The backend's device_ready loads every kernel: a first launch behind a hold works. */
+    DEV_OK(D->device_ready(0));
+    rl_dev_stream_t a, b;
+    DEV_OK(D->stream_create(&a));
+    DEV_OK(D->stream_create(&b));
+    volatile uint64_t *flag = new_flag();
+    void *x = NULL;
+    RT_OK(R->malloc(&x, 4096));
+    DEV_OK(D->wait_flag(flag, 1, a));
+    DEV_OK(D->convert(x, RINGLET_FLOAT32, x, RINGLET_BFLOAT16, 16, 0.5, b));
+    DEV_OK(D->divide(x, 16, RINGLET_INT8, 3, b));
+    release(flag, 1);
+    DEV_OK(D->stream_sync(a));
+    DEV_OK(D->stream_sync(b));
+    RT_OK(R->free(x));
+    return 0;
+}
+
+/* ---- calls that synchronise the device ---- */
+
+static void rule_sync(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t a;
+    rl_dev_event_t e;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->event_create(&e));
+    void *x = NULL, *y = NULL, *p = NULL;
+    RT_OK(R->malloc(&x, 1 << 20));
+    /* Waits for every stream: queued work is done when the allocation returns. */
+    for (int k = 0; k < 100; k++) RT_OK(R->launch_reduce(x, x, x, 1 << 18, RINGLET_INT32, RINGLET_SUM, a));
+    RT_OK(R->event_record(e, a));
+    RT_OK(R->malloc(&y, 4096));
+    CHECK(event_done(e), "cudaMalloc returned before the work queued on another stream was done");
+    /* A held stream: each call fails, naming itself, instead of hanging. */
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->launch_wait_flag(flag, 1, a));
+    struct {
+        const char *name;
+        int rc;
+    } calls[] = {
+        {"cudaMalloc", R->malloc(&p, 4096)},
+        {"cudaFree", R->free(y)},
+        {"cudaHostAlloc", R->host_alloc(&p, 4096)},
+        {"cudaFreeHost", R->free_host((void *)flag)},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        CHECK(calls[i].rc == RL_RT_ERR_SIM_DEADLOCK, "%s behind a held stream returned %d, not the deadlock",
+              calls[i].name, calls[i].rc);
+        R->get_last_error();
+    }
+    /* The stream is held, the calls were refused: nothing was freed or allocated. */
+    release(flag, 1);
+    RT_OK(R->stream_synchronize(a));
+    RT_OK(R->free(y));
+    RT_OK(R->free(x));
+    RT_OK(R->free_host((void *)flag));
+    RT_OK(R->event_destroy(e));
+    RT_OK(R->stream_destroy(a));
+}
+
+/* ---- current device per thread (child: two devices) ---- */
+
+static void *other_thread(void *arg) {
+    int *dev = arg;
+    R->get_device(dev); /* a new thread starts on device 0 */
+    return NULL;
+}
+
+static int child_devices(void) {
+    RT_OK(R->set_device(1));
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t s1;
+    RT_OK(R->stream_create(&s1, 0));
+    void *x1 = NULL;
+    RT_OK(R->malloc(&x1, 4096));
+    CHECK(R->pointer_device(x1) == 1, "memory allocated on device 1 is on device %d", R->pointer_device(x1));
+    pthread_t t;
+    int seen = -1;
+    pthread_create(&t, NULL, other_thread, &seen);
+    pthread_join(t, NULL);
+    CHECK(seen == 0, "another thread's current device is %d, not 0 (the current device is per thread)", seen);
+    RT_OK(R->set_device(0));
+    RT_OK(R->load_kernels());
+    rl_dev_event_t e0;
+    RT_OK(R->event_create(&e0));
+    CHECK(R->event_record(e0, s1) == RL_RT_ERR_INVALID_HANDLE, "an event of device 0 was recorded on a stream of device 1");
+    R->get_last_error();
+    CHECK(R->launch_reduce(x1, x1, x1, 16, RINGLET_INT32, RINGLET_SUM, s1) == RL_RT_ERR_INVALID_HANDLE,
+          "a kernel launched on device 1's stream with device 0 current");
+    R->get_last_error();
+    RT_OK(R->memset_async(x1, 1, 4096, s1)); /* copies may go to another device's stream */
+    rl_dev_stream_t s0;
+    RT_OK(R->stream_create(&s0, 0));
+    RT_OK(R->event_record(e0, s0));
+    RT_OK(R->stream_wait_event(s1, e0)); /* so may waits */
+    RT_OK(R->stream_synchronize(s1));
+    /* The backend: the device of a stream */
+    int dev = -1;
+    DEV_OK(D->stream_device(s1, &dev));
+    CHECK(dev == 1, "stream_device says %d for a stream of device 1", dev);
+    RT_OK(R->set_device(1));
+    RT_OK(R->free(x1));
+    return 0;
+}
+
+/* ---- pageable copies and the legacy default stream ---- */
+
+static void rule_pageable(void) {
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    RT_OK(R->load_kernels());
+    const size_t n = 1 << 16;
+    int32_t *h = malloc(n * 4), *one = NULL;
+    void *x = NULL;
+    RT_OK(R->malloc(&x, n * 4));
+    RT_OK(R->host_alloc((void **)&one, n * 4));
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)i, one[i] = 1;
+    RT_OK(R->memcpy_async(x, h, n * 4, s));
+    memset(h, 0, n * 4); /* taken by then */
+    for (int k = 0; k < 40; k++) RT_OK(R->launch_reduce(x, x, one, n, RINGLET_INT32, RINGLET_SUM, s));
+    RT_OK(R->memcpy_async(h, x, n * 4, s)); /* returns once done: no sync */
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)i + 40;
+    CHECK(bad == 0, "copies with pageable memory: %zu elements wrong without a sync", bad);
+    RT_OK(R->free(x));
+    RT_OK(R->free_host(one));
+    RT_OK(R->stream_destroy(s));
+    free(h);
+}
+
+static void rule_legacy(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t blocking, nonblocking;
+    RT_OK(R->stream_create(&blocking, 1));
+    RT_OK(R->stream_create(&nonblocking, 0));
+    rl_dev_event_t e_legacy, e_non, e_blk;
+    RT_OK(R->event_create(&e_legacy));
+    RT_OK(R->event_create(&e_non));
+    RT_OK(R->event_create(&e_blk));
+    volatile uint64_t *flag = new_flag();
+    /* A blocking stream held: the legacy stream's later work waits, a non-blocking's not. */
+    RT_OK(R->stream_wait_value64(blocking, flag, 1));
+    RT_OK(R->event_record(e_legacy, RL_RT_STREAM_LEGACY));
+    RT_OK(R->event_record(e_non, nonblocking));
+    RT_OK(R->stream_synchronize(nonblocking));
+    CHECK(event_done(e_non), "a non-blocking stream's event is not done");
+    CHECK(!event_done(e_legacy), "the legacy stream ran past a held blocking stream");
+    release(flag, 1);
+    RT_OK(R->stream_synchronize(RL_RT_STREAM_LEGACY));
+    CHECK(event_done(e_legacy), "the legacy stream's event is not done after its sync");
+    /* The legacy stream held: a blocking stream's later work waits, a non-blocking's not. */
+    RT_OK(R->stream_wait_value64(RL_RT_STREAM_LEGACY, flag, 2));
+    RT_OK(R->event_record(e_blk, blocking));
+    RT_OK(R->event_record(e_non, nonblocking));
+    RT_OK(R->stream_synchronize(nonblocking));
+    CHECK(event_done(e_non), "a non-blocking stream's event is not done (it waited for the legacy stream)");
+    CHECK(!event_done(e_blk), "a blocking stream ran past the held legacy stream");
+    release(flag, 2);
+    RT_OK(R->stream_synchronize(blocking));
+    CHECK(event_done(e_blk), "the blocking stream's event is not done after its sync");
+    RT_OK(R->free_host((void *)flag));
+    RT_OK(R->event_destroy(e_legacy));
+    RT_OK(R->event_destroy(e_non));
+    RT_OK(R->event_destroy(e_blk));
+    RT_OK(R->stream_destroy(blocking));
+    RT_OK(R->stream_destroy(nonblocking));
+}
+
+/* ---- stream memory operations, and the backend's hold kind ---- */
+
+static void rule_memops(void) {
+    rl_dev_stream_t s;
+    rl_dev_event_t e;
+    RT_OK(R->stream_create(&s, 0));
+    RT_OK(R->event_create(&e));
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->stream_wait_value64(s, flag, 5));
+    RT_OK(R->event_record(e, s));
+    release(flag, 4);
+    CHECK(!event_done(e), "a wait for 5 passed at 4");
+    release(flag, 5);
+    RT_OK(R->stream_synchronize(s));
+    CHECK(event_done(e), "a wait for 5 did not pass at 5");
+    /* GEQ compares cyclically: a word 2^63 or more below the value, here 2 (2^63 - 1 below)
+     * and 1, reads as below; 0 would read as above (2^63 - 1 past it). */
+    release(flag, 2);
+    RT_OK(R->stream_wait_value64(s, flag, (1ull << 63) + 1));
+    RT_OK(R->event_record(e, s));
+    release(flag, 1);
+    CHECK(!event_done(e), "(int64_t)(1 - (2^63 + 1)) >= 0 passed");
+    release(flag, (1ull << 63) + 7);
+    RT_OK(R->stream_synchronize(s));
+    CHECK(event_done(e), "a wait passed no word at or above its value");
+    RT_OK(R->stream_write_value64(s, flag, 42));
+    RT_OK(R->stream_synchronize(s));
+    CHECK(*flag == 42, "write_value64 stored %llu", (unsigned long long)*flag);
+    RT_OK(R->free_host((void *)flag));
+    RT_OK(R->event_destroy(e));
+    RT_OK(R->stream_destroy(s));
+    CHECK(run_child("hold", NULL, NULL) == 0, "the default hold kind: child failed");
+    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "kernel") == 0, "RINGLET_STREAM_HOLD=kernel: child failed");
+    CHECK(run_child("hold", "RINGLET_SIM_MEMOPS", "0") == 0, "a device without memory operations: child failed");
+    CHECK(run_child("hold-forced", "RINGLET_SIM_MEMOPS", "0") == 0, "memop forced without them: child failed");
+}
+
+/* The hold kind device_ready chooses, and a hold of that kind ordering a stream. */
+static int child_hold(void) {
+    const char *want = getenv("RINGLET_STREAM_HOLD"), *memops = getenv("RINGLET_SIM_MEMOPS");
+    const char *expect = (want && !strcmp(want, "kernel")) || (memops && !strcmp(memops, "0")) ? "kernel" : "memop";
+    DEV_OK(D->device_ready(0));
+    CHECK(!strcmp(D->hold_kind(0), expect), "hold kind %s, expected %s", D->hold_kind(0), expect);
+    rl_dev_stream_t s;
+    rl_dev_event_t e;
+    DEV_OK(D->stream_create(&s));
+    DEV_OK(D->event_create(&e));
+    volatile uint64_t *flag = new_flag();
+    DEV_OK(D->wait_flag(flag, 3, s));
+    DEV_OK(D->event_record(e, s));
+    CHECK(rl_dev_holds_active() == 1, "%d holds noted, not 1", rl_dev_holds_active());
+    CHECK(D->event_query(e) == RL_DEV_NOT_READY, "work after a %s hold ran", expect);
+    release(flag, 3);
+    DEV_OK(D->stream_sync(s));
+    CHECK(D->event_query(e) == RL_DEV_OK, "work after a released %s hold did not run", expect);
+    CHECK(rl_dev_holds_active() == 0, "a released hold still counts");
+    return 0;
+}
+
+static int child_hold_forced(void) {
+    setenv("RINGLET_STREAM_HOLD", "memop", 1);
+    CHECK(D->device_ready(0) == RL_DEV_ERR && strstr(rl_dev_error(), "RINGLET_STREAM_HOLD=memop"),
+          "memop holds forced on a device without them: %s", rl_dev_error());
+    return 0;
+}
+
+static int child(const char *name) {
+    if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
+    else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
+    else if (!strcmp(name, "ready")) child_ready();
+    else if (!strcmp(name, "devices")) child_devices();
+    else if (!strcmp(name, "hold")) child_hold();
+    else if (!strcmp(name, "hold-forced")) child_hold_forced();
+    else return 98;
+    if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
+    return g_fail ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2 && !strcmp(argv[1], "--child")) return child(argv[2]);
+    rule_last_error();
+    rule_loading();
+    rule_sync();
+    CHECK(run_child("devices", "RINGLET_SIM_DEVICES", "2") == 0, "current device per thread: the child failed");
+    rule_pageable();
+    rule_legacy();
+    rule_memops();
+    printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
