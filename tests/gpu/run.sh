@@ -142,21 +142,15 @@ built=0 bench_built=0
 if [ -z "$NVCC" ]; then
     record build-gpu-tests SKIP 0 "SKIP: no nvcc (set NVCC or CUDA_HOME)"
 else
-    nvflags="-O3 -std=c++17 $GPU_ARCH -lineinfo -Iinclude -Ikernels -Xcompiler -Wall,-Wextra"
-    # The three objects in parallel, then the link.
-    compile="st=0
-        cc -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Iinclude -Ikernels -c kernels/reduce_cpu.c -o '$GB/reduce_cpu.o' & p1=\$!
-        '$NVCC' $nvflags -c kernels/reduce_cuda.cu -o '$GB/reduce_cuda.o' & p2=\$!
-        '$NVCC' $nvflags -c tests/gpu/test_kernels.cu -o '$GB/test_kernels.o' & p3=\$!
-        wait \$p1 || st=1; wait \$p2 || st=1; wait \$p3 || st=1
-        [ \$st = 0 ] || exit 1
-        '$NVCC' $GPU_ARCH '$GB/test_kernels.o' '$GB/reduce_cuda.o' '$GB/reduce_cpu.o' -lm -o '$GB/test_kernels'"
+    # tests/gpu/build_programs.sh: the kernels' objects (the library build's CUDA object when
+    # fresh) and the two programs, into $GB.
     rm -f "$GB/test_kernels" "$GB/gpu_kernels_bench"
-    run_step build-gpu-tests 600 'warning|error' bash -c "$compile" && built=1
-    if [ $bench = 1 ] && [ $built = 1 ]; then
-        run_step build-bench 600 'warning|error' "$NVCC" $nvflags perf/gpu_kernels_bench.cu "$GB/reduce_cuda.o" \
-            "$GB/reduce_cpu.o" -lm -o "$GB/gpu_kernels_bench" && bench_built=1
-    fi
+    progs="test_kernels"
+    [ $bench = 1 ] && progs="test_kernels gpu_kernels_bench"
+    # shellcheck disable=SC2086
+    run_step build-gpu-tests 600 'warning|error' env NVCC="$NVCC" GPU_ARCH="$GPU_ARCH" BUILD="$BUILD" \
+        bash tests/gpu/build_programs.sh --out "$GB" $progs && built=1
+    [ $built = 1 ] && [ -x "$GB/gpu_kernels_bench" ] && bench_built=1
 fi
 
 # ---- tests ----
