@@ -33,6 +33,7 @@ mkdir -p "$OUTDIR/obj"
 O="$OUTDIR/obj"
 # shellcheck disable=SC2206
 arch=($GPU_ARCH)
+# shellcheck disable=SC2054 # -Wall,-Wextra is one argument of -Xcompiler
 nvflags=(-O3 -std=c++17 "${arch[@]}" -lineinfo -Iinclude -Ikernels -Xcompiler -Wall,-Wextra)
 
 # Objects in parallel, then the links.
