@@ -115,10 +115,10 @@ export CUDA_HOME GB LOGDIR
 
 skip() { echo "SKIP: $*"; exit 77; }
 need_sanitizer() { [ -n "$SANITIZER" ] || skip "compute-sanitizer not found"; }
-need_torch_cuda() {
-    "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
-        skip "no CUDA build of torch for $PY (set PYTHON)"
-    "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+need_torch_cuda() { # one import of torch (seconds)
+    "$PY" -c "import torch, sys
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'available:', torch.cuda.is_available())
+sys.exit(0 if torch.cuda.is_available() else 1)" 2>&1 || skip "no CUDA build of torch for $PY, or it sees no GPU (set PYTHON)"
 }
 build_program() { # test_kernels | gpu_kernels_bench
     [ -n "$NVCC" ] || skip "no nvcc (set NVCC or CUDA_HOME)"
@@ -138,7 +138,11 @@ cuda_env() { gpu_must_run env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" "$@"; }
 
 step_preflight() {
     echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) memory, kernel $(uname -r)"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo ?)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with local changes)')"
+    local commit="? (no git here)"
+    if git rev-parse --git-dir >/dev/null 2>&1; then
+        commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with local changes)')
+    fi
+    echo "commit: $commit"
     echo "nvcc: ${NVCC:-none}${NVCC:+ ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))}"
     echo "compute-sanitizer: ${SANITIZER:-none}"
     if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
