@@ -57,7 +57,7 @@ device-batch|60|gpu,build|batch.sh over cuda: 64 collectives queued between sync
 device-collectives-ipc|180|gpu,build|collectives.sh on device memory over cuda_ipc: every collective x dtype x op, P = 1..5, then the cuda_ipc plan (small slots, ring, host buffers over cuda_ipc)
 device-collectives-shm|180|gpu,build|collectives.sh on device memory over shm, P = 1..5
 device-collectives-tcp|180|gpu,build|collectives.sh on device memory over tcp, P = 1..5
-device-ipc-p8|200|gpu,build|8 ranks on the GPU, device buffers over cuda_ipc, every collective, count 100003
+device-ipc-p8|200|gpu,build|8 ranks on the GPU, device buffers over cuda_ipc, every collective x dtype, --quick (2 ops per dtype), count 100003
 device-mps|200|gpu,build|device-collectives-ipc under MPS
 device-memcheck|240|gpu,build|compute-sanitizer memcheck on collectives, P = 2, device memory, --quick, count 4099
 device-more|90|gpu,build|more.sh over cuda: all-to-all, gather, scatter, groups, split, pre-multiplied sums, P = 1..4
@@ -215,7 +215,7 @@ step_device_ddp() { cuda_env bash tests/mp/ddp.sh; }
 step_device_ipc_p8() {
     local out="$LOGDIR/p8.out" rc n
     RINGLET_DEVICE=cuda RINGLET_DEBUG=INFO "$BUILD/bin/ringlet-run" -n 8 --timeout 600 "$BUILD/tests/mp/collectives" \
-        --memory device --max-count 100003 >"$out" 2>&1
+        --memory device --quick --max-count 100003 >"$out" 2>&1
     rc=$?
     grep -vE ' INFO: ' "$out" | tail -n 30
     n=$(grep -c 'over cuda_ipc (device buffers)' "$out")
