@@ -790,7 +790,15 @@ void test_not_ready_then_launch(const Arena &ar, cudaStream_t stream) {
     CK(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking));
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    unsigned char *p = ar.at(0, 0);
+    /* The same launch once with no stream held, so that the one below is not the kernel's first
+     * (a first launch may load the kernel, which can wait for the spinning kernel: rule b). */
     (void)cudaGetLastError(); /* start clean */
+    CK(cudaMemsetAsync(p, 0, 4099 * sizeof(float), stream));
+    checks++;
+    if (rl_reduce_device(p, p, p, 4099, RINGLET_FLOAT32, RINGLET_SUM, stream) != 0)
+        fail("not-ready: the warm-up rl_reduce_device failed");
+    CK(cudaStreamSynchronize(stream));
     const int wrc = rl_stream_wait_flag(dgate, 1, held);
     CK(cudaEventRecord(ev, held));
     const cudaError_t q = cudaEventQuery(ev);
@@ -799,7 +807,6 @@ void test_not_ready_then_launch(const Arena &ar, cudaStream_t stream) {
         fail("not-ready: setup: rl_stream_wait_flag returned %d, cudaEventQuery %s (wanted cudaErrorNotReady)", wrc,
              cudaGetErrorString(q));
     } else {
-        unsigned char *p = ar.at(0, 0);
         const int rc = rl_reduce_device(p, p, p, 4099, RINGLET_FLOAT32, RINGLET_SUM, stream);
         checks++;
         if (rc != 0)
