@@ -15,7 +15,8 @@
 #   tests/gpu/run.sh --dry-run ...      print the steps a selection would run, run none
 # Selections add up: --quick --group 2 runs both, each step once.
 #
-# A step's budget is its timeout (timeout --kill-after=5): a hang costs that step only. Steps
+# A step's budget is the most it can take: SIGTERM to its whole process group 5 s before the
+# budget is up, SIGKILL at the budget (timeout --kill-after); a hang costs that step only. Steps
 # that need a GPU say SKIP where none is usable (no nvidia-smi, or it lists none), and so does
 # a step whose tool is missing (compute-sanitizer, MPS, a CUDA build of torch, nccl-tests).
 # Each step's output goes to $BUILD/tests/gpu/logs/<step>.log. As each step ends, its result
@@ -36,7 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 SELF=tests/gpu/run.sh
 
 # ---------------------------------------------------------------------------------------------
-# The steps: name | budget in seconds (the step's timeout) | needs | what it runs.
+# The steps: name | budget in seconds (the most the step may take) | needs | what it runs.
 #   needs: gpu   skipped where no GPU is usable
 #          build needs make's output: --steps runs the build step first when $BUILD lacks it
 STEP_TABLE='
@@ -348,7 +349,7 @@ list_tier() { # title limit steps...
     for s in "$@"; do printf '  %-24s %5d s  %-11s  %s\n' "$s" "${BUDGET[$s]}" "[${NEEDS[$s]}]" "${DESC[$s]}"; done
 }
 if [ $list = 1 ]; then
-    echo "tests/gpu/run.sh: steps by tier; a step's budget is its timeout; [needs]: gpu = skipped without a GPU,"
+    echo "tests/gpu/run.sh: steps by tier; a step's budget is the most it may take; [needs]: gpu = skipped without a GPU,"
     echo "build = needs make's output (a group builds first; --steps adds the build when it is missing)"
     # shellcheck disable=SC2086
     list_tier "quick (--quick)" $QUICK_LIMIT $QUICK
@@ -478,7 +479,11 @@ run_step() { # index
     if [[ $name == *mps* ]]; then
         tmp=$(mktemp -d /tmp/rlgpu.XXXXXX)
     fi
-    TMPDIR=${tmp:-${TMPDIR:-/tmp}} timeout --kill-after=5 "$budget" bash "$SELF" --exec-step "$name" >"$log" 2>&1
+    # SIGTERM at budget - grace, SIGKILL at the budget (1 s of grace for the tiny budgets)
+    local grace=5
+    [ "$budget" -lt 20 ] && grace=1
+    TMPDIR=${tmp:-${TMPDIR:-/tmp}} timeout --kill-after=$grace $((budget - grace)) bash "$SELF" --exec-step "$name" \
+        >"$log" 2>&1
     rc=$?
     case $rc in
     0) res=PASS ;;

@@ -9,7 +9,7 @@
 #   2. every step --list names is accepted by --steps (--dry-run), an unknown step or group is
 #      refused (exit 2);
 #   3. a --steps run with no GPU (RINGLET_GPU_NONE=1) into a temporary RINGLET_GPU_OUT: the GPU
-#      steps skip, preflight skips saying why, selftest-hang is stopped at its 3 s budget
+#      steps skip, preflight skips saying why, selftest-hang is stopped within its 3 s budget
 #      (FAIL, timed out) with its child and grandchild gone, and the steps after it still run;
 #      results.txt holds one result line per step, in order, with log tails, and ends with
 #      "0 passed, 1 failed, 4 skipped", as summary.txt does; the exit status is 1.
@@ -134,6 +134,8 @@ else
     printf '%s\n' "SKIP preflight" "SKIP collectives-p2-ipc" "FAIL selftest-hang" "SKIP ipc-p4-mps" "SKIP bench" >"$TMP/want"
     diff "$TMP/want" "$TMP/lines" >/dev/null || { fail "results.txt's step lines:"; cat "$R"; }
     grep -q '^FAIL selftest-hang .*timed out after 3s' "$R" || fail "results.txt does not say selftest-hang timed out"
+    took=$(sed -n 's/^FAIL selftest-hang *\([0-9]*\)s of .*/\1/p' "$R")
+    [ -n "$took" ] && [ "$took" -le 3 ] || fail "selftest-hang took '${took}' s, more than its 3 s budget"
     grep -q '^SKIP preflight .*no GPU' "$R" || fail "results.txt does not say why preflight skipped"
     grep -q '| selftest-hang: sleeping past the budget' "$R" || fail "results.txt lacks the tail of selftest-hang's log"
     last=$(tail -n 1 "$R")
