@@ -15,7 +15,8 @@
 #         with stream threads: more than 3x means something is serialised)
 # Writes the table to DIR/table.txt and every measurement to DIR/results.csv (default DIR:
 # build/device_bench). Exit 0 when every run ran and checked; 1 otherwise (goals are
-# reported, not enforced).
+# reported, not enforced). Environment: BUILD (default build), PYTHON (the python with torch,
+# for the Gloo column; default /usr/bin/python3).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -40,7 +41,8 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then 
 if [ $gpu = 0 ] && [ -z "${RINGLET_DEVICE:-}" ]; then export RINGLET_DEVICE=sim; fi
 backend=${RINGLET_DEVICE:-auto}
 torch_cuda=0
-if [ $gpu = 1 ] && /usr/bin/python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+PY=${PYTHON:-/usr/bin/python3} # the python with torch (on the GPU machine: python3)
+if [ $gpu = 1 ] && "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     torch_cuda=1
 fi
 CSV="$OUTDIR/results.csv"
@@ -76,7 +78,7 @@ for pass in $(seq 1 "$PASSES"); do
             done
         done
         if [ $torch_cuda = 1 ]; then
-            out=$(/usr/bin/python3 perf/torch_gloo_bench.py -n "$P" --device cuda -b "$SIZE" -e "$SIZE" 2>&1)
+            out=$("$PY" perf/torch_gloo_bench.py -n "$P" --device cuda -b "$SIZE" -e "$SIZE" 2>&1)
             bw=$(awk '$1 == "torch_cuda" && $7 == "OK" {print $5}' <<<"$out" | tail -n 1)
             [ -z "$bw" ] && { echo "device_bench: torch_gloo_bench failed:" >&2; tail -n 10 <<<"$out" >&2; bw=0; failed=1; }
             echo "$pass,$P,gloo,torch_cuda,$bw,0" >>"$CSV"

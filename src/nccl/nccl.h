@@ -9,14 +9,21 @@
  *   - the float8 types are refused (ncclInvalidArgument);
  *   - ncclCommShrink, ncclCommRevoke, the window registration and ncclGroupSimulateEnd
  *     return ncclInvalidUsage with a message saying so.
- * Without CUDA's headers on the include path, cudaStream_t is declared here (the same
- * type as CUDA's: a pointer to struct CUstream_st). */
+ * With CUDA's headers on the include path it includes cuda_runtime.h, cuda_fp16.h and
+ * cuda_bf16.h, as NCCL's does; without them (or with RINGLET_NCCL_NO_CUDA_HEADERS defined),
+ * cudaStream_t is declared here (the same type as CUDA's: a pointer to struct CUstream_st). */
 #ifndef NCCL_H_
 #define NCCL_H_
 
 #if defined(__has_include) && !defined(RINGLET_NCCL_NO_CUDA_HEADERS)
 #if __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>
+/* As NCCL's header does: programs written for NCCL use half and __nv_bfloat16 (nccl-tests
+ * does) having included nccl.h alone. */
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000 /* bfloat16 came with CUDA 11 */
+#include <cuda_bf16.h>
+#endif
 #define RINGLET_NCCL_CUDA_HEADERS 1
 #endif
 #endif

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs a command under NVIDIA MPS (the multi-process service: several processes share the
-# GPU's compute at once instead of time-slicing), started here in a private directory and
-# stopped afterwards, whatever the command's outcome.
+# GPU's compute at once instead of time-slicing), started here in a private directory under
+# $TMPDIR (default /tmp; keep it short: the daemon's socket path must fit) and stopped
+# afterwards, whatever the command's outcome, also when this script gets SIGTERM, SIGINT or
+# SIGHUP (as a step's timeout in tests/gpu/run.sh sends; run.sh also stops a daemon left in
+# that step's TMPDIR after a SIGKILL).
 #   tests/gpu/mps.sh command [args...]
 # Exit: the command's status; 77 when nvidia-cuda-mps-control is missing or MPS does not start.
 set -u
@@ -17,11 +20,16 @@ if ! nvidia-cuda-mps-control -d; then
     rm -rf "$dir"
     exit 77
 fi
+stop_mps() {
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+    tail -n 5 "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null
+    rm -rf "$dir"
+}
+trap 'echo "mps.sh: signalled: stopping MPS"; stop_mps; exit 143' TERM INT HUP
 echo "mps.sh: MPS running (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
 "$@"
 rc=$?
-echo quit | nvidia-cuda-mps-control
-sleep 1
-cat "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null | tail -n 5
-rm -rf "$dir"
+trap - TERM INT HUP
+stop_mps
 exit $rc

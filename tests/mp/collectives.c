@@ -62,6 +62,10 @@
  *                   collective x dtype x op the other in-place variant at the large count
  *   --colls LIST    comma-separated subset of allreduce,broadcast,reduce,allgather,
  *                   reduce_scatter,sendrecv,barrier
+ *   --dtypes LIST   comma-separated subset of the dtypes (int8,uint8,int32,uint32,int64,
+ *                   uint64,float16,float32,float64,bfloat16; default all). With --quick each
+ *                   keeps its two ops (dtype index mod 5 and the one two further on), so
+ *                   e.g. int8,float16,float32,float64 still runs every op.
  *   --memory device every buffer in device memory (the device layer's backend:
  *                   RINGLET_DEVICE=sim in CI, cuda on a GPU). Each buffer has a device twin
  *                   of the same layout, guards included; the bytes a case set up are copied
@@ -813,14 +817,16 @@ static void run_case(const case_t *c) {
 
 /* ---------------------------------------------------------------- grid */
 
-static int parse_colls(const char *s, int *want) {
-    for (int i = 0; i < C_NUM; i++) want[i] = 0;
+/* Sets want[i] for every name in the comma-separated list s that names[i] holds; -1 when
+ * one is unknown. Used for --colls and --dtypes. */
+static int parse_names(const char *s, const char *const *names, int n, int *want) {
+    for (int i = 0; i < n; i++) want[i] = 0;
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%s", s);
     for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int found = 0;
-        for (int i = 0; i < C_NUM; i++)
-            if (strcmp(t, coll_name[i]) == 0) want[i] = found = 1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(t, names[i]) == 0) want[i] = found = 1;
         if (!found) return -1;
     }
     return 0;
@@ -828,15 +834,17 @@ static int parse_colls(const char *s, int *want) {
 
 static void usage(void) {
     fprintf(stderr, "usage: collectives [--max-count N] [--quick] [--seed S] [--large full|rotate] "
-                    "[--phase K] [--colls a,b,...] [--memory host|device] [--verbose]\n");
+                    "[--phase K] [--colls a,b,...] [--dtypes a,b,...] [--memory host|device] "
+                    "[--verbose]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     size_t max_count = 1000003;
-    int quick = 0, large_full = 0, want[C_NUM], device = 0;
+    int quick = 0, large_full = 0, want[C_NUM], want_dt[RINGLET_NUM_DATATYPES], device = 0;
     uint64_t rot = 0; /* rotation of the variants at the large count */
     for (int i = 0; i < C_NUM; i++) want[i] = 1;
+    for (int i = 0; i < RINGLET_NUM_DATATYPES; i++) want_dt[i] = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--max-count") == 0 && i + 1 < argc)
             max_count = strtoull(argv[++i], NULL, 10);
@@ -861,7 +869,9 @@ int main(int argc, char **argv) {
             if (strcmp(argv[i], "device") != 0 && strcmp(argv[i], "host") != 0) usage();
             device = strcmp(argv[i], "device") == 0;
         } else if (strcmp(argv[i], "--colls") == 0 && i + 1 < argc) {
-            if (parse_colls(argv[++i], want) != 0) usage();
+            if (parse_names(argv[++i], coll_name, C_NUM, want) != 0) usage();
+        } else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) {
+            if (parse_names(argv[++i], dt_name, RINGLET_NUM_DATATYPES, want_dt) != 0) usage();
         } else
             usage();
     }
@@ -947,6 +957,7 @@ int main(int argc, char **argv) {
             const int rooted = coll == C_BROADCAST || coll == C_REDUCE;
             const int ndt = coll == C_BARRIER ? 1 : RINGLET_NUM_DATATYPES;
             for (int dt = 0; dt < ndt; dt++) {
+                if (coll != C_BARRIER && !want_dt[dt]) continue; /* the barrier has no dtype */
                 for (int op = 0; op < (reducing ? RINGLET_NUM_OPS : 1); op++) {
                     if (quick && reducing && op != dt % RINGLET_NUM_OPS && op != (dt + 2) % RINGLET_NUM_OPS)
                         continue;

@@ -139,6 +139,34 @@ IPCPLAN+="
 3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
 DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
 
+# The GPU suite's short runs (tests/gpu/run.sh) name a plan in RINGLET_COLLECTIVES_PLAN that
+# takes the place of DPLAN and IPCPLAN: device memory, every collective, --quick (two ops per
+# dtype) on 4 dtypes per run that between them take every op, counts 0, 1, P-1, P+1 and L:
+#   quick     P = 2: the default chunk and slot sizes with L = 1000003 (8 MB of float64: many
+#             chunks, the shared-memory FIFO wraps), then 16 KiB chunks, 2 in flight, the
+#             ring at every count, 4 KiB shared-memory and CUDA IPC slots with L = 100003 (a
+#             chunk spans several slots, the FIFOs wrap every chunk)
+#   quick-p4  P = 4: the small chunks and slots of the second run, L = 100003 (with
+#             tests/gpu/mps.sh: 4 processes on one GPU, with and without MPS)
+# Unset: DPLAN and IPCPLAN as above.
+QDT1="--quick --dtypes int8,float16,float32,float64"   # ops: sum max, prod min, max avg, min sum
+QDT2="--quick --dtypes uint8,bfloat16,float32,uint64"  # ops: prod min, avg prod, max avg, sum max
+QSMALL="RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 \
+RINGLET_SHM_NSLOTS=3 RINGLET_CUDA_IPC_SLOT_SIZE=4096 RINGLET_CUDA_IPC_NSLOTS=2 $JIT"
+case ${RINGLET_COLLECTIVES_PLAN:-} in
+"") ;;
+quick)
+    DPLAN="2||--max-count 1000003 $QDT1
+2|$QSMALL|--max-count 100003 $QDT2"
+    IPCPLAN="" TIMEOUT=300 ;;
+quick-p4)
+    DPLAN="4|$QSMALL|--max-count 100003 $QDT1"
+    IPCPLAN="" TIMEOUT=300 ;;
+*)
+    echo "FAIL: RINGLET_COLLECTIVES_PLAN=$RINGLET_COLLECTIVES_PLAN: unknown plan (quick, quick-p4)"
+    exit 1 ;;
+esac
+
 fails=0
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 t_all=$(now_ms)
@@ -190,7 +218,7 @@ for mem in $MEMORY; do
         [[ " $TRANSPORTS " == *" tcp "* ]] && run_plan tcp "" "" "$POOLPLAN"
     elif [ "$DEVICE" != none ]; then
         for tr in $DTRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "--memory device" "$DPLAN"; done
-        [[ " $DTRANSPORTS " == *" ipc "* ]] && run_plan ipc "RINGLET_DEVICE=$DEVICE" "" "$IPCPLAN"
+        [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -n "$IPCPLAN" ] && run_plan ipc "RINGLET_DEVICE=$DEVICE" "" "$IPCPLAN"
     fi
 done
 dt=$(($(now_ms) - t_all))
