@@ -30,11 +30,12 @@
  *     visible; values above 2^32;
  *   - the per-thread last error: after a cudaEventQuery that found an event not ready
  *     (cudaErrorNotReady, which CUDA also leaves as the thread's last error), a launch of
- *     rl_reduce_device on the same thread must return 0. EXPECTED TO FAIL until the
- *     launchers in kernels/reduce_cuda.cu report only their own launch's error (issue 21,
- *     rule a: today they return cudaGetLastError(), which gives back that 600). The
- *     test's own polls (cudaStreamQuery) clear the not-ready error they leave, as PyTorch
- *     does, so that this case alone shows the bug.
+ *     rl_reduce_device on the same thread must return 0: the launchers report their own
+ *     launch's status (cudaLaunchKernel's), not cudaGetLastError(), which would give back
+ *     that 600 (issue 21, rule a). The test's own polls (cudaStreamQuery) clear the
+ *     not-ready error they leave, as PyTorch does, so that this case alone shows it;
+ *   - rl_cuda_load_kernels: loads every kernel (returns 0), after which a first launch
+ *     behind a held stream works (rule b: lazy loading could wait for the held stream).
  *
  *   test_kernels [--seed N] [--max-n N]      (RINGLET_TEST_SEED also sets the seed)
  *
@@ -777,9 +778,7 @@ void test_write_flag() {
  * returns cudaErrorNotReady and leaves it as the calling thread's last error. A kernel launcher
  * that returns cudaGetLastError() then reports 600 for a launch that worked. ringlet polls events
  * from the threads that launch its reductions, so every launcher must report only its own
- * launch's error.
- * EXPECTED TO FAIL until kernels/reduce_cuda.cu's launchers are fixed (the other half of issue
- * 21, worked on elsewhere): this case documents the bug on a GPU. */
+ * launch's error (they do: cudaLaunchKernel's own status). */
 void test_not_ready_then_launch(const Arena &ar, cudaStream_t stream) {
     const int before = failures;
     uint64_t *hgate = nullptr, *dgate = nullptr;
@@ -811,8 +810,8 @@ void test_not_ready_then_launch(const Arena &ar, cudaStream_t stream) {
         checks++;
         if (rc != 0)
             fail("not-ready: rl_reduce_device returned %d (%s) after a cudaEventQuery that found an event not ready "
-                 "on this thread: the launcher reports the thread's last error, not its own launch's (expected to "
-                 "fail until kernels/reduce_cuda.cu is fixed, issue 21 rule a)",
+                 "on this thread: the launcher reports the thread's last error, not its own launch's (issue 21 "
+                 "rule a)",
                  rc, cudaGetErrorString(static_cast<cudaError_t>(rc)));
     }
     __atomic_store_n(hgate, 1, __ATOMIC_SEQ_CST);
@@ -825,9 +824,40 @@ void test_not_ready_then_launch(const Arena &ar, cudaStream_t stream) {
     CK(cudaEventDestroy(ev));
     CK(cudaStreamDestroy(held));
     CK(cudaFreeHost(hgate));
-    printf("%-5s last error: rl_reduce_device returns 0 after a cudaEventQuery found an event not ready "
-           "(expected to fail until issue 21 rule a is fixed)\n",
+    printf("%-5s last error: rl_reduce_device returns 0 after a cudaEventQuery found an event not ready\n",
            failures == before ? "ok" : "FAIL");
+}
+
+/* rl_cuda_load_kernels (issue 21, rule b): every kernel loaded; then a kernel's launch behind a
+ * held stream (a flag wait on another stream) goes through and runs once the flag is set. The
+ * kernel picked (int8 min, 16-byte groups) is launched nowhere else in this program before. */
+void test_load_kernels(const Arena &ar, cudaStream_t stream) {
+    const int before = failures;
+    checks++;
+    const int lrc = rl_cuda_load_kernels();
+    if (lrc != 0) fail("rl_cuda_load_kernels returned %d (%s)", lrc, cudaGetErrorString(static_cast<cudaError_t>(lrc)));
+    uint64_t *hgate = nullptr, *dgate = nullptr;
+    CK(cudaHostAlloc(&hgate, sizeof *hgate, cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer(&dgate, hgate, 0));
+    __atomic_store_n(hgate, 0, __ATOMIC_SEQ_CST);
+    cudaStream_t held;
+    CK(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking));
+    unsigned char *p = ar.at(0, 0);
+    checks++;
+    if (rl_stream_wait_flag(dgate, 1, held) != 0) fail("load: rl_stream_wait_flag failed");
+    const int rc = rl_reduce_device(p, p, p, 4096, RINGLET_INT8, RINGLET_MIN, stream);
+    checks++;
+    if (rc != 0) fail("load: a launch behind a held stream returned %d", rc);
+    checks++;
+    if (!stream_done_within(stream, 10.0)) fail("load: a loaded kernel did not run while another stream was held");
+    __atomic_store_n(hgate, 1, __ATOMIC_SEQ_CST);
+    if (!stream_done_within(held, 10.0)) {
+        printf("FAIL load: the held stream is stuck; giving up\n");
+        exit(1);
+    }
+    CK(cudaStreamDestroy(held));
+    CK(cudaFreeHost(hgate));
+    printf("%-5s rl_cuda_load_kernels, then a launch behind a held stream\n", failures == before ? "ok" : "FAIL");
 }
 
 } // namespace
@@ -869,6 +899,7 @@ int main(int argc, char **argv) {
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
+    test_load_kernels(ar, stream); /* first: its launch must be that kernel's first in the process */
     test_arguments(ar, stream);
     test_reduce(ar, sizes, stream);
     test_divide(ar, sizes, stream);
