@@ -311,6 +311,15 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
 
 /* ---- stream order (calling thread) ---- */
 
+int rl_devcomm_can_hold(struct ringlet_comm *c) {
+    struct rl_devcomm *s = c->dev;
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    int ok = s->flag != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 /* The event of the stream's work so far, then (unless later) the stream held until the
  * flag reaches seq. Both on the stream's device: an event records only on a stream of
  * the device it was made on, and a kernel launches only on the current device. */

@@ -85,6 +85,8 @@ struct rl_devcomm {
  * the device layer; waits (within the deadline) for peers to connect where device
  * connections are new. The thread's current device is kept. */
 ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *need, char *err);
+/* Whether streams can be held (and released) now: the flag exists. */
+int rl_devcomm_can_hold(struct ringlet_comm *c);
 /* Calling thread, under the queue lock, in a hold section (device.h), with r->seq
  * assigned and r prepared: the stream order above. */
 ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);

@@ -176,7 +176,11 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     int holds = r->stream != NULL;
     if (r->device >= 0 || holds) {
         ringlet_result_t rc = rl_op_prepare_device(c, r, err);
-        if (rc) return rc;
+        /* A communicator that failed meanwhile (a peer that never made its connections
+         * because it died or aborted): the call is queued anyway, so that its failure
+         * reaches the caller as a queued call's does (a stream call's asynchronously), as
+         * long as its stream can be held and released; the progress thread fails it. */
+        if (rc && !(atomic_load(&c->failed) && (!holds || rl_devcomm_can_hold(c)))) return rc;
     }
     if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
         return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;

@@ -53,10 +53,10 @@ bad_inc() { # dir allowed-regex
     done
 }
 base_h=$(cd src/base && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
-dev_h=$(cd src/device && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
+dev_h=$(cd src/device && ls *.h *.inc | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
 tp_h=$(cd transports && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
 out=$(bad_inc "transports/*.c transports/*.h" "$tp_h|$base_h|$dev_h|ringlet\\.h")
-out+=$(bad_inc "src/device/*.c src/device/*.h" "$dev_h|$base_h|reduce\\.h|reduce_cuda\\.h|convert\\.h|ringlet\\.h")
+out+=$(bad_inc "src/device/*.c src/device/*.h src/device/*.inc" "$dev_h|$base_h|reduce\\.h|reduce_cuda\\.h|convert\\.h|ringlet\\.h")
 out+=$(bad_inc "src/nccl/*.c src/nccl/*.h" "shim\\.h|nccl\\.h|ringlet\\.h")
 if [ -n "$out" ]; then
     echo "FAIL: includes that reach above their layer:"
