@@ -286,6 +286,9 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, 0, &conn, err);
     if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
         snprintf(err, sizeof err, "cannot start the progress thread");
+    /* Every rank's connections are made before any rank may leave (a rank whose init
+     * returned could otherwise destroy and remove what a slower one still connects to). */
+    if (rc == RINGLET_SUCCESS) rc = rl_boot_ready(c, err);
     /* From here a cancel finds nothing to stop (the caller aborts what init returned). */
     if (rl_stop_token_attach(token, NULL)) {
         rc = RINGLET_ERR_INVALID_USAGE;
