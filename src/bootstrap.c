@@ -180,27 +180,36 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
     static const char *local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
     int found = -1;
     for (int i = 0; i < 4 && found < 0; i++) {
-        int r1 = env_int(rank_vars[i], rank), r2 = env_int(size_vars[i], nranks);
-        if (r1 < 0 || r2 < 0)
-            return snprintf(err, RL_MSG_MAX, "environment: %s or %s is not a number", rank_vars[i], size_vars[i]),
+        const char *bad = env_int(rank_vars[i], rank) < 0 ? rank_vars[i] : env_int(size_vars[i], nranks) < 0 ? size_vars[i] : NULL;
+        if (bad)
+            return snprintf(err, RL_MSG_MAX, "%s=%.64s is not a number from 0 to %d", bad, getenv(bad), 1 << 24),
                    RINGLET_ERR_INVALID_ARGUMENT;
-        if (r1 && r2) found = i;
+        if (getenv(rank_vars[i]) && *getenv(rank_vars[i]) && getenv(size_vars[i]) && *getenv(size_vars[i])) found = i;
     }
     if (found < 0)
         return snprintf(err, RL_MSG_MAX,
-                        "environment: no rank and world size (set RANK and WORLD_SIZE as torchrun does, or run under "
-                        "srun or mpirun)"),
+                        "no rank and world size (set RANK and WORLD_SIZE as torchrun does, or run under srun or "
+                        "mpirun)"),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    if (*nranks < 1)
+        return snprintf(err, RL_MSG_MAX, "%s=%d: the world size must be at least 1", size_vars[found], *nranks),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    if (*rank >= *nranks)
+        return snprintf(err, RL_MSG_MAX, "%s=%d is out of range for %s=%d: ranks run from 0 to %d", rank_vars[found],
+                        *rank, size_vars[found], *nranks, *nranks - 1),
                RINGLET_ERR_INVALID_ARGUMENT;
     *local_rank = -1;
     env_int(local_vars[found], local_rank);
     const char *host = getenv("MASTER_ADDR");
     const char *port = getenv("MASTER_PORT");
     if (!host || !*host || !port || !*port)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR and MASTER_PORT must say where rank 0 listens"),
+        return snprintf(err, RL_MSG_MAX, "MASTER_ADDR and MASTER_PORT must say where rank 0 listens (%s is not set)",
+                        !host || !*host ? "MASTER_ADDR" : "MASTER_PORT"),
                RINGLET_ERR_INVALID_ARGUMENT;
     int p;
     if (env_int("MASTER_PORT", &p) != 1 || p < 1 || p > 65535)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_PORT=%s is not a port", port), RINGLET_ERR_INVALID_ARGUMENT;
+        return snprintf(err, RL_MSG_MAX, "MASTER_PORT=%.64s is not a port (1 to 65535)", port),
+               RINGLET_ERR_INVALID_ARGUMENT;
     /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
     if (getenv("TORCHELASTIC_RUN_ID")) p++;
     int bp;
@@ -210,7 +219,7 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, NULL, &hints, &res);
     if (gai != 0 || !res)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
+        return snprintf(err, RL_MSG_MAX, "MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
                RINGLET_ERR_SYSTEM;
     memset(t, 0, sizeof *t);
     memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
@@ -306,7 +315,8 @@ int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], cons
     /* Authenticated: from here on, a mismatch is the job's mistake. */
     if (h->nranks != nranks || h->rank <= 0 || h->rank >= nranks || fds[h->rank] >= 0) {
         snprintf(msg, msglen,
-                 h->nranks != nranks ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d"
+                 h->nranks != nranks ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d (the world size, "
+                                       "WORLD_SIZE or init's nranks, must be the same on every rank)"
                                      : "bootstrap: rank %d joined twice or is out of range (job of %d ranks; rank 0 has %d)",
                  h->rank, h->nranks, nranks);
         return 1;
@@ -333,10 +343,12 @@ ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t non
     return RINGLET_SUCCESS;
 }
 
-/* Rank 0: sends the table (or an error) to every joined rank. */
+/* Rank 0: sends the table (or an error) to every joined rank, and the error also to
+ * fds[0] when set: a rank that authenticated but does not fit the job (its hello's
+ * nonce in nonces[0]), which must hear why rather than see its connection closed. */
 static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, uint8_t (*nonces)[16], int32_t status,
                        const void *payload, size_t len, double deadline) {
-    for (int r = 1; r < c->nranks; r++) {
+    for (int r = 0; r < c->nranks; r++) {
         if (fds[r] < 0) continue;
         rl_boot_table_head h = {RL_BOOT_MAGIC, status, {0}};
         rl_boot_table_mac(secret, nonces[r], status, payload, len, h.mac);
@@ -385,6 +397,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         }
         if (verdict > 0) { /* authenticated, but not this job's: fatal */
             fds[0] = fd; /* so the reply reaches it too */
+            memcpy(nonces[0], h.nonce, 16);
             rc = RINGLET_ERR_INVALID_USAGE;
             break;
         }
@@ -398,7 +411,9 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
     if (rc == RINGLET_SUCCESS) {
         root_reply(c, t->secret, fds, nonces, 0, c->infos, sizeof(rl_rank_info) * (size_t)P, reply_deadline);
     } else {
-        root_reply(c, t->secret, fds, nonces, 1, msg, sizeof msg, reply_deadline);
+        /* The status is the error's code: a rank that does not fit the job is the
+         * caller's mistake (invalid usage) on every rank, not a remote failure. */
+        root_reply(c, t->secret, fds, nonces, (int32_t)rc, msg, sizeof msg, reply_deadline);
         if (fds[0] >= 0) close(fds[0]), fds[0] = -1;
         snprintf(err, RL_MSG_MAX, "%s", msg);
     }
@@ -454,8 +469,9 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         ringlet_result_t rc = RINGLET_ERR_REMOTE;
         if (r != RL_IO_OK)
             snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r));
-        else
-            rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err);
+        else if ((rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err)) == RINGLET_ERR_REMOTE &&
+                 th.status == RINGLET_ERR_INVALID_USAGE)
+            rc = RINGLET_ERR_INVALID_USAGE; /* rank 0's verdict (authenticated): this rank does not fit the job */
         if (rc != RINGLET_SUCCESS) {
             free(payload);
             close(fd);

@@ -44,7 +44,7 @@ typedef struct rl_boot_hello {
 
 typedef struct rl_boot_table_head {
     uint32_t magic;
-    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes */
+    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes (status: rank 0's error code) */
     uint8_t mac[32];
 } rl_boot_table_head;
 

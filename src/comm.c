@@ -339,10 +339,6 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
     char err[RL_MSG_MAX];
     ringlet_result_t rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
     if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
-    if (nranks < 1 || rank >= nranks) {
-        if (t.listen_fd >= 0) close(t.listen_fd);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init from environment: rank %d, world size %d", rank, nranks);
-    }
     return comm_init(comm, nranks, rank, &t, NULL);
 }
 

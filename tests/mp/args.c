@@ -231,7 +231,7 @@ static const char *const launcher_vars[] = {"RANK",          "WORLD_SIZE",      
                                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                             "GROUP_RANK",    NULL};
 
-static void env_case(const char *desc, const char *rank, const char *size, int with_master) {
+static void env_case(const char *desc, const char *rank, const char *size, int with_master, const char *want) {
     for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
     if (with_master) {
         setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -245,7 +245,8 @@ static void env_case(const char *desc, const char *rank, const char *size, int w
     snprintf(what, sizeof what, "ringlet_comm_init_env with %s", desc);
     reset_msg(NULL, "");
     ringlet_result_t rc = ringlet_comm_init_env(&c);
-    check(what, __LINE__, NULL, -1, NULL, rc);
+    check(what, __LINE__, NULL, -1, want, rc);
+    if (rc != RINGLET_SUCCESS) printf("args init: %s -> %s\n", desc, msg_of(NULL));
     if (rc == RINGLET_SUCCESS && c) ringlet_comm_destroy(c);
     EXPECT(rc == RINGLET_SUCCESS || c == NULL, "ringlet_comm_init_env failed but set *comm");
     if (now_s() - t > 5.0) fail(__LINE__, "%s took more than 5 s", what);
@@ -329,13 +330,13 @@ static int run_init(void) {
 
     /* init from a broken launcher environment: an error, never a crash or a hang */
     setenv("RINGLET_SECRET", "args-test-secret", 1);
-    env_case("no launcher variables at all", NULL, NULL, 0);
-    env_case("WORLD_SIZE=0", "0", "0", 1);
-    env_case("RANK=2 WORLD_SIZE=2", "2", "2", 1);
-    env_case("RANK=-1 WORLD_SIZE=2", "-1", "2", 1);
-    env_case("WORLD_SIZE=abc", "0", "abc", 1);
-    env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1);
-    env_case("RANK without WORLD_SIZE", "0", NULL, 1);
+    env_case("no launcher variables at all", NULL, NULL, 0, "RANK and WORLD_SIZE");
+    env_case("WORLD_SIZE=0", "0", "0", 1, "WORLD_SIZE=0: the world size must be at least 1");
+    env_case("RANK=2 WORLD_SIZE=2", "2", "2", 1, "RANK=2 is out of range for WORLD_SIZE=2: ranks run from 0 to 1");
+    env_case("RANK=-1 WORLD_SIZE=2", "-1", "2", 1, "RANK=-1 is not a number");
+    env_case("WORLD_SIZE=abc", "0", "abc", 1, "WORLD_SIZE=abc is not a number");
+    env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1, "RANK=x1 is not a number");
+    env_case("RANK without WORLD_SIZE", "0", NULL, 1, "RANK and WORLD_SIZE");
     return 0;
 }
 
