@@ -212,7 +212,7 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
                RINGLET_ERR_INVALID_ARGUMENT;
     /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
     if (getenv("TORCHELASTIC_RUN_ID")) p++;
-    int bp;
+    int bp; /* checked at init (envcheck.h): 1 to 65535 */
     if (env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536) p = bp;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);

@@ -399,7 +399,7 @@ static int scenario(int cycles) {
         if (rc) FAIL("broadcast of the id over the world: %s", ringlet_comm_last_error(g_world));
         g_action = "init";
         ringlet_comm_t c;
-        if (ringlet_comm_init_rank(&c, g_P, id, g_rank)) FAIL("init: %s", ringlet_comm_last_error(NULL));
+        if (ringlet_comm_init_rank(&c, g_P, id, g_rank)) FAIL("%s", ringlet_comm_last_error(NULL));
         g_action = "all-reduce on the new communicator";
         coll_t o = {.c = c, .where = "the new communicator", .kind = K_ALLREDUCE, .count = 1024, .tag = (uint32_t)g_cycle};
         coll_start(&o, 1);
@@ -437,7 +437,7 @@ int main(int argc, char **argv) {
             return printf("FAIL: --memory device, but no device (set RINGLET_DEVICE=sim)\n"), 1;
     }
     double t0 = now();
-    if (ringlet_comm_init_env(&g_world)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&g_world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(g_world, &g_rank);
     ringlet_comm_size(g_world, &g_P);
     if (!seed) seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 16;
