@@ -59,7 +59,7 @@ static void still_works(int k) {
 
 static int abort_on_error(int rounds, size_t count) {
     ringlet_comm_t world;
-    if (ringlet_comm_init_env(&world)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(world, &g_rank);
     ringlet_comm_size(world, &g_P);
     float *x = calloc(count, sizeof *x);
@@ -105,7 +105,7 @@ static int abort_on_error(int rounds, size_t count) {
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "--abort-on-error"))
         return abort_on_error(atoi(argv[2]), argc > 4 && !strcmp(argv[3], "--count") ? (size_t)atol(argv[4]) : 1 << 20);
-    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(g_comm, &g_rank);
     ringlet_comm_size(g_comm, &g_P);
     int odd = g_rank == g_P - 1;

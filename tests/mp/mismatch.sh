@@ -50,7 +50,7 @@ grep -m1 -E '^\[0\] mismatch abort: rank 0: [a-z]' "$TMP/out" | sed 's/^\[0\] / 
 # RINGLET_CHECK=1 on rank 0 only
 "$RUN" -n 3 --timeout 120 --grace 60 sh -c 'RINGLET_CHECK=$([ "$RANK" = 0 ] && echo 1 || echo 0) exec "$0"' "$PROG" >"$TMP/out" 2>&1
 rc=$?
-n=$(grep -c 'FAIL: init: .*RINGLET_CHECK is' "$TMP/out")
+n=$(grep -c 'FAIL: init (rank [0-9] of 3): RINGLET_CHECK is' "$TMP/out")
 if [ $rc != 0 ] && [ "$n" = 3 ]; then
     echo "ok:   RINGLET_CHECK on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_CHECK is.*' "$TMP/out")"
 else
