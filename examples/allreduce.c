@@ -8,8 +8,9 @@ int main(void) {
     ringlet_comm_t comm;
     /* From the launcher's variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
        (torchrun, ringlet-run), SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE. */
-    if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) {
-        fprintf(stderr, "init: %s\n", ringlet_comm_last_error(NULL));
+    ringlet_result_t rc = ringlet_comm_init_env(&comm);
+    if (rc != RINGLET_SUCCESS) { /* the message says where it failed: "init (rank 1 of 4): ..." */
+        fprintf(stderr, "%s: %s\n", ringlet_strerror(rc), ringlet_comm_last_error(NULL));
         return 1;
     }
     int rank, size;
@@ -21,7 +22,7 @@ int main(void) {
     for (size_t i = 0; i < n; i++) x[i] = (float)rank;
 
     /* In place (sendbuf == recvbuf); the last argument is a CUDA stream, NULL for host memory. */
-    ringlet_result_t rc = ringlet_allreduce(x, x, n, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
+    rc = ringlet_allreduce(x, x, n, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
     if (rc != RINGLET_SUCCESS) {
         fprintf(stderr, "rank %d: %s: %s\n", rank, ringlet_strerror(rc), ringlet_comm_last_error(comm));
         ringlet_comm_abort(comm);

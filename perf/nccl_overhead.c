@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 9, iters = argc > 2 ? atoi(argv[2]) : 20000;
     int rank = atoi(getenv("RANK") ? getenv("RANK") : "0"), P = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
     ringlet_comm_t rc;
-    if (ringlet_comm_init_env(&rc)) return fprintf(stderr, "init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&rc)) return fprintf(stderr, "%s\n", ringlet_comm_last_error(NULL)), 1;
     /* The NCCL communicator's id goes over the ringlet one (a broadcast of 128 bytes). */
     ncclUniqueId id;
     if (rank == 0 && ncclGetUniqueId(&id)) return 1;

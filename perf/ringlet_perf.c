@@ -417,6 +417,9 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 /* returns 0 on success, 1 on a usage error (message printed), 2 for -h */
+/* Errors are printed by every rank (the launcher may stop the others as soon as the
+ * first one exits, and that one must have said why); the usage text by rank 0 only
+ * (talk). */
 static int parse_args(int argc, char **argv, opts_t *o, int talk) {
     *o = (opts_t){.coll = C_ALLREDUCE,
                   .minb = 32u << 20,
@@ -450,11 +453,11 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
                 collname = a;
                 continue;
             }
-            if (talk) fprintf(stderr, "ringlet-perf: unexpected argument '%s'\n", a);
+            fprintf(stderr, "ringlet-perf: unexpected argument '%s'\n", a);
             return 1;
         }
         if (i + 1 >= argc) {
-            if (talk) fprintf(stderr, "ringlet-perf: %s needs a value\n", a);
+            fprintf(stderr, "ringlet-perf: %s needs a value\n", a);
             return 1;
         }
         const char *v = argv[++i];
@@ -538,19 +541,17 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
             break;
         }
         default:
-            if (talk) fprintf(stderr, "ringlet-perf: unknown flag %s\n", a);
+            fprintf(stderr, "ringlet-perf: unknown flag %s\n", a);
             return 1;
         }
         if (bad) {
-            if (talk) fprintf(stderr, "ringlet-perf: bad value '%s' for %s\n", v, a);
+            fprintf(stderr, "ringlet-perf: bad value '%s' for %s\n", v, a);
             return 1;
         }
     }
     if (!collname) {
-        if (talk) {
-            fprintf(stderr, "ringlet-perf: name a collective first\n");
-            usage(stderr);
-        }
+        fprintf(stderr, "ringlet-perf: name a collective first\n");
+        if (talk) usage(stderr);
         return 1;
     }
     int found = 0;
@@ -561,18 +562,17 @@ static int parse_args(int argc, char **argv, opts_t *o, int talk) {
             found = 1;
         }
     if (!found) {
-        if (talk) fprintf(stderr, "ringlet-perf: unknown collective '%s'\n", collname);
+        fprintf(stderr, "ringlet-perf: unknown collective '%s'\n", collname);
         return 1;
     }
     if (!emax_given && o->maxb < o->minb) o->maxb = o->minb;
     if (o->maxb < o->minb) {
-        if (talk) fprintf(stderr, "ringlet-perf: maxbytes (-e) is below minbytes (-b)\n");
+        fprintf(stderr, "ringlet-perf: maxbytes (-e) is below minbytes (-b)\n");
         return 1;
     }
     if (!kColl[o->coll].has_op && o->op_given && (o->all_ops || o->op != RINGLET_SUM)) {
-        if (talk)
-            fprintf(stderr, "ringlet-perf: %s does not reduce; -o %s is not supported with it\n",
-                    kColl[o->coll].name, o->all_ops ? "all" : op_name(o->op));
+        fprintf(stderr, "ringlet-perf: %s does not reduce; -o %s is not supported with it\n", kColl[o->coll].name,
+                o->all_ops ? "all" : op_name(o->op));
         return 1;
     }
     /* -r with a collective that has no root is ignored (root column -1), as in nccl-tests,
@@ -1348,7 +1348,7 @@ int main(int argc, char **argv) {
     CHECK_RL(c, "ringlet_comm_local_rank", ringlet_comm_local_rank(c->comm, &local_rank));
 
     if (kColl[o.coll].has_root && o.root >= c->nranks) { /* checked on every rank: all exit */
-        if (c->rank == 0) fprintf(stderr, "ringlet-perf: root %d is not below nranks %d\n", o.root, c->nranks);
+        fprintf(stderr, "ringlet-perf: root %d is not below nranks %d\n", o.root, c->nranks);
         ringlet_comm_destroy(c->comm);
         return 1;
     }
@@ -1423,6 +1423,7 @@ int main(int argc, char **argv) {
         }
         CHECK_RL(c, "ringlet_allreduce (json)", ringlet_allreduce(&ok, &all_ok, 1, RINGLET_INT32, RINGLET_MIN, c->comm, NULL));
         if (!all_ok) {
+            if (c->rank != 0) fprintf(stderr, "ringlet-perf: rank 0 cannot write %s (-J)\n", o.json);
             ringlet_comm_destroy(c->comm);
             return 1;
         }
@@ -1438,7 +1439,7 @@ int main(int argc, char **argv) {
         c->dt = o.all_types ? kTypes[ti].dt : o.dt;
         c->ts = ringlet_datatype_size(c->dt);
         if (c->ts == 0) {
-            if (c->rank == 0) fprintf(stderr, "ringlet-perf: the library does not know type %s\n", type_name(c->dt));
+            fprintf(stderr, "ringlet-perf: the library does not know type %s\n", type_name(c->dt));
             ringlet_comm_destroy(c->comm);
             return 1;
         }

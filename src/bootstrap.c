@@ -11,6 +11,11 @@
  * not complete the hello in time, or whose mac is wrong, is closed and logged; the job
  * goes on. A rank that never shows up fails init on every rank, naming it.
  *
+ * End of init: once a rank's ring connections are made it sends READY to rank 0; when
+ * every rank has, rank 0 sends GO to all, and only then does init return anywhere. So no
+ * rank leaves (destroy, abort, exit) while another still connects to it: a shared-memory
+ * connect maps the peer's segment by name, which a rank that left has removed.
+ *
  * Monitor: afterwards each rank keeps its socket to rank 0. When one closes without a
  * goodbye, rank 0 tells everybody that rank failed; when rank 0's closes without one,
  * every rank knows rank 0 failed. Failures are thus reported by rank within
@@ -40,12 +45,13 @@
 #include "sha256.h"
 #include "sock.h"
 #include "util.h"
+#include "wait.h"
 
 #define ID_MAGIC 0x31544c52u     /* "RLT1" */
 #define MON_MAGIC 0x314d4c52u    /* "RLM1" */
 #define HELLO_WAIT_S 5.0         /* a genuine rank sends its hello at once */
 
-enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4 };
+enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6 };
 
 /* ---- unique id ---- */
 
@@ -174,37 +180,46 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
     static const char *local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
     int found = -1;
     for (int i = 0; i < 4 && found < 0; i++) {
-        int r1 = env_int(rank_vars[i], rank), r2 = env_int(size_vars[i], nranks);
-        if (r1 < 0 || r2 < 0)
-            return snprintf(err, RL_MSG_MAX, "environment: %s or %s is not a number", rank_vars[i], size_vars[i]),
+        const char *bad = env_int(rank_vars[i], rank) < 0 ? rank_vars[i] : env_int(size_vars[i], nranks) < 0 ? size_vars[i] : NULL;
+        if (bad)
+            return snprintf(err, RL_MSG_MAX, "%s=%.64s is not a number from 0 to %d", bad, getenv(bad), 1 << 24),
                    RINGLET_ERR_INVALID_ARGUMENT;
-        if (r1 && r2) found = i;
+        if (getenv(rank_vars[i]) && *getenv(rank_vars[i]) && getenv(size_vars[i]) && *getenv(size_vars[i])) found = i;
     }
     if (found < 0)
         return snprintf(err, RL_MSG_MAX,
-                        "environment: no rank and world size (set RANK and WORLD_SIZE as torchrun does, or run under "
-                        "srun or mpirun)"),
+                        "no rank and world size (set RANK and WORLD_SIZE as torchrun does, or run under srun or "
+                        "mpirun)"),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    if (*nranks < 1)
+        return snprintf(err, RL_MSG_MAX, "%s=%d: the world size must be at least 1", size_vars[found], *nranks),
+               RINGLET_ERR_INVALID_ARGUMENT;
+    if (*rank >= *nranks)
+        return snprintf(err, RL_MSG_MAX, "%s=%d is out of range for %s=%d: ranks run from 0 to %d", rank_vars[found],
+                        *rank, size_vars[found], *nranks, *nranks - 1),
                RINGLET_ERR_INVALID_ARGUMENT;
     *local_rank = -1;
     env_int(local_vars[found], local_rank);
     const char *host = getenv("MASTER_ADDR");
     const char *port = getenv("MASTER_PORT");
     if (!host || !*host || !port || !*port)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR and MASTER_PORT must say where rank 0 listens"),
+        return snprintf(err, RL_MSG_MAX, "MASTER_ADDR and MASTER_PORT must say where rank 0 listens (%s is not set)",
+                        !host || !*host ? "MASTER_ADDR" : "MASTER_PORT"),
                RINGLET_ERR_INVALID_ARGUMENT;
     int p;
     if (env_int("MASTER_PORT", &p) != 1 || p < 1 || p > 65535)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_PORT=%s is not a port", port), RINGLET_ERR_INVALID_ARGUMENT;
+        return snprintf(err, RL_MSG_MAX, "MASTER_PORT=%.64s is not a port (1 to 65535)", port),
+               RINGLET_ERR_INVALID_ARGUMENT;
     /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
     if (getenv("TORCHELASTIC_RUN_ID")) p++;
-    int bp;
+    int bp; /* checked at init (envcheck.h): 1 to 65535 */
     if (env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536) p = bp;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, NULL, &hints, &res);
     if (gai != 0 || !res)
-        return snprintf(err, RL_MSG_MAX, "environment: MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
+        return snprintf(err, RL_MSG_MAX, "MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
                RINGLET_ERR_SYSTEM;
     memset(t, 0, sizeof *t);
     memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
@@ -254,7 +269,23 @@ struct rl_monitor {
     double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
     int *silent;        /* per fd: declared unresponsive (monitor thread only) */
     double beat_s, next_beat;
+    /* The end of init (rl_boot_ready): root: ranks whose init is done (MON_READY heard);
+     * the others: rank 0 said every init is done (MON_GO heard). */
+    int *ready;         /* root: per rank (monitor thread only) */
+    atomic_int nready;
+    atomic_int go;
+    pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
 };
+
+/* One frame to connection i, whole (the monitor thread's heartbeats and init's frames
+ * share the socket). */
+static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double timeout_s) {
+    struct mon_frame f = {MON_MAGIC, type, rank, 0};
+    pthread_mutex_lock(&m->send_mu);
+    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + timeout_s, NULL) : RL_IO_ERR;
+    pthread_mutex_unlock(&m->send_mu);
+    return r;
+}
 
 void rl_boot_hello_mac(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, uint8_t out[32]) {
     rl_hmac_sha256_ctx m;
@@ -284,7 +315,8 @@ int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], cons
     /* Authenticated: from here on, a mismatch is the job's mistake. */
     if (h->nranks != nranks || h->rank <= 0 || h->rank >= nranks || fds[h->rank] >= 0) {
         snprintf(msg, msglen,
-                 h->nranks != nranks ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d"
+                 h->nranks != nranks ? "bootstrap: rank %d says the job has %d ranks, rank 0 says %d (the world size, "
+                                       "WORLD_SIZE or init's nranks, must be the same on every rank)"
                                      : "bootstrap: rank %d joined twice or is out of range (job of %d ranks; rank 0 has %d)",
                  h->rank, h->nranks, nranks);
         return 1;
@@ -311,10 +343,12 @@ ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t non
     return RINGLET_SUCCESS;
 }
 
-/* Rank 0: sends the table (or an error) to every joined rank. */
+/* Rank 0: sends the table (or an error) to every joined rank, and the error also to
+ * fds[0] when set: a rank that authenticated but does not fit the job (its hello's
+ * nonce in nonces[0]), which must hear why rather than see its connection closed. */
 static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, uint8_t (*nonces)[16], int32_t status,
                        const void *payload, size_t len, double deadline) {
-    for (int r = 1; r < c->nranks; r++) {
+    for (int r = 0; r < c->nranks; r++) {
         if (fds[r] < 0) continue;
         rl_boot_table_head h = {RL_BOOT_MAGIC, status, {0}};
         rl_boot_table_mac(secret, nonces[r], status, payload, len, h.mac);
@@ -347,6 +381,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             rc = RINGLET_ERR_TIMEOUT;
             break;
         }
+        rl_sock_tune(fd, 0); /* TCP_NODELAY: small frames go at once (the table's head and payload, frames) */
         rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
         rl_random_bytes(ch.nonce, 16);
         rl_boot_hello h;
@@ -362,6 +397,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         }
         if (verdict > 0) { /* authenticated, but not this job's: fatal */
             fds[0] = fd; /* so the reply reaches it too */
+            memcpy(nonces[0], h.nonce, 16);
             rc = RINGLET_ERR_INVALID_USAGE;
             break;
         }
@@ -375,7 +411,9 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
     if (rc == RINGLET_SUCCESS) {
         root_reply(c, t->secret, fds, nonces, 0, c->infos, sizeof(rl_rank_info) * (size_t)P, reply_deadline);
     } else {
-        root_reply(c, t->secret, fds, nonces, 1, msg, sizeof msg, reply_deadline);
+        /* The status is the error's code: a rank that does not fit the job is the
+         * caller's mistake (invalid usage) on every rank, not a remote failure. */
+        root_reply(c, t->secret, fds, nonces, (int32_t)rc, msg, sizeof msg, reply_deadline);
         if (fds[0] >= 0) close(fds[0]), fds[0] = -1;
         snprintf(err, RL_MSG_MAX, "%s", msg);
     }
@@ -393,6 +431,7 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         if (r != RL_IO_OK)
             return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where, rl_io_str(r)),
                    r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_SYSTEM;
+        rl_sock_tune(fd, 0);
         rl_boot_challenge ch;
         r = rl_sock_recv_all(fd, &ch, sizeof ch, deadline, &c->stop);
         if (r != RL_IO_OK || ch.magic != RL_BOOT_MAGIC) {
@@ -430,8 +469,9 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         ringlet_result_t rc = RINGLET_ERR_REMOTE;
         if (r != RL_IO_OK)
             snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r));
-        else
-            rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err);
+        else if ((rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err)) == RINGLET_ERR_REMOTE &&
+                 th.status == RINGLET_ERR_INVALID_USAGE)
+            rc = RINGLET_ERR_INVALID_USAGE; /* rank 0's verdict (authenticated): this rank does not fit the job */
         if (rc != RINGLET_SUCCESS) {
             free(payload);
             close(fd);
@@ -446,6 +486,28 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
 
 static void *monitor_thread(void *arg);
 
+static void mon_free(struct rl_monitor *m) {
+    free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m);
+}
+
+/* Closes the connections and the wake pipe and frees m (its thread is not running). */
+static void mon_close(struct rl_monitor *m) {
+    for (int i = 0; i < m->nfds; i++)
+        if (m->fds[i] >= 0) close(m->fds[i]);
+    if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
+    pthread_mutex_destroy(&m->send_mu);
+    mon_free(m);
+}
+
+/* Connection i is gone (monitor thread): closed under the send lock, so that a sender
+ * never writes to its number once another socket may have taken it. */
+static void mon_drop(struct rl_monitor *m, int i) {
+    pthread_mutex_lock(&m->send_mu);
+    close(m->fds[i]);
+    m->fds[i] = -1;
+    pthread_mutex_unlock(&m->send_mu);
+}
+
 ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err) {
     struct rl_monitor *m = calloc(1, sizeof *m);
     if (!m) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
@@ -455,10 +517,12 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
     m->said_bye = calloc((size_t)m->nfds, sizeof(int));
     m->heard = calloc((size_t)m->nfds, sizeof(double));
     m->silent = calloc((size_t)m->nfds, sizeof(int));
-    if (!m->fds || !m->said_bye || !m->heard || !m->silent) {
-        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
+    m->ready = calloc((size_t)m->nfds, sizeof(int));
+    if (!m->fds || !m->said_bye || !m->heard || !m->silent || !m->ready) {
+        mon_free(m);
         return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
+    pthread_mutex_init(&m->send_mu, NULL);
     for (int i = 0; i < m->nfds; i++) m->fds[i] = -1;
     if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) != 0) m->wake[0] = m->wake[1] = -1;
     ringlet_result_t rc;
@@ -470,10 +534,7 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
         rc = client_join(c, t, &m->fds[0], err);
     }
     if (rc != RINGLET_SUCCESS) {
-        for (int i = 0; i < m->nfds; i++)
-            if (m->fds[i] >= 0) close(m->fds[i]);
-        if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
+        mon_close(m);
         return rc;
     }
     atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
@@ -483,10 +544,7 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
     c->mon = m;
     if (pthread_create(&m->thread, NULL, monitor_thread, c) != 0) {
         c->mon = NULL;
-        for (int i = 0; i < m->nfds; i++)
-            if (m->fds[i] >= 0) close(m->fds[i]);
-        if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-        free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m);
+        mon_close(m);
         return snprintf(err, RL_MSG_MAX, "cannot start the monitor thread"), RINGLET_ERR_SYSTEM;
     }
     return RINGLET_SUCCESS;
@@ -495,16 +553,14 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
 /* ---- monitor ---- */
 
 static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) {
-    close(m->fds[r]);
-    m->fds[r] = -1;
+    mon_drop(m, r);
     if (m->said_bye[r]) return;
     atomic_fetch_sub(&m->nlive, 1);
     if (atomic_load(&m->leaving) || m->silent[r]) return; /* silent: everybody knows already */
     /* Tell everybody first: once this rank's own calls fail, its user may abort, and
      * the others must have heard the real cause before they see this rank go. */
-    struct mon_frame f = {MON_MAGIC, MON_FAILED, r, 0};
     for (int i = 1; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + 1.0, NULL) != RL_IO_OK)
+        if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, 1.0) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
     rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
                  r);
@@ -514,10 +570,8 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
 
 /* Heartbeats to every connection that still counts. */
 static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
-    struct mon_frame f = {MON_MAGIC, MON_ALIVE, c->rank, 0};
     for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i])
-            (void)rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + 0.5, NULL);
+        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send(m, i, MON_ALIVE, c->rank, 0.5);
 }
 
 /* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */
@@ -532,10 +586,8 @@ static void check_silence(struct ringlet_comm *c, struct rl_monitor *m) {
         if (atomic_load(&m->leaving)) continue;
         if (m->is_root) {
             /* Tell everybody first, as for a rank that is gone. */
-            struct mon_frame f = {MON_MAGIC, MON_SILENT, i, 0};
             for (int k = 1; k < m->nfds; k++)
-                if (k != i && m->fds[k] >= 0 && !m->silent[k] &&
-                    rl_sock_send_all(m->fds[k], &f, sizeof f, rl_now() + 1.0, NULL) != RL_IO_OK)
+                if (k != i && m->fds[k] >= 0 && !m->silent[k] && mon_send(m, k, MON_SILENT, i, 1.0) != RL_IO_OK)
                     RL_WARN(0, "monitor: could not tell rank %d that rank %d is unresponsive", k, i);
         }
         rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
@@ -587,7 +639,14 @@ static void *monitor_thread(void *arg) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
                     atomic_fetch_sub(&m->nlive, 1);
+                } else if (r == RL_IO_OK && f.type == MON_READY && !m->ready[i]) {
+                    m->ready[i] = 1;
+                    atomic_fetch_add(&m->nready, 1);
+                    rl_comm_notify(c);
                 } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
+            } else if (r == RL_IO_OK && f.type == MON_GO) {
+                atomic_store(&m->go, 1);
+                rl_comm_notify(c);
             } else if (r == RL_IO_OK && f.type == MON_FAILED) {
                 rl_comm_fail(c, RINGLET_ERR_REMOTE,
                              "rank %d failed (its process exited or aborted without destroying the communicator)",
@@ -597,8 +656,7 @@ static void *monitor_thread(void *arg) {
                              "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
                              SILENT_WHY ")", f.rank, c->timeout_s);
             } else if (r != RL_IO_OK) {
-                close(m->fds[0]);
-                m->fds[0] = -1;
+                mon_drop(m, 0);
                 if (!atomic_load(&m->leaving))
                     rl_comm_fail(c, RINGLET_ERR_REMOTE,
                                  "rank 0 failed (its process exited or aborted without destroying the communicator)");
@@ -627,17 +685,46 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
         }
     }
     pthread_join(m->thread, NULL);
-    if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-    if (clean && !m->is_root && m->fds[0] >= 0) {
-        struct mon_frame f = {MON_MAGIC, MON_BYE, c->rank, 0};
-        rl_sock_send_all(m->fds[0], &f, sizeof f, rl_now() + 2.0, NULL);
-    }
-    for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0) close(m->fds[i]);
-    free(m->fds);
-    free(m->said_bye);
-    free(m->heard);
-    free(m->silent);
-    free(m);
+    if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, 2.0);
+    mon_close(m);
     c->mon = NULL;
+}
+
+ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err) {
+    struct rl_monitor *m = c->mon;
+    if (!m || c->nranks == 1) return RINGLET_SUCCESS;
+    double deadline = rl_now() + c->timeout_s, send_s = c->timeout_s < 10 ? c->timeout_s : 10;
+    if (!m->is_root && mon_send(m, 0, MON_READY, c->rank, send_s) != RL_IO_OK) {
+        /* Rank 0 is gone: the monitor says so (at once). */
+        while (!atomic_load(&c->failed) && !atomic_load(&c->stop) && rl_now() < deadline)
+            rl_comm_wait_event(c, rl_comm_gen(c), 20);
+        if (!atomic_load(&c->failed))
+            return snprintf(err, RL_MSG_MAX, "bootstrap: could not tell rank 0 that this rank's init is done"),
+                   RINGLET_ERR_REMOTE;
+    }
+    for (;;) {
+        unsigned gen = rl_comm_gen(c);
+        if (atomic_load(&c->failed) || atomic_load(&c->stop)) {
+            /* A peer's failure (its message is the communicator's), or a stop token. */
+            return snprintf(err, RL_MSG_MAX, "%s",
+                            atomic_load(&c->failed) ? "a peer failed while this rank finished its init"
+                                                    : "stopped while waiting for the other ranks' inits"),
+                   atomic_load(&c->failed) ? RINGLET_ERR_REMOTE : RINGLET_ERR_INVALID_USAGE;
+        }
+        if (m->is_root ? atomic_load(&m->nready) == c->nranks - 1 : atomic_load(&m->go)) break;
+        if (rl_now() >= deadline) {
+            if (!m->is_root)
+                return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 did not say within %.0f s (RINGLET_TIMEOUT) that "
+                                "every rank's init is done", c->timeout_s), RINGLET_ERR_TIMEOUT;
+            return snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
+                            "(RINGLET_TIMEOUT)", c->nranks - 1 - atomic_load(&m->nready), c->nranks, c->timeout_s),
+                   RINGLET_ERR_TIMEOUT;
+        }
+        rl_comm_wait_event(c, gen, 20);
+    }
+    if (m->is_root)
+        for (int i = 1; i < m->nfds; i++)
+            if (mon_send(m, i, MON_GO, 0, send_s) != RL_IO_OK)
+                RL_INFO(0, "bootstrap: could not tell rank %d that every init is done (the monitor reports why)", i);
+    return RINGLET_SUCCESS;
 }

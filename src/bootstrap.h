@@ -15,6 +15,12 @@ ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_bo
 ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err);
 /* Every rank's info to every rank, authenticated; leaves the monitor running. */
 ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err);
+/* The end of init, after this rank's ring connections are made: returns once every
+ * rank has got that far (each tells rank 0, which then tells everybody), so that no rank
+ * leaves (a destroy, an abort, an exit) while another still connects to it. Fails when a
+ * peer fails meanwhile, the communicator's stop flag is set (a stop token), or after
+ * RINGLET_TIMEOUT. */
+ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err);
 /* Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
 void rl_monitor_stop(struct ringlet_comm *c, int clean);
 
@@ -38,7 +44,7 @@ typedef struct rl_boot_hello {
 
 typedef struct rl_boot_table_head {
     uint32_t magic;
-    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes */
+    int32_t status; /* 0: the table follows; else an error text of RL_MSG_MAX bytes (status: rank 0's error code) */
     uint8_t mac[32];
 } rl_boot_table_head;
 

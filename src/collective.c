@@ -162,7 +162,14 @@ static int same_call(const fingerprint_t *a, const fingerprint_t *b) {
 
 /* Gathers every rank's fingerprint of r (a small all-gather on host memory) and fails
  * r, on every rank with the same message, when they differ. Nothing else is exchanged
- * for r then, so the communicator stays usable. */
+ * for r then, so the communicator stays usable.
+ *
+ * A mismatch is then followed by a barrier before any rank returns: a rank's all-gather
+ * may end while a peer's has not (its own receives done, its last message still on the
+ * way), and a user who aborts on the error would make that peer's all-gather fail with
+ * "rank N failed" instead of the mismatch. After the barrier every rank holds the
+ * verdict; a failure of the barrier itself (a rank that returned and aborted while this
+ * one was still in it) does not replace it. */
 static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     int P = c->nranks;
     fingerprint_t mine;
@@ -212,6 +219,21 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
                              (unsigned long long)all[0].seq, a, q, b);
                 break;
             }
+        if (rc) {
+            /* The verdict is the same on every rank: every rank runs this barrier. */
+            struct ringlet_request b;
+            memset(&b, 0, sizeof b);
+            b.comm = c;
+            b.kind = RL_OP_BARRIER;
+            b.dtype = RINGLET_UINT8;
+            b.seq = r->seq;
+            b.device = -1;
+            rl_mem bm = {NULL, RINGLET_SUCCESS, "", NULL};
+            char be[RL_MSG_MAX] = "";
+            if (run_algorithm(c, &b, NULL, &bm, be) != RINGLET_SUCCESS)
+                RL_INFO(c->rank, "%s #%llu: the barrier after the mismatch failed (%s); the mismatch is the error",
+                        rl_op_name(r->kind), (unsigned long long)r->seq, be);
+        }
     }
     free(all);
     return rc;

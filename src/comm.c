@@ -12,6 +12,7 @@
 #include "devcomm.h"
 #include "device.h"
 #include "doorbell.h"
+#include "envcheck.h"
 #include "failure.h"
 #include "log.h"
 #include "netif.h"
@@ -182,10 +183,10 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     int rthreads;
     size_t rmin;
-    if (rl_reduce_pool_env(&rthreads, &rmin, err) != 0) {
+    if (rl_reduce_pool_env(&rthreads, &rmin, err) != 0) { /* rl_env_check passed it: the environment changed */
         if (t->listen_fd >= 0) close(t->listen_fd);
         comm_free(c);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: %s", err);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init (rank %d of %d): %s", rank, nranks, err);
     }
     ringlet_result_t rc = RINGLET_SUCCESS;
 
@@ -286,6 +287,9 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, 0, &conn, err);
     if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
         snprintf(err, sizeof err, "cannot start the progress thread");
+    /* Every rank's connections are made before any rank may leave (a rank whose init
+     * returned could otherwise destroy and remove what a slower one still connects to). */
+    if (rc == RINGLET_SUCCESS) rc = rl_boot_ready(c, err);
     /* From here a cancel finds nothing to stop (the caller aborts what init returned). */
     if (rl_stop_token_attach(token, NULL)) {
         rc = RINGLET_ERR_INVALID_USAGE;
@@ -323,7 +327,9 @@ ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nran
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: rank %d is out of range [0, %d)", rank, nranks);
     rl_boot_target t;
     char err[RL_MSG_MAX];
-    ringlet_result_t rc = rl_boot_parse_id(&id, rank, &t, err);
+    ringlet_result_t rc = rl_env_check(err);
+    if (rc) return rl_error(NULL, rc, "init: %s", err);
+    rc = rl_boot_parse_id(&id, rank, &t, err);
     if (rc) return rl_error(NULL, rc, "init: unique %s", err);
     return comm_init(comm, nranks, rank, &t, token);
 }
@@ -334,12 +340,10 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
     rl_boot_target t;
     int rank = -1, nranks = -1, local = -1;
     char err[RL_MSG_MAX];
-    ringlet_result_t rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
+    ringlet_result_t rc = rl_env_check(err);
     if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
-    if (nranks < 1 || rank >= nranks) {
-        if (t.listen_fd >= 0) close(t.listen_fd);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init from environment: rank %d, world size %d", rank, nranks);
-    }
+    rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
+    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
     return comm_init(comm, nranks, rank, &t, NULL);
 }
 

@@ -8,21 +8,28 @@
 
 #include "log.h"
 
-/* Parses one variable's value into f; returns 1 when it armed a fault. */
-static int parse(rl_fault *f, const char *var, int sig) {
-    const char *s = getenv(var);
-    if (!s || !*s) return 0;
+int rl_fault_parse(const char *s, rl_fault *f) {
     unsigned long long seq, n;
     char dir[8];
     int used = 0;
     if (sscanf(s, "%llu:%7[a-z]:%llu%n", &seq, dir, &n, &used) != 3 || s[used] != 0 || seq == 0 ||
-        (strcmp(dir, "send") != 0 && strcmp(dir, "recv") != 0)) {
-        RL_WARN(-1, "%s=%s is not <seq>:send:<n> or <seq>:recv:<n>; no fault injected", var, s);
-        return 0;
-    }
+        (strcmp(dir, "send") != 0 && strcmp(dir, "recv") != 0) || s[0] < '0' || s[0] > '9')
+        return -1;
     f->dir = strcmp(dir, "send") == 0 ? RL_FAULT_SEND : RL_FAULT_RECV;
     f->seq = seq;
     f->n = (size_t)n;
+    return 0;
+}
+
+/* Parses one variable's value into f; returns 1 when it armed a fault. */
+static int parse(rl_fault *f, const char *var, int sig) {
+    const char *s = getenv(var);
+    if (!s || !*s) return 0;
+    if (rl_fault_parse(s, f) != 0) {
+        RL_WARN(-1, "%s=%s is not <seq>:send:<n> or <seq>:recv:<n>; no fault injected", var, s);
+        memset(f, 0, sizeof *f);
+        return 0;
+    }
     f->sig = sig;
     return 1;
 }

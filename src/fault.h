@@ -26,6 +26,9 @@ typedef struct rl_fault {
     size_t n;
     int sig;      /* SIGKILL or SIGSTOP */
 } rl_fault;
+/* "<seq>:send:<n>" or "<seq>:recv:<n>" (seq >= 1) into f's dir, seq and n: 0, or -1
+ * when s is not that. */
+int rl_fault_parse(const char *s, rl_fault *f);
 
 /* Reads RINGLET_FAULT_KILL (or else RINGLET_FAULT_STOP); a malformed value is a warning
  * and no fault. */

@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #define TRACE_MAX_DEFAULT 1000000LL
-#define TRACE_MAX_LIMIT 100000000LL /* ~6 GB of records: far past any sensible trace */
 #define TRACE_CAP0 4096
 
 #define STR_STR(x) #x
@@ -167,7 +166,7 @@ rl_trace *rl_trace_open(int rank, int nranks) {
     }
     t->rank = rank;
     t->nranks = nranks;
-    t->max = (size_t)rl_env_int("RINGLET_TRACE_MAX", TRACE_MAX_DEFAULT, 0, TRACE_MAX_LIMIT);
+    t->max = (size_t)rl_env_int("RINGLET_TRACE_MAX", TRACE_MAX_DEFAULT, 0, RL_TRACE_MAX_LIMIT);
     /* Both clocks, so that perf/trace_merge.py --align realtime can line up ranks of
      * several hosts, whose monotonic clocks have unrelated origins. */
     struct timespec rt;

@@ -20,6 +20,9 @@
 #ifndef RINGLET_TRACE_H
 #define RINGLET_TRACE_H
 
+/* The most RINGLET_TRACE_MAX may be: ~6 GB of records, far past any sensible trace. */
+#define RL_TRACE_MAX_LIMIT 100000000LL
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -3,12 +3,21 @@
 # multi-process script (tests/mp/*.sh, which launch ranks through ringlet-run).
 # Exit status 0 = passed, 77 = skipped (with the reason on its output), else failed.
 # Closes with "N passed, N failed, N skipped"; exits non-zero if anything failed.
+# Tests write only under the build folder or a temporary folder: in a git checkout, the
+# suite fails ("clean-tree") when `git status --porcelain` differs at the end from what it
+# was at the start (a file a test wrote into the source tree, or one it changed).
 #   TESTS="collectives args" tests/run.sh   runs only the named tests
 set -u
 cd "$(dirname "$0")/.."
 export BUILD="${BUILD:-build}"
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
+tree_before=""
+git_tree=0
+if command -v git >/dev/null 2>&1 && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git_tree=1
+    tree_before=$(git status --porcelain --untracked-files=all 2>&1)
+fi
 pass=0 fail=0 skip=0 failed_names=()
 run_one() { # name command...
     local name=$1; shift
@@ -33,6 +42,16 @@ done
 for s in tests/mp/*.sh; do
     [ -f "$s" ] && run_one "$(basename "$s" .sh)" bash "$s"
 done
+if [ $git_tree = 1 ]; then
+    tree_after=$(git status --porcelain --untracked-files=all 2>&1)
+    if [ "$tree_after" = "$tree_before" ]; then
+        pass=$((pass + 1)); printf 'PASS  %-28s %4ds  (git status --porcelain as before)\n' clean-tree 0
+    else
+        fail=$((fail + 1)); failed_names+=(clean-tree)
+        printf 'FAIL  %-28s %4ds  (the tests changed the source tree: git status --porcelain)\n' clean-tree 0
+        diff <(echo "$tree_before") <(echo "$tree_after") | sed -n 's/^[<>] /    | /p'
+    fi
+fi
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

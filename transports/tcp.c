@@ -19,9 +19,11 @@
  * stopped and rings the bell when done.
  *
  * Connection set-up: the connecting side sends a hello per socket (its rank, the
- * target rank, the socket index, a nonce and an HMAC-SHA256 of all that under the job
- * secret); the listening side drops anything else. Connect never waits for the peer's
- * accept, so ranks may connect and accept in any order.
+ * target rank, the socket index, the target listener's id from its blob, a nonce and an
+ * HMAC-SHA256 of all that under the job secret); the listening side drops anything else,
+ * also a genuine hello meant for another listener (one that closed, whose port this one
+ * took: communicators made from the environment share the secret). Connect never waits
+ * for the peer's accept, so ranks may connect and accept in any order.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -76,6 +78,7 @@ struct tcp_sock {
 struct tcp_ctx {
     rl_transport_init in;
     uint8_t secret[32];
+    uint8_t listener[16]; /* this listener's random id (tcp.h: rl_tcp_blob) */
     int lfd;
     struct sockaddr_storage addr;
     int nsocks;
@@ -107,11 +110,12 @@ void rl_tcp_hello_mac(const uint8_t secret[32], const rl_tcp_hello *h, uint8_t o
     rl_hmac_sha256(secret, 32, h, offsetof(rl_tcp_hello, mac), out);
 }
 
-int rl_tcp_check_hello(const uint8_t secret[32], const rl_tcp_hello *h, int rank, int nranks, int nsocks,
-                       const int *peer_nsocks) {
+int rl_tcp_check_hello(const uint8_t secret[32], const uint8_t listener[16], const rl_tcp_hello *h, int rank,
+                       int nranks, int nsocks, const int *peer_nsocks) {
     uint8_t mac[32];
     rl_tcp_hello_mac(secret, h, mac);
-    if (h->magic != TCP_MAGIC || !rl_ct_equal(mac, h->mac, 32) || h->to != rank || h->from < 0 || h->from >= nranks ||
+    if (h->magic != TCP_MAGIC || !rl_ct_equal(mac, h->mac, 32) || memcmp(h->listener, listener, 16) != 0 ||
+        h->to != rank || h->from < 0 || h->from >= nranks ||
         h->nsocks < 1 || h->nsocks > nsocks || h->index < 0 || h->index >= h->nsocks ||
         (peer_nsocks[h->from] && peer_nsocks[h->from] != h->nsocks))
         return -1;
@@ -288,6 +292,15 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     memset(&b, 0, sizeof b);
     b.addr = ctx->addr;
     b.nsocks = ctx->nsocks;
+    if (rl_random_bytes(ctx->listener, sizeof ctx->listener) != 0) {
+        free(ctx->pending_fds);
+        free(ctx->peer_nsocks);
+        close(ctx->lfd);
+        pthread_mutex_destroy(&ctx->mu);
+        free(ctx);
+        return snprintf(err, RL_ERR_MAX, "tcp: no random bytes for the listener's id"), RINGLET_ERR_SYSTEM;
+    }
+    memcpy(b.listener, ctx->listener, sizeof b.listener);
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *ctxp = ctx;
@@ -377,6 +390,7 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
             h.to = peer;
             h.index = i;
             h.nsocks = c->nsocks;
+            memcpy(h.listener, b.listener, sizeof h.listener);
             rl_random_bytes(h.nonce, sizeof h.nonce);
             rl_tcp_hello_mac(ctx->secret, &h, h.mac);
             r = rl_sock_send_all(c->socks[i].fd, &h, sizeof h, deadline, ctx->in.stop);
@@ -403,7 +417,8 @@ static void accept_one(struct tcp_ctx *ctx, int fd) {
     /* A genuine peer sends its hello right after connecting. */
     rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_now() + 5.0, ctx->in.stop);
     if (r != RL_IO_OK ||
-        rl_tcp_check_hello(ctx->secret, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks, ctx->peer_nsocks) != 0) {
+        rl_tcp_check_hello(ctx->secret, ctx->listener, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks,
+                           ctx->peer_nsocks) != 0) {
         RL_WARN(ctx->in.rank, "tcp: refused a connection that did not authenticate (%s)",
                 r == RL_IO_OK ? "bad hello" : rl_io_str(r));
         close(fd);

@@ -22,14 +22,20 @@ typedef struct rl_tcp_hdr {
 typedef struct rl_tcp_hello {
     uint32_t magic;
     int32_t from, to, index, nsocks;
+    uint8_t listener[16]; /* the listener it is for: the id in the target's blob */
     uint8_t nonce[16];
     uint8_t mac[32]; /* HMAC(secret, all of the above) */
 } rl_tcp_hello;
 
-/* What a rank publishes: where it listens, how many sockets it uses per peer. */
+/* What a rank publishes: where it listens, how many sockets it uses per peer, and the
+ * listener's random id. A connection meant for a listener that closed and whose port a
+ * new one took (another communicator of the process, or of another process of the job,
+ * which may hold the same secret: every communicator made from the environment does)
+ * carries the old id, and the new listener refuses it. */
 typedef struct rl_tcp_blob {
     struct sockaddr_storage addr;
     int32_t nsocks;
+    uint8_t listener[16];
 } rl_tcp_blob;
 
 enum { RL_TCP_HDR_OK = 0, RL_TCP_HDR_CORRUPT = 1, RL_TCP_HDR_LENGTH = 2 };
@@ -38,11 +44,11 @@ enum { RL_TCP_HDR_OK = 0, RL_TCP_HDR_CORRUPT = 1, RL_TCP_HDR_LENGTH = 2 };
 int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part);
 
 void rl_tcp_hello_mac(const uint8_t secret[32], const rl_tcp_hello *h, uint8_t out[32]);
-/* 0 when h is a genuine hello to rank `rank` of a job of nranks ranks that uses at
- * most nsocks sockets per peer; peer_nsocks[r] (0: none yet) is what earlier hellos
- * from rank r said. -1 otherwise. */
-int rl_tcp_check_hello(const uint8_t secret[32], const rl_tcp_hello *h, int rank, int nranks, int nsocks,
-                       const int *peer_nsocks);
+/* 0 when h is a genuine hello to this listener (its id `listener`), rank `rank` of a job
+ * of nranks ranks that uses at most nsocks sockets per peer; peer_nsocks[r] (0: none yet)
+ * is what earlier hellos from rank r said. -1 otherwise. */
+int rl_tcp_check_hello(const uint8_t secret[32], const uint8_t listener[16], const rl_tcp_hello *h, int rank,
+                       int nranks, int nsocks, const int *peer_nsocks);
 
 /* A peer's blob of bloblen bytes into *b: 0, or -1 when malformed. */
 int rl_tcp_parse_blob(const void *blob, size_t bloblen, rl_tcp_blob *b);

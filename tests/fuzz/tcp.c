@@ -30,7 +30,15 @@ static void hello(fz_in *in, int sign) {
     rl_tcp_hello h;
     fz_take(in, &h, sizeof h);
     if (sign) rl_tcp_hello_mac(fz_secret, &h, h.mac);
-    if (rl_tcp_check_hello(fz_secret, &h, rank, nranks, nsocks, peer_nsocks) != 0) return;
+    /* The listener's id: the hello's own (the connection is for this listener), or one
+     * byte off (a connection meant for a listener that closed: refused). */
+    uint8_t listener[16];
+    memcpy(listener, h.listener, sizeof listener);
+    int other = fz_u8(in) & 1;
+    listener[0] ^= (uint8_t)other;
+    int v = rl_tcp_check_hello(fz_secret, listener, &h, rank, nranks, nsocks, peer_nsocks);
+    if (other) FZ_CHECK(v != 0);
+    if (v != 0) return;
     /* What accept_one does with a hello it accepts. */
     FZ_CHECK(h.to == rank && h.from >= 0 && h.from < nranks);
     FZ_CHECK(h.nsocks >= 1 && h.nsocks <= nsocks && h.index >= 0 && h.index < h.nsocks);

@@ -231,7 +231,7 @@ static const char *const launcher_vars[] = {"RANK",          "WORLD_SIZE",      
                                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                             "GROUP_RANK",    NULL};
 
-static void env_case(const char *desc, const char *rank, const char *size, int with_master) {
+static void env_case(const char *desc, const char *rank, const char *size, int with_master, const char *want) {
     for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
     if (with_master) {
         setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -245,10 +245,71 @@ static void env_case(const char *desc, const char *rank, const char *size, int w
     snprintf(what, sizeof what, "ringlet_comm_init_env with %s", desc);
     reset_msg(NULL, "");
     ringlet_result_t rc = ringlet_comm_init_env(&c);
-    check(what, __LINE__, NULL, -1, NULL, rc);
+    check(what, __LINE__, NULL, -1, want, rc);
+    if (rc != RINGLET_SUCCESS) printf("args init: %s -> %s\n", desc, msg_of(NULL));
     if (rc == RINGLET_SUCCESS && c) ringlet_comm_destroy(c);
     EXPECT(rc == RINGLET_SUCCESS || c == NULL, "ringlet_comm_init_env failed but set *comm");
     if (now_s() - t > 5.0) fail(__LINE__, "%s took more than 5 s", what);
+}
+
+/* A bad value of every RINGLET_* variable the library reads fails init, naming the
+ * variable, the value and what is allowed ("RINGLET_X=v: must be ..."); args.sh checks
+ * that every variable of the README's tables is here, in env_bad or env_free. */
+static const char *const env_bad[][2] = {
+    {"RINGLET_TIMEOUT", "0"},          {"RINGLET_DEBUG", "loud"},
+    {"RINGLET_TRANSPORT", "tcpp"},     {"RINGLET_CUDA_IPC_SLOT_SIZE", "1K"},
+    {"RINGLET_CUDA_IPC_NSLOTS", "65"}, {"RINGLET_CUDA_IPC_DISABLE", "yes"},
+    {"RINGLET_SHM_SLOT_SIZE", "100"},  {"RINGLET_SHM_NSLOTS", "1"},
+    {"RINGLET_SHM_DISABLE", "true"},   {"RINGLET_SPIN_US", "-1"},
+    {"RINGLET_ALGO", "tree"},          {"RINGLET_HIER_MIN_BYTES", "-1"},
+    {"RINGLET_HIER_SLICE_BYTES", "x"}, {"RINGLET_ONESHOT_BYTES", "2G"},
+    {"RINGLET_ONESHOT_MAX_RANKS", "1"}, {"RINGLET_INLINE", "2"},
+    {"RINGLET_TRACE_MAX", "-3"},       {"RINGLET_NSOCKS_PERPEER", "0"},
+    {"RINGLET_REDUCE_THREADS", "many"}, {"RINGLET_REDUCE_MIN_BYTES", "8"},
+    {"RINGLET_SOCKET_BUFSIZE", "big"}, {"RINGLET_CHUNK_SIZE", "-5"},
+    {"RINGLET_NCHUNKS_INFLIGHT", "0"}, {"RINGLET_BOOTSTRAP_PORT", "70000"},
+    {"RINGLET_DEVICE", "gpu"},         {"RINGLET_DEVICE_REDUCE", "fast"},
+    {"RINGLET_SIM_JITTER", "-1"},      {"RINGLET_SIM_DEVICES", "0"},
+    {"RINGLET_SIM_IPC_DENY", "2"},     {"RINGLET_CHECK", "yes"},
+    {"RINGLET_SIM_MEMOPS", "on"},      {"RINGLET_STREAM_HOLD", "spin"},
+    {"RINGLET_FAULT_KILL", "3:sned:1"}, {"RINGLET_FAULT_STOP", "0:send:1"},
+    {"RINGLET_IB_GID_INDEX", "-2"},    {"RINGLET_IB_QPS_PER_PEER", "0"},
+    {"RINGLET_IB_SLOT_SIZE", "128M"},  {"RINGLET_IB_NSLOTS", "1"},
+    {"RINGLET_IB_TIMEOUT", "32"},      {"RINGLET_IB_RETRY_CNT", "8"},
+    {"RINGLET_IB_SL", "16"},           {"RINGLET_IB_TC", "256"},
+    {"RINGLET_IB_SPIN_US", "-1"},      {"RINGLET_IB_DISABLE", "yes"},
+    {"RINGLET_CPU_ISA", "sse9"},       {"RINGLET_DDP_BCAST_BYTES", "1M"},
+    {"RINGLET_DDP_DIRECT_BYTES", "-1"},
+};
+/* Taken as they are: names, paths, interface and device specifications. */
+static const char *const env_free[] = {"RINGLET_SECRET",        "RINGLET_SOCKET_IFNAME", "RINGLET_TRACE",
+                                       "RINGLET_HOSTID",        "RINGLET_IB_HCA",        "RINGLET_IB_LIBDIR"};
+
+static int env_values(void) {
+    for (size_t i = 0; i < sizeof env_bad / sizeof env_bad[0]; i++) {
+        const char *var = env_bad[i][0], *val = env_bad[i][1];
+        char want[128], what[160];
+        snprintf(want, sizeof want, "%s=%s: must be ", var, val);
+        snprintf(what, sizeof what, "ringlet_comm_init_env with %s=%s", var, val);
+        for (int form = 0; form < 2; form++) { /* from the environment, and from a unique id */
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", "29733", 1);
+            setenv("RANK", "0", 1);
+            setenv("WORLD_SIZE", "1", 1);
+            ringlet_unique_id_t id;
+            ringlet_result_t rc = form ? ringlet_get_unique_id(&id) : RINGLET_SUCCESS;
+            setenv(var, val, 1);
+            ringlet_comm_t c = NULL;
+            reset_msg(NULL, "");
+            if (!rc) rc = form ? ringlet_comm_init_rank(&c, 1, id, 0) : ringlet_comm_init_env(&c);
+            unsetenv(var);
+            check(what, __LINE__, NULL, RINGLET_ERR_INVALID_ARGUMENT, want, rc);
+            if (rc == RINGLET_SUCCESS && c) ringlet_comm_destroy(c);
+            if (rc != RINGLET_SUCCESS && form == 0) printf("args init: %s=%s -> %s\n", var, val, msg_of(NULL));
+        }
+    }
+    (void)env_free;
+    return 0;
 }
 
 static int run_init(void) {
@@ -329,14 +390,14 @@ static int run_init(void) {
 
     /* init from a broken launcher environment: an error, never a crash or a hang */
     setenv("RINGLET_SECRET", "args-test-secret", 1);
-    env_case("no launcher variables at all", NULL, NULL, 0);
-    env_case("WORLD_SIZE=0", "0", "0", 1);
-    env_case("RANK=2 WORLD_SIZE=2", "2", "2", 1);
-    env_case("RANK=-1 WORLD_SIZE=2", "-1", "2", 1);
-    env_case("WORLD_SIZE=abc", "0", "abc", 1);
-    env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1);
-    env_case("RANK without WORLD_SIZE", "0", NULL, 1);
-    return 0;
+    env_case("no launcher variables at all", NULL, NULL, 0, "RANK and WORLD_SIZE");
+    env_case("WORLD_SIZE=0", "0", "0", 1, "WORLD_SIZE=0: the world size must be at least 1");
+    env_case("RANK=2 WORLD_SIZE=2", "2", "2", 1, "RANK=2 is out of range for WORLD_SIZE=2: ranks run from 0 to 1");
+    env_case("RANK=-1 WORLD_SIZE=2", "-1", "2", 1, "RANK=-1 is not a number");
+    env_case("WORLD_SIZE=abc", "0", "abc", 1, "WORLD_SIZE=abc is not a number");
+    env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1, "RANK=x1 is not a number");
+    env_case("RANK without WORLD_SIZE", "0", NULL, 1, "RANK and WORLD_SIZE");
+    return env_values();
 }
 
 /* ---------------------------------------------------------------- p2 mode */

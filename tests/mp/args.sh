@@ -5,6 +5,9 @@
 #      ids, broken launcher environments), a 1-rank communicator afterwards.
 #   2. "args p2" under ringlet-run -n 2: every argument error of every call on a live
 #      communicator, blocking and non-blocking, then a real all-reduce on it, then abort.
+#   3. every RINGLET_* variable of the README's tables has a bad-value case in 1.
+#   4. WORLD_SIZE=3 on one rank of 2 (rank 1, then rank 0): both ranks' inits fail naming
+#      the mismatch.
 # Both ranks run the same sequence; argument errors must be local (no peer traffic).
 # Exit 0 = all passed, 1 = a failure. Takes a few seconds.
 set -u
@@ -46,6 +49,38 @@ else
     tail -n 80 "$TMP/p2.out"
     fails=$((fails + 1))
 fi
+
+# 3. every RINGLET_* variable of the README's tables has a bad-value case in args.c
+#    (env_bad, checked above: init fails naming it, its value and what is allowed) or is
+#    taken as it is (env_free)
+missing=""
+for v in $(grep -E '^\| `RINGLET_' README.md | cut -d'|' -f2 | grep -oE 'RINGLET_[A-Z0-9_]+' | sort -u); do
+    grep -q "\"$v\"" tests/mp/args.c || missing="$missing $v"
+done
+if [ -z "$missing" ]; then
+    echo "ok:   every RINGLET_* variable of the README has a bad-value case: $(grep -cE '^\| `RINGLET_' README.md) table rows"
+    grep -E '^args init: (RINGLET_CHECK|RINGLET_CHUNK_SIZE|RINGLET_TRANSPORT)=' "$TMP/init.out" | sed 's/^/      /'
+else
+    echo "FAIL: README variables without a case in tests/mp/args.c:$missing"
+    fails=$((fails + 1))
+fi
+
+# 4. WORLD_SIZE different on one rank: every rank's init fails saying so (rank 1's used
+#    to be "no table from rank 0 (connection closed by peer): ... RINGLET_SECRET ...")
+for who in 1 0; do
+    RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 --grace 30 sh -c \
+        '[ "$RANK" = '$who' ] && export WORLD_SIZE=3; exec "$0" p2' "$PROG" >"$TMP/ws.out" 2>&1
+    [ $who = 1 ] && said="says the job has 3 ranks, rank 0 says 2" || said="says the job has 2 ranks, rank 0 says 3"
+    n=$(grep -c "$said" "$TMP/ws.out")
+    if [ "$n" = 2 ]; then
+        echo "ok:   WORLD_SIZE=3 on rank $who only (2 on the other): both ranks say so"
+        grep -m2 "says the job" "$TMP/ws.out" | sed 's/^/      /'
+    else
+        echo "FAIL: WORLD_SIZE=3 on rank $who only: $n of 2 ranks name the mismatch"
+        tail -n 10 "$TMP/ws.out"
+        fails=$((fails + 1))
+    fi
+done
 
 if [ $fails = 0 ]; then
     echo "args: all passed"

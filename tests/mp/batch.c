@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!(D = rl_device())) return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
     ringlet_comm_t comm;
-    if (ringlet_comm_init_env(&comm)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
     const char *lr = getenv("LOCAL_RANK");

@@ -934,7 +934,7 @@ int main(int argc, char **argv) {
         }
     }
     if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
-        fprintf(stderr, "init: %s\n", ringlet_comm_last_error(NULL));
+        fprintf(stderr, "%s\n", ringlet_comm_last_error(NULL));
         return 1;
     }
     ringlet_comm_rank(g_comm, &g_rank);

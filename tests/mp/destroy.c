@@ -20,7 +20,7 @@ static double now(void) {
 int main(void) {
     ringlet_comm_t c;
     if (ringlet_comm_init_env(&c)) {
-        printf("init: %s\n", ringlet_comm_last_error(NULL));
+        printf("%s\n", ringlet_comm_last_error(NULL));
         return 1;
     }
     int rank, P;

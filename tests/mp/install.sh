@@ -17,6 +17,20 @@ ldd "$tmp/example" | grep -q "$tmp/prefix/lib/libringlet.so.0" || { echo "exampl
 out=$("$tmp/prefix/bin/ringlet-run" -n 3 --timeout 60 "$tmp/example" 2>&1)
 echo "$out"
 grep -q 'x\[0\] = 3 (expected 3)' <<<"$out" || exit 1
+# The README shows examples/allreduce.c as it is; its error pattern prints ringlet's
+# message once, as ringlet wrote it (it used to print "init: %s", and every init message
+# read "init: init ...").
+diff <(awk '/^```c$/{f=1;next} f&&/^```$/{exit} f' README.md) <(sed -n '/^#include <ringlet.h>/,$p' examples/allreduce.c) ||
+    { echo "the README's example differs from examples/allreduce.c"; exit 1; }
+for bad in "RANK=2 WORLD_SIZE=2|invalid argument: init from environment: RANK=2 is out of range for WORLD_SIZE=2" \
+    "RANK=0 WORLD_SIZE=1 RINGLET_CHECK=yes|invalid argument: init from environment: RINGLET_CHECK=yes: must be 0 or 1"; do
+    out=$(env -u RINGLET_CHECK MASTER_ADDR=127.0.0.1 MASTER_PORT=29735 ${bad%%|*} "$tmp/example" 2>&1)
+    if [ $? = 0 ] || ! grep -qF "${bad#*|}" <<<"$out" || grep -q "init: init" <<<"$out"; then
+        echo "the example with ${bad%%|*} printed: $out"
+        exit 1
+    fi
+    echo "example with ${bad%%|*}: $out"
+done
 cat >"$tmp/nccl_prog.c" <<'PROG'
 #include <nccl.h>
 #include <stdio.h>

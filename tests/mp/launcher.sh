@@ -265,6 +265,35 @@ n=$(grep -c ' err ' "$TMP/lines.out")
 [ "$n" = 0 ] || { fail "lines: $n stderr lines on stdout"; ok=0; }
 [ $ok = 1 ] && pass "10000 lines per rank on stdout and stderr, long and partial lines, nothing lost"
 
+# The first failing rank's message is always there, before the launcher says it exited
+# (issue 22): every rank of ringlet-perf fails the same way on a bad flag (before init) and
+# on a root out of range (after init, a destroy); whichever exits first, the launcher
+# stops the others at once (no --grace), so the message must be that rank's own.
+PERF="$BUILD/bin/ringlet-perf"
+case "$PERF" in /*) ;; *) PERF="$PWD/$PERF" ;; esac
+first_said() { # file pattern: the first rank the launcher reports as failed printed pattern before that
+    local r
+    r=$(sed -n 's/^ringlet-run: rank \([0-9]*\) exited with status .*/\1/p' "$1" | head -n 1)
+    [ -n "$r" ] && sed -n "/^ringlet-run: rank $r exited/q;p" "$1" | grep -q "^\[$r\] .*$2"
+}
+if [ -x "$PERF" ]; then
+    bad=0
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        L -n 4 "$PERF" allreduce -b 8 -e 8 -t 1 "$MARK" >"$TMP/first.out" 2>&1
+        first_said "$TMP/first.out" "unknown flag -t" || { bad=$((bad + 1)); cp "$TMP/first.out" "$TMP/first.bad"; }
+        RINGLET_TIMEOUT=30 L -n 4 "$PERF" broadcast -b 8 -e 8 -r 9 >"$TMP/first.out" 2>&1
+        first_said "$TMP/first.out" "root 9 is not below nranks 4" || { bad=$((bad + 1)); cp "$TMP/first.out" "$TMP/first.bad"; }
+    done
+    if [ $bad = 0 ]; then
+        pass "the first failing rank's message is printed before the launcher's word on it (20 runs)"
+    else
+        fail "$bad of 20 runs lack the first failing rank's message; one of them:"
+        cat "$TMP/first.bad"
+    fi
+else
+    fail "$PERF not found (build first)"
+fi
+
 if [ $fails = 0 ]; then
     echo "launcher: all passed"
     exit 0

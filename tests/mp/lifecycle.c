@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (abort_thread) {
         ringlet_comm_t c;
-        if (ringlet_comm_init_env(&c)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+        if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
         char path[64];
         snprintf(path, sizeof path, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
         if (g_rank == 1) {

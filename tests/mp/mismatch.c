@@ -9,7 +9,18 @@
  *   skip     the odd rank calls an all-reduce where the others call a barrier
  *   p2p      (no mismatch) a send from rank 0 to rank 1, which the others do not call
  * After every case, a correct all-reduce (random integers, checked exactly) on the same
- * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once. */
+ * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once.
+ *
+ *   mismatch --abort-on-error N [--count C]
+ *       The README's error pattern, which aborts on an error: N rounds, each on a new
+ *       communicator (its unique id broadcast over one from the environment), of an
+ *       all-reduce of C float32 (default 1M) where rank P-1 passes C-1. The rank that
+ *       gets the error aborts (and destroys) at once; rank P-1 does it without a look at
+ *       the error, as a program that exits on any error would. Every other rank must
+ *       still report the mismatch (RINGLET_ERR_INVALID_USAGE, "mismatched collectives"),
+ *       not "rank P-1 failed": the verdict reaches every rank before any rank can act on
+ *       it. Prints "mismatch abort: rank R: N rounds, F wrong" and the first round's
+ *       message. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +57,55 @@ static void still_works(int k) {
     CHECK(!rc && !bad, "after case %d: allreduce: %s, %d wrong", k, rc ? ringlet_comm_last_error(g_comm) : "ok", bad);
 }
 
-int main(void) {
-    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+static int abort_on_error(int rounds, size_t count) {
+    ringlet_comm_t world;
+    if (ringlet_comm_init_env(&world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_comm_rank(world, &g_rank);
+    ringlet_comm_size(world, &g_P);
+    float *x = calloc(count, sizeof *x);
+    if (!x) return printf("FAIL: out of memory\n"), 1;
+    int odd = g_rank == g_P - 1, wrong = 0;
+    for (int k = 0; k < rounds; k++) {
+        ringlet_unique_id_t id;
+        memset(&id, 0, sizeof id);
+        if (g_rank == 0 && ringlet_get_unique_id(&id)) return printf("FAIL: unique id: %s\n", ringlet_comm_last_error(NULL)), 1;
+        if (ringlet_broadcast(&id, &id, sizeof id, RINGLET_UINT8, 0, world, NULL))
+            return printf("FAIL: broadcast: %s\n", ringlet_comm_last_error(world)), 1;
+        if (ringlet_comm_init_rank(&g_comm, g_P, id, g_rank))
+            return printf("FAIL: round %d: init: %s\n", k, ringlet_comm_last_error(NULL)), 1;
+        ringlet_result_t rc = ringlet_allreduce(x, x, odd ? count - 1 : count, RINGLET_FLOAT32, RINGLET_SUM, g_comm, NULL);
+        if (odd) {
+            /* As soon as it returns: the others must have the verdict already. */
+            ringlet_comm_abort(g_comm);
+            ringlet_comm_destroy(g_comm);
+        }
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", odd ? "(not looked at)" : ringlet_comm_last_error(g_comm));
+        if (!odd && (rc != RINGLET_ERR_INVALID_USAGE || !strstr(msg, "mismatched collectives"))) {
+            wrong++;
+            printf("FAIL rank %d: round %d: the all-reduce returned %d (%s): %s\n", g_rank, k, (int)rc,
+                   ringlet_strerror(rc), msg);
+        } else if (odd && rc == RINGLET_SUCCESS) {
+            wrong++;
+            printf("FAIL rank %d: round %d: the mismatched all-reduce succeeded\n", g_rank, k);
+        }
+        if (k == 0 && !odd) printf("mismatch abort: rank %d: %s: %s\n", g_rank, ringlet_strerror(rc), msg);
+        if (!odd) {
+            ringlet_comm_abort(g_comm);
+            ringlet_comm_destroy(g_comm);
+        }
+        if (ringlet_barrier(world, NULL)) return printf("FAIL: barrier: %s\n", ringlet_comm_last_error(world)), 1;
+    }
+    free(x);
+    printf("mismatch abort: rank %d: %d rounds, %d wrong\n", g_rank, rounds, wrong);
+    ringlet_comm_destroy(world);
+    return wrong ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--abort-on-error"))
+        return abort_on_error(atoi(argv[2]), argc > 4 && !strcmp(argv[3], "--count") ? (size_t)atol(argv[4]) : 1 << 20);
+    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(g_comm, &g_rank);
     ringlet_comm_size(g_comm, &g_P);
     int odd = g_rank == g_P - 1;

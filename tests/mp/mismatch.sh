@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Mismatched collectives with RINGLET_CHECK=1 (tests/mp/mismatch.c) at P = 2, 3 and 4 over
 # shm and tcp: every rank's call fails naming both calls, the communicator stays usable;
-# and RINGLET_CHECK set differently on the ranks fails init on every rank, saying so.
+# with the README's error pattern, which aborts on an error (mismatch --abort-on-error:
+# 20 rounds, 8 under the sanitizers, at P = 3 and 4 over shm and tcp; the rank that passed
+# the other count aborts the moment its call returns), every other rank still reports the
+# mismatch, never "rank N failed"; and RINGLET_CHECK set differently on the ranks fails
+# init on every rank, saying so.
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -26,10 +30,27 @@ for tr in shm tcp; do
     done
 done
 grep -E '^\[0\] mismatch: .* -> ' "$TMP/out" | sed 's/^\[0\] /      /'
+ROUNDS=20
+[ -n "${SANITIZE:-}" ] && ROUNDS=8
+for tr in shm tcp; do
+    for P in 3 4; do
+        RINGLET_CHECK=1 RINGLET_TRANSPORT=$tr "$RUN" -n $P --timeout 300 --grace 30 "$PROG" --abort-on-error $ROUNDS \
+            >"$TMP/out" 2>&1
+        rc=$?
+        if [ $rc = 0 ] && [ "$(grep -cE "mismatch abort: rank [0-9]+: $ROUNDS rounds, 0 wrong" "$TMP/out")" = $P ]; then
+            echo "ok:   abort on error, $tr P=$P: $ROUNDS rounds, the mismatch on every rank that looked"
+        else
+            fails=$((fails + 1))
+            echo "FAIL: abort on error, $tr P=$P (exit $rc)"
+            grep -E 'FAIL|ringlet-run' "$TMP/out" | head -n 20
+        fi
+    done
+done
+grep -m1 -E '^\[0\] mismatch abort: rank 0: [a-z]' "$TMP/out" | sed 's/^\[0\] /      /'
 # RINGLET_CHECK=1 on rank 0 only
 "$RUN" -n 3 --timeout 120 --grace 60 sh -c 'RINGLET_CHECK=$([ "$RANK" = 0 ] && echo 1 || echo 0) exec "$0"' "$PROG" >"$TMP/out" 2>&1
 rc=$?
-n=$(grep -c 'FAIL: init: .*RINGLET_CHECK is' "$TMP/out")
+n=$(grep -c 'FAIL: init (rank [0-9] of 3): RINGLET_CHECK is' "$TMP/out")
 if [ $rc != 0 ] && [ "$n" = 3 ]; then
     echo "ok:   RINGLET_CHECK on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_CHECK is.*' "$TMP/out")"
 else

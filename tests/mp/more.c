@@ -378,7 +378,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
-        printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL));
+        printf("FAIL: %s\n", ringlet_comm_last_error(NULL));
         return 1;
     }
     ringlet_comm_rank(g_comm, &g_rank);

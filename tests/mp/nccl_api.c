@@ -1,5 +1,6 @@
 /* A program written for NCCL (ringlet's nccl.h), linked to ringlet's libnccl.so.2, run by
- * ringlet-run (RANK, WORLD_SIZE; rank 0 hands the unique id over in a file of --dir).
+ * ringlet-run (RANK, WORLD_SIZE; rank 0 hands the unique id over in a file of --dir, by
+ * default a folder of the job in $TMPDIR or /tmp, and removes it once every rank joined).
  * Buffers are host memory or (--memory device) memory from ncclMemAlloc, filled and
  * read through the device layer; calls use stream 0. Random inputs (small integers, so
  * that every float result is exact); every result is checked byte for byte.
@@ -25,6 +26,7 @@
  * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +41,7 @@ static int g_rank, g_P;
 static long g_checks, g_failed;
 static const rl_device_ops *D;
 static size_t g_N = 10007;
-static const char *g_dir = ".";
+static const char *g_dir = NULL; /* --dir, or a folder in $TMPDIR (main) */
 
 #define FAIL(...)                                                                                                      \
     do {                                                                                                               \
@@ -594,7 +596,7 @@ static void case_abortinit(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *cas = "all", *dir = ".";
+    const char *cas = "all", *dir = NULL;
     int device = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc) cas = argv[++i];
@@ -606,6 +608,17 @@ int main(int argc, char **argv) {
     if (device && !(D = rl_device())) {
         printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
         return 1;
+    }
+    /* Without --dir: a folder of the job in the temporary folder (the ranks of one launch
+     * share MASTER_PORT), never the working directory, which may be a source tree. */
+    static char tmpdir[400];
+    if (!dir) {
+        const char *t = getenv("TMPDIR"), *port = getenv("MASTER_PORT");
+        snprintf(tmpdir, sizeof tmpdir, "%s/ringlet-nccl_api-%d-%s", t && *t ? t : "/tmp", (int)getuid(),
+                 port && *port ? port : "0");
+        if (mkdir(tmpdir, 0700) != 0 && errno != EEXIST)
+            return printf("FAIL: cannot make %s: %s\n", tmpdir, strerror(errno)), 1;
+        g_dir = dir = tmpdir;
     }
     const char *er = getenv("RANK"), *ew = getenv("WORLD_SIZE");
     g_rank = er ? atoi(er) : 0;
@@ -627,6 +640,11 @@ int main(int argc, char **argv) {
         if (!c || settle(c) != ncclSuccess) {
             printf("FAIL rank %d: init: %s\n", g_rank, ncclGetLastError(c));
             return 1;
+        }
+        if (g_rank == 0) { /* every rank has joined, so has read it: a later run must not find it */
+            char path[512];
+            snprintf(path, sizeof path, "%s/nccl-id", dir);
+            unlink(path);
         }
         if (!strcmp(cas, "fault")) {
             if (g_P < 2) return printf("FAIL: --case fault needs 2 ranks\n"), 1;

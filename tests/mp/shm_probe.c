@@ -15,7 +15,7 @@
 int main(int argc, char **argv) {
     const char *dir = argc > 2 && !strcmp(argv[1], "--hold") ? argv[2] : NULL;
     ringlet_comm_t c;
-    if (ringlet_comm_init_env(&c)) return printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     int rank, size;
     ringlet_comm_rank(c, &rank);
     ringlet_comm_size(c, &size);

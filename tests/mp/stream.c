@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     ringlet_comm_t comm;
-    if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("init: %s", ringlet_comm_last_error(NULL));
+    if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("%s", ringlet_comm_last_error(NULL));
     int P;
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &P);

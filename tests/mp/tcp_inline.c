@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
     }
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm)) {
-        printf("FAIL: init: %s\n", ringlet_comm_last_error(NULL));
+        printf("FAIL: %s\n", ringlet_comm_last_error(NULL));
         return 1;
     }
     ringlet_comm_rank(comm, &g_rank);

@@ -1,0 +1,97 @@
+/* Unit test for the TCP transport's listener id (transports/tcp.h, issue 22): a
+ * connection meant for one listener never lands on another one, even one that holds the
+ * same secret (every communicator made from the environment does) and now has the port.
+ *
+ * By construction, in one process: two listening contexts A and B of rank 1 of a job of
+ * 2, with the same secret, and a context C of rank 0. C connects to B's address with A's
+ * blob otherwise (A's listener id): what a peer of an aborted communicator does when the
+ * port it connects to was taken by a new communicator's listener. B must refuse it (its
+ * accept of rank 0 then times out, after the refusal), and must still accept C's
+ * connection made with B's own blob, and carry a message over it. Exit status 0 on
+ * success; each failure is printed. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tcp.h"
+#include "transport.h"
+#include "util.h"
+
+static int failures;
+static void check(const char *what, int cond) {
+    if (!cond) {
+        printf("FAIL %s\n", what);
+        failures++;
+    }
+}
+
+static void nop(void *arg) { (void)arg; }
+
+int main(void) {
+    const rl_transport_ops *t = rl_transports[RL_TP_TCP];
+    uint8_t secret[32];
+    memset(secret, 7, sizeof secret);
+    struct sockaddr_storage lo;
+    memset(&lo, 0, sizeof lo);
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&lo;
+    in4->sin_family = AF_INET;
+    in4->sin_addr.s_addr = htonl(0x7f000001);
+    atomic_int stop = 0, failed = 0;
+    rl_transport_init ia = {1, 2, &stop, nop, NULL, 0.5, secret, &lo, NULL, NULL, &failed};
+    rl_transport_init ic = ia;
+    ic.rank = 0;
+    void *A = NULL, *B = NULL, *C = NULL;
+    uint8_t blob_a[RL_BLOB_MAX], blob_b[RL_BLOB_MAX], blob_c[RL_BLOB_MAX];
+    size_t la = 0, lb = 0, lc = 0;
+    char err[RL_ERR_MAX] = "";
+    if (t->init(&ia, &A, blob_a, &la, err) || t->init(&ia, &B, blob_b, &lb, err) || t->init(&ic, &C, blob_c, &lc, err)) {
+        printf("FAIL tcp init: %s\n", err);
+        return 1;
+    }
+    rl_tcp_blob a, b;
+    check("A's blob parses", rl_tcp_parse_blob(blob_a, la, &a) == 0);
+    check("B's blob parses", rl_tcp_parse_blob(blob_b, lb, &b) == 0);
+    check("two listeners have different ids", memcmp(a.listener, b.listener, sizeof a.listener) != 0);
+
+    /* A's blob with B's address: A's port now belongs to B. */
+    rl_tcp_blob stale = a;
+    stale.addr = b.addr;
+    void *cs = NULL, *bs = NULL;
+    check("the stale connect itself succeeds (connect waits for no accept)",
+          t->connect(C, 1, &stale, sizeof stale, &cs, err) == RINGLET_SUCCESS);
+    double t0 = rl_now();
+    ringlet_result_t rc = t->accept(B, 0, &bs, err);
+    check("B refuses the connection meant for A's listener (its accept of rank 0 times out)",
+          rc == RINGLET_ERR_TIMEOUT && bs == NULL);
+    printf("B's accept with only the stale connection: %s after %.2f s: %s\n", rc ? "failed" : "succeeded",
+           rl_now() - t0, rc ? err : "(it took the stale connection)");
+    if (bs) t->close(bs), bs = NULL;
+    if (cs) t->close(cs), cs = NULL;
+
+    /* The genuine one still works. */
+    check("C connects to B with B's blob", t->connect(C, 1, blob_b, lb, &cs, err) == RINGLET_SUCCESS);
+    check("B accepts it", t->accept(B, 0, &bs, err) == RINGLET_SUCCESS && bs != NULL);
+    if (cs && bs) {
+        char out[64] = "through the listener it was meant for", got[64] = "";
+        rl_treq s, r;
+        memset(&s, 0, sizeof s);
+        memset(&r, 0, sizeof r);
+        t->irecv(bs, got, sizeof out, NULL, &r);
+        t->isend(cs, out, sizeof out, NULL, &s);
+        for (double until = rl_now() + 5; (!rl_treq_done(&s) || !rl_treq_done(&r)) && rl_now() < until;) {
+            if (t->progress) t->progress(B);
+            rl_sleep_ms(1);
+        }
+        check("the message arrives", rl_treq_done(&r) && atomic_load(&r.status) == RINGLET_SUCCESS && !strcmp(got, out));
+    }
+    if (bs) t->close(bs);
+    if (cs) t->close(cs);
+    t->fini(A);
+    t->fini(B);
+    t->fini(C);
+    if (failures) return 1;
+    printf("test_tcp_listener: ok\n");
+    return 0;
+}
