@@ -109,6 +109,9 @@ struct ringlet_request {
     void *event;
     int detached;
     int hold_later;     /* rl_devcomm_hold holds its streams (a group) */
+    /* Its preparation failed on a peer's failure (devcomm.h): queued all the same, the
+     * progress thread fails it with this code and the message in err. */
+    ringlet_result_t prep_rc;
     uint64_t *seq_out;  /* where enqueue also writes the number (a detached request may be gone) */
     /* A group: its calls, and the streams they use besides `stream` (each with the
      * event of its work before the group) */

@@ -75,13 +75,28 @@ static void *progress_thread(void *arg) {
         }
         pthread_mutex_unlock(&c->q_mu);
         if (!r) break;
-        if (atomic_load(&c->failed)) {
+        if (atomic_load(&c->failed) || r->prep_rc || (partner && partner->prep_rc)) {
             char msg[RL_MSG_MAX];
-            ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
+            ringlet_result_t code = atomic_load(&c->failed) ? rl_comm_failure(c, msg, sizeof msg) : RINGLET_SUCCESS;
             for (struct ringlet_request *q = r; q; q = q == r ? partner : NULL) {
-                snprintf(q->err, sizeof q->err, "%s #%llu not run: the communicator failed earlier: %.400s",
-                         rl_op_name(q->kind), (unsigned long long)q->seq, msg);
-                finish(c, q, code);
+                if (q->prep_rc) { /* its own preparation's failure: the most precise message */
+                    snprintf(msg, sizeof msg, "%s", q->err);
+                    snprintf(q->err, sizeof q->err, "%s #%llu failed: %.400s", rl_op_name(q->kind),
+                             (unsigned long long)q->seq, msg);
+                    /* A peer's failure is the communicator's (as an algorithm's would be). */
+                    if (!atomic_load(&c->failed)) rl_comm_fail(c, q->prep_rc, "%s", q->err);
+                    finish(c, q, q->prep_rc);
+                    continue;
+                }
+                if (code) {
+                    snprintf(q->err, sizeof q->err, "%s #%llu not run: the communicator failed earlier: %.400s",
+                             rl_op_name(q->kind), (unsigned long long)q->seq, msg);
+                    finish(c, q, code);
+                } else { /* the partner of one whose preparation failed */
+                    snprintf(q->err, sizeof q->err, "%s #%llu not run: %.400s", rl_op_name(q->kind),
+                             (unsigned long long)q->seq, r->prep_rc ? r->err : partner->err);
+                    finish(c, q, RINGLET_ERR_REMOTE);
+                }
             }
         } else if ((r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) && !p2p_pipelined(r)) {
             /* Posted and left to the waiter, so that sends and receives overlap. */
@@ -176,11 +191,16 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     int holds = r->stream != NULL;
     if (r->device >= 0 || holds) {
         ringlet_result_t rc = rl_op_prepare_device(c, r, err);
-        /* A communicator that failed meanwhile (a peer that never made its connections
-         * because it died or aborted): the call is queued anyway, so that its failure
-         * reaches the caller as a queued call's does (a stream call's asynchronously), as
-         * long as its stream can be held and released; the progress thread fails it. */
-        if (rc && !(atomic_load(&c->failed) && (!holds || rl_devcomm_can_hold(c)))) return rc;
+        /* A peer that died, aborted or never came while the call made its connections:
+         * the call is queued anyway, so that its failure reaches the caller as a queued
+         * call's does (a stream call's asynchronously, its stream released), as long as
+         * its stream can be held; the progress thread fails it with this error. */
+        int peer_failed = rc == RINGLET_ERR_REMOTE || rc == RINGLET_ERR_TIMEOUT || atomic_load(&c->failed);
+        if (rc && !(peer_failed && (!holds || rl_devcomm_can_hold(c)))) return rc;
+        if (rc) {
+            r->prep_rc = rc;
+            snprintf(r->err, sizeof r->err, "%.400s", err);
+        }
     }
     if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
         return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;

@@ -496,7 +496,9 @@ static ringlet_result_t map_failed(ipc_conn *k, int fifo_mismatch) {
     ring_peer(k);
     if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
     /* A sender that died after it connected takes its memory with it: that is the peer's
-     * failure (REMOTE: the monitor then names it), not a mapping problem. */
+     * failure (REMOTE: the monitor then names it), not a mapping problem. A process being
+     * killed loses its memory before it is gone: give it a second to be. */
+    for (double until = rl_now() + 1.0; !process_gone(k->ctl->sender_pid) && rl_now() < until;) rl_sleep_ms(10);
     return process_gone(k->ctl->sender_pid) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
 }
 

@@ -15,9 +15,11 @@
  *
  * Every rank starts the non-blocking collective on M MiB of float32 (default 64:
  * all-reduce in place on M MiB; all-gather into an M MiB recvbuf; broadcast of M MiB
- * from --root, default 0) and waits for it. A survivor passes when either
- *   - the wait fails with RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT, in less than 10 s,
- *     with a message naming "rank V" and the collective; or
+ * from --root, default 0) once every rank's warm-up barrier returned, and waits for it.
+ * A survivor passes when either
+ *   - the wait (or the start, when the death is known by then) fails with
+ *     RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT, in less than 10 s, with a message naming
+ *     "rank V" and the collective; or
  *   - the wait succeeds (a survivor that already had everything it needed), the result
  *     is correct element by element, and its next call (a barrier) fails naming "rank V".
  * It prints "survivor R: OK error in X s: <message>" (or "survivor R: FAIL ..."). Then it
@@ -72,22 +74,22 @@ static int result_ok(const char *coll, const float *buf, size_t n, int P, int ro
     return 1;
 }
 
-/* Marks this survivor done in dir and waits until `count` survivors are. */
-static void survivors_meet(const char *dir, int me, int count) {
+/* Marks this rank as at `stage` in dir and waits until `count` ranks are. */
+static void ranks_meet(const char *dir, const char *stage, int me, int count) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/done.%d", dir, me);
+    snprintf(path, sizeof path, "%s/%s.%d", dir, stage, me);
     int fd = open(path, O_CREAT | O_WRONLY, 0600);
     if (fd >= 0) close(fd);
     const double until = now_s() + 30.0;
     for (;;) {
         int n = 0;
         for (int r = 0; r < 64; r++) {
-            snprintf(path, sizeof path, "%s/done.%d", dir, r);
+            snprintf(path, sizeof path, "%s/%s.%d", dir, stage, r);
             n += access(path, F_OK) == 0;
         }
         if (n >= count) return;
         if (now_s() > until) {
-            printf("survivor %d: only %d of %d survivors reached the end within 30 s; leaving anyway\n", me, n, count);
+            printf("rank %d: only %d of %d ranks reached %s within 30 s; going on anyway\n", me, n, count, stage);
             return;
         }
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -175,12 +177,15 @@ int main(int argc, char **argv) {
         cbuf = d;
     }
 
-    /* Operation #1: every connection up before the collective. */
+    /* Operation #1: every connection up before the collective. Then every rank waits until
+     * every rank's barrier has returned: the victim, done with its own barrier first, must
+     * not die while another rank still waits for the barrier's last message. */
     rc = ringlet_barrier(comm, NULL);
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL rank %d: warm-up barrier returned %d: %s\n", me, (int)rc, ringlet_comm_last_error(comm));
         return 1;
     }
+    ranks_meet(sync_dir, "warm", me, P);
 
     ringlet_request_t req = NULL;
     const double t0 = now_s();
@@ -190,11 +195,14 @@ int main(int argc, char **argv) {
         rc = ringlet_iallgather(cbuf + (size_t)me * per, cbuf, per, RINGLET_FLOAT32, comm, NULL, &req);
     else
         rc = ringlet_ibroadcast(cbuf, cbuf, n, RINGLET_FLOAT32, root, comm, NULL, &req);
-    if (rc != RINGLET_SUCCESS) {
+    /* A survivor that starts it after the death is known gets the error at once: judged
+     * as a failed wait is. */
+    int started = rc == RINGLET_SUCCESS;
+    if (!started && rc != RINGLET_ERR_REMOTE && rc != RINGLET_ERR_TIMEOUT) {
         printf("FAIL rank %d: starting the %s returned %d: %s\n", me, coll, (int)rc, ringlet_comm_last_error(comm));
         return 1;
     }
-    rc = ringlet_wait(&req);
+    if (started) rc = ringlet_wait(&req);
     const double dt = now_s() - t0;
     if (me == victim) {
         printf("FAIL victim %d: the %s returned %d (%s) instead of the fault killing this rank at %s\n", me, coll,
@@ -258,7 +266,7 @@ int main(int argc, char **argv) {
         printf("survivor %d: FAIL after %.2f s: %s; code %d (%s), message: %s\n", me, dt, why, (int)rc,
                ringlet_strerror(rc), msg);
 
-    survivors_meet(sync_dir, me, P - 1);
+    ranks_meet(sync_dir, "done", me, P - 1);
     double ta = now_s();
     ringlet_result_t arc = ringlet_comm_abort(comm);
     double tb = now_s();
