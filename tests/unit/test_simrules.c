@@ -156,6 +156,9 @@ static int first_launch_behind_hold(int load_first) {
     }
     RT_OK(R->stream_synchronize(b));
     RT_OK(R->free(x));
+    RT_OK(R->free_host((void *)flag));
+    RT_OK(R->stream_destroy(a));
+    RT_OK(R->stream_destroy(b));
     return 0;
 }
 
@@ -182,6 +185,9 @@ static int child_ready(void) {
     DEV_OK(D->stream_sync(a));
     DEV_OK(D->stream_sync(b));
     RT_OK(R->free(x));
+    RT_OK(R->free_host((void *)flag));
+    DEV_OK(D->stream_destroy(a));
+    DEV_OK(D->stream_destroy(b));
     return 0;
 }
 
@@ -267,7 +273,10 @@ static int child_devices(void) {
     int dev = -1;
     DEV_OK(D->stream_device(s1, &dev));
     CHECK(dev == 1, "stream_device says %d for a stream of device 1", dev);
+    RT_OK(R->event_destroy(e0));
+    RT_OK(R->stream_destroy(s0));
     RT_OK(R->set_device(1));
+    RT_OK(R->stream_destroy(s1));
     RT_OK(R->free(x1));
     return 0;
 }
@@ -391,6 +400,9 @@ static int child_hold(void) {
     DEV_OK(D->stream_sync(s));
     CHECK(D->event_query(e) == RL_DEV_OK, "work after a released %s hold did not run", expect);
     CHECK(rl_dev_holds_active() == 0, "a released hold still counts");
+    DEV_OK(D->event_destroy(e));
+    DEV_OK(D->stream_destroy(s));
+    RT_OK(R->free_host((void *)flag));
     return 0;
 }
 
