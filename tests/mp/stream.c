@@ -223,7 +223,7 @@ static void checked_allreduce(ringlet_comm_t comm, int P, size_t n, rl_dev_strea
 /* Both ranks: one all-reduce on device buffers with a stream, so that the device
  * connections exist (a first call waits for its peers to make theirs, within
  * RINGLET_TIMEOUT) and a later call only queues. */
-static void device_warmup(ringlet_comm_t comm) {
+static void device_warmup(ringlet_comm_t comm, const char *dir) {
     void *d;
     rl_dev_stream_t s;
     DEV(D->mem_alloc(&d, 16));
@@ -235,6 +235,12 @@ static void device_warmup(ringlet_comm_t comm) {
     if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("warm-up all-reduce: %s", ringlet_comm_last_error(comm));
     DEV(D->stream_destroy(s));
     DEV(D->mem_free(d));
+    /* Both ranks past their check before either goes on (rank 0 may abort next). */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/warmed.%d", dir, g_rank);
+    file_touch(path);
+    snprintf(path, sizeof path, "%s/warmed.%d", dir, 1 - g_rank);
+    file_wait(path, 60);
 }
 
 int main(int argc, char **argv) {
@@ -276,7 +282,7 @@ int main(int argc, char **argv) {
     }
 
     if (!strcmp(cas, "abort")) {
-        device_warmup(comm);
+        device_warmup(comm, dir);
         snprintf(path, sizeof path, "%s/aborted", dir);
         if (g_rank == 1) {
             /* Never joins the all-reduce: waits until rank 0 has aborted, then aborts too. */
@@ -318,7 +324,7 @@ int main(int argc, char **argv) {
     }
 
     if (!strcmp(cas, "async")) {
-        device_warmup(comm);
+        device_warmup(comm, dir);
         snprintf(path, sizeof path, "%s/warm", dir);
         if (g_rank == 1) {
             /* Leaves only once rank 0's warm-up barrier has returned: this rank's last
