@@ -35,6 +35,17 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
     return rc;
 }
 
+/* A collective on one host's algorithms, by size (the same choice on every rank):
+ * RINGLET_ALGO=halving forces recursive halving for all-reduce; else the one-shot path for
+ * small calls, recursive halving for middle-sized all-reduces on a power of two of ranks,
+ * the ring otherwise. */
+static ringlet_result_t run_collective(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    if (c->algo == RL_ALGO_HALVING && rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
+    if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
+    if (rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
+    return rl_run_ring(c, r, mem, err);
+}
+
 /* A pre-multiplied sum: this rank's input times its scalar (into scratch), then a sum. */
 static ringlet_result_t run_premul(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     size_t es = ringlet_datatype_size(r->dtype);
@@ -84,8 +95,7 @@ static ringlet_result_t run_premul(struct ringlet_comm *c, struct ringlet_reques
     rl_request_shadow(&s, r);
     s.sendbuf = scaled ? scaled : r->sendbuf;
     s.op = RINGLET_SUM;
-    if (s.count > 0 && rl_oneshot_fits(c, &s)) return rl_run_oneshot(c, &s, mem, err);
-    return rl_run_ring(c, &s, mem, err);
+    return run_collective(c, &s, mem, err);
 }
 
 static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
@@ -105,8 +115,7 @@ static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_req
         return rl_run_p2p_pipe(c, send, recv, mem, err);
     }
     if (rl_hier_candidate(c, r)) return rl_run_allreduce_choosing(c, r, mem, err);
-    if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
-    return rl_run_ring(c, r, mem, err);
+    return run_collective(c, r, mem, err);
 }
 
 /* A collective of a group, by algorithm, without the preparation rl_run_op does. */

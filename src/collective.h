@@ -35,6 +35,10 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
 int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_allreduce_choosing(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* The all-reduce by recursive halving and doubling (halving.c): whether r takes it (the
+ * same answer on every rank), and running it. */
+int rl_halving_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
+ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* All-to-all, gather and scatter (spread.c). */
 ringlet_result_t rl_run_spread(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The calls of a group (group.c): its collectives in order, each through run_one (the

@@ -161,14 +161,17 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     if (algo && !strcmp(algo, "ring")) c->algo = RL_ALGO_RING;
     else if (algo && !strcmp(algo, "oneshot")) c->algo = RL_ALGO_ONESHOT;
     else if (algo && !strcmp(algo, "hier")) c->algo = RL_ALGO_HIER;
+    else if (algo && !strcmp(algo, "halving")) c->algo = RL_ALGO_HALVING;
     else if (algo && *algo && strcmp(algo, "auto") != 0) {
         if (t->listen_fd >= 0) close(t->listen_fd);
         comm_free(c);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier", algo);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving", algo);
     }
     c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
     c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, 65);
     c->hier_min_bytes = (size_t)rl_env_int("RINGLET_HIER_MIN_BYTES", 1 << 20, 0, 1LL << 40);
+    c->halving_min_bytes = (size_t)rl_env_int("RINGLET_HALVING_MIN_BYTES", 64 << 10, 0, 1LL << 40);
+    c->halving_max_bytes = (size_t)rl_env_int("RINGLET_HALVING_MAX_BYTES", 4 << 20, 0, 1LL << 40);
     c->hier_slice_bytes = (size_t)rl_env_int("RINGLET_HIER_SLICE_BYTES", 16 << 20, 0, 1LL << 40);
     const char *tname = getenv("RINGLET_TRANSPORT");
     c->forced_tp = -1;

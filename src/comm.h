@@ -144,9 +144,10 @@ struct ringlet_comm {
     double timeout_s;
     size_t chunk_bytes;
     int nslots;
-    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT or _HIER */
+    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER or _HALVING */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
     int oneshot_max_ranks;    /* ... and there are at most this many ranks */
+    size_t halving_min_bytes, halving_max_bytes; /* auto: halving.c's all-reduce between these */
     /* The hierarchical all-reduce (hier.c): auto considers it from this many bytes; it
      * cuts a message into slices of about this many; per size class (log2 of the bytes)
      * the measured times (0: not yet; [0] ring, [1] hierarchical) and the choice (0: not
@@ -239,6 +240,6 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->device = src->device;
 }
 
-enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3 };
+enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4 };
 
 #endif

@@ -209,7 +209,9 @@ ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, 
 /* ---- the choice ---- */
 
 int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request *r) {
-    if (r->kind != RL_OP_ALLREDUCE || r->count == 0 || c->algo == RL_ALGO_RING || c->algo == RL_ALGO_ONESHOT) return 0;
+    if (r->kind != RL_OP_ALLREDUCE || r->count == 0 || c->algo == RL_ALGO_RING || c->algo == RL_ALGO_ONESHOT ||
+        c->algo == RL_ALGO_HALVING)
+        return 0;
     shape_t sh;
     if (!get_shape(c, &sh)) return 0;
     return c->algo == RL_ALGO_HIER || r->count * ringlet_datatype_size(r->dtype) >= c->hier_min_bytes;

@@ -42,6 +42,10 @@
  * rounded to nearest even by this file's own conversion, and the reference uses the
  * converted values.
  *
+ * Floating-point all-reduce results must also be the same on every rank, bit for bit:
+ * each rank folds every such result (and its case number) into a 64-bit digest, and the
+ * ranks compare digests at the end (an all-gather of one word each).
+ *
  * Besides the values, each case checks: the return code; that non-blocking requests
  * are set to NULL when done; that nothing outside the result is written (guard
  * bytes before and after every buffer, the non-root recvbuf of reduce when one is
@@ -122,6 +126,14 @@ static ringlet_comm_t g_comm;
 static int g_rank, g_P;
 static uint64_t g_seed = 20240613u;
 static long g_cases, g_failed, g_printed;
+/* FNV-1a over every floating-point all-reduce result, in case order (the same on every
+ * rank when the results are). */
+static uint64_t g_digest = 1469598103934665603ull;
+static void digest(uint64_t idx, const void *p, size_t bytes) {
+    const unsigned char *b = p;
+    for (int k = 0; k < 8; k++) g_digest = (g_digest ^ ((idx >> (8 * k)) & 0xff)) * 1099511628211ull;
+    for (size_t i = 0; i < bytes; i++) g_digest = (g_digest ^ b[i]) * 1099511628211ull;
+}
 static int g_verbose;
 static double g_t_call; /* seconds spent inside the calls under test */
 static buf_t g_sbuf, g_rbuf, g_cpy, g_exp;
@@ -677,6 +689,7 @@ static void run_case(const case_t *c) {
         }
         check_guards(c, &g_rbuf, nb, "recvbuf");
         check_reduction(c, R, 0, n, "result");
+        if (is_float(dt)) digest(c->idx, R, nb);
         break;
     case C_REDUCE: {
         const int root = me == c->root;
@@ -992,6 +1005,20 @@ int main(int argc, char **argv) {
         printf("FAIL rank %d: final ringlet_barrier returned %d: %s\n", g_rank, (int)rc, ringlet_comm_last_error(g_comm));
         g_failed++;
     }
+    /* Floating-point all-reduce results identical on every rank (host memory here). */
+    uint64_t *digests = calloc((size_t)P, sizeof *digests);
+    if (digests && (rc = ringlet_allgather(&g_digest, digests, 1, RINGLET_UINT64, g_comm, NULL)) != RINGLET_SUCCESS) {
+        printf("FAIL rank %d: the digests' all-gather returned %d: %s\n", g_rank, (int)rc, ringlet_comm_last_error(g_comm));
+        g_failed++;
+    }
+    for (int r = 0; digests && rc == RINGLET_SUCCESS && r < P; r++)
+        if (digests[r] != digests[0]) {
+            printf("FAIL rank %d: floating-point all-reduce results differ between ranks: rank %d's digest %016llx, "
+                   "rank 0's %016llx\n", g_rank, r, (unsigned long long)digests[r], (unsigned long long)digests[0]);
+            g_failed++;
+            break;
+        }
+    free(digests);
     rc = ringlet_comm_destroy(g_comm);
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL rank %d: ringlet_comm_destroy returned %d (%s)\n", g_rank, (int)rc, ringlet_strerror(rc));

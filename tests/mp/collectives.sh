@@ -18,6 +18,8 @@
 # RINGLET_CHECK=1 and RINGLET_CHUNK_SIZE=16384, RINGLET_NCHUNKS_INFLIGHT=2 (many chunks and
 # slot reuse per segment) and RINGLET_ALGO=ring (the ring even for the small counts, which
 # otherwise take the one-shot path), plus small shared-memory slots (a message spans many);
+# RINGLET_ALGO=halving (recursive halving and doubling all-reduce) at P = 1..5 (3 and 5:
+# positions that pair up first), floating-point results checked identical on every rank;
 # P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
 # large count too); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
 # still spans many chunks.
@@ -72,7 +74,12 @@ if [ -z "$SAN" ]; then
 4||--phase 0
 4||--phase 1
 5|RINGLET_NSOCKS_PERPEER=3 RINGLET_ALGO=oneshot|
-8||"
+8||
+1|RINGLET_ALGO=halving|--colls allreduce --max-count 1009
+2|RINGLET_ALGO=halving|--colls allreduce --max-count 30011
+3|RINGLET_ALGO=halving|--colls allreduce --max-count 100003
+4|RINGLET_ALGO=halving|--colls allreduce --max-count 100003
+5|RINGLET_ALGO=halving RINGLET_CHUNK_SIZE=16384|--colls allreduce --max-count 100003"
     TIMEOUT=900
 else
     case "$SAN" in
@@ -85,7 +92,9 @@ else
 3|$SENV RINGLET_CHECK=1 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|$LARGE
 4|$SENV|$LARGE
 5|$SENV RINGLET_ALGO=oneshot|$LARGE
-8|$SENV|$LARGE"
+8|$SENV|$LARGE
+3|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
+4|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce"
     TIMEOUT=1800
 fi
 
@@ -109,7 +118,8 @@ if [ -z "$SAN" ]; then
 2||--max-count 262147
 3|RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
 4|$JIT RINGLET_DEVICE_REDUCE=copy|$DLARGE
-5|RINGLET_ALGO=oneshot|--max-count 30011"
+5|RINGLET_ALGO=oneshot|--max-count 30011
+5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003"
 else
     case "$SAN" in
     *thread*) DLARGE="--max-count 16411 --quick" ;;
@@ -119,7 +129,8 @@ else
 2|RINGLET_CHUNK_SIZE=8192 $JIT|$DLARGE
 3|RINGLET_CHUNK_SIZE=8192 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
 4|RINGLET_CHUNK_SIZE=8192|$DLARGE
-5|RINGLET_ALGO=oneshot|--max-count 4099 --quick"
+5|RINGLET_ALGO=oneshot|--max-count 4099 --quick
+4|RINGLET_CHUNK_SIZE=8192 RINGLET_ALGO=halving $JIT|--colls allreduce $DLARGE"
 fi
 
 # Device memory over CUDA IPC ("ipc": no transport forced, so device buffers between ranks

@@ -1,0 +1,159 @@
+/* All-reduce by recursive halving and doubling (Rabenseifner's): a reduce-scatter in
+ * log2(P) steps, each with one partner and half the data of the step before, then an
+ * all-gather that retraces them. Every rank sends and receives the ring's 2(P-1)/P of
+ * the buffer, but in 2 log2(P) steps instead of 2(P-1): fewer, larger messages, which is
+ * what a middle-sized all-reduce on several ranks needs. Each step is one pipelined
+ * exchange (pipe.h) with the partner, chunked as the ring is, on host or device memory.
+ *
+ * Positions are ring positions (ranks of a host side by side). P not a power of two:
+ * the first 2r positions (r = P - p2, p2 the largest power of two below P) pair up: each
+ * even one sends its whole input to the odd one after it, which reduces it, takes part in
+ * the steps as position q / 2, and sends the whole result back at the end.
+ *
+ * The reduce-scatter cuts the buffer into p2 blocks; at the step with distance d (p2/2,
+ * ..., 1) a rank keeps the half of its current blocks on its side of its partner and sends
+ * the other half, which the partner reduces with its own. Each element is reduced by one
+ * rank at each step and the owner's result is what every rank receives, so the result is
+ * the same on every rank, bit for bit. avg divides the owned block by P before the
+ * all-gather. */
+#include <stdio.h>
+#include <string.h>
+
+#include "collective.h"
+#include "pipe.h"
+
+/* One step: send [soff, soff + slen) of sbase, receive [roff, roff + rlen) into rbase
+ * (reduce: into a slot, then rbase = local + slot). Elements. */
+typedef struct {
+    const char *sbase, *local;
+    char *rbase;
+    size_t soff, slen, roff, rlen, ce;
+    int reduce, divide; /* divide: the received range is divided by P after its reduction */
+} step_t;
+
+static size_t chunks(size_t len, size_t ce) { return len ? (len + ce - 1) / ce : 0; }
+
+static void span(size_t off, size_t len, size_t ce, size_t i, size_t *o, size_t *l) {
+    *o = off + i * ce;
+    *l = len - i * ce < ce ? len - i * ce : ce;
+}
+
+static void h_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
+    const step_t *st = (const step_t *)p->work;
+    size_t o, l;
+    span(st->roff, st->rlen, st->ce, i, &o, &l);
+    *bytes = l * p->g.es;
+    *dst = st->reduce ? NULL : st->rbase + o * p->g.es;
+}
+
+static void h_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
+    const step_t *st = (const step_t *)p->work;
+    size_t o, l;
+    span(st->soff, st->slen, st->ce, i, &o, &l);
+    *bytes = l * p->g.es;
+    *src = st->sbase + o * p->g.es;
+}
+
+static void h_process(rl_pipe *p, size_t i, const void *slot) {
+    const step_t *st = (const step_t *)p->work;
+    size_t o, l;
+    span(st->roff, st->rlen, st->ce, i, &o, &l);
+    char *dst = st->rbase + o * p->g.es;
+    rl_mem_reduce(p->mem, dst, st->local + o * p->g.es, slot, l, p->r->dtype, p->r->op);
+    if (st->divide) rl_mem_divide(p->mem, dst, l, p->r->dtype, p->P);
+}
+
+/* Runs one step with the rank at ring position `pos`. */
+static ringlet_result_t run_step(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, int pos,
+                                 step_t *st, char *err) {
+    rl_pipe p;
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.r = r;
+    p.mem = mem;
+    p.P = c->nranks;
+    p.send_peer = p.recv_peer = c->ring[pos];
+    p.g.es = ringlet_datatype_size(r->dtype);
+    p.nsend = chunks(st->slen, st->ce);
+    p.nrecv = chunks(st->rlen, st->ce);
+    p.recv_at = h_recv_at;
+    p.send_at = h_send_at;
+    p.process = st->reduce ? h_process : NULL;
+    p.work = (char *)st;
+    return rl_pipe_run(&p, err);
+}
+
+/* Element offset of block b of count cut into n blocks. */
+static size_t block_off(size_t count, int n, int b) {
+    size_t base = count / (size_t)n, rem = count % (size_t)n, ub = (size_t)b;
+    return ub * base + (ub < rem ? ub : rem);
+}
+
+int rl_halving_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
+    if (r->kind != RL_OP_ALLREDUCE || c->nranks < 2 || r->count == 0) return 0;
+    if (c->algo == RL_ALGO_HALVING) return 1;
+    if (c->algo != RL_ALGO_AUTO) return 0;
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+    /* A power of two of at least 4 ranks: at 2 it is the ring; where positions pair up
+     * first, the pairs' whole-buffer transfers cost more than the steps save. */
+    int P = c->nranks;
+    return P >= 4 && (P & (P - 1)) == 0 && bytes >= c->halving_min_bytes && bytes <= c->halving_max_bytes;
+}
+
+ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    int P = c->nranks, q = c->ring_pos;
+    size_t es = ringlet_datatype_size(r->dtype), n = r->count;
+    int p2 = 1;
+    while (p2 * 2 <= P) p2 *= 2;
+    int extra = P - p2; /* positions 0 .. 2 extra - 1 pair up */
+    size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
+    char *out = r->recvbuf;
+    const char *in = r->sendbuf;
+    ringlet_result_t rc;
+    if (P == 1) {
+        rl_mem_copy(mem, out, in, n * es);
+        return mem->rc ? (snprintf(err, RL_MSG_MAX, "%s", mem->err), mem->rc) : RINGLET_SUCCESS;
+    }
+    int v; /* this rank's place among the p2 that run the steps, or -1 */
+    if (q < 2 * extra) {
+        if (q % 2 == 0) {
+            /* Hands its input to q + 1, which runs the steps for both, and gets the result. */
+            step_t give = {in, NULL, NULL, 0, n, 0, 0, ce, 0, 0};
+            if ((rc = run_step(c, r, mem, q + 1, &give, err))) return rc;
+            step_t get = {NULL, NULL, out, 0, 0, 0, n, ce, 0, 0};
+            return run_step(c, r, mem, q + 1, &get, err);
+        }
+        step_t take = {NULL, in, out, 0, 0, 0, n, ce, 1, 0};
+        if ((rc = run_step(c, r, mem, q - 1, &take, err))) return rc;
+        in = out; /* the pair's sum is the input from here on */
+        v = q / 2;
+    } else {
+        v = q - extra;
+    }
+    /* Reduce-scatter: blocks [lo, lo + 2d) held, then [lo, lo + d) or [lo + d, lo + 2d). */
+    int lo = 0;
+    for (int d = p2 / 2; d >= 1; d /= 2) {
+        int pv = v ^ d, keep = (v & d) ? lo + d : lo, give = (v & d) ? lo : lo + d;
+        int ppos = pv < extra ? 2 * pv + 1 : pv + extra;
+        size_t ko = block_off(n, p2, keep), ke = block_off(n, p2, keep + d);
+        size_t go = block_off(n, p2, give), ge = block_off(n, p2, give + d);
+        step_t st = {in, in, out, go, ge - go, ko, ke - ko, ce, 1, d == 1 && r->op == RINGLET_AVG};
+        if ((rc = run_step(c, r, mem, ppos, &st, err))) return rc;
+        in = out; /* partial results live in recvbuf now */
+        lo = keep;
+    }
+    /* All-gather: the blocks held double at each step. */
+    for (int d = 1; d < p2; d *= 2) {
+        int pv = v ^ d, mine = v & ~(d - 1), theirs = pv & ~(d - 1);
+        int ppos = pv < extra ? 2 * pv + 1 : pv + extra;
+        size_t mo = block_off(n, p2, mine), me = block_off(n, p2, mine + d);
+        size_t to = block_off(n, p2, theirs), te = block_off(n, p2, theirs + d);
+        step_t st = {out, NULL, out, mo, me - mo, to, te - to, ce, 0, 0};
+        if ((rc = run_step(c, r, mem, ppos, &st, err))) return rc;
+    }
+    if (q < 2 * extra) {
+        step_t back = {out, NULL, NULL, 0, n, 0, 0, ce, 0, 0};
+        return run_step(c, r, mem, q - 1, &back, err);
+    }
+    return RINGLET_SUCCESS;
+}
