@@ -155,6 +155,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     memcpy(c->secret, t->secret, 32);
     c->timeout_s = rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
+    c->chunk_fixed = c->chunk_bytes != 0;
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
     const char *algo = getenv("RINGLET_ALGO");
     c->algo = RL_ALGO_AUTO;

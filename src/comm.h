@@ -142,7 +142,8 @@ struct ringlet_comm {
     rl_rank_info *infos;
     uint8_t secret[32];
     double timeout_s;
-    size_t chunk_bytes;
+    size_t chunk_bytes; /* the largest chunk (and staging slot); a call may cut smaller ones (rl_chunk_for) */
+    int chunk_fixed;    /* RINGLET_CHUNK_SIZE was given: every chunk is chunk_bytes */
     int nslots;
     int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER or _HALVING */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */

@@ -106,7 +106,7 @@ ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *
     int p2 = 1;
     while (p2 * 2 <= P) p2 *= 2;
     int extra = P - p2; /* positions 0 .. 2 extra - 1 pair up */
-    size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
+    size_t cb = rl_chunk_for(c, n * es / 2), ce = cb / es ? cb / es : 1; /* the largest step: half */
     char *out = r->recvbuf;
     const char *in = r->sendbuf;
     ringlet_result_t rc;

@@ -32,6 +32,13 @@ rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int 
     return g;
 }
 
+size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes) {
+    if (c->chunk_fixed) return c->chunk_bytes;
+    size_t want = (step_bytes / 4 + 4095) & ~(size_t)4095;
+    if (want < RL_CHUNK_FLOOR) want = RL_CHUNK_FLOOR;
+    return want < c->chunk_bytes ? want : c->chunk_bytes;
+}
+
 void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len) {
     size_t us = (size_t)s;
     size_t seg_off = us * g->base + (us < g->rem ? us : g->rem);

@@ -37,6 +37,13 @@ rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int 
 /* Element offset and length of chunk j of segment s (length 0 past the segment's end). */
 void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len);
 
+/* The chunk size for an exchange whose longest step moves step_bytes: a quarter of a step,
+ * so that a middle-sized call still keeps several chunks in flight, in whole 4 KiB, at
+ * least RL_CHUNK_FLOOR and at most the communicator's chunk_bytes (which RINGLET_CHUNK_SIZE
+ * fixes for every call). The same on every rank. */
+#define RL_CHUNK_FLOOR ((size_t)64 << 10)
+size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes);
+
 typedef struct rl_pipe rl_pipe;
 struct rl_pipe {
     struct ringlet_comm *c;

@@ -195,7 +195,9 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
     p.q = c->ring_pos;
     p.send_peer = c->next;
     p.recv_peer = c->prev;
-    size_t cb = c->chunk_bytes;
+    /* a step moves a segment (all-reduce) or a block (the rest) */
+    size_t step = r->count * es / (r->kind == RL_OP_ALLREDUCE ? (size_t)P : 1);
+    size_t cb = rl_chunk_for(c, r->kind == RL_OP_BARRIER ? 1 : step);
     switch (r->kind) {
     case RL_OP_ALLREDUCE:
         if (r->count == 0) return RINGLET_SUCCESS;
