@@ -157,6 +157,7 @@ struct ringlet_comm {
 #define RL_HIER_CLASSES 64
     double hier_time[RL_HIER_CLASSES][2];
     signed char hier_pick[RL_HIER_CLASSES];
+    unsigned char hier_calls[RL_HIER_CLASSES]; /* calls of the class made while measuring */
 
     void *tctx[RL_TP_MAX];           /* transports that initialised here */
     int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */

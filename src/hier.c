@@ -17,9 +17,11 @@
  * two exchanges).
  *
  * Choice (RINGLET_ALGO=auto): all-reduce of at least RINGLET_HIER_MIN_BYTES, on a job
- * of that shape. Per size class (powers of two), the first call runs the ring and the
- * second the hierarchy, each timed; the ranks then agree on the larger time of each
- * (a small all-reduce, max) and every later call of that class takes the faster one.
+ * of that shape. Per size class (powers of two), the first two calls run the ring and
+ * the hierarchy untimed (each algorithm's first call makes its connections, which would
+ * count against it), the next two run them again, timed; the ranks then agree on the
+ * larger time of each (a small all-reduce, max) and every later call of that class takes
+ * the faster one.
  * So the choice follows the links as measured, and is the same on every rank.
  * RINGLET_ALGO=hier forces it (the ring where the job has not that shape). */
 #include <stdio.h>
@@ -229,8 +231,8 @@ ringlet_result_t rl_run_allreduce_choosing(struct ringlet_comm *c, struct ringle
     int b = size_class(bytes);
     signed char pick = c->hier_pick[b];
     if (pick) return pick == 2 ? rl_run_hier(c, r, mem, err) : rl_run_ring(c, r, mem, err);
-    /* Still measuring this class: the ring first, then the hierarchy. */
-    int trying_hier = c->hier_time[b][0] > 0;
+    /* Still measuring this class: ring, hierarchy (warming up), ring, hierarchy (timed). */
+    int call = c->hier_calls[b]++, trying_hier = call % 2, timed = call >= 2;
     double t0 = rl_now();
     ringlet_result_t rc = trying_hier ? rl_run_hier(c, r, mem, err) : rl_run_ring(c, r, mem, err);
     if (rc) return rc;
@@ -238,6 +240,7 @@ ringlet_result_t rl_run_allreduce_choosing(struct ringlet_comm *c, struct ringle
         rc = rl_mem_fence(c, mem, err);
         if (rc) return rc;
     }
+    if (!timed) return RINGLET_SUCCESS;
     double dt = rl_now() - t0;
     c->hier_time[b][trying_hier] = dt > 1e-9 ? dt : 1e-9;
     if (!trying_hier) return RINGLET_SUCCESS;
