@@ -4,16 +4,16 @@
  *
  * How the code is laid out
  *
- *   1. data types: how an element is stored (Bits) and what it is computed on
- *      (Value); float16 / bfloat16 compute in float32 and round once, to nearest
- *      even, through cuda_fp16.h / cuda_bf16.h;
+ *   1. data types (cuda_common.cuh): how an element is stored (Bits) and what it is
+ *      computed on (Value); float16 / bfloat16 compute in float32 and round once, to
+ *      nearest even, through cuda_fp16.h / cuda_bf16.h;
  *   2. the operations (sum, prod, min, max; divide for avg's last step);
  *   3. one kernel template for every (type, op): dst[i] = f(a[i], b[i]) or
  *      buf[i] = f(buf[i]);
  *   4. launch: alignment, vector width, grid size;
  *   5. the C entry points, which map (dtype, op) onto the templates;
  *   6. rl_stream_wait_flag, rl_stream_write_flag; rl_reduce_device_many (many sources, one launch);
- *   7. rl_cuda_load_kernels: every kernel above loaded at once.
+ *   7. rl_cuda_load_kernels: every kernel above (and convert_cuda.cu's) loaded at once.
  *
  * Launching
  *
@@ -61,81 +61,11 @@ extern "C" {
 #include <cstring>
 #include <type_traits>
 
+#include "cuda_common.cuh"
+
 namespace {
 
-constexpr int kThreads = 256; /* threads per block */
-constexpr int kUnroll = 2;    /* 16-byte groups of each input in flight per thread */
-constexpr int kVecBytes = 16;
-
-/* Where a launcher's kernel goes: launched on stream, or only loaded (load). */
-struct Go {
-    cudaStream_t stream;
-    bool load;
-};
-
-/* Loads kernel into the current context (what its first launch would do under lazy
- * loading, which can wait for the whole device). */
-template <typename K>
-cudaError_t load_kernel(K *kernel) {
-    cudaFuncAttributes attr;
-    return cudaFuncGetAttributes(&attr, reinterpret_cast<const void *>(kernel));
-}
-
-/* ------------------------------------------------------------------------------
- * 1. Data types
- * ------------------------------------------------------------------------------ */
-
-/* Integers are computed in their own type. Signed sum / prod never get here: they
- * run on the unsigned type of the same width (section 5), as on the CPU, so no
- * signed overflow happens anywhere. */
-template <typename B, typename V>
-struct IntType {
-    using Bits = B;
-    using Value = V;
-    static __device__ __forceinline__ V load(B x) { return static_cast<V>(x); }
-    static __device__ __forceinline__ B store(V v) { return static_cast<B>(v); }
-};
-using I8 = IntType<uint8_t, int8_t>;
-using U8 = IntType<uint8_t, uint8_t>;
-using I32 = IntType<uint32_t, int32_t>;
-using U32 = IntType<uint32_t, uint32_t>;
-using I64 = IntType<unsigned long long, long long>;
-using U64 = IntType<unsigned long long, unsigned long long>;
-
-struct F32 {
-    using Bits = uint32_t;
-    using Value = float;
-    static __device__ __forceinline__ float load(uint32_t x) { return __uint_as_float(x); }
-    static __device__ __forceinline__ uint32_t store(float v) { return __float_as_uint(v); }
-};
-struct F64 {
-    using Bits = unsigned long long;
-    using Value = double;
-    static __device__ __forceinline__ double load(unsigned long long x) {
-        return __longlong_as_double(static_cast<long long>(x));
-    }
-    static __device__ __forceinline__ unsigned long long store(double v) {
-        return static_cast<unsigned long long>(__double_as_longlong(v));
-    }
-};
-/* float16 / bfloat16: to float32 exactly, back with one round to nearest even
- * (overflow to inf, subnormal results rounded like any other). */
-struct F16 {
-    using Bits = unsigned short;
-    using Value = float;
-    static __device__ __forceinline__ float load(unsigned short x) { return __half2float(__ushort_as_half(x)); }
-    static __device__ __forceinline__ unsigned short store(float v) { return __half_as_ushort(__float2half_rn(v)); }
-};
-struct BF16 {
-    using Bits = unsigned short;
-    using Value = float;
-    static __device__ __forceinline__ float load(unsigned short x) {
-        return __bfloat162float(__ushort_as_bfloat16(x));
-    }
-    static __device__ __forceinline__ unsigned short store(float v) {
-        return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
-};
+using namespace rl_cuda;
 
 /* ------------------------------------------------------------------------------
  * 2. Operations
@@ -517,46 +447,6 @@ __global__ void write_flag_kernel(volatile uint64_t *flag, uint64_t value) {
 }
 
 /* ------------------------------------------------------------------------------
- * Conversions between the floating types, with a scaling (kernels/convert.h): from
- * float64 the product is taken in float64, from the others in float32; then one round
- * to the destination type, as rl_convert_host computes it.
- * ------------------------------------------------------------------------------ */
-
-template <typename S, typename D, typename M>
-__global__ void convert_kernel(typename D::Bits *dst, const typename S::Bits *src, size_t n, M k) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        M v = static_cast<M>(S::load(src[i])) * k;
-        dst[i] = D::store(static_cast<typename D::Value>(v));
-    }
-}
-
-template <typename S, typename D>
-int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &go) {
-    using M = typename std::conditional<std::is_same<S, F64>::value, double, float>::type;
-    void (*const kernel)(typename D::Bits *, const typename S::Bits *, size_t, M) = convert_kernel<S, D, M>;
-    if (go.load) return static_cast<int>(load_kernel(kernel));
-    size_t blocks = (n + 255) / 256;
-    if (blocks > 4096) blocks = 4096;
-    typename D::Bits *pd = static_cast<typename D::Bits *>(dst);
-    const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
-    M k = static_cast<M>(scale);
-    void *args[] = {&pd, &ps, &n, &k};
-    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
-                                             dim3(256), args, 0, go.stream));
-}
-
-template <typename S>
-int convert_from(void *dst, ringlet_datatype_t dt, const void *src, size_t n, double scale, const Go &go) {
-    switch (dt) {
-    case RINGLET_FLOAT16: return convert_typed<S, F16>(dst, src, n, scale, go);
-    case RINGLET_BFLOAT16: return convert_typed<S, BF16>(dst, src, n, scale, go);
-    case RINGLET_FLOAT32: return convert_typed<S, F32>(dst, src, n, scale, go);
-    case RINGLET_FLOAT64: return convert_typed<S, F64>(dst, src, n, scale, go);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-/* ------------------------------------------------------------------------------
  * The entry points' dispatch: (dtype, op) onto the templates, launched or loaded.
  * ------------------------------------------------------------------------------ */
 
@@ -625,24 +515,6 @@ int scale_any(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const
     }
 }
 
-int convert_any(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
-                const Go &go) {
-    switch (st) {
-    case RINGLET_FLOAT16: return convert_from<F16>(dst, dt, src, n, scale, go);
-    case RINGLET_BFLOAT16: return convert_from<BF16>(dst, dt, src, n, scale, go);
-    case RINGLET_FLOAT32: return convert_from<F32>(dst, dt, src, n, scale, go);
-    case RINGLET_FLOAT64: return convert_from<F64>(dst, dt, src, n, scale, go);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-Go launching(void *stream) {
-    Go go;
-    go.stream = static_cast<cudaStream_t>(stream);
-    go.load = false;
-    return go;
-}
-
 } // namespace
 
 extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
@@ -690,12 +562,6 @@ extern "C" int rl_scale_device(void *dst, const void *src, size_t n, ringlet_dat
     return scale_any(dst, src, n, dt, scalar, launching(stream));
 }
 
-extern "C" int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
-                                 double scale, void *stream) {
-    if (n == 0) return cudaSuccess;
-    return convert_any(dst, dt, src, st, n, scale, launching(stream));
-}
-
 /* ------------------------------------------------------------------------------
  * 7. Every kernel loaded at once
  * ------------------------------------------------------------------------------ */
@@ -704,7 +570,6 @@ extern "C" int rl_cuda_load_kernels(void) {
     Go go;
     go.stream = nullptr;
     go.load = true;
-    static const ringlet_datatype_t floats[] = {RINGLET_FLOAT16, RINGLET_BFLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64};
     int err = static_cast<int>(load_kernel(wait_flag_kernel));
     if (!err) err = static_cast<int>(load_kernel(write_flag_kernel));
     for (int t = 0; t < RINGLET_NUM_DATATYPES && !err; t++) {
@@ -717,7 +582,6 @@ extern "C" int rl_cuda_load_kernels(void) {
         if (!err) err = divide_any(nullptr, 0, dt, 2, go);
         if (!err) err = scale_any(nullptr, nullptr, 0, dt, nullptr, go);
     }
-    for (int i = 0; i < 4 && !err; i++)
-        for (int j = 0; j < 4 && !err; j++) err = convert_any(nullptr, floats[j], nullptr, floats[i], 0, 1.0, go);
+    if (!err) err = rl_cuda_load_convert_kernels();
     return err;
 }

@@ -45,6 +45,8 @@ int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, void *stream);
  * 12.2's default) a kernel's first launch loads it, which can wait for the whole device,
  * and so never ends while a stream is held. 0 or the cudaError_t. */
 int rl_cuda_load_kernels(void);
+/* convert_cuda.cu's part of it (rl_cuda_load_kernels calls it). */
+int rl_cuda_load_convert_kernels(void);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
 # Builds the GPU programs that test and measure kernels/ on their own (no libringlet):
 #   test_kernels        tests/gpu/test_kernels.cu
 #   gpu_kernels_bench   perf/gpu_kernels_bench.cu
-# each linked with kernels/reduce_cuda.cu, kernels/reduce_cpu.c and kernels/convert_cpu.c.
+# each linked with kernels/reduce_cuda.cu, kernels/convert_cuda.cu, kernels/reduce_cpu.c and
+# kernels/convert_cpu.c.
 #
 #   tests/gpu/build_programs.sh [--out DIR] PROGRAM...
 #
@@ -42,14 +43,19 @@ pids=()
 pids+=($!)
 "$CC" -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Iinclude -Ikernels -c kernels/convert_cpu.c -o "$O/convert_cpu.o" &
 pids+=($!)
-cuda_obj="$BUILD/obj/kernels/reduce_cuda.o"
-if [ -f "$cuda_obj" ] && [ "$cuda_obj" -nt kernels/reduce_cuda.cu ] && [ "$cuda_obj" -nt kernels/reduce_cuda.h ]; then
-    echo "build_programs: kernels/reduce_cuda.cu: the library build's object ($cuda_obj)"
-else
-    cuda_obj="$O/reduce_cuda.o"
-    "$NVCC" "${nvflags[@]}" -c kernels/reduce_cuda.cu -o "$cuda_obj" &
-    pids+=($!)
-fi
+cuda_objs=()
+for cu in reduce_cuda convert_cuda; do
+    obj="$BUILD/obj/kernels/$cu.o"
+    if [ -f "$obj" ] && [ "$obj" -nt kernels/$cu.cu ] && [ "$obj" -nt kernels/reduce_cuda.h ] &&
+        [ "$obj" -nt kernels/cuda_common.cuh ]; then
+        echo "build_programs: kernels/$cu.cu: the library build's object ($obj)"
+    else
+        obj="$O/$cu.o"
+        "$NVCC" "${nvflags[@]}" -c kernels/$cu.cu -o "$obj" &
+        pids+=($!)
+    fi
+    cuda_objs+=("$obj")
+done
 for prog in "$@"; do
     case $prog in
     test_kernels) src=tests/gpu/test_kernels.cu ;;
@@ -64,7 +70,7 @@ for p in "${pids[@]}"; do wait "$p" || st=1; done
 [ $st = 0 ] || { echo "build_programs: FAIL: a compilation failed"; exit 1; }
 for prog in "$@"; do
     rm -f "$OUTDIR/$prog"
-    "$NVCC" "${arch[@]}" "$O/$prog.o" "$cuda_obj" "$O/reduce_cpu.o" "$O/convert_cpu.o" -lm -o "$OUTDIR/$prog" ||
+    "$NVCC" "${arch[@]}" "$O/$prog.o" "${cuda_objs[@]}" "$O/reduce_cpu.o" "$O/convert_cpu.o" -lm -o "$OUTDIR/$prog" ||
         { echo "build_programs: FAIL: linking $prog"; exit 1; }
     echo "build_programs: built $OUTDIR/$prog"
 done

@@ -1,0 +1,79 @@
+/* Conversions between the floating types on the device, with a scaling
+ * (kernels/convert.h's contract, rl_convert_host's results): from float64 the product is
+ * taken in float64, from the others in float32; then one round to the destination type.
+ * See reduce_cuda.h for the entry point. */
+#include "reduce_cuda.h"
+
+#include <type_traits>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+using namespace rl_cuda;
+
+
+template <typename S, typename D, typename M>
+__global__ void convert_kernel(typename D::Bits *dst, const typename S::Bits *src, size_t n, M k) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        M v = static_cast<M>(S::load(src[i])) * k;
+        dst[i] = D::store(static_cast<typename D::Value>(v));
+    }
+}
+
+template <typename S, typename D>
+int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &go) {
+    using M = typename std::conditional<std::is_same<S, F64>::value, double, float>::type;
+    void (*const kernel)(typename D::Bits *, const typename S::Bits *, size_t, M) = convert_kernel<S, D, M>;
+    if (go.load) return static_cast<int>(load_kernel(kernel));
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    typename D::Bits *pd = static_cast<typename D::Bits *>(dst);
+    const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
+    M k = static_cast<M>(scale);
+    void *args[] = {&pd, &ps, &n, &k};
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
+                                             dim3(256), args, 0, go.stream));
+}
+
+template <typename S>
+int convert_from(void *dst, ringlet_datatype_t dt, const void *src, size_t n, double scale, const Go &go) {
+    switch (dt) {
+    case RINGLET_FLOAT16: return convert_typed<S, F16>(dst, src, n, scale, go);
+    case RINGLET_BFLOAT16: return convert_typed<S, BF16>(dst, src, n, scale, go);
+    case RINGLET_FLOAT32: return convert_typed<S, F32>(dst, src, n, scale, go);
+    case RINGLET_FLOAT64: return convert_typed<S, F64>(dst, src, n, scale, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+int convert_any(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double scale,
+                const Go &go) {
+    switch (st) {
+    case RINGLET_FLOAT16: return convert_from<F16>(dst, dt, src, n, scale, go);
+    case RINGLET_BFLOAT16: return convert_from<BF16>(dst, dt, src, n, scale, go);
+    case RINGLET_FLOAT32: return convert_from<F32>(dst, dt, src, n, scale, go);
+    case RINGLET_FLOAT64: return convert_from<F64>(dst, dt, src, n, scale, go);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+extern "C" int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                                 double scale, void *stream) {
+    if (n == 0) return cudaSuccess;
+    return convert_any(dst, dt, src, st, n, scale, launching(stream));
+}
+
+/* The conversion kernels loaded (rl_cuda_load_kernels' part for this file). */
+extern "C" int rl_cuda_load_convert_kernels(void) {
+    static const ringlet_datatype_t floats[] = {RINGLET_FLOAT16, RINGLET_BFLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64};
+    Go go;
+    go.stream = nullptr;
+    go.load = true;
+    int err = 0;
+    for (int i = 0; i < 4 && !err; i++)
+        for (int j = 0; j < 4 && !err; j++) err = convert_any(nullptr, floats[j], nullptr, floats[i], 0, 1.0, go);
+    return err;
+}
