@@ -79,13 +79,13 @@ static void *progress_thread(void *arg) {
             char msg[RL_MSG_MAX];
             ringlet_result_t code = atomic_load(&c->failed) ? rl_comm_failure(c, msg, sizeof msg) : RINGLET_SUCCESS;
             for (struct ringlet_request *q = r; q; q = q == r ? partner : NULL) {
-                if (q->prep_rc) { /* its own preparation's failure: the most precise message */
-                    snprintf(msg, sizeof msg, "%s", q->err);
-                    snprintf(q->err, sizeof q->err, "%s #%llu failed: %.400s", rl_op_name(q->kind),
-                             (unsigned long long)q->seq, msg);
-                    /* A peer's failure is the communicator's (as an algorithm's would be). */
-                    if (!atomic_load(&c->failed)) rl_comm_fail(c, q->prep_rc, "%s", q->err);
-                    finish(c, q, q->prep_rc);
+                if (q->prep_rc) {
+                    /* Its own preparation's failure, judged as an algorithm's is: a peer's
+                     * failure is the communicator's, and a broken link or a stop may be this
+                     * rank's view of another rank's death, which the monitor names. */
+                    char what[RL_MSG_MAX];
+                    snprintf(what, sizeof what, "%s", q->err);
+                    finish(c, q, rl_comm_op_failed(c, q, q->prep_rc, what, q->err));
                     continue;
                 }
                 if (code) {

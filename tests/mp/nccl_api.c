@@ -15,8 +15,8 @@
  *            by parity with keys reversed and NCCL_SPLIT_NOCOLOR; pre-multiplied sums (host
  *            scalar; device scalar on device memory); float8 refused; register and
  *            deregister; the calls ringlet does not provide; finalize, destroy.
- *   fault    rank 1 aborts while the others call: their non-blocking all-reduce ends in
- *            ncclRemoteError through ncclCommGetAsyncError, their blocking one returns it,
+ *   fault    rank 1 aborts while the others call (rank 2 only once it saw rank 1 gone):
+ *            their non-blocking all-reduce ends in ncclRemoteError through ncclCommGetAsyncError, their blocking one returns it,
  *            and ncclGetLastError names rank 1.
  *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
  *            destroyed one by one.
@@ -490,6 +490,13 @@ static void case_all(ncclComm_t c) {
 }
 
 static void case_fault(ncclComm_t c) {
+    if (g_P >= 3 && g_rank < 2) {
+        /* Rank 1 sends to rank 0 before it leaves: rank 0's connection from it is then made,
+         * and its next call waits only for rank 2's (below). */
+        void *m = balloc(64);
+        NB(c, g_rank ? ncclSend(m, 16, ncclFloat32, 0, c, NULL) : ncclRecv(m, 16, ncclFloat32, 1, c, NULL));
+        bfree(m);
+    }
     ncclComm_t b = NULL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
@@ -513,7 +520,17 @@ static void case_fault(ncclComm_t c) {
         return;
     }
     void *buf = balloc(4096);
-    EXPECT(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, c, NULL), ncclInProgress, ncclSuccess);
+    if (g_rank == 2) {
+        /* Calls only once it knows rank 1 is gone: rank 0's call then meets the failure
+         * while it waits for this rank to connect (on device memory, cuda_ipc's ready
+         * step), a stop whose cause, rank 1, its error must still name. */
+        ncclResult_t a = ncclSuccess;
+        for (double t0 = now(); a == ncclSuccess && now() - t0 < 60; usleep(1000)) OK(ncclCommGetAsyncError(c, &a));
+    }
+    if (g_rank == 2) /* on a communicator known to have failed: refused at once, or failing later */
+        EXPECT(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, c, NULL), ncclRemoteError, ncclInProgress);
+    else
+        EXPECT(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, c, NULL), ncclInProgress, ncclSuccess);
     EXPECT(settle(c), ncclRemoteError, -1);
     g_checks++;
     if (!strstr(ncclGetLastError(c), "rank 1")) FAIL("async error does not name rank 1: %s", ncclGetLastError(c));
