@@ -1115,6 +1115,32 @@ class ProcessGroupRinglet(_ProcessGroup):
         raise RuntimeError("ringlet: recv from any source (dist.recv/irecv without src) is not supported: ringlet "
                            "receives from a named rank; pass src")
 
+    # torch 2.x's batch_isend_irecv on CUDA tensors brackets its sends and receives with
+    # these (NCCL-style coalescing): the calls in between go into one ringlet group, which
+    # runs them at once (device sends and receives outside a group run one by one, in
+    # order, so two ranks that both send first would wait for each other, as with NCCL).
+    # Only the Work of _end_coalescing covers them. CPU tensors need no group (host sends
+    # and receives are posted and overlap).
+    def _start_coalescing(self, device=None):
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        if dev.type == "cuda" and getattr(self, "_coalescing", None) is None:
+            self._coalescing = dev
+            _L.ringlet_group_start()
+
+    def _end_coalescing(self, device=None):
+        dev = getattr(self, "_coalescing", None)
+        if dev is None:  # nothing was grouped (CPU): nothing to wait for
+            return _Launch(self, "coalesced operations", torch.device("cpu")).work([])
+        self._coalescing = None
+        ln = _Launch(self, "coalesced sends and receives", dev)
+        try:
+            rc = _L.ringlet_group_end()
+            if rc:
+                raise self._make_error(rc, ln.what, self._last_error())
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([])
+
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         raise RuntimeError("ringlet: monitored_barrier is Gloo's; use barrier() (ringlet names a failed or silent rank "
                            "by itself, within the group's timeout)")

@@ -467,11 +467,17 @@ def case_gather_scatter():
 
 def case_p2p_barrier():
     # a ring: every rank sends to the next and receives from the previous, async both ways
+    # (CPU: both posted at once; CUDA: batch_isend_irecv, one ringlet group, as with NCCL:
+    # device sends and receives outside a group run one by one)
     for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.bool):
         case = "sendrecv/%s" % dtype
         x = rand(case, dtype, (1001,))
         got = dev(torch.empty(1001, dtype=dtype))
-        ws = [dist.isend(dev(x), (R + 1) % P), dist.irecv(got, (R - 1) % P)]
+        if DEV.type == "cuda":
+            ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, dev(x), (R + 1) % P),
+                                         dist.P2POp(dist.irecv, got, (R - 1) % P)])
+        else:
+            ws = [dist.isend(dev(x), (R + 1) % P), dist.irecv(got, (R - 1) % P)]
         for w in ws:
             w.wait()
         if DEV.type == "cuda":
