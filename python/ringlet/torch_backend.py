@@ -424,11 +424,11 @@ class _Completer:
     """The process group's one completion thread: waits, oldest first, for the operations
     whose futures were asked for, and completes them."""
 
-    def __init__(self, pg):
+    def __init__(self, core):
         self._q = collections.deque()
         self._cv = threading.Condition()
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="ringlet-completion-%s" % pg._group_name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="ringlet-completion-%s" % core.group_name, daemon=True)
         self._thread.start()
 
     def add(self, work):
@@ -560,29 +560,115 @@ def _device_of(tensors, what):
 _live_groups = []  # weak references, in creation order (destroyed in reverse at exit)
 
 
+class _Core:
+    """What a process group's Works and its completion thread share with it: the
+    communicator and the bookkeeping. Works hold this, not the group, so that no cycle
+    keeps a group alive: its communicator is destroyed when torch lets go of it
+    (destroy_process_group), on every rank at the same point of the program."""
+
+    def __init__(self, handle, rank, size, timeout_s, group_name, global_ranks):
+        self.holder = [handle]  # the communicator, shared with the group's finalizer
+        self.completer_box = [None]
+        self.rank = rank
+        self.size = size
+        self.timeout_s = timeout_s
+        self.group_name = group_name or "?"
+        self.global_ranks = list(global_ranks or [])
+        self.tracked = collections.deque()  # Works whose completion nobody has seen yet
+        self.seen = collections.deque(maxlen=32)  # and the last ones that were seen
+        self.unwaited = collections.deque(maxlen=4096)
+        self.sides = {}
+        self.mu = threading.Lock()
+        self.coalescing = None
+
+    @property
+    def _handle(self):
+        return self.holder[0]
+
+    def _live(self, what):
+        h = self.holder[0]
+        if not h:
+            raise RuntimeError("ringlet: %s: the process group was destroyed" % what)
+        return h
+
+    def _last_error(self):
+        h = self.holder[0]
+        return _L.ringlet_comm_last_error(h).decode("utf-8", "replace") if h else ""
+
+    def _make_error(self, rc, what, msg):
+        where = "group %s, rank %d of %d" % (self.group_name, self.rank, self.size)
+        if self.global_ranks:
+            where += "; its ranks are global ranks %s" % self.global_ranks
+        return RingletError(rc, "ringlet backend: %s (%s) failed: %s" % (what, where, msg or "(no message)"))
+
+    def _async_error(self, what):
+        h = self.holder[0]
+        if not h:
+            return RuntimeError("ringlet: %s: the process group was destroyed" % what)
+        rc = _L.ringlet_comm_get_async_error(h)
+        return self._make_error(rc, what, self._last_error()) if rc else None
+
+    def _completer(self):
+        c = self.completer_box[0]
+        if c is None:
+            with self.mu:
+                if self.completer_box[0] is None:
+                    self.completer_box[0] = _Completer(self)
+                c = self.completer_box[0]
+        return c
+
+    def _side_stream(self, device):
+        s = self.sides.get(device.index)
+        if s is None:
+            s = self.sides[device.index] = torch.cuda.Stream(device)
+        return s
+
+    def _track(self, w):
+        tr = self.tracked
+        tr.append(w)
+        # Works never waited for: completed here (their staging freed) once done, and
+        # kept a while (torch's C++ code may still wait on one).
+        for _ in range(2):
+            if not tr:
+                break
+            old = tr[0]
+            if old._seen:
+                tr.popleft()
+            elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
+                mine, _ = old._take()
+                if mine and not old._run_requests(False):
+                    with old._lock:
+                        old._owner = False
+                    break
+            elif old is not w and (not isinstance(old, _CpuWork) or old._state):
+                tr.popleft()
+                self.unwaited.append(old)
+            else:
+                break
+
+    def _retire(self, w):
+        try:
+            self.tracked.remove(w)
+        except ValueError:
+            pass
+        self.seen.append(w)
+
+
 class ProcessGroupRinglet(_ProcessGroup):
     """A torch ProcessGroup over one ringlet communicator."""
 
     def __init__(self, handle, rank, size, timeout_s, group_name="", global_ranks=None):
         super().__init__(rank, size)
-        self._holder = [handle]  # the communicator, shared with the finalizer
-        self._completer_box = [None]
+        self._core = core = _Core(handle, rank, size, timeout_s, group_name, global_ranks)
         self._rank = rank
         self._size = size
-        self._timeout_s = timeout_s
-        self._group_name = group_name or "?"
-        self._global_ranks = list(global_ranks or [])
-        self._tracked = collections.deque()  # Works whose completion nobody has seen yet
-        self._seen = collections.deque(maxlen=32)  # and the last ones that were seen
-        self._unwaited = collections.deque(maxlen=4096)
-        self._sides = {}
-        self._mu = threading.Lock()
+        self._group_name = core.group_name
         _live_groups.append(weakref.ref(self))
-        self._finalizer = weakref.finalize(self, _close_group, self._holder, self._completer_box, timeout_s)
+        self._finalizer = weakref.finalize(self, _close_group, core.holder, core.completer_box, timeout_s)
 
     @property
     def _handle(self):
-        return self._holder[0]
+        return self._core.holder[0]
 
     # -- identity --
 
@@ -607,78 +693,9 @@ class ProcessGroupRinglet(_ProcessGroup):
 
     # -- life --
 
-    def _live(self, what):
-        h = self._handle
-        if not h:
-            raise RuntimeError("ringlet: %s: the process group was destroyed" % what)
-        return h
-
-    def _last_error(self):
-        h = self._handle
-        return _L.ringlet_comm_last_error(h).decode("utf-8", "replace") if h else ""
-
-    def _make_error(self, rc, what, msg):
-        where = "group %s, rank %d of %d" % (self._group_name, self._rank, self._size)
-        if self._global_ranks:
-            where += "; its ranks are global ranks %s" % self._global_ranks
-        return RingletError(rc, "ringlet backend: %s (%s) failed: %s" % (what, where, msg or "(no message)"))
-
-    def _async_error(self, what):
-        h = self._handle
-        if not h:
-            return RuntimeError("ringlet: %s: the process group was destroyed" % what)
-        rc = _L.ringlet_comm_get_async_error(h)
-        return self._make_error(rc, what, self._last_error()) if rc else None
-
-    def _completer(self):
-        c = self._completer_box[0]
-        if c is None:
-            with self._mu:
-                if self._completer_box[0] is None:
-                    self._completer_box[0] = _Completer(self)
-                c = self._completer_box[0]
-        return c
-
-    def _side_stream(self, device):
-        s = self._sides.get(device.index)
-        if s is None:
-            s = self._sides[device.index] = torch.cuda.Stream(device)
-        return s
-
-    def _track(self, w):
-        tr = self._tracked
-        tr.append(w)
-        # Works never waited for: completed here (their staging freed) once done, and
-        # kept a while (torch's C++ code may still wait on one).
-        for _ in range(2):
-            if not tr:
-                break
-            old = tr[0]
-            if old._seen:
-                tr.popleft()
-            elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
-                mine, _ = old._take()
-                if mine and not old._run_requests(False):
-                    with old._lock:
-                        old._owner = False
-                    break
-            elif old is not w and (not isinstance(old, _CpuWork) or old._state):
-                tr.popleft()
-                self._unwaited.append(old)
-            else:
-                break
-
-    def _retire(self, w):
-        try:
-            self._tracked.remove(w)
-        except ValueError:
-            pass
-        self._seen.append(w)
-
     def shutdown(self):
-        """Destroys the communicator (collective, as ringlet_comm_destroy): torch 2.x calls
-        it from destroy_process_group; otherwise it runs when the group is garbage
-        collected or at exit."""
+        """Destroys the communicator (ringlet_comm_destroy). It runs by itself when torch
+        lets go of the group (destroy_process_group), or at exit, newest group first."""
         self._finalizer()
 
     _shutdown = shutdown
@@ -708,7 +725,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         what = "allreduce"
         dev = _device_of((t,), what)
         red = _Reduction(t, opname, what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             b = red.buf
             p = _ptr(b)
@@ -734,7 +751,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         if len(dtypes) != 1:
             raise RuntimeError("ringlet: %s: tensors of several dtypes (%s); all must have one"
                                % (what, ", ".join(sorted(str(d) for d in dtypes))))
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             flat = torch.cat([t.reshape(-1) for t in tensors])
             red = _Reduction(flat, opname, what)
@@ -763,7 +780,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             raise RuntimeError("ringlet: %s: rootTensor %d; ringlet takes one tensor per call" % (what, opts.rootTensor))
         self._check_rank(root, what, "root")
         dev = _device_of((t,), what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             b = _contig(t)
             p = _ptr(b)
@@ -785,7 +802,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._check_rank(root, what, "root")
         dev = _device_of((t,), what)
         red = _Reduction(t, opname, what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             b = red.buf
             p = _ptr(b)
@@ -809,7 +826,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         outs = list(output_tensors[0])
         self._check_list(outs, inp, what, "output")
         dev = _device_of(outs + [inp], what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             src = _contig(inp)
             nb = _nbytes(src)
@@ -837,7 +854,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                                "%d x the input's elements, of its dtype" % (what, output.numel(), output.dtype,
                                                                            input.numel(), input.dtype, self._size))
         dev = _device_of((output, input), what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             src = _contig(input)
             dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
@@ -865,7 +882,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                     raise RuntimeError("ringlet: %s: an output tensor (%s, %d elements) does not match its input "
                                        "(%s, %d)" % (what, o.dtype, o.numel(), i.dtype, i.numel()))
         dev = _device_of(input_list + [o for lst in output_lists for o in lst], what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             src = torch.cat([_bytes(i) for i in input_list]) if input_list else torch.empty(0, dtype=torch.uint8,
                                                                                               device=dev)
@@ -909,7 +926,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._check_list(ins, out, what, "input")
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         dev = _device_of(ins + [out], what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             if _adjacent(ins, _nbytes(out)):  # one buffer already (chunks of one tensor)
                 src = ins[0].as_strided((self._size * out.numel(),), (1,), ins[0].storage_offset())
@@ -931,7 +948,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                                                                             output.numel(), output.dtype, self._size))
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         dev = _device_of((output, input), what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             self._reduce_scatter_into(what, output, _contig(input).reshape(-1), opname, ln)
         except BaseException as e:
@@ -947,7 +964,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         P = self._size
         dev = _device_of((output, input), what)
         even = not output_split_sizes and not input_split_sizes
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             src = _contig(input)
             dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype, device=dev)
@@ -979,7 +996,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         for o, i in zip(outs, ins):
             if o.dtype != ins[0].dtype or i.dtype != ins[0].dtype:
                 raise RuntimeError("ringlet: %s: tensors of several dtypes; all must have one" % what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             srcs = [_bytes(i) for i in ins]
             dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
@@ -1014,7 +1031,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                 raise RuntimeError("ringlet: %s: only the root (rank %d) takes output tensors" % (what, root))
             outs = []
         dev = _device_of(outs + [inp], what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             src = _contig(inp)
             nb = _nbytes(src)
@@ -1052,7 +1069,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                 raise RuntimeError("ringlet: %s: only the root (rank %d) takes input tensors" % (what, root))
             ins = []
         dev = _device_of(ins + [out], what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             dst = _contig(out) if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
             nb = _nbytes(dst)
@@ -1069,13 +1086,13 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([out])
 
     def barrier(self, opts=None):
-        ln = _Launch(self, "barrier", torch.device("cpu"))
+        ln = _Launch(self._core, "barrier", torch.device("cpu"))
         try:
-            h = self._live("barrier")
+            h = self._core._live("barrier")
             req = _lib.c_req()
             rc = _L.ringlet_ibarrier(h, None, ctypes.byref(req))
             if rc:
-                raise self._make_error(rc, "barrier", self._last_error())
+                raise self._core._make_error(rc, "barrier", self._core._last_error())
             ln.reqs.append(req)
         except BaseException as e:
             ln.abandon(e)
@@ -1086,7 +1103,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(dst_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             b = _contig(t)
             ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(b), _nbytes(b), _lib.UINT8, dst_rank)
@@ -1100,7 +1117,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(src_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self, what, dev)
+        ln = _Launch(self._core, what, dev)
         try:
             b = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=dev)
             ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(b), _nbytes(b), _lib.UINT8, src_rank)
@@ -1123,20 +1140,20 @@ class ProcessGroupRinglet(_ProcessGroup):
     # and receives are posted and overlap).
     def _start_coalescing(self, device=None):
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        if dev.type == "cuda" and getattr(self, "_coalescing", None) is None:
-            self._coalescing = dev
+        if dev.type == "cuda" and self._core.coalescing is None:
+            self._core.coalescing = dev
             _L.ringlet_group_start()
 
     def _end_coalescing(self, device=None):
-        dev = getattr(self, "_coalescing", None)
+        dev = self._core.coalescing
         if dev is None:  # nothing was grouped (CPU): nothing to wait for
-            return _Launch(self, "coalesced operations", torch.device("cpu")).work([])
-        self._coalescing = None
-        ln = _Launch(self, "coalesced sends and receives", dev)
+            return _Launch(self._core, "coalesced operations", torch.device("cpu")).work([])
+        self._core.coalescing = None
+        ln = _Launch(self._core, "coalesced sends and receives", dev)
         try:
             rc = _L.ringlet_group_end()
             if rc:
-                raise self._make_error(rc, ln.what, self._last_error())
+                raise self._core._make_error(rc, ln.what, self._core._last_error())
         except BaseException as e:
             ln.abandon(e)
         return ln.work([])

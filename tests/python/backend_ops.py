@@ -535,7 +535,13 @@ def case_subgroup():
         t = dev(torch.full((4,), float(R)))
         dist.broadcast(t, src=ranks[-1], group=sub)  # a global rank as root
         same("subgroup/broadcast from global rank %d" % ranks[-1], t, torch.full((4,), float(ranks[-1])))
+        core = sub._core  # the communicator's holder: emptied when the group is destroyed
         dist.destroy_process_group(sub)
+        del sub
+        global checks
+        checks += 1
+        if core.holder[0] is not None:
+            fail("subgroup: destroy_process_group left its ringlet communicator alive")
         dist.destroy_process_group(gsub)
     # the default group still works
     t = dev(torch.ones(3))
