@@ -13,9 +13,12 @@ its tensors, issues ringlet's non-blocking call (CPU tensors) or its stream-orde
 (CUDA tensors) and returns a Work (a Python subclass of torch's Work).
 
 Rendezvous: the creator gets torch's store (a PrefixStore per group): the group's rank 0
-makes a ringlet unique id and puts it there, the others read it, and every rank calls
-ringlet_comm_init_rank_config with torch's timeout as the communicator's deadline. No
-port of ringlet's own is configured. new_group makes its communicator the same way: torch
+makes ringlet unique ids and puts them there, the others read them, and every rank calls
+ringlet_comm_init_rank_config with torch's timeout as the communicators' deadline. No
+port of ringlet's own is configured. A group has two communicators: one for its
+collectives, one for send and recv. ringlet matches the messages between two ranks in the
+order they were sent, so a receive still pending when a collective starts would otherwise
+take the collective's first message from that peer (Gloo keeps them apart with tags). new_group makes its communicator the same way: torch
 calls a backend's creator on the group's members only, so ringlet_comm_split (collective
 over the parent) cannot be used, but split does exactly this (leader's unique id, then
 init_rank) with the id handed out over the parent instead of the store.
@@ -28,8 +31,8 @@ completed when the operation is. Futures are completed by one thread per process
 asked for, oldest first, in ringlet_wait (the GIL released); there is no thread per call.
 An operation nobody asked a future of is completed by whoever waits or tests it.
 
-Work on CUDA tensors (as NCCL's): the call is queued on a stream of the group's (one per
-device) that first waits for torch's current stream; wait() makes the then current
+Work on CUDA tensors (as NCCL's): the call is queued on a stream of the group's (per
+device, one for collectives and one for send/recv) that first waits for torch's current stream; wait() makes the then current
 stream wait for it (the host does not wait); get_future()'s future is complete at once
 and makes the streams of its consumers wait; is_completed() says whether the GPU has
 finished it. Tensors are kept (record_stream) until the stream is done with them.
@@ -45,6 +48,7 @@ import ctypes
 import datetime
 import os
 import threading
+import time
 import weakref
 
 import torch
@@ -208,9 +212,10 @@ class _CpuWork(_TorchWork):
     """An operation on CPU tensors: its ringlet requests, what to do once they are done
     (copies out of staging buffers), and the tensors to keep and to return."""
 
-    def __init__(self, pg, what, reqs, finish, outputs, keep):
+    def __init__(self, pg, what, reqs, finish, outputs, keep, ci=0):
         super().__init__()
         self._pg = pg
+        self._ci = ci  # the group's communicator it runs on (0 collectives, 1 sends and receives)
         self._what = what
         self._reqs = reqs
         self._finishers = finish
@@ -246,7 +251,7 @@ class _CpuWork(_TorchWork):
                     return False
             if rc2 and not rc:
                 rc = rc2
-                msg = self._pg._last_error()
+                msg = self._pg._last_error(self._ci)
         if rc:
             # the others must be done too before their buffers are let go
             for r in reqs:
@@ -299,6 +304,19 @@ class _CpuWork(_TorchWork):
     # -- torch's Work interface --
 
     def wait(self, timeout=None):
+        """Blocks until done (within the group's deadline); with a timeout (a timedelta or
+        seconds, > 0), raises RuntimeError once it has passed, as Gloo's wait does, and the
+        operation goes on."""
+        limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (timeout or 0)
+        if not self._state and limit > 0:
+            until = time.monotonic() + limit
+            nap = 1e-5
+            while not self.is_completed():
+                if time.monotonic() >= until:
+                    raise RuntimeError("ringlet: %s: wait timed out after %g s (the operation goes on)"
+                                       % (self._what, limit))
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
         if not self._state:
             mine, ev = self._take()
             if mine:
@@ -461,10 +479,11 @@ class _Launch:
     """Collects one operation's ringlet calls: non-blocking on CPU tensors (a request
     each), stream-ordered on CUDA tensors (the group's stream for the device)."""
 
-    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group")
+    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci")
 
-    def __init__(self, pg, what, device):
+    def __init__(self, pg, what, device, p2p=False):
         self.pg = pg
+        self.ci = 1 if p2p else 0
         self.what = what
         self.device = device
         self.reqs = []
@@ -474,7 +493,7 @@ class _Launch:
         self._group = False
         self.stream = None
         if device.type == "cuda":
-            side = pg._side_stream(device)
+            side = pg._side_stream(device, self.ci)
             side.wait_stream(torch.cuda.current_stream(device))
             self.stream = side
             self._ctx = torch.cuda.stream(side)
@@ -483,17 +502,17 @@ class _Launch:
             raise RuntimeError("ringlet: %s: %s tensors are not supported (CPU and CUDA are)" % (what, device.type))
 
     def call(self, nb_fn, b_fn, *args):
-        h = self.pg._live(self.what)
+        h = self.pg._live(self.what, self.ci)
         if self.stream is None:
             req = _lib.c_req()
             rc = nb_fn(*args, h, None, ctypes.byref(req))
             if rc:
-                raise self.pg._make_error(rc, self.what, self.pg._last_error())
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
             self.reqs.append(req)
         else:
             rc = b_fn(*args, h, self.stream.cuda_stream or 1)  # 1: RINGLET_STREAM_DEFAULT
             if rc:
-                raise self.pg._make_error(rc, self.what, self.pg._last_error())
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
 
     def group_start(self):
         if self.stream is not None:  # device p2p: one group (sends and receives at once)
@@ -505,7 +524,7 @@ class _Launch:
             self._group = False
             rc = _L.ringlet_group_end()
             if rc:
-                raise self.pg._make_error(rc, self.what, self.pg._last_error())
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
 
     def then(self, fn):
         """fn runs once the operation is done (CPU), or is queued after it (CUDA)."""
@@ -517,7 +536,7 @@ class _Launch:
     def work(self, outputs):
         pg = self.pg
         if self.stream is None:
-            w = _CpuWork(pg, self.what, self.reqs, self.finish, outputs, self.keep)
+            w = _CpuWork(pg, self.what, self.reqs, self.finish, outputs, self.keep, self.ci)
         else:
             ev = torch.cuda.Event()
             ev.record(self.stream)
@@ -566,8 +585,13 @@ class _Core:
     keeps a group alive: its communicator is destroyed when torch lets go of it
     (destroy_process_group), on every rank at the same point of the program."""
 
-    def __init__(self, handle, rank, size, timeout_s, group_name, global_ranks):
-        self.holder = [handle]  # the communicator, shared with the group's finalizer
+    def __init__(self, handles, rank, size, timeout_s, group_name, global_ranks):
+        # The group's two communicators, shared with its finalizer: [0] for collectives,
+        # [1] for send and recv. ringlet matches the messages between two ranks in the order
+        # they were sent, collectives' and point-to-point alike; on their own communicator a
+        # receive still pending when a collective starts can never take the collective's
+        # data (torch, as Gloo does with tags, keeps the two apart).
+        self.holder = list(handles)
         self.completer_box = [None]
         self.rank = rank
         self.size = size
@@ -585,14 +609,14 @@ class _Core:
     def _handle(self):
         return self.holder[0]
 
-    def _live(self, what):
-        h = self.holder[0]
+    def _live(self, what, ci=0):
+        h = self.holder[ci]
         if not h:
             raise RuntimeError("ringlet: %s: the process group was destroyed" % what)
         return h
 
-    def _last_error(self):
-        h = self.holder[0]
+    def _last_error(self, ci=0):
+        h = self.holder[ci]
         return _L.ringlet_comm_last_error(h).decode("utf-8", "replace") if h else ""
 
     def _make_error(self, rc, what, msg):
@@ -602,11 +626,13 @@ class _Core:
         return RingletError(rc, "ringlet backend: %s (%s) failed: %s" % (what, where, msg or "(no message)"))
 
     def _async_error(self, what):
-        h = self.holder[0]
-        if not h:
-            return RuntimeError("ringlet: %s: the process group was destroyed" % what)
-        rc = _L.ringlet_comm_get_async_error(h)
-        return self._make_error(rc, what, self._last_error()) if rc else None
+        for ci, h in enumerate(self.holder):
+            if not h:
+                return RuntimeError("ringlet: %s: the process group was destroyed" % what)
+            rc = _L.ringlet_comm_get_async_error(h)
+            if rc:
+                return self._make_error(rc, what, self._last_error(ci))
+        return None
 
     def _completer(self):
         c = self.completer_box[0]
@@ -617,10 +643,12 @@ class _Core:
                 c = self.completer_box[0]
         return c
 
-    def _side_stream(self, device):
-        s = self.sides.get(device.index)
+    def _side_stream(self, device, ci=0):
+        """The group's stream on device for its collectives (ci 0) or its sends and
+        receives (1), as NCCL's process group has streams of its own for each."""
+        s = self.sides.get((device.index, ci))
         if s is None:
-            s = self.sides[device.index] = torch.cuda.Stream(device)
+            s = self.sides[(device.index, ci)] = torch.cuda.Stream(device)
         return s
 
     def _track(self, w):
@@ -657,9 +685,9 @@ class _Core:
 class ProcessGroupRinglet(_ProcessGroup):
     """A torch ProcessGroup over one ringlet communicator."""
 
-    def __init__(self, handle, rank, size, timeout_s, group_name="", global_ranks=None):
+    def __init__(self, handles, rank, size, timeout_s, group_name="", global_ranks=None):
         super().__init__(rank, size)
-        self._core = core = _Core(handle, rank, size, timeout_s, group_name, global_ranks)
+        self._core = core = _Core(handles, rank, size, timeout_s, group_name, global_ranks)
         self._rank = rank
         self._size = size
         self._group_name = core.group_name
@@ -703,10 +731,10 @@ class ProcessGroupRinglet(_ProcessGroup):
     def abort(self):
         """Stops every operation at once (ringlet_comm_abort: the peers see this rank as
         failed), then frees the communicator."""
-        h = self._handle
-        if h:
-            _L.ringlet_comm_abort(h)
-            self._finalizer()
+        for h in self._core.holder:
+            if h:
+                _L.ringlet_comm_abort(h)
+        self._finalizer()
 
     # -- collectives --
 
@@ -1103,7 +1131,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(dst_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, p2p=True)
         try:
             b = _contig(t)
             ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(b), _nbytes(b), _lib.UINT8, dst_rank)
@@ -1117,7 +1145,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(src_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, p2p=True)
         try:
             b = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=dev)
             ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(b), _nbytes(b), _lib.UINT8, src_rank)
@@ -1149,11 +1177,11 @@ class ProcessGroupRinglet(_ProcessGroup):
         if dev is None:  # nothing was grouped (CPU): nothing to wait for
             return _Launch(self._core, "coalesced operations", torch.device("cpu")).work([])
         self._core.coalescing = None
-        ln = _Launch(self._core, "coalesced sends and receives", dev)
+        ln = _Launch(self._core, "coalesced sends and receives", dev, p2p=True)
         try:
             rc = _L.ringlet_group_end()
             if rc:
-                raise self._core._make_error(rc, ln.what, self._core._last_error())
+                raise self._core._make_error(rc, ln.what, self._core._last_error(1))
         except BaseException as e:
             ln.abandon(e)
         return ln.work([])
@@ -1231,10 +1259,11 @@ def _close_group(holder, completer_box, timeout_s):
     c = completer_box[0]
     if c is not None:
         c.stop(timeout_s + 5)
-    h = holder[0]
-    holder[0] = None
-    if h:
-        _L.ringlet_comm_destroy(h)
+    for i in reversed(range(len(holder))):  # send/recv's first, the same on every rank
+        h = holder[i]
+        holder[i] = None
+        if h:
+            _L.ringlet_comm_destroy(h)
 
 
 # ---- creation ----
@@ -1250,39 +1279,52 @@ def _timeout_seconds(timeout):
     return min(max(s, 0.1), 1e7)
 
 
-def _exchange_id(store, rank, size):
-    """Group rank 0 makes a unique id and puts it in torch's store; the others read it.
+def _exchange_ids(store, rank, size, n):
+    """Group rank 0 makes n unique ids and puts them in torch's store; the others read them.
     Keys carry a generation (the store's counter of inits), so a store reused for a
-    second init never hands out the first one's id."""
-    n = store.add("ringlet/inits", 1)
-    key = "ringlet/uid/%d" % ((n - 1) // size)
-    uid = _lib.UniqueId()
-    if rank == 0:
-        rc = _L.ringlet_get_unique_id(ctypes.byref(uid))
-        if rc:
-            msg = _L.ringlet_comm_last_error(None).decode("utf-8", "replace")
-            raise RingletError(rc, "ringlet backend: unique id: " + msg)
-        store.set(key, bytes(uid.internal.raw if hasattr(uid.internal, "raw") else bytes(uid)))
-    else:
-        raw = store.get(key)
-        if len(raw) != ctypes.sizeof(uid):
-            raise RuntimeError("ringlet backend: the unique id in torch's store under %r has %d bytes, expected %d"
-                               % (key, len(raw), ctypes.sizeof(uid)))
-        ctypes.memmove(ctypes.byref(uid), raw, len(raw))
-    return uid
+    second init never hands out the first one's ids."""
+    gen = (store.add("ringlet/inits", 1) - 1) // size
+    ids = []
+    for i in range(n):
+        key = "ringlet/uid/%d/%d" % (gen, i)
+        uid = _lib.UniqueId()
+        if rank == 0:
+            rc = _L.ringlet_get_unique_id(ctypes.byref(uid))
+            if rc:
+                msg = _L.ringlet_comm_last_error(None).decode("utf-8", "replace")
+                raise RingletError(rc, "ringlet backend: unique id: " + msg)
+            store.set(key, bytes(uid))
+        else:
+            raw = store.get(key)
+            if len(raw) != ctypes.sizeof(uid):
+                raise RuntimeError("ringlet backend: the unique id in torch's store under %r has %d bytes, expected %d"
+                                   % (key, len(raw), ctypes.sizeof(uid)))
+            ctypes.memmove(ctypes.byref(uid), raw, len(raw))
+        ids.append(uid)
+    return ids
 
 
 def _create(store, rank, size, timeout, group_name="", global_ranks=None):
+    """The group's two communicators (collectives; send and recv: see _Core), from unique
+    ids handed out through torch's store, with torch's timeout as their deadline."""
     timeout_s = _timeout_seconds(timeout)
-    uid = _exchange_id(store, rank, size)
     cfg = _lib.CommConfig(ctypes.sizeof(_lib.CommConfig), timeout_s)
-    h = _lib.c_comm()
-    rc = _L.ringlet_comm_init_rank_config(ctypes.byref(h), size, uid, rank, ctypes.byref(cfg))
-    if rc:
-        msg = _L.ringlet_comm_last_error(None).decode("utf-8", "replace")
-        raise RingletError(rc, "ringlet backend: init of group %s (rank %d of %d): %s"
-                           % (group_name or "?", rank, size, msg))
-    return ProcessGroupRinglet(h.value, rank, size, timeout_s or _lib_timeout(), group_name, global_ranks)
+    handles = []
+    try:
+        for what, uid in zip(("collectives", "send/recv"), _exchange_ids(store, rank, size, 2)):
+            h = _lib.c_comm()
+            rc = _L.ringlet_comm_init_rank_config(ctypes.byref(h), size, uid, rank, ctypes.byref(cfg))
+            if rc:
+                msg = _L.ringlet_comm_last_error(None).decode("utf-8", "replace")
+                raise RingletError(rc, "ringlet backend: init of group %s (rank %d of %d; its %s communicator): %s"
+                                   % (group_name or "?", rank, size, what, msg))
+            handles.append(h.value)
+    except BaseException:
+        for h in handles:  # a peer failed: no destroy to wait for
+            _L.ringlet_comm_abort(h)
+            _L.ringlet_comm_destroy(h)
+        raise
+    return ProcessGroupRinglet(handles, rank, size, timeout_s or _lib_timeout(), group_name, global_ranks)
 
 
 def _lib_timeout():

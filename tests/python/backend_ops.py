@@ -16,9 +16,12 @@ in the last place per rank (stated in tol()).
 
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
-bounded). Also: non-contiguous tensors (handled by staging), empty tensors, a subgroup
-(new_group, against a Gloo subgroup) destroyed afterwards, and the clear errors: BAND on
-int32, PREMUL_SUM, an int16 reduction, recv without src, a tag, AVG on bool.
+bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
+on a receive whose send comes later (RuntimeError, and the receive still completes), a
+receive pending across an all_reduce of the same byte length, a subgroup (new_group,
+against a Gloo subgroup) destroyed afterwards (its communicator gone at once), and the
+clear errors: BAND on int32, PREMUL_SUM, an int16 reduction, recv without src, a tag, AVG
+on bool, PRODUCT on complex, a sparse tensor.
 Prints "backend_ops: rank R: N checks, F failed" and exits 0 iff none failed.
 On CUDA (torch 2.x, --device cuda) the same cases run on CUDA tensors; the reference
 stays Gloo on CPU copies.
@@ -499,6 +502,38 @@ def case_p2p_barrier():
     for mode in ("sync", "wait", "future", "poll"):
         w = dist.barrier(async_op=mode != "sync")
         finish(w, mode, "barrier")
+    # wait(timeout): a receive whose send comes only after the receiver's wait timed out
+    # (by construction: the sender waits for a barrier the receiver enters after its timeout)
+    if DEV.type == "cpu":
+        t = torch.zeros(3)
+        if R == 1:
+            w = dist.irecv(t, 0)
+            expect_error("wait(timeout) before the send", lambda: w.wait(datetime.timedelta(seconds=0.2)),
+                         "timed out", "recv")
+            dist.barrier()
+            w.wait()
+            same("recv after a timed-out wait", t, torch.full((3,), 7.0))
+        elif R == 0:
+            dist.barrier()
+            dist.send(torch.full((3,), 7.0), 1)
+        else:
+            dist.barrier()
+    # a receive pending across a collective whose messages have the same length (12 bytes):
+    # rank 1 posts it before the all_reduce, rank 0 sends after it; the receive must get
+    # the send's data and the all_reduce its own (Gloo keeps them apart with tags). CPU
+    # only: on a GPU, as with NCCL, a device call may wait for streams held by earlier ones
+    if DEV.type != "cpu":
+        return
+    got = dev(torch.zeros(3))
+    w = dist.irecv(got, 0) if R == 1 else None
+    a3 = dev(torch.full((3,), float(R + 1)))
+    dist.all_reduce(a3)
+    if R == 0:
+        dist.send(dev(torch.full((3,), -5.0)), 1)
+    if w is not None:
+        w.wait()
+        same("recv pending across an all_reduce", got, torch.full((3,), -5.0))
+    same("all_reduce while a recv was pending", a3, torch.full((3,), float(P * (P + 1) // 2)))
     global checks
     checks += 1
 
