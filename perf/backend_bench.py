@@ -31,7 +31,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=float, default=64)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=10, help="large all-reduces per round and column")
+    ap.add_argument("--iters", type=int, default=20, help="large all-reduces per round and column (ringlet-perf -n 20)")
     ap.add_argument("--small-iters", type=int, default=2000, help="8-byte all-reduces per round and column")
     a = ap.parse_args()
     torch.set_num_threads(1)
