@@ -47,6 +47,7 @@ import collections
 import ctypes
 import datetime
 import os
+import sys
 import threading
 import time
 import weakref
@@ -222,6 +223,7 @@ class _CpuWork(_TorchWork):
         self._outputs = outputs
         self._keep = keep
         self._state = 0  # 0 running, 1 done, 2 failed
+        self._rc, self._msg = 0, None  # the first request that failed
         self._err = None
         self._owner = False  # someone is in ringlet_wait/test on the requests
         self._lock = threading.Lock()
@@ -234,13 +236,12 @@ class _CpuWork(_TorchWork):
 
     def _run_requests(self, block):
         """Waits for (block) or tests the requests; the caller owns them. True once all are done."""
-        rc = 0
         reqs = self._reqs
         if not self._pg._handle:
             self._complete(_lib.ERR_INVALID_USAGE, "the process group was destroyed before the operation completed")
             return True
         for r in reqs:
-            if not r:
+            if not r:  # done (test/wait freed it)
                 continue
             if block:
                 rc2 = _L.ringlet_wait(ctypes.byref(r))
@@ -249,9 +250,9 @@ class _CpuWork(_TorchWork):
                 rc2 = _L.ringlet_test(ctypes.byref(r), ctypes.byref(done))
                 if not done.value and not rc2:
                     return False
-            if rc2 and not rc:
-                rc = rc2
-                msg = self._pg._last_error(self._ci)
+            if rc2 and not self._rc:  # the first failure, kept across tests
+                self._rc, self._msg = rc2, self._pg._last_error(self._ci)
+        rc, msg = self._rc, self._msg
         if rc:
             # the others must be done too before their buffers are let go
             for r in reqs:
@@ -479,11 +480,12 @@ class _Launch:
     """Collects one operation's ringlet calls: non-blocking on CPU tensors (a request
     each), stream-ordered on CUDA tensors (the group's stream for the device)."""
 
-    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci")
+    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci", "sync")
 
-    def __init__(self, pg, what, device, p2p=False):
+    def __init__(self, pg, what, device, p2p=False, sync=False):
         self.pg = pg
         self.ci = 1 if p2p else 0
+        self.sync = sync  # torch waits at once: the blocking form, on this thread (CPU)
         self.what = what
         self.device = device
         self.reqs = []
@@ -503,7 +505,11 @@ class _Launch:
 
     def call(self, nb_fn, b_fn, *args):
         h = self.pg._live(self.what, self.ci)
-        if self.stream is None:
+        if self.stream is None and self.sync:
+            rc = b_fn(*args, h, None)
+            if rc:
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
+        elif self.stream is None:
             req = _lib.c_req()
             rc = nb_fn(*args, h, None, ctypes.byref(req))
             if rc:
@@ -537,6 +543,8 @@ class _Launch:
         pg = self.pg
         if self.stream is None:
             w = _CpuWork(pg, self.what, self.reqs, self.finish, outputs, self.keep, self.ci)
+            if self.sync:  # done already: copies out of staging now, the Work complete
+                w._run_requests(True)
         else:
             ev = torch.cuda.Event()
             ev.record(self.stream)
@@ -561,6 +569,23 @@ class _Launch:
             self._ctx.__exit__(None, None, None)
             self._ctx = None
         raise exc
+
+
+_C10D_FILE = os.path.join("distributed", "distributed_c10d.py")
+
+
+def _sync_call():
+    """Whether the torch function that called the ProcessGroup method calling this one is
+    a collective of torch.distributed with async_op=False: torch then waits for the Work
+    at once, so the method runs ringlet's blocking form on this thread (on host memory it
+    runs on the caller's thread when nothing is queued: no hand-over to the progress
+    thread). Anything else (async_op=True, DDP's reducer, other C++ callers) gets the
+    non-blocking form."""
+    try:
+        f = sys._getframe(2)
+    except ValueError:
+        return False
+    return f.f_code.co_filename.endswith(_C10D_FILE) and f.f_locals.get("async_op") is False
 
 
 def _device_of(tensors, what):
@@ -753,7 +778,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         what = "allreduce"
         dev = _device_of((t,), what)
         red = _Reduction(t, opname, what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             b = red.buf
             p = _ptr(b)
@@ -779,7 +804,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         if len(dtypes) != 1:
             raise RuntimeError("ringlet: %s: tensors of several dtypes (%s); all must have one"
                                % (what, ", ".join(sorted(str(d) for d in dtypes))))
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             flat = torch.cat([t.reshape(-1) for t in tensors])
             red = _Reduction(flat, opname, what)
@@ -808,7 +833,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             raise RuntimeError("ringlet: %s: rootTensor %d; ringlet takes one tensor per call" % (what, opts.rootTensor))
         self._check_rank(root, what, "root")
         dev = _device_of((t,), what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             b = _contig(t)
             p = _ptr(b)
@@ -830,7 +855,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._check_rank(root, what, "root")
         dev = _device_of((t,), what)
         red = _Reduction(t, opname, what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             b = red.buf
             p = _ptr(b)
@@ -854,7 +879,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         outs = list(output_tensors[0])
         self._check_list(outs, inp, what, "output")
         dev = _device_of(outs + [inp], what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = _contig(inp)
             nb = _nbytes(src)
@@ -882,7 +907,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                                "%d x the input's elements, of its dtype" % (what, output.numel(), output.dtype,
                                                                            input.numel(), input.dtype, self._size))
         dev = _device_of((output, input), what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = _contig(input)
             dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
@@ -910,7 +935,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                     raise RuntimeError("ringlet: %s: an output tensor (%s, %d elements) does not match its input "
                                        "(%s, %d)" % (what, o.dtype, o.numel(), i.dtype, i.numel()))
         dev = _device_of(input_list + [o for lst in output_lists for o in lst], what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = torch.cat([_bytes(i) for i in input_list]) if input_list else torch.empty(0, dtype=torch.uint8,
                                                                                               device=dev)
@@ -954,7 +979,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._check_list(ins, out, what, "input")
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         dev = _device_of(ins + [out], what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             if _adjacent(ins, _nbytes(out)):  # one buffer already (chunks of one tensor)
                 src = ins[0].as_strided((self._size * out.numel(),), (1,), ins[0].storage_offset())
@@ -976,7 +1001,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                                                                             output.numel(), output.dtype, self._size))
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         dev = _device_of((output, input), what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             self._reduce_scatter_into(what, output, _contig(input).reshape(-1), opname, ln)
         except BaseException as e:
@@ -992,7 +1017,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         P = self._size
         dev = _device_of((output, input), what)
         even = not output_split_sizes and not input_split_sizes
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = _contig(input)
             dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype, device=dev)
@@ -1024,7 +1049,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         for o, i in zip(outs, ins):
             if o.dtype != ins[0].dtype or i.dtype != ins[0].dtype:
                 raise RuntimeError("ringlet: %s: tensors of several dtypes; all must have one" % what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             srcs = [_bytes(i) for i in ins]
             dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
@@ -1059,7 +1084,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                 raise RuntimeError("ringlet: %s: only the root (rank %d) takes output tensors" % (what, root))
             outs = []
         dev = _device_of(outs + [inp], what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = _contig(inp)
             nb = _nbytes(src)
@@ -1097,7 +1122,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                 raise RuntimeError("ringlet: %s: only the root (rank %d) takes input tensors" % (what, root))
             ins = []
         dev = _device_of(ins + [out], what)
-        ln = _Launch(self._core, what, dev)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             dst = _contig(out) if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
             nb = _nbytes(dst)
@@ -1114,14 +1139,9 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([out])
 
     def barrier(self, opts=None):
-        ln = _Launch(self._core, "barrier", torch.device("cpu"))
+        ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=_sync_call())
         try:
-            h = self._core._live("barrier")
-            req = _lib.c_req()
-            rc = _L.ringlet_ibarrier(h, None, ctypes.byref(req))
-            if rc:
-                raise self._core._make_error(rc, "barrier", self._core._last_error())
-            ln.reqs.append(req)
+            ln.call(_L.ringlet_ibarrier, _L.ringlet_barrier)
         except BaseException as e:
             ln.abandon(e)
         return ln.work([])
@@ -1131,7 +1151,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(dst_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self._core, what, dev, p2p=True)
+        ln = _Launch(self._core, what, dev, p2p=True, sync=_sync_call())
         try:
             b = _contig(t)
             ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(b), _nbytes(b), _lib.UINT8, dst_rank)
@@ -1145,7 +1165,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         t = self._one(tensors, what)
         self._check_peer(src_rank, tag, what)
         dev = _device_of((t,), what)
-        ln = _Launch(self._core, what, dev, p2p=True)
+        ln = _Launch(self._core, what, dev, p2p=True, sync=_sync_call())
         try:
             b = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=dev)
             ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(b), _nbytes(b), _lib.UINT8, src_rank)
@@ -1237,6 +1257,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         """Block q of sends to rank q, block q of recvs from rank q (byte tensors): sends and
         receives posted at once (host), or one group (device)."""
         me = self._rank
+        ln.sync = False  # every send and receive posted at once, whatever torch does next
         if recvs[me].numel() != sends[me].numel():
             raise RuntimeError("ringlet: %s: this rank sends itself %d bytes but expects %d"
                                % (ln.what, sends[me].numel(), recvs[me].numel()))
