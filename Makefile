@@ -3,7 +3,7 @@
 #   make test                 build and run the suite (tests/run.sh)
 #   make test SANITIZE=address,undefined   (or SANITIZE=thread): same, sanitized, in build-<name>/
 #   make run                  dependencies (as root), build, the all-reduce demo on 4 local ranks
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (also the Python package, into PYTHONDIR; PYTHON= picks the interpreter)
 CC      ?= cc
 PREFIX  ?= /usr/local
 SANITIZE ?=
@@ -141,6 +141,13 @@ run: deps
 	$(MAKE) --no-print-directory all
 	$(BUILD)/bin/ringlet-run -n 4 $(BUILD)/bin/ringlet-perf allreduce -b 4K -e 64M -f 4 -c 1
 
+# The Python package goes where PYTHON looks for a prefix's packages (Debian's python3:
+# $PREFIX/lib/python3.X/dist-packages, on its path for /usr/local), with _install.py
+# recording $PREFIX/lib, so that `import ringlet` finds this library without
+# RINGLET_LIBRARY. PYTHONDIR= overrides the folder; PYTHON= (none found: skipped).
+PYTHON    ?= python3
+PYTHONDIR ?= $(shell $(PYTHON) -c 'import sys; d = "dist-packages" if any(p.endswith("dist-packages") for p in sys.path) else "site-packages"; print("$(PREFIX)/lib/python%d.%d/%s" % (sys.version_info[0], sys.version_info[1], d))' 2>/dev/null)
+
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/ringlet.h include/ringlet_ddp.h $(DESTDIR)$(PREFIX)/include/
@@ -154,6 +161,14 @@ install: lib
 	install -m 755 $(NCCL_SO) $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/libnccl.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ringlet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+ifneq ($(PYTHONDIR),)
+	install -d $(DESTDIR)$(PYTHONDIR)/ringlet
+	install -m 644 python/ringlet/*.py python/ringlet/README.md $(DESTDIR)$(PYTHONDIR)/ringlet/
+	printf '# Written by make install: where it put libringlet (read by _lib.py).\nPREFIX = "%s"\nLIBDIR = "%s"\n' \
+		'$(PREFIX)' '$(PREFIX)/lib' > $(DESTDIR)$(PYTHONDIR)/ringlet/_install.py
+else
+	@echo "make install: no $(PYTHON) found: the Python package is not installed (set PYTHON= or PYTHONDIR=)"
+endif
 
 clean:
 	rm -rf build build-*

@@ -104,6 +104,21 @@ void ringlet_stop_token_fire(ringlet_stop_token_t token);
 void ringlet_stop_token_destroy(ringlet_stop_token_t token);
 ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
                                                   ringlet_stop_token_t token);
+/* Per-communicator settings for ringlet_comm_init_rank_config. Set struct_size to
+ * sizeof(ringlet_comm_config_t) (fields added later go at the end; a library reads only
+ * the fields the caller's size covers) and leave what you do not set at 0:
+ *   timeout_s   the deadline of every wait on this communicator, its init included, in
+ *               seconds (0.1 to 1e7), as RINGLET_TIMEOUT is for the others; 0: RINGLET_TIMEOUT.
+ * A communicator split from it keeps its deadline. (Frameworks use it for their own
+ * per-group timeout, e.g. the timeout of torch's init_process_group and new_group.) */
+typedef struct {
+    size_t struct_size;
+    double timeout_s;
+} ringlet_comm_config_t;
+#define RINGLET_COMM_CONFIG_INIT {sizeof(ringlet_comm_config_t), 0.0}
+/* ringlet_comm_init_rank with settings (config NULL: the defaults, as init_rank). */
+ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                               const ringlet_comm_config_t *config);
 /* Collective clean shutdown: frees everything, including requests never completed
  * by test/wait (their transfers are stopped; they may not be used afterwards). Rank 0
  * waits (within the deadline) for the others' destroy so that no rank mistakes a clean
@@ -132,7 +147,7 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
 
 /* Splits comm: ranks that pass the same color form a new communicator, ordered by key
  * (ties: by rank in comm). Collective over comm: every rank calls it. A rank that passes
- * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. */
+ * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicator has comm's deadline. */
 #define RINGLET_SPLIT_NOCOLOR (-1)
 ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);
 

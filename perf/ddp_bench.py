@@ -1,13 +1,16 @@
-"""Step time of data-parallel training: ringlet's DDP against torch's DDP over Gloo.
+"""Step time of data-parallel training: ringlet's DDP, and torch's DDP over the backend
+"ringlet", against torch's DDP over Gloo.
 
     build/bin/ringlet-run -n 2 python3 perf/ddp_bench.py --store /tmp/fresh-file   (or perf/ddp_bench.sh)
 
 Model: --layers x Linear(--width, --width) with ReLU, and a Linear(--width, 10) head
 (defaults: 4 x 2048 x 2048 + head = 16.8 M parameters, 67 MB in float32), --batch samples
-per rank (32), SGD. Three modes, each rank running the same thing:
+per rank (32), SGD. Four modes, each rank running the same thing:
   none     the model without DDP (every rank trains alone, so the machine is as busy)
   torch    torch.nn.parallel.DistributedDataParallel, Gloo backend (FileStore)
   ringlet  ringlet.torch.DistributedDataParallel
+  backend  torch.nn.parallel.DistributedDataParallel over the backend "ringlet"
+           (dist.new_group(backend="ringlet") on the same store)
 Steps are interleaved one by one (after --warmup untimed steps per mode: --rounds x
 --steps rounds of one step per mode, the order rotating), so that drifts of a shared
 machine hit every mode alike. A step is zero_grad + forward + loss + backward + optimizer step; its time is
@@ -15,6 +18,8 @@ taken on every rank and the slowest rank's counts. Prints the median step time p
 the overheads over "none", and the ratios the goals are stated in:
   ringlet / torch step time            (goal <= 1.0)
   ringlet overhead / torch overhead    (goal <= 0.5)
+  backend / torch step time            (goal <= 1.0)
+  backend overhead / torch overhead    (goal <= 0.5)
 Then a trace of one ringlet step: when each bucket's all-reduce was launched and when
 finish saw it complete, relative to the start of backward, against the end of backward
 (the autograd engine's final callback), showing the first buckets' all-reduces start
@@ -82,9 +87,10 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--view", action="store_true", help="gradient_as_bucket_view in both DDPs")
-    ap.add_argument("--modes", default="none,torch,ringlet",
-                    help="none (no DDP), torch (torch DDP over Gloo), ringlet (ringlet.torch DDP), nccl (torch DDP "
-                         "over backend nccl: run with ringlet's libnccl.so.2 preloaded)")
+    ap.add_argument("--modes", default="none,torch,ringlet,backend",
+                    help="none (no DDP), torch (torch DDP over Gloo), ringlet (ringlet.torch DDP), backend (torch DDP "
+                         "over the backend ringlet), nccl (torch DDP over backend nccl: run with ringlet's "
+                         "libnccl.so.2 preloaded)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (several ranks share a GPU)")
     a = ap.parse_args()
 
@@ -102,6 +108,7 @@ def main():
     y = torch.randint(0, 10, (a.batch,), generator=g).to(device)
     modes = a.modes.split(",")
     nccl_pg = dist.new_group(backend="nccl") if "nccl" in modes else None
+    ringlet_pg = dist.new_group(backend="ringlet") if "backend" in modes else None
     models = {}
     for m in modes:
         net = make_model(a.width, a.layers, seed=1).to(device)
@@ -113,6 +120,9 @@ def main():
                                                             gradient_as_bucket_view=a.view)
         elif m == "ringlet":
             net = RingletDDP(net, bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=a.view)
+        elif m == "backend":
+            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
+                                                            gradient_as_bucket_view=a.view, process_group=ringlet_pg)
         models[m] = (net, torch.optim.SGD(net.parameters(), lr=1e-4))
     nparams = sum(p.numel() for p in models[modes[0]][0].parameters())
     if rank == 0:
@@ -144,13 +154,18 @@ def main():
             s = sorted(samples[m])
             print("ddp_bench: %-8s median %7.1f ms  (min %7.1f, max %7.1f, %d steps)"
                   % (m, med[m] * 1e3, s[0] * 1e3, s[-1] * 1e3, len(s)))
-        if "none" in med and "torch" in med and "ringlet" in med:
-            ot, orl = med["torch"] - med["none"], med["ringlet"] - med["none"]
-            print("ddp_bench: overhead over no DDP: torch %.1f ms, ringlet %.1f ms" % (ot * 1e3, orl * 1e3))
-            print("ddp_bench: ringlet / torch step time = %.3f (goal <= 1.0; on CUDA, torch over Gloo / ringlet >= 5)"
-                  % (med["ringlet"] / med["torch"]))
-            print("ddp_bench: ringlet overhead / torch overhead = %.3f (goal <= 0.5)"
-                  % (orl / ot if ot > 0 else float("nan")))
+        if "none" in med and "torch" in med:
+            ot = med["torch"] - med["none"]
+            print("ddp_bench: overhead over no DDP: %s"
+                  % ", ".join("%s %.1f ms" % (m, (med[m] - med["none"]) * 1e3) for m in modes if m != "none"))
+            for m, what in (("ringlet", "ringlet's DDP"), ("backend", "torch's DDP over the backend ringlet")):
+                if m not in med:
+                    continue
+                print("ddp_bench: %s / torch step time = %.3f (goal <= 1.0%s) [%s]"
+                      % (m, med[m] / med["torch"], "; on CUDA, torch over Gloo / ringlet >= 5" if m == "ringlet" else "",
+                         what))
+                print("ddp_bench: %s overhead / torch overhead = %.3f (goal <= 0.5)"
+                      % (m, (med[m] - med["none"]) / ot if ot > 0 else float("nan")))
         if tails:
             print("ddp_bench: ringlet: median wait at the end of backward for the last buckets (finish): %.1f ms"
                   % (statistics.median(tails) * 1e3))

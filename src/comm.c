@@ -144,7 +144,8 @@ static void comm_free(struct ringlet_comm *c) {
     free(c);
 }
 
-static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t, ringlet_stop_token_t token) {
+static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t, ringlet_stop_token_t token,
+                                  double timeout_s) {
     char err[RL_MSG_MAX] = "";
     struct ringlet_comm *c = comm_alloc(rank, nranks);
     if (!c) {
@@ -153,7 +154,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     }
     rl_stop_token_attach(token, &c->stop);
     memcpy(c->secret, t->secret, 32);
-    c->timeout_s = rl_timeout_s();
+    c->timeout_s = timeout_s > 0 ? timeout_s : rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
     c->chunk_fixed = c->chunk_bytes != 0;
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
@@ -322,8 +323,9 @@ ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringle
     return ringlet_comm_init_rank_stoppable(comm, nranks, id, rank, NULL);
 }
 
-ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
-                                          ringlet_stop_token_t token) {
+/* Init from a unique id with a deadline of its own (timeout_s > 0) or RINGLET_TIMEOUT's (0). */
+static ringlet_result_t init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t *id, int rank,
+                                  ringlet_stop_token_t token, double timeout_s) {
     if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
     *comm = NULL;
     if (nranks < 1) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: nranks %d is < 1", nranks);
@@ -333,9 +335,36 @@ ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nran
     char err[RL_MSG_MAX];
     ringlet_result_t rc = rl_env_check(err);
     if (rc) return rl_error(NULL, rc, "init: %s", err);
-    rc = rl_boot_parse_id(&id, rank, &t, err);
+    rc = rl_boot_parse_id(id, rank, &t, err);
     if (rc) return rl_error(NULL, rc, "init: unique %s", err);
-    return comm_init(comm, nranks, rank, &t, token);
+    return comm_init(comm, nranks, rank, &t, token, timeout_s);
+}
+
+ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                          ringlet_stop_token_t token) {
+    return init_rank(comm, nranks, &id, rank, token, 0);
+}
+
+ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                               const ringlet_comm_config_t *config) {
+    double timeout_s = 0;
+    if (config) {
+        /* Older callers pass a smaller struct: fields past its end keep their defaults. */
+        if (config->struct_size < offsetof(ringlet_comm_config_t, timeout_s) + sizeof config->timeout_s) {
+            if (comm) *comm = NULL;
+            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                            "init: config->struct_size %zu is too small (set it to sizeof(ringlet_comm_config_t), %zu)",
+                            config->struct_size, sizeof(ringlet_comm_config_t));
+        }
+        timeout_s = config->timeout_s;
+        if (!(timeout_s == 0 || (timeout_s >= 0.1 && timeout_s <= 1e7))) { /* NaN fails both */
+            if (comm) *comm = NULL;
+            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                            "init: config->timeout_s %g is not allowed (0 for RINGLET_TIMEOUT, or 0.1 to 1e7 seconds)",
+                            timeout_s);
+        }
+    }
+    return init_rank(comm, nranks, &id, rank, NULL, timeout_s);
 }
 
 ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
@@ -348,7 +377,7 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
     if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
     rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
     if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
-    return comm_init(comm, nranks, rank, &t, NULL);
+    return comm_init(comm, nranks, rank, &t, NULL, 0);
 }
 
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
@@ -411,7 +440,8 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     memset(&id, 0, sizeof id);
     if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = ringlet_comm_init_rank(newcomm, size, ids[leader], newrank);
+    /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
     free(all);
     free(ids);
     if (rc) return rl_error(c, rc, "split (color %d, key %d): %s", color, key, ringlet_comm_last_error(*newcomm ? *newcomm : NULL));

@@ -18,8 +18,13 @@ is in place. Every tensor of one call is on the same device.
 Errors raise RingletError, whose .code is the C result (ringlet.ERR_INVALID_USAGE, ...)
 and whose message names the operation, the peer or the parameter.
 
-The shared library: RINGLET_LIBRARY (a path to libringlet.so or its folder), else an
-installed one, else the source tree's build/lib (see ringlet._lib).
+The shared library: RINGLET_LIBRARY (a path to libringlet.so or its folder), else the
+prefix `make install` recorded, an installed one (loader, pkg-config), else the source
+tree's build/lib (see ringlet._lib). `python3 -m ringlet` says which it loaded.
+
+PyTorch: `import ringlet.torch` registers the torch.distributed backend "ringlet"
+(init_process_group("ringlet"): torch's own DDP, ZeRO, collectives) and provides ringlet's
+own DDP class.
 """
 import atexit
 import ctypes
@@ -36,9 +41,10 @@ from ._lib import (  # noqa: F401  (re-exported)
 __all__ = [
     "RingletError", "Communicator", "Work", "init_from_env", "is_initialized", "get_rank", "get_world_size",
     "get_local_rank", "default_communicator", "destroy", "all_reduce", "broadcast", "reduce", "all_gather",
-    "reduce_scatter", "barrier", "send", "recv", "version", "library_path",
+    "reduce_scatter", "barrier", "send", "recv", "version", "library_path", "__version__",
 ]
 
+__version__ = "0.1.0"  # the package's; version() is the library's
 library_path = _lib.path
 
 

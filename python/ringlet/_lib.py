@@ -1,15 +1,22 @@
 """ctypes binding of libringlet (include/ringlet.h and include/ringlet_ddp.h).
 
-The library is found, in this order: the RINGLET_LIBRARY environment variable (a path to
-libringlet.so, or a folder holding it; RINGLET_LIB is read too, its older name); an
-installed prefix (the loader's search path, then $PREFIX/lib for the prefixes of this
-Python and /usr/local, where `make install` puts it); the source tree's build/lib when
-this package is used from a checkout built with `make`. When none loads, the ImportError
-lists every place tried and why it failed.
+The library is found, in this order:
+  1. the RINGLET_LIBRARY environment variable (a path to libringlet.so, or a folder
+     holding it; RINGLET_LIB is read too, its older name);
+  2. the prefix recorded when `make install PREFIX=...` installed this package
+     ($PREFIX/lib/python3/dist-packages/ringlet/_install.py names $PREFIX/lib);
+  3. the loader's own search (ldconfig's cache, LD_LIBRARY_PATH);
+  4. pkg-config's libdir of ringlet (`make install` writes $PREFIX/lib/pkgconfig/ringlet.pc;
+     PKG_CONFIG_PATH finds a prefix of your own), for a copy installed by pip;
+  5. $PREFIX/lib for the prefixes of this Python, /usr/local and /usr;
+  6. the source tree's build/lib, when this package is used from a checkout built with `make`.
+When none loads, the ImportError lists every place tried and why it failed.
 """
 import ctypes
 import ctypes.util
 import os
+import shutil
+import subprocess
 
 # ---- values of the C enums ----
 SUCCESS = 0
@@ -90,6 +97,34 @@ class DDPStats(ctypes.Structure):
     ]
 
 
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class CommConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("timeout_s", ctypes.c_double)]
+
+
+def _recorded_libdir():
+    """$PREFIX/lib as `make install` recorded it next to this file (None elsewhere)."""
+    try:
+        from . import _install  # written by `make install`; absent in the source tree and from pip
+    except ImportError:
+        return None
+    return getattr(_install, "LIBDIR", None)
+
+
+def _pkg_config_libdir():
+    exe = shutil.which("pkg-config")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--variable=libdir", "ringlet"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
 def _candidates():
     env = os.environ.get("RINGLET_LIBRARY") or os.environ.get("RINGLET_LIB")
     if env:
@@ -98,12 +133,19 @@ def _candidates():
         else:
             yield env
         return
-    # an installed prefix: the loader's own search (ldconfig, LD_LIBRARY_PATH), then the
-    # usual prefixes of `make install`
+    libdir = _recorded_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libringlet.so.0")
+    # the loader's own search (ldconfig, LD_LIBRARY_PATH)
     yield "libringlet.so.0"
     found = ctypes.util.find_library("ringlet")
     if found and found != "libringlet.so.0":
         yield found
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libringlet.so.0")
+    else:
+        yield "pkg-config ringlet"  # reported as tried, not loaded
     import sys
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, "/usr/local", "/usr")):
         yield os.path.join(prefix, "lib", "libringlet.so.0")
@@ -115,6 +157,10 @@ def _candidates():
 def _load():
     errors = []
     for path in _candidates():
+        if path == "pkg-config ringlet":
+            errors.append("pkg-config ringlet: %s" % ("no ringlet.pc on its path (PKG_CONFIG_PATH)"
+                                                      if shutil.which("pkg-config") else "no pkg-config"))
+            continue
         if os.path.sep in path and not os.path.exists(path):
             errors.append("%s: not found" % path)
             continue
@@ -148,6 +194,13 @@ _proto("ringlet_comm_last_error", ctypes.c_char_p, c_comm)
 _proto("ringlet_datatype_size", _SZ, _I)
 _proto("ringlet_version", ctypes.c_char_p)
 _proto("ringlet_comm_init_env", c_result, ctypes.POINTER(c_comm))
+_proto("ringlet_get_unique_id", c_result, ctypes.POINTER(UniqueId))
+_proto("ringlet_comm_init_rank", c_result, ctypes.POINTER(c_comm), _I, UniqueId, _I)
+_proto("ringlet_comm_init_rank_config", c_result, ctypes.POINTER(c_comm), _I, UniqueId, _I, ctypes.POINTER(CommConfig))
+_proto("ringlet_comm_split", c_result, c_comm, _I, _I, ctypes.POINTER(c_comm))
+_proto("ringlet_comm_finalize", c_result, c_comm)
+_proto("ringlet_group_start", c_result)
+_proto("ringlet_group_end", c_result)
 _proto("ringlet_comm_destroy", c_result, c_comm)
 _proto("ringlet_comm_abort", c_result, c_comm)
 for _q in ("rank", "size", "local_rank", "local_size"):
@@ -162,6 +215,9 @@ _proto("ringlet_reduce_scatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
 _proto("ringlet_barrier", c_result, c_comm, _P)
 _proto("ringlet_send", c_result, _P, _SZ, _I, _I, c_comm, _P)
 _proto("ringlet_recv", c_result, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_alltoall", c_result, _P, _P, _SZ, _I, c_comm, _P)
+_proto("ringlet_gather", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
+_proto("ringlet_scatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P)
 _RQ = ctypes.POINTER(c_req)
 _proto("ringlet_iallreduce", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
 _proto("ringlet_ibroadcast", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
@@ -171,6 +227,9 @@ _proto("ringlet_ireduce_scatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ
 _proto("ringlet_ibarrier", c_result, c_comm, _P, _RQ)
 _proto("ringlet_isend", c_result, _P, _SZ, _I, _I, c_comm, _P, _RQ)
 _proto("ringlet_irecv", c_result, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_ialltoall", c_result, _P, _P, _SZ, _I, c_comm, _P, _RQ)
+_proto("ringlet_igather", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
+_proto("ringlet_iscatter", c_result, _P, _P, _SZ, _I, _I, c_comm, _P, _RQ)
 _proto("ringlet_test", c_result, _RQ, ctypes.POINTER(_I))
 _proto("ringlet_wait", c_result, _RQ)
 

@@ -1,4 +1,16 @@
-"""PyTorch front of ringlet's DDP layer (include/ringlet_ddp.h).
+"""ringlet for PyTorch: the torch.distributed backend "ringlet", and ringlet's own DDP class.
+
+Importing this module registers the backend "ringlet" with torch.distributed
+(ringlet/torch_backend.py), so that torch's own collectives, DistributedDataParallel,
+ZeroRedundancyOptimizer and new_group run on ringlet:
+
+    import torch.distributed as dist
+    import ringlet.torch
+    dist.init_process_group("ringlet")      # torchrun, ringlet-run (env://), srun, mpirun
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+The rest of this module is ringlet's own DDP class, the PyTorch front of ringlet's DDP
+layer (include/ringlet_ddp.h):
 
     import ringlet
     from ringlet.torch import DistributedDataParallel as DDP
@@ -42,8 +54,11 @@ import torch
 
 import ringlet
 from ringlet import _lib, RingletError
+from ringlet.torch_backend import ProcessGroupRinglet, register as register_backend
 
-__all__ = ["DistributedDataParallel"]
+__all__ = ["DistributedDataParallel", "ProcessGroupRinglet", "register_backend"]
+
+register_backend()
 
 _COMPRESSION = {None: _lib.DDP_COMPRESS_NONE, "none": _lib.DDP_COMPRESS_NONE,
                 "fp16": _lib.DDP_COMPRESS_FLOAT16, "float16": _lib.DDP_COMPRESS_FLOAT16,

@@ -67,6 +67,8 @@ device-ddp|120|gpu,build|ddp.sh over cuda: the C DDP layer on device memory, eve
 torch-nccl|90|gpu,build|tests/gpu/torch_nccl.py at 2 and 4 ranks
 ddp-cuda-p2|140|gpu,build|tests/python/ddp_vs_torch.py --device cuda --nccl at 2 ranks: ringlet DDP and torch DDP over ringlet'"'"'s nccl against torch DDP over Gloo
 ddp-cuda-p4|150|gpu,build|the same at 4 ranks
+torch-backend-ops-p2|150|gpu,build|the torch.distributed backend "ringlet" on CUDA tensors, 2 ranks on the GPU: tests/python/backend_ops.py --device cuda (every operation, sync and async, against Gloo on CPU copies)
+torch-backend-ddp-p2|150|gpu,build|torch DDP (and ZeRO) over "ringlet" on CUDA against torch DDP over "nccl" (ringlet'"'"'s libnccl.so.2: NCCL itself refuses 2 ranks on 1 GPU) and over "gloo": tests/python/backend_ddp.py --device cuda
 ddp-bench|160|gpu,build|perf/ddp_bench.sh on CUDA at 2 and 4 ranks (issue 14'"'"'s goals)
 device-bench|220|gpu,build|perf/device_bench.sh -p 3: device vs host buffers over tcp and shm, PyTorch Gloo on CUDA, 2 and 4 ranks, 64 MiB
 ipc-bench|190|gpu,build|perf/ipc_bench.sh -m off: cuda_ipc busbw against the memory floors at 2 and 4 ranks, 8-byte latency
@@ -85,15 +87,16 @@ GROUP=([1]="preflight build test_kernels memcheck device-stream device-batch"
     [4]="preflight build device-mps device-more device-nccl"
     [5]="preflight build device-memcheck device-ddp"
     [6]="preflight build torch-nccl ddp-cuda-p2 ddp-cuda-p4"
-    [7]="preflight build ddp-bench device-bench"
-    [8]="preflight build ipc-bench ipc-bench-mps"
-    [9]="preflight build tcp-bench"
-    [10]="preflight build nccl-tests")
+    [7]="preflight build torch-backend-ops-p2 torch-backend-ddp-p2"
+    [8]="preflight build ddp-bench device-bench"
+    [9]="preflight build ipc-bench ipc-bench-mps"
+    [10]="preflight build tcp-bench"
+    [11]="preflight build nccl-tests")
 NGROUPS=${#GROUP[@]}
 GROUP_TITLE=([1]="kernels, sanitizer, stream, batch" [2]="device collectives over cuda_ipc and shm"
     [3]="device collectives over tcp, 8 ranks" [4]="MPS, the API layers" [5]="sanitizer on collectives, DDP"
-    [6]="PyTorch" [7]="benchmarks: DDP, device vs host" [8]="benchmarks: cuda_ipc, with and without MPS"
-    [9]="benchmark: TCP on the cores" [10]="nccl-tests")
+    [6]="PyTorch" [7]="the torch backend \"ringlet\" on CUDA" [8]="benchmarks: DDP, device vs host"
+    [9]="benchmarks: cuda_ipc, with and without MPS" [10]="benchmark: TCP on the cores" [11]="nccl-tests")
 QUICK_LIMIT=360 GROUP_LIMIT=480
 
 declare -A BUDGET NEEDS DESC
@@ -267,6 +270,37 @@ ddp_cuda_at() { # rank count
 }
 step_ddp_cuda_p2() { ddp_cuda_at 2; }
 step_ddp_cuda_p4() { ddp_cuda_at 4; }
+
+backend_cuda() { # log-name pattern-of-a-passing-rank script args...: 2 ranks, device cuda
+    need_torch_cuda
+    local name=$1 pat=$2 log="$LOGDIR/$1" rc ok
+    shift 2
+    RINGLET_DEVICE=cuda PYTHONPATH="$PWD/python" RINGLET_LIBRARY="$PWD/$BUILD/lib/libringlet.so" \
+        "$BUILD/bin/ringlet-run" -n 2 --timeout 600 "$PY" "$@" >"$log" 2>&1
+    rc=$?
+    grep -E 'backend_|FAIL|Traceback|Error' "$log" | head -n 40
+    ok=$(grep -cE "$pat" "$log")
+    if [ $rc = 0 ] && [ "$ok" = 2 ]; then
+        echo "ok:   $name"
+    else
+        echo "FAIL: $name: launcher exit $rc, $ok of 2 ranks passed"
+        tail -n 30 "$log"
+        return 1
+    fi
+}
+step_torch_backend_ops_p2() {
+    backend_cuda backend_ops.cuda 'backend_ops: rank [01]: [0-9]+ checks, 0 failed' \
+        tests/python/backend_ops.py --device cuda
+}
+step_torch_backend_ddp_p2() {
+    # "nccl" here is torch's ProcessGroupNCCL over ringlet's libnccl.so.2 (LD_PRELOAD): NVIDIA's
+    # NCCL refuses two ranks on one GPU; Gloo (CUDA tensors staged through the host) is the
+    # reference that shares no code with ringlet
+    LD_PRELOAD="$PWD/$BUILD/lib/libnccl.so.2" backend_cuda backend_ddp.cuda.nccl 'backend_ddp: rank [01]: PASS' \
+        tests/python/backend_ddp.py --device cuda --ref nccl --configs bn,unused,no_sync,bucket_view,comm_hook,zero &&
+        backend_cuda backend_ddp.cuda.gloo 'backend_ddp: rank [01]: PASS' \
+            tests/python/backend_ddp.py --device cuda --ref gloo --configs bn,unused,bucket_view,zero
+}
 
 step_ddp_bench() {
     need_torch_cuda

@@ -2,7 +2,8 @@
  *
  *   args init   one process, no launcher: ringlet_strerror, ringlet_datatype_size,
  *               init errors (NULL comm pointer, nranks, rank, garbage unique ids,
- *               bad launcher environment), then a real 1-rank communicator made
+ *               bad launcher environment, init_rank_config: bad settings and a
+ *               deadline of its own), then a real 1-rank communicator made
  *               from the same unique id after those errors.
  *   args p2     under ringlet-run -n 2 (works for any P >= 2): every argument error
  *               of every call taking a communicator, blocking and non-blocking
@@ -20,6 +21,7 @@
  * Prints "args MODE: rank R: N checks, F failed" and exits 0 iff none failed;
  * ARGS_VERBOSE=1 prints every check with the code and message it got.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -333,6 +335,36 @@ static int run_init(void) {
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 2, id, 2));
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank(&c, 3, id, 1000));
     EXPECT(c == NULL, "a failed ringlet_comm_init_rank set *comm");
+
+    /* ringlet_comm_init_rank_config: bad settings are refused at once, naming them; a
+     * deadline of its own applies to init (RINGLET_TIMEOUT is 10 s here): rank 0 of 2,
+     * whose peer never comes, gives up after the config's 1 s, not 10 s. */
+    {
+        ringlet_comm_config_t cfg = RINGLET_COMM_CONFIG_INIT;
+        cfg.struct_size = 4;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "struct_size", ringlet_comm_init_rank_config(&c, 1, id, 0, &cfg));
+        cfg = (ringlet_comm_config_t)RINGLET_COMM_CONFIG_INIT;
+        cfg.timeout_s = -1;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "timeout_s", ringlet_comm_init_rank_config(&c, 1, id, 0, &cfg));
+        cfg.timeout_s = 0.01;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "timeout_s", ringlet_comm_init_rank_config(&c, 1, id, 0, &cfg));
+        cfg.timeout_s = NAN;
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "timeout_s", ringlet_comm_init_rank_config(&c, 1, id, 0, &cfg));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "rank", ringlet_comm_init_rank_config(&c, 1, id, 3, NULL));
+        EXPECT(c == NULL, "a failed ringlet_comm_init_rank_config set *comm");
+        ringlet_unique_id_t lone;
+        if (ringlet_get_unique_id(&lone) != RINGLET_SUCCESS) {
+            fail(__LINE__, "ringlet_get_unique_id for the deadline case: %s", msg_of(NULL));
+        } else {
+            cfg.timeout_s = 1.0;
+            double t0 = now_s();
+            CHECK(NULL, RINGLET_ERR_TIMEOUT, "1 s", ringlet_comm_init_rank_config(&c, 2, lone, 0, &cfg));
+            double dt = now_s() - t0;
+            if (dt < 0.9 || dt > 5.0)
+                fail(__LINE__, "init with config timeout_s 1 and no peer took %.2f s (want about 1 s; RINGLET_TIMEOUT=10)", dt);
+            EXPECT(c == NULL, "a timed-out ringlet_comm_init_rank_config set *comm");
+        }
+    }
 
     /* garbage unique ids: refused locally (quickly), the message says "unique id" */
     for (int g = 0; g < 4; g++) {

@@ -2,7 +2,8 @@
 # Argument errors of the public API (tests/mp/args.c):
 #   1. "args init" as one plain process, without the launcher: ringlet_strerror,
 #      ringlet_datatype_size, init errors (NULL comm pointer, nranks, rank, garbage unique
-#      ids, broken launcher environments), a 1-rank communicator afterwards.
+#      ids, broken launcher environments, ringlet_comm_init_rank_config's bad settings and
+#      its own deadline: 1 s against RINGLET_TIMEOUT=10), a 1-rank communicator afterwards.
 #   2. "args p2" under ringlet-run -n 2: every argument error of every call on a live
 #      communicator, blocking and non-blocking, then a real all-reduce on it, then abort.
 #   3. every RINGLET_* variable of the README's tables has a bad-value case in 1.

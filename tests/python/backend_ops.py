@@ -1,0 +1,642 @@
+"""Every operation of the torch.distributed backend "ringlet" against Gloo on the same inputs.
+
+    ringlet-run -n P python3 tests/python/backend_ops.py [--quick] [--device cpu|cuda] [--seed S]
+
+The default group is ringlet's (init_process_group("ringlet"), env://: the launcher's
+MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE); the reference is a Gloo group over the same
+ranks (new_group(backend="gloo")), given the same random inputs (seeded by case and rank).
+Where Gloo has the operation (torch 1.13's Gloo: allreduce SUM/PRODUCT/MIN/MAX on its
+dtypes, allreduce_coalesced, broadcast, reduce, allgather, allgather_coalesced, gather,
+scatter, alltoall_base, send/recv), its result is the reference; where it has not
+(AVG, bitwise ops, bool/bfloat16 reductions, _allgather_base, reduce_scatter,
+_reduce_scatter_base, alltoall), every rank's inputs are all-gathered through Gloo and the
+expected result computed locally (float64 for floats; integers wrap as ringlet documents).
+Integers and data movement must match exactly; floats within a tolerance of a few units
+in the last place per rank (stated in tol()).
+
+Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
+then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
+bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
+on a receive whose send comes later (RuntimeError, and the receive still completes), a
+receive pending across an all_reduce of the same byte length, a subgroup (new_group,
+against a Gloo subgroup) destroyed afterwards (its communicator gone at once), and the
+clear errors: BAND on int32, PREMUL_SUM, an int16 reduction, recv without src, a tag, AVG
+on bool, PRODUCT on complex, a sparse tensor.
+Prints "backend_ops: rank R: N checks, F failed" and exits 0 iff none failed.
+On CUDA (torch 2.x, --device cuda) the same cases run on CUDA tensors; the reference
+stays Gloo on CPU copies.
+"""
+import argparse
+import faulthandler
+faulthandler.enable()
+import datetime
+import os
+import sys
+import time
+import zlib
+
+import torch
+import torch.distributed as dist
+
+import ringlet.torch  # noqa: F401  (registers the backend)
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--quick", action="store_true", help="fewer sizes and dtypes")
+ap.add_argument("--device", default="cpu")
+ap.add_argument("--seed", type=int, default=int(os.environ.get("RINGLET_TEST_SEED", "1")))
+a = ap.parse_args()
+
+dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=60))
+R, P = dist.get_rank(), dist.get_world_size()
+DEV = torch.device(a.device if a.device == "cpu" else "cuda:%d" % (int(os.environ.get("LOCAL_RANK", R))
+                                                                   % max(1, torch.cuda.device_count())))
+if DEV.type == "cuda":
+    torch.cuda.set_device(DEV)
+GLOO = dist.new_group(backend="gloo")
+assert dist.get_backend() == "ringlet", dist.get_backend()
+
+checks = 0
+failed = 0
+MODES = ("sync", "wait", "future", "poll")
+mode_i = 0
+
+
+def note(msg):
+    print("backend_ops: rank %d: %s" % (R, msg), flush=True)
+
+
+def fail(msg):
+    global failed
+    failed += 1
+    note("FAIL " + msg)
+
+
+def next_mode():
+    global mode_i
+    mode_i += 1
+    return MODES[mode_i % len(MODES)]
+
+
+def finish(work, mode, what):
+    """Completes an async work the way mode says (sync: nothing to do)."""
+    if mode == "sync":
+        assert work is None, "%s: a synchronous call returned %r" % (what, work)
+        return
+    if isinstance(work, torch._C.Future):  # all_reduce_coalesced(async_op=True) in torch 1.13
+        work.wait()
+        return
+    if mode == "wait":
+        assert work.wait() is True
+    elif mode == "future":
+        work.get_future().wait()
+        assert work.is_completed()
+    elif mode == "poll":
+        t0 = time.monotonic()
+        while not work.is_completed():
+            if time.monotonic() - t0 > 60:
+                raise RuntimeError("%s: is_completed() still false after 60 s" % what)
+            time.sleep(0.0002)
+        work.wait()
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+
+
+def gen(case, rank=None):
+    g = torch.Generator()
+    g.manual_seed((zlib.crc32(case.encode()) * 1000003 + a.seed * 101 + (R if rank is None else rank)) % (2 ** 62))
+    return g
+
+
+def rand(case, dtype, shape, rank=None, small=False):
+    g = gen(case, rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype.is_floating_point:
+        if small:  # products: near 1
+            return (0.6 + 0.8 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
+        return (2 * torch.rand(shape, generator=g, dtype=torch.float64) - 1).to(dtype)
+    info = torch.iinfo(dtype)
+    lo, hi = (max(info.min, -3), min(info.max, 4)) if small else (info.min, info.max)
+    return torch.randint(lo, hi + 1 if hi < 2 ** 62 else hi, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def tol(dtype, scale=1.0):
+    """Absolute tolerance for a float result of magnitude up to `scale` after P ranks."""
+    eps = {torch.float16: 2 ** -10, torch.bfloat16: 2 ** -7, torch.float32: 2 ** -23, torch.float64: 2 ** -52,
+           torch.complex64: 2 ** -23, torch.complex128: 2 ** -52}.get(dtype)
+    return None if eps is None else 2 * P * eps * max(1.0, scale)
+
+
+def same(what, got, want, scale=1.0):
+    global checks
+    checks += 1
+    got = got.detach().to("cpu")
+    want = want.detach().to("cpu")
+    if got.shape != want.shape or got.dtype != want.dtype:
+        fail("%s: got %s %s, want %s %s" % (what, tuple(got.shape), got.dtype, tuple(want.shape), want.dtype))
+        return
+    t = tol(got.dtype, scale)
+    if t is None:
+        ok = torch.equal(got, want)
+        err = "" if ok else " (first difference at %s)" % ((got != want).nonzero()[0].tolist(),)
+    else:
+        d = (got.to(torch.complex128 if got.is_complex() else torch.float64)
+             - want.to(torch.complex128 if want.is_complex() else torch.float64)).abs()
+        m = d.max().item() if d.numel() else 0.0
+        ok = m <= t
+        err = "" if ok else " (max difference %.3g > %.3g)" % (m, t)
+    if not ok:
+        fail("%s: differs%s" % (what, err))
+
+
+def as_bytes(x):
+    """x's elements as a uint8 tensor (Gloo moves bytes of every dtype; it refuses some dtypes)."""
+    raw = x.to("cpu").contiguous().reshape(-1)
+    if raw.is_complex():
+        raw = torch.view_as_real(raw).reshape(-1)
+    return raw.view(torch.uint8) if raw.dtype != torch.uint8 else raw.clone()
+
+
+def from_bytes(b, like):
+    if like.is_complex():
+        real = torch.view_as_real(torch.empty(0, dtype=like.dtype)).dtype
+        return torch.view_as_complex(b.view(real).reshape(-1, 2)).reshape(like.shape)
+    return (b if like.dtype == torch.uint8 else b.view(like.dtype)).reshape(like.shape)
+
+
+def gathered(x):
+    """Every rank's x, through Gloo (a list of CPU tensors)."""
+    x = x.to("cpu").contiguous()
+    if x.numel() == 0:  # Gloo dies of SIGFPE on an empty all_gather (torch 1.13)
+        return [x.clone() for _ in range(P)]
+    raw = x.reshape(-1)
+    if raw.is_complex():
+        raw = torch.view_as_real(raw).reshape(-1)
+    raw = raw.view(torch.uint8) if raw.dtype != torch.uint8 else raw
+    outs = [torch.empty_like(raw) for _ in range(P)]
+    dist.all_gather(outs, raw, group=GLOO)
+    res = []
+    for o in outs:
+        if x.is_complex():
+            real = torch.view_as_real(torch.empty(0, dtype=x.dtype)).dtype
+            res.append(torch.view_as_complex(o.view(real).reshape(-1, 2)).reshape(x.shape))
+        else:
+            res.append((o if x.dtype == torch.uint8 else o.view(x.dtype)).reshape(x.shape))
+    return res
+
+
+def local_reduce(xs, op, dtype):
+    """The expected reduction of the ranks' inputs xs (CPU), as ringlet defines it."""
+    st = torch.stack(xs)
+    if dtype == torch.bool:
+        s = st.to(torch.int64)
+        if op in ("SUM", "MAX", "BOR"):
+            return s.amax(0).bool()
+        if op in ("PRODUCT", "MIN", "BAND"):
+            return s.amin(0).bool()
+        if op == "BXOR":
+            return (s.sum(0) % 2).bool()
+    if dtype.is_complex:
+        s = st.to(torch.complex128).sum(0)
+        return (s / P if op == "AVG" else s).to(dtype)
+    if dtype.is_floating_point:
+        s = st.to(torch.float64)
+        r = {"SUM": lambda: s.sum(0), "AVG": lambda: s.sum(0) / P, "PRODUCT": lambda: s.prod(0),
+             "MIN": lambda: s.amin(0), "MAX": lambda: s.amax(0)}[op]()
+        return r.to(dtype)
+    s = st.to(torch.int64)
+    if op in ("SUM", "AVG"):
+        w = s.sum(0).to(dtype)  # wraps modulo 2^bits
+        return torch.div(w.to(torch.int64), P, rounding_mode="trunc").to(dtype) if op == "AVG" else w
+    if op == "PRODUCT":
+        return s.prod(0).to(dtype)
+    return (s.amin(0) if op == "MIN" else s.amax(0)).to(dtype)
+
+
+def gloo_has_reduce(dtype, op):
+    return op in ("SUM", "PRODUCT", "MIN", "MAX") and dtype in (
+        torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32, torch.int64)
+
+
+RED = getattr(dist.ReduceOp, "PRODUCT")
+
+
+def redop(name):
+    return getattr(dist.ReduceOp, name)
+
+
+def dev(x):
+    return x.to(DEV)
+
+
+# ---------------------------------------------------------------- the cases
+
+REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+                 torch.int64, torch.bool, torch.complex64]
+MOVE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+               torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+SIZES = [0, 1, 7, 1001, 70001] if not a.quick else [1, 1001]
+if a.quick:
+    REDUCE_DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.bool]
+    MOVE_DTYPES = [torch.float32, torch.int16, torch.complex64]
+
+
+def ops_for(dtype):
+    if dtype == torch.bool:
+        return ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+    if dtype.is_complex:
+        return ["SUM", "AVG"]
+    return ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
+
+
+def case_allreduce():
+    for dtype in REDUCE_DTYPES:
+        for op in ops_for(dtype):
+            for n in SIZES:
+                if n > 1001 and op not in ("SUM", "MAX") and dtype != torch.float32:
+                    continue  # large sizes: two ops per dtype are enough
+                case = "allreduce/%s/%s/%d" % (dtype, op, n)
+                x = rand(case, dtype, (n,), small=op == "PRODUCT")
+                mode = next_mode()
+                t = dev(x.clone())
+                w = dist.all_reduce(t, op=redop(op), async_op=mode != "sync")
+                finish(w, mode, case)
+                if gloo_has_reduce(dtype, op) and n:
+                    want = x.clone()
+                    dist.all_reduce(want, op=redop(op), group=GLOO)
+                    src = "gloo"
+                else:
+                    want = local_reduce(gathered(x), op, dtype)
+                    src = "local"
+                scale = 1.0 if op != "SUM" and op != "AVG" else P
+                same("%s (%s, vs %s)" % (case, mode, src), t, want, scale)
+
+
+def case_allreduce_noncontig():
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        case = "allreduce/noncontig/%s" % dtype
+        x = rand(case, dtype, (33, 17))
+        base = dev(x.clone().t().contiguous().t())  # column-major: not contiguous
+        t = base[:, 1:]  # and a slice of it
+        assert not t.is_contiguous()
+        mode = next_mode()
+        w = dist.all_reduce(t, op=redop("MAX"), async_op=mode != "sync")
+        finish(w, mode, case)
+        want = x.clone()
+        if dtype == torch.bool:
+            want = local_reduce(gathered(x), "MAX", dtype)
+        else:
+            dist.all_reduce(want, op=redop("MAX"), group=GLOO)
+        same(case + " (column %s)" % mode, t, want[:, 1:])
+        same(case + " column 0 untouched", base[:, 0], x[:, 0])
+
+
+def case_coalesced():
+    for dtype in (torch.float32, torch.int32):
+        case = "allreduce_coalesced/%s" % dtype
+        xs = [rand(case + str(i), dtype, (k,)) for i, k in enumerate((5, 1, 300))]
+        ts = [dev(x.clone()) for x in xs]
+        mode = next_mode()
+        w = dist.all_reduce_coalesced(ts, async_op=mode != "sync")
+        finish(w, mode, case)
+        wants = [x.clone() for x in xs]
+        dist.all_reduce_coalesced(wants, group=GLOO)
+        for i, (t, want) in enumerate(zip(ts, wants)):
+            same("%s[%d] (%s, vs gloo)" % (case, i, mode), t, want, P)
+
+
+def case_broadcast_reduce():
+    for dtype in MOVE_DTYPES:
+        for n in SIZES:
+            root = (n + 1) % P
+            case = "broadcast/%s/%d/root%d" % (dtype, n, root)
+            x = rand(case, dtype, (n,))
+            mode = next_mode()
+            t = dev(x.clone())
+            w = dist.broadcast(t, src=root, async_op=mode != "sync")
+            finish(w, mode, case)
+            want = as_bytes(x)
+            if n:  # Gloo and empty tensors: see gathered()
+                dist.broadcast(want, src=root, group=GLOO)
+            same("%s (%s, vs gloo)" % (case, mode), t, from_bytes(want, x))
+    for dtype in REDUCE_DTYPES:
+        for op in ops_for(dtype)[:3]:
+            n = 1001
+            root = P - 1
+            case = "reduce/%s/%s/root%d" % (dtype, op, root)
+            x = rand(case, dtype, (n,), small=op == "PRODUCT")
+            mode = next_mode()
+            t = dev(x.clone())
+            w = dist.reduce(t, dst=root, op=redop(op), async_op=mode != "sync")
+            finish(w, mode, case)
+            if gloo_has_reduce(dtype, op):
+                want = x.clone()
+                dist.reduce(want, dst=root, op=redop(op), group=GLOO)
+                src = "gloo"
+            else:
+                want, src = local_reduce(gathered(x), op, dtype), "local"
+            if R == root:
+                same("%s (%s, vs %s)" % (case, mode, src), t, want, P)
+
+
+def case_allgather():
+    for dtype in MOVE_DTYPES:
+        for n in SIZES:
+            case = "allgather/%s/%d" % (dtype, n)
+            x = rand(case, dtype, (n,))
+            mode = next_mode()
+            # a list of separate tensors (staged) and chunks of one tensor (direct)
+            outs = [dev(torch.empty(n, dtype=dtype)) for _ in range(P)]
+            w = dist.all_gather(outs, dev(x), async_op=mode != "sync")
+            finish(w, mode, case)
+            wants = gathered(x)  # Gloo's all_gather
+            for r in range(P):
+                same("%s list[%d] (%s, vs gloo)" % (case, r, mode), outs[r], wants[r])
+            flat = dev(torch.empty(P * n, dtype=dtype))
+            mode = next_mode()
+            w = dist.all_gather(list(flat.chunk(P)) if n else [flat[:0]] * P, dev(x), async_op=mode != "sync")
+            finish(w, mode, case)
+            same("%s chunks (%s, vs gloo)" % (case, mode), flat, torch.cat(wants))
+            # all_gather_into_tensor (_allgather_base): Gloo has none; its all_gather is the reference
+            out2 = dev(torch.empty(P * n, dtype=dtype))
+            mode = next_mode()
+            w = dist._all_gather_base(out2, dev(x), async_op=mode != "sync")
+            finish(w, mode, case)
+            same("%s _allgather_base (%s, vs gloo all_gather)" % (case, mode), out2, torch.cat(wants))
+    # allgather_coalesced: several tensors of several shapes (torch wants one dtype)
+    case = "allgather_coalesced"
+    xs = [rand(case + "a", torch.float32, (3, 4)), rand(case + "b", torch.float32, (5,)),
+          rand(case + "c", torch.float32, (2,))]
+    outs = [[dev(torch.empty_like(x)) for x in xs] for _ in range(P)]
+    mode = next_mode()
+    w = dist.all_gather_coalesced(outs, [dev(x) for x in xs], async_op=mode != "sync")
+    finish(w, mode, case)
+    wants = [[torch.empty_like(x) for x in xs] for _ in range(P)]
+    dist.all_gather_coalesced(wants, xs, group=GLOO)
+    for r in range(P):
+        for i in range(len(xs)):
+            same("%s[%d][%d] (%s, vs gloo)" % (case, r, i, mode), outs[r][i], wants[r][i])
+
+
+def case_reduce_scatter():
+    for dtype in REDUCE_DTYPES:
+        for op in ops_for(dtype)[:4]:
+            for n in (SIZES[1:3] if not a.quick else [5]):
+                case = "reduce_scatter/%s/%s/%d" % (dtype, op, n)
+                ins = [rand(case + str(q), dtype, (n,), small=op == "PRODUCT") for q in range(P)]
+                # the reference: every rank's list through Gloo, reduced here, block R
+                allx = gathered(torch.stack(ins))
+                want = local_reduce([x[R] for x in allx], op, dtype)
+                out = dev(torch.empty(n, dtype=dtype))
+                mode = next_mode()
+                w = dist.reduce_scatter(out, [dev(i) for i in ins], op=redop(op), async_op=mode != "sync")
+                finish(w, mode, case)
+                same("%s list (%s, vs gloo-gathered)" % (case, mode), out, want, P)
+                out2 = dev(torch.empty(n, dtype=dtype))
+                mode = next_mode()
+                w = dist.reduce_scatter_tensor(out2, dev(torch.cat(ins)), op=redop(op), async_op=mode != "sync") \
+                    if hasattr(dist, "reduce_scatter_tensor") else \
+                    dist._reduce_scatter_base(out2, dev(torch.cat(ins)), op=redop(op), async_op=mode != "sync")
+                finish(w, mode, case)
+                same("%s tensor (%s, vs gloo-gathered)" % (case, mode), out2, want, P)
+
+
+def case_alltoall():
+    for dtype in MOVE_DTYPES:
+        for n in (SIZES[1:] if not a.quick else [3]):
+            case = "alltoall/%s/%d" % (dtype, n)
+            x = rand(case, dtype, (P * n,))
+            out = dev(torch.empty(P * n, dtype=dtype))
+            mode = next_mode()
+            w = dist.all_to_all_single(out, dev(x), async_op=mode != "sync")
+            finish(w, mode, case)
+            want = torch.empty_like(as_bytes(x))
+            if n:
+                dist.all_to_all_single(want, as_bytes(x), group=GLOO)
+            want = from_bytes(want, x)
+            same("%s single (%s, vs gloo)" % (case, mode), out, want)
+    # uneven splits: rank r sends (r + q) % 3 rows of 5 to rank q
+    for dtype in (torch.float32, torch.int8, torch.complex64):
+        case = "alltoall/splits/%s" % dtype
+        ins_sp = [(R + q) % 3 for q in range(P)]
+        out_sp = [(q + R) % 3 for q in range(P)]
+        x = rand(case, dtype, (sum(ins_sp), 5))
+        out = dev(torch.empty(sum(out_sp), 5, dtype=dtype))
+        mode = next_mode()
+        w = dist.all_to_all_single(out, dev(x), out_sp, ins_sp, async_op=mode != "sync")
+        finish(w, mode, case)
+        row = as_bytes(x[:1]).numel()
+        wb = torch.empty(sum(out_sp) * row, dtype=torch.uint8)
+        dist.all_to_all_single(wb, as_bytes(x), [s * row for s in out_sp], [s * row for s in ins_sp], group=GLOO)
+        want = from_bytes(wb, torch.empty(sum(out_sp), 5, dtype=dtype))
+        same("%s (%s, vs gloo)" % (case, mode), out, want)
+        # all_to_all of lists (Gloo has none): the same blocks, compared with the above
+        ins = list(dev(x).split(ins_sp))
+        outs = [dev(torch.empty(s, 5, dtype=dtype)) for s in out_sp]
+        mode = next_mode()
+        w = dist.all_to_all(outs, ins, async_op=mode != "sync")
+        finish(w, mode, case)
+        same("%s lists (%s, vs gloo all_to_all_single)" % (case, mode), torch.cat(outs), want)
+
+
+def case_gather_scatter():
+    for dtype in MOVE_DTYPES:
+        n = 1001 if not a.quick else 7
+        root = 1 % P
+        case = "gather/%s" % dtype
+        x = rand(case, dtype, (n,))
+        outs = [dev(torch.empty(n, dtype=dtype)) for _ in range(P)] if R == root else None
+        mode = next_mode()
+        w = dist.gather(dev(x), outs, dst=root, async_op=mode != "sync")
+        finish(w, mode, case)
+        xb = as_bytes(x)
+        wants = [torch.empty_like(xb) for _ in range(P)] if R == root else None
+        dist.gather(xb, wants, dst=root, group=GLOO)
+        if R == root:
+            for r in range(P):
+                same("%s[%d] (%s, vs gloo)" % (case, r, mode), outs[r], from_bytes(wants[r], x))
+        case = "scatter/%s" % dtype
+        ins = [rand(case + str(q), dtype, (n,)) for q in range(P)]
+        out = dev(torch.empty(n, dtype=dtype))
+        mode = next_mode()
+        w = dist.scatter(out, [dev(i) for i in ins] if R == root else None, src=root, async_op=mode != "sync")
+        finish(w, mode, case)
+        want = torch.empty_like(as_bytes(ins[0]))
+        dist.scatter(want, [as_bytes(i) for i in ins] if R == root else None, src=root, group=GLOO)
+        same("%s (%s, vs gloo)" % (case, mode), out, from_bytes(want, ins[0]))
+
+
+def case_p2p_barrier():
+    # a ring: every rank sends to the next and receives from the previous, async both ways
+    # (CPU: both posted at once; CUDA: batch_isend_irecv, one ringlet group, as with NCCL:
+    # device sends and receives outside a group run one by one)
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.bool):
+        case = "sendrecv/%s" % dtype
+        x = rand(case, dtype, (1001,))
+        got = dev(torch.empty(1001, dtype=dtype))
+        if DEV.type == "cuda":
+            ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, dev(x), (R + 1) % P),
+                                         dist.P2POp(dist.irecv, got, (R - 1) % P)])
+        else:
+            ws = [dist.isend(dev(x), (R + 1) % P), dist.irecv(got, (R - 1) % P)]
+        for w in ws:
+            w.wait()
+        if DEV.type == "cuda":
+            torch.cuda.current_stream().synchronize()
+        want = torch.empty_like(as_bytes(x))
+        gs = [dist.isend(as_bytes(x), (R + 1) % P, group=GLOO), dist.irecv(want, (R - 1) % P, group=GLOO)]
+        for w in gs:
+            w.wait()
+        same("%s (isend/irecv, vs gloo)" % case, got, from_bytes(want, x))
+    # blocking send/recv between rank 0 and the last rank
+    case = "sendrecv/blocking"
+    x = rand(case, torch.float64, (17,), rank=0)
+    t = dev(x.clone() if R == 0 else torch.zeros(17, dtype=torch.float64))
+    if R == 0:
+        dist.send(t, P - 1)
+    elif R == P - 1:
+        dist.recv(t, 0)
+        same(case, t, x)
+    for mode in ("sync", "wait", "future", "poll"):
+        w = dist.barrier(async_op=mode != "sync")
+        finish(w, mode, "barrier")
+    # wait(timeout): a receive whose send comes only after the receiver's wait timed out
+    # (by construction: the sender waits for a barrier the receiver enters after its timeout)
+    if DEV.type == "cpu":
+        t = torch.zeros(3)
+        if R == 1:
+            w = dist.irecv(t, 0)
+            expect_error("wait(timeout) before the send", lambda: w.wait(datetime.timedelta(seconds=0.2)),
+                         "timed out", "recv")
+            dist.barrier()
+            w.wait()
+            same("recv after a timed-out wait", t, torch.full((3,), 7.0))
+        elif R == 0:
+            dist.barrier()
+            dist.send(torch.full((3,), 7.0), 1)
+        else:
+            dist.barrier()
+    # a receive pending across a collective whose messages have the same length (12 bytes):
+    # rank 1 posts it before the all_reduce, rank 0 sends after it; the receive must get
+    # the send's data and the all_reduce its own (Gloo keeps them apart with tags). CPU
+    # only: on a GPU, as with NCCL, a device call may wait for streams held by earlier ones
+    if DEV.type != "cpu":
+        return
+    got = dev(torch.zeros(3))
+    w = dist.irecv(got, 0) if R == 1 else None
+    a3 = dev(torch.full((3,), float(R + 1)))
+    dist.all_reduce(a3)
+    if R == 0:
+        dist.send(dev(torch.full((3,), -5.0)), 1)
+    if w is not None:
+        w.wait()
+        same("recv pending across an all_reduce", got, torch.full((3,), -5.0))
+    same("all_reduce while a recv was pending", a3, torch.full((3,), float(P * (P + 1) // 2)))
+    global checks
+    checks += 1
+
+
+def case_objects():
+    obj = [{"rank": R, "s": "x" * R}]
+    if R == 0:
+        obj = [{"from": 0, "data": list(range(5))}]
+    dist.broadcast_object_list(obj, src=0)
+    same("broadcast_object_list", torch.tensor(obj[0]["data"]), torch.arange(5))
+    allo = [None] * P
+    dist.all_gather_object(allo, {"rank": R})
+    same("all_gather_object", torch.tensor([o["rank"] for o in allo]), torch.arange(P))
+
+
+def case_subgroup():
+    if P < 3:
+        return
+    ranks = list(range(1, P))
+    sub = dist.new_group(ranks)  # ringlet, like the default group
+    gsub = dist.new_group(ranks, backend="gloo")
+    if R in ranks:
+        assert dist.get_backend(sub) == "ringlet"
+        for dtype in (torch.float32, torch.int32):
+            case = "subgroup/allreduce/%s" % dtype
+            x = rand(case, dtype, (1001,))
+            t = dev(x.clone())
+            mode = next_mode()
+            w = dist.all_reduce(t, group=sub, async_op=mode != "sync")
+            finish(w, mode, case)
+            want = x.clone()
+            dist.all_reduce(want, group=gsub)
+            same("%s (%s, vs gloo subgroup)" % (case, mode), t, want, P)
+        t = dev(torch.full((4,), float(R)))
+        dist.broadcast(t, src=ranks[-1], group=sub)  # a global rank as root
+        same("subgroup/broadcast from global rank %d" % ranks[-1], t, torch.full((4,), float(ranks[-1])))
+        core = sub._core  # the communicator's holder: emptied when the group is destroyed
+        dist.destroy_process_group(sub)
+        del sub
+        global checks
+        checks += 1
+        if core.holder[0] is not None:
+            fail("subgroup: destroy_process_group left its ringlet communicator alive")
+        dist.destroy_process_group(gsub)
+    # the default group still works
+    t = dev(torch.ones(3))
+    dist.all_reduce(t)
+    same("allreduce after the subgroup's destroy", t, torch.full((3,), float(P)))
+
+
+def expect_error(what, fn, *words):
+    global checks
+    checks += 1
+    try:
+        fn()
+    except RuntimeError as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        if missing:
+            fail("%s: the error does not say %s: %s" % (what, missing, msg))
+        elif R == 0:
+            note("%s: %s" % (what, msg.splitlines()[0][:200]))
+        return
+    except Exception as e:  # noqa: BLE001
+        fail("%s: raised %s, not RuntimeError: %s" % (what, type(e).__name__, e))
+        return
+    fail("%s: no error" % what)
+
+
+def case_errors():
+    expect_error("BAND on int32", lambda: dist.all_reduce(dev(torch.ones(4, dtype=torch.int32)),
+                                                          op=dist.ReduceOp.BAND), "BAND", "int32")
+    expect_error("AVG on bool", lambda: dist.all_reduce(dev(torch.ones(4, dtype=torch.bool)), op=dist.ReduceOp.AVG),
+                 "AVG", "bool")
+    expect_error("int16 reduction", lambda: dist.all_reduce(dev(torch.ones(4, dtype=torch.int16))), "int16")
+    expect_error("PRODUCT on complex", lambda: dist.all_reduce(dev(torch.ones(4, dtype=torch.complex64)),
+                                                               op=dist.ReduceOp.PRODUCT), "complex")
+    if hasattr(torch._C._distributed_c10d, "_make_nccl_premul_sum"):
+        expect_error("PREMUL_SUM", lambda: dist.all_reduce(
+            dev(torch.ones(4)), op=torch._C._distributed_c10d._make_nccl_premul_sum(2.0)), "PREMUL_SUM")
+    expect_error("recv without src", lambda: dist.recv(dev(torch.ones(4))), "src")
+    expect_error("send with a tag", lambda: dist.send(dev(torch.ones(4)), (R + 1) % P, tag=7), "tag")
+    expect_error("sparse", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "sparse")
+    # the group still works after those (local) errors
+    t = dev(torch.ones(2))
+    dist.all_reduce(t)
+    same("allreduce after the errors", t, torch.full((2,), float(P)))
+
+
+t_start = time.monotonic()
+for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
+           case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier, case_objects, case_subgroup,
+           case_errors):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        fail("%s raised %s: %s" % (fn.__name__, type(e).__name__, e))
+        break
+    if R == 0 and os.environ.get("BACKEND_OPS_VERBOSE"):
+        note("%s: %.1f s" % (fn.__name__, time.monotonic() - t0))
+note("%d checks, %d failed (%.1f s, device %s)" % (checks, failed, time.monotonic() - t_start, DEV))
+dist.destroy_process_group()
+sys.exit(1 if failed else 0)
