@@ -91,9 +91,11 @@ $(BUILD)/bin/ringlet-run: tools/ringlet-run.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/bin/ringlet-perf: perf/ringlet_perf.c $(SO)
+# ringlet-perf: perf/perf.h lists its files.
+PERF_SRC := perf/ringlet_perf.c perf/perf_options.c perf/perf_data.c perf/perf_check.c perf/perf_run.c perf/perf_output.c
+$(BUILD)/bin/ringlet-perf: $(PERF_SRC) perf/perf.h $(SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_SO) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(PERF_SRC) $(LINK_SO) $(LDLIBS)
 
 # Unit tests link the static library: they may test internal functions.
 $(BUILD)/tests/unit/%: tests/unit/%.c $(A)
