@@ -87,9 +87,11 @@ $(A): $(LIB_OBJ)
 # Programs link the shared library with an rpath to it, as users do.
 LINK_SO := -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lringlet
 
-$(BUILD)/bin/ringlet-run: tools/ringlet-run.c
+# ringlet-run: tools/run.h lists its files.
+RUN_SRC := tools/ringlet-run.c tools/run_options.c tools/run_launch.c tools/run_output.c tools/run_signals.c
+$(BUILD)/bin/ringlet-run: $(RUN_SRC) tools/run.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(RUN_SRC) $(LDLIBS)
 
 # ringlet-perf: perf/perf.h lists its files.
 PERF_SRC := perf/ringlet_perf.c perf/perf_options.c perf/perf_data.c perf/perf_check.c perf/perf_run.c perf/perf_output.c
