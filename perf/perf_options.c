@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  -M host|device  buffers in host or device memory (default: device when a GPU is usable,\n"
             "                or RINGLET_DEVICE=sim asks for the simulated one; else host). Device: calls\n"
             "                are ordered on a stream and each size's timing ends with a stream sync\n"
+            "  -t 1, -g 1    threads per process, GPUs per thread: 1, the only value (a rank is one\n"
+            "                process with one device; more ranks come from the launcher)\n"
             "  -h            this text\n"
             "Launch one process per rank, e.g.: ringlet-run -n 4 ringlet-perf allreduce -b 4K -e 64M -f 4\n");
 }
@@ -153,7 +155,11 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
             o->warmup = (int)l;
             break;
         case 'c':
-            bad = parse_int(v, 0, 1, &l);
+            bad = parse_int(v, 0, INT_MAX, &l);
+            if (!bad && l > 1) { /* nccl-tests' number of checked iterations */
+                fprintf(stderr, "ringlet-perf: -c %s: each form is checked once, after its timed calls: -c takes 0 or 1\n", v);
+                return 1;
+            }
             o->check = (int)l;
             break;
         case 'z':
@@ -180,6 +186,21 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
         case 'M':
             bad = strcmp(v, "host") != 0 && strcmp(v, "device") != 0;
             o->memory = strcmp(v, "device") == 0;
+            break;
+        case 't':
+        case 'g':
+            /* nccl-tests runs -t threads of -g GPUs each in a process, one rank per GPU;
+             * a ringlet rank is a process with one device, so 1 is all it can honour. */
+            bad = parse_int(v, 1, INT_MAX, &l);
+            if (!bad && l != 1) {
+                fprintf(stderr, "ringlet-perf: %s %s: %s\n", a, v,
+                        a[1] == 't' ? "one thread per process only: each rank is a process of its own; start more "
+                                      "ranks with the launcher (ringlet-run -n N, torchrun, srun, mpirun)"
+                                    : "one GPU per process only: each rank uses one device (its local rank's); "
+                                      "start one rank per GPU with the launcher (ringlet-run -n N, torchrun, "
+                                      "srun, mpirun)");
+                return 1;
+            }
             break;
         case 'd': {
             bad = 1;
