@@ -143,6 +143,16 @@ run: deps
 	$(MAKE) --no-print-directory all
 	$(BUILD)/bin/ringlet-run -n 4 $(BUILD)/bin/ringlet-perf allreduce -b 4K -e 64M -f 4 -c 1
 
+# The loader searches /usr and /usr/local once ldconfig has run (not for a staged install:
+# DESTDIR's packager runs it); a program built against any other prefix gets an rpath to
+# it from ringlet.pc, so the README's example runs as written.
+ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+PC_RPATH :=
+INSTALL_LDCONFIG := $(if $(DESTDIR),,ldconfig)
+else
+PC_RPATH := -Wl,-rpath,$${libdir}
+INSTALL_LDCONFIG :=
+endif
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/ringlet.h include/ringlet_ddp.h $(DESTDIR)$(PREFIX)/include/
@@ -155,7 +165,9 @@ install: lib
 	install -m 644 src/nccl/nccl.h $(DESTDIR)$(PREFIX)/include/ringlet-nccl/
 	install -m 755 $(NCCL_SO) $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/libnccl.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ringlet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@RPATH@|$(PC_RPATH)|' ringlet.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+	$(INSTALL_LDCONFIG)
 
 clean:
 	rm -rf build build-*
