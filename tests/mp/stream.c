@@ -277,8 +277,13 @@ int main(int argc, char **argv) {
 
     if (!strcmp(cas, "abort")) {
         device_warmup(comm);
+        /* Rank 0 aborts only once rank 1 has checked its warm-up: an abort that came first
+         * fails rank 1's communicator, and so its warm-up's check (a race on a busy host). */
+        char warm[4096];
+        snprintf(warm, sizeof warm, "%s/warm", dir);
         snprintf(path, sizeof path, "%s/aborted", dir);
         if (g_rank == 1) {
+            file_touch(warm);
             /* Never joins the all-reduce: waits until rank 0 has aborted, then aborts too. */
             file_wait(path, 60);
             ringlet_comm_abort(comm);
@@ -290,6 +295,7 @@ int main(int argc, char **argv) {
         uint32_t *host;
         rl_dev_stream_t s;
         rl_dev_event_t done;
+        file_wait(warm, 60);
         DEV(D->host_alloc((void **)&host, 16));
         DEV(D->mem_alloc(&d, 16));
         DEV(D->stream_create(&s));
