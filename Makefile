@@ -89,13 +89,17 @@ $(A): $(LIB_OBJ)
 # Programs link the shared library with an rpath to it, as users do.
 LINK_SO := -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lringlet
 
-$(BUILD)/bin/ringlet-run: tools/ringlet-run.c
+# ringlet-run: tools/run.h lists its files.
+RUN_SRC := tools/ringlet-run.c tools/run_options.c tools/run_launch.c tools/run_output.c tools/run_signals.c
+$(BUILD)/bin/ringlet-run: $(RUN_SRC) tools/run.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(RUN_SRC) $(LDLIBS)
 
-$(BUILD)/bin/ringlet-perf: perf/ringlet_perf.c $(SO)
+# ringlet-perf: perf/perf.h lists its files.
+PERF_SRC := perf/ringlet_perf.c perf/perf_options.c perf/perf_data.c perf/perf_check.c perf/perf_run.c perf/perf_output.c
+$(BUILD)/bin/ringlet-perf: $(PERF_SRC) perf/perf.h $(SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_SO) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(PERF_SRC) $(LINK_SO) $(LDLIBS)
 
 # Unit tests link the static library: they may test internal functions.
 $(BUILD)/tests/unit/%: tests/unit/%.c $(A)
@@ -148,6 +152,16 @@ run: deps
 PYTHON    ?= python3
 PYTHONDIR ?= $(shell $(PYTHON) -c 'import sys; d = "dist-packages" if any(p.endswith("dist-packages") for p in sys.path) else "site-packages"; print("$(PREFIX)/lib/python%d.%d/%s" % (sys.version_info[0], sys.version_info[1], d))' 2>/dev/null)
 
+# The loader searches /usr and /usr/local once ldconfig has run (not for a staged install:
+# DESTDIR's packager runs it); a program built against any other prefix gets an rpath to
+# it from ringlet.pc, so the README's example runs as written.
+ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+PC_RPATH :=
+INSTALL_LDCONFIG := $(if $(DESTDIR),,ldconfig)
+else
+PC_RPATH := -Wl,-rpath,$${libdir}
+INSTALL_LDCONFIG :=
+endif
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/ringlet.h include/ringlet_ddp.h $(DESTDIR)$(PREFIX)/include/
@@ -160,7 +174,9 @@ install: lib
 	install -m 644 src/nccl/nccl.h $(DESTDIR)$(PREFIX)/include/ringlet-nccl/
 	install -m 755 $(NCCL_SO) $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/ringlet-nccl/libnccl.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ringlet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@RPATH@|$(PC_RPATH)|' ringlet.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlet.pc
+	$(INSTALL_LDCONFIG)
 ifneq ($(PYTHONDIR),)
 	install -d $(DESTDIR)$(PYTHONDIR)/ringlet
 	install -m 644 python/ringlet/*.py python/ringlet/README.md $(DESTDIR)$(PYTHONDIR)/ringlet/

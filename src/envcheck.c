@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "fault.h"
 #include "ib.h"
+#include "log.h"
 #include "shm.h"
 #include "tcp.h"
 #include "trace.h"
@@ -37,7 +38,7 @@ typedef struct {
 static const var_t vars[] = {
     /* the communicator (comm.c, util.c, log.c, bootstrap.c, collective.c) */
     {.name = "RINGLET_TIMEOUT", .kind = K_DOUBLE, .dlo = 0.1, .dhi = 1e7}, /* util.c's rl_timeout_s */
-    {.name = "RINGLET_DEBUG", .kind = K_WORD_NOCASE, .words = "NONE,WARN,INFO,TRACE,0"},
+    {.name = "RINGLET_DEBUG", .kind = K_WORD_NOCASE, .words = RL_LOG_LEVELS}, /* log.c */
     {.name = "RINGLET_TRANSPORT", .kind = K_TRANSPORT},
     {.name = "RINGLET_ALGO", .kind = K_WORD, .words = "auto,ring,oneshot,hier,halving"},
     {.name = "RINGLET_CHUNK_SIZE", .kind = K_INT, .lo = 4096, .hi = GIB},

@@ -6,13 +6,12 @@
  * FIFO in the receiver's segment. Wake-ups go through the peer's doorbell
  * (rl_transport_init's peer_bell).
  *
- * A FIFO is a ring of nslots slots of slot_bytes each. A message is cut into pieces of
- * at most one slot (a message of 0 bytes is one empty piece); every piece carries the
- * message's length, so a receive posted with another length fails on both ends. The
- * piece at position p goes to slot p % nslots, and its header's seq becomes p + 1 after
- * the piece is written (release; the receiver polls that one cache line, acquire). The
- * receiver owns tail, the count of slots the sender may reuse; the sender reads it only
- * when its cached copy says the FIFO is full.
+ * A FIFO is a ring of nslots slots of slot_bytes each, run by slot_fifo.h: a message is
+ * cut into slot-sized pieces, each carrying the message's length; the sender copies a
+ * piece into its slot and publishes it, the receiver copies it out (or lends the slot
+ * to irecv_map) and hands the slot back. Each slot starts with its record (the piece's
+ * sequence number and lengths), so the receiver polls one cache line that a small
+ * message shares.
  *
  * There are no threads: isend/irecv copy what fits at once, and progress() (called by
  * whoever waits) copies the rest. Moving data rings the peer's doorbell.
@@ -34,9 +33,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "posted.h"
 #include "sha256.h"
 #include "shm.h"
 #include "shmseg.h"
+#include "slot_fifo.h"
 #include "transport.h"
 #include "util.h"
 
@@ -49,34 +50,15 @@
 
 typedef rl_shm_seg_hdr seg_hdr;
 
-enum { SIDE_NONE = 0, SIDE_OPEN = 1, SIDE_CLOSED = 2 };
-
-typedef struct {
-    _Alignas(64) atomic_ullong tail; /* pieces consumed (receiver); the sender may reuse their slots */
-    _Alignas(64) atomic_int sender;  /* SIDE_*: connect sets OPEN after writing sender_seg */
-    atomic_int receiver;
-    atomic_int mismatch; /* the receiver saw a length mismatch: the sender fails too */
-} fifo_hdr;
-
-typedef struct {
-    atomic_ullong seq; /* position + 1 once the piece is written (release) */
-    uint64_t msg_len;
-    uint64_t piece;
-} slot_hdr;
-_Static_assert(sizeof(slot_hdr) <= SLOT_HDR, "slot header too large");
-
-_Static_assert(sizeof(fifo_hdr) <= FIFO_HDR, "FIFO header too large");
+/* A FIFO starts with its control block; each slot with its record. */
+_Static_assert(sizeof(rl_fifo_ctl) <= FIFO_HDR, "FIFO header too large");
+_Static_assert(sizeof(rl_fifo_rec) <= SLOT_HDR, "slot header too large");
 _Static_assert(sizeof(seg_hdr) <= SHM_PAGE, "segment header too large");
 
 /* One posted message, kept in the request's private bytes. */
 typedef struct shm_op {
-    struct shm_op *next;
-    rl_treq *req;
-    char *buf;
-    size_t len, off;
+    rl_posted p;
     int pieces; /* pieces moved so far (a 0-byte message still moves one) */
-    int map;    /* irecv_map: lend the slot instead of copying */
-    uint64_t piece_idx; /* map: the slot lent */
 } shm_op;
 _Static_assert(sizeof(shm_op) <= RL_TREQ_PRIV, "request private area too small");
 
@@ -86,18 +68,11 @@ typedef struct shm_conn {
     struct shm_ctx *ctx;
     struct shm_conn *next; /* the context's list */
     int peer, sending;
-    fifo_hdr *f;
-    char *slots;
-    uint32_t nslots;
-    uint64_t slot_bytes;
+    rl_fifo fifo; /* its records are the slots' headers */
     void *fifo_map; /* sender: its FIFO mapped from the receiver's segment */
     size_t fifo_map_len;
-    shm_op *head, *tail;
-    /* receiver: pieces read so far; tail (what the sender may reuse) trails it while
-     * a lent slot is held. sender: pieces written so far, and the last tail seen. */
-    uint64_t rpos;
-    uint64_t spos, tail_seen;
-    unsigned char *held; /* [nslots]: slot lent to an irecv_map and not yet released */
+    rl_posted_q q;
+    unsigned char *state; /* receiver: [nslots] of the FIFO */
 } shm_conn;
 
 typedef struct shm_ctx {
@@ -114,6 +89,11 @@ typedef struct shm_ctx {
 } shm_ctx;
 
 static size_t slot_stride(uint64_t slot_bytes) { return SLOT_HDR + (size_t)slot_bytes; }
+
+/* The FIFO at fifo (in a segment) as one end sees it. */
+static void fifo_view(shm_conn *k, void *fifo, uint32_t nslots, uint64_t slot_bytes) {
+    rl_fifo_init(&k->fifo, fifo, (char *)fifo + FIFO_HDR, slot_stride(slot_bytes), nslots, slot_bytes, k->state);
+}
 
 static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32]) {
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
@@ -144,10 +124,6 @@ int rl_shm_check_layout(const rl_shm_seg_hdr *h, int nranks, rl_shm_geom *g) {
     g->slot_bytes = c.slot_bytes;
     g->fifo_stride = c.fifo_stride;
     return 0;
-}
-
-int rl_shm_check_piece(uint64_t msg_len, uint64_t piece, size_t len, size_t off, uint64_t slot_bytes) {
-    return msg_len != len || piece > len - off || piece > slot_bytes ? -1 : 0;
 }
 
 static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
@@ -238,6 +214,7 @@ static shm_conn *conn_new(shm_ctx *x, int peer, int sending) {
     k->ctx = x;
     k->peer = peer;
     k->sending = sending;
+    rl_posted_q_init(&k->q, &x->in, "shared memory", peer, sending);
     return k;
 }
 
@@ -276,14 +253,9 @@ static ringlet_result_t shm_connect(void *ctx, int peer, const void *blob, size_
     munmap(h2, SHM_PAGE);
     k->fifo_map = fm;
     k->fifo_map_len = stride;
-    k->f = fm;
-    k->nslots = g.nslots;
-    k->slot_bytes = g.slot_bytes;
-    k->slots = (char *)fm + FIFO_HDR;
+    fifo_view(k, fm, g.nslots, g.slot_bytes);
     /* A FIFO is used by one sender connection for the job's life. */
-    int none = SIDE_NONE;
-    if (atomic_load(&k->f->sender) != SIDE_NONE) none = -1;
-    if (none < 0 || !atomic_compare_exchange_strong(&k->f->sender, &none, SIDE_OPEN)) {
+    if (rl_fifo_claim(k->fifo.ctl) != 0) {
         munmap(fm, stride);
         free(k);
         return snprintf(err, RL_ERR_MAX, "shared-memory FIFO to rank %d is already in use", peer), RINGLET_ERR_INTERNAL;
@@ -297,21 +269,19 @@ static ringlet_result_t shm_accept(void *ctx, int peer, void **out, char *err) {
     shm_ctx *x = ctx;
     shm_conn *k = conn_new(x, peer, 0);
     if (!k) return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
-    k->f = (fifo_hdr *)((char *)x->seg + SHM_PAGE + (size_t)peer * x->fifo_stride);
-    k->nslots = x->nslots;
-    k->slot_bytes = x->slot_bytes;
-    k->slots = (char *)k->f + FIFO_HDR;
-    k->held = calloc(k->nslots, 1);
-    if (!k->held) {
+    k->state = calloc(x->nslots, 1);
+    if (!k->state) {
         free(k);
         return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
+    fifo_view(k, (char *)x->seg + SHM_PAGE + (size_t)peer * x->fifo_stride, x->nslots, x->slot_bytes);
     conn_link(x, k);
     *out = k;
     return RINGLET_SUCCESS;
 }
 
-static char *slot_at(shm_conn *k, uint64_t i) { return k->slots + (size_t)(i % k->nslots) * slot_stride(k->slot_bytes); }
+/* Piece pos's bytes: after its record. */
+static char *piece_at(shm_conn *k, uint64_t pos) { return (char *)rl_fifo_rec_at(&k->fifo, pos) + SLOT_HDR; }
 
 /* Wakes the peer if it sleeps (it polls for what was just published before it sleeps). */
 static void ring_peer(shm_conn *k) {
@@ -319,114 +289,78 @@ static void ring_peer(shm_conn *k) {
     if (b) rl_bell_ring_sleeper(b);
 }
 
-static void op_done(shm_conn *k) {
-    shm_op *o = k->head;
-    k->head = o->next;
-    if (!k->head) k->tail = NULL;
-    rl_treq_part_done(o->req);
-    k->ctx->in.notify(k->ctx->in.notify_arg);
-}
-
-static void fail_all(shm_conn *k, ringlet_result_t code, const char *why) {
-    while (k->head) {
-        rl_treq_fail(k->head->req, code, "%s rank %d over shared memory: %s", k->sending ? "sending to" : "receiving from",
-                     k->peer, why);
-        op_done(k);
-    }
-}
+static void fail_all(shm_conn *k, ringlet_result_t code, const char *why) { rl_posted_fail(&k->q, code, why); }
 
 /* Moves what fits; returns non-zero if anything moved. Caller holds ctx->mu. */
 static int progress_send(shm_conn *k) {
+    rl_fifo *f = &k->fifo;
     int moved = 0;
-    while (k->head) {
-        shm_op *o = k->head;
-        if (atomic_load(&k->f->mismatch)) {
-            fail_all(k, RINGLET_ERR_INVALID_USAGE, "the receiver posted a receive of another length");
+    while (k->q.head) {
+        shm_op *o = (shm_op *)k->q.head;
+        ringlet_result_t code;
+        const char *refused = rl_fifo_refused(f, &code);
+        if (refused) {
+            fail_all(k, code, refused);
             return 1;
         }
-        if (atomic_load(&k->f->receiver) == SIDE_CLOSED) {
-            fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
-            return 1;
-        }
-        uint64_t h = k->spos;
-        if (h - k->tail_seen >= k->nslots) k->tail_seen = atomic_load_explicit(&k->f->tail, memory_order_acquire);
         int pushed = 0;
-        while (h - k->tail_seen < k->nslots && (o->off < o->len || o->pieces == 0)) {
-            slot_hdr *sh = (slot_hdr *)slot_at(k, h);
-            size_t piece = o->len - o->off < k->slot_bytes ? o->len - o->off : (size_t)k->slot_bytes;
-            sh->msg_len = o->len;
-            sh->piece = piece;
-            if (piece) memcpy((char *)sh + SLOT_HDR, o->buf + o->off, piece);
-            o->off += piece;
+        rl_posted *p = &o->p;
+        while ((p->off < p->len || o->pieces == 0) && rl_fifo_room(f)) {
+            size_t piece = rl_fifo_piece_len(f, p->len, p->off);
+            if (piece) memcpy(piece_at(k, f->head), p->buf + p->off, piece);
+            p->off += piece;
             o->pieces++;
-            atomic_store_explicit(&sh->seq, h + 1, memory_order_release);
-            h++;
+            rl_fifo_publish(f, f->head++, p->len, piece);
             pushed = 1;
         }
-        k->spos = h;
         if (pushed) {
             moved = 1;
             ring_peer(k);
         }
-        if (o->off == o->len && o->pieces > 0) op_done(k);
+        if (p->off == p->len && o->pieces > 0) rl_posted_pop(&k->q);
         else break;
     }
     return moved;
 }
 
-/* Frees for the sender every piece read and not lent; returns non-zero if tail moved. */
-static int advance_tail(shm_conn *k) {
-    uint64_t t0 = atomic_load_explicit(&k->f->tail, memory_order_relaxed), t = t0;
-    while (t < k->rpos && !k->held[t % k->nslots]) t++;
-    if (t == t0) return 0;
-    atomic_store_explicit(&k->f->tail, t, memory_order_release);
-    return 1;
-}
-
 static int progress_recv(shm_conn *k) {
+    rl_fifo *f = &k->fifo;
     int moved = 0;
-    while (k->head) {
-        shm_op *o = k->head;
+    while (k->q.head) {
+        shm_op *o = (shm_op *)k->q.head;
+        rl_posted *p = &o->p;
         int popped = 0;
-        while (o->off < o->len || o->pieces == 0) {
-            char *s = slot_at(k, k->rpos);
-            slot_hdr *shp = (slot_hdr *)s;
-            if (atomic_load_explicit(&shp->seq, memory_order_acquire) != k->rpos + 1) break;
-            struct {
-                uint64_t msg_len, piece;
-            } sh = {shp->msg_len, shp->piece};
-            if (rl_shm_check_piece(sh.msg_len, sh.piece, o->len, o->off, k->slot_bytes) != 0) {
-                atomic_store(&k->f->mismatch, 1);
+        while (p->off < p->len || o->pieces == 0) {
+            uint64_t piece;
+            char why[160];
+            int got = rl_fifo_peek(f, p->len, p->off, &piece, why, sizeof why);
+            if (got == 0) break;
+            if (got < 0) {
                 ring_peer(k);
-                char why[160];
-                snprintf(why, sizeof why, "length mismatch: the peer sent %llu bytes, the receive was posted for %zu",
-                         (unsigned long long)sh.msg_len, o->len);
                 fail_all(k, RINGLET_ERR_INVALID_USAGE, why);
                 return 1;
             }
-            if (o->map) {
+            char *src = piece_at(k, f->rpos);
+            if (p->map) {
                 /* One piece (irecv_map checked the length): lend the slot. */
-                o->req->mapped = s + SLOT_HDR;
-                o->piece_idx = k->rpos;
-                k->held[k->rpos % k->nslots] = 1;
-            } else if (sh.piece) {
-                memcpy(o->buf + o->off, s + SLOT_HDR, sh.piece);
+                p->req->mapped = src;
+                p->lent = rl_fifo_take(f, RL_FIFO_LENT);
+            } else {
+                if (piece) memcpy(p->buf + p->off, src, piece);
+                rl_fifo_take(f, RL_FIFO_DONE);
             }
-            o->off += sh.piece;
+            p->off += piece;
             o->pieces++;
-            k->rpos++;
             popped = 1;
         }
         if (popped) {
             moved = 1;
-            if (advance_tail(k)) ring_peer(k);
+            if (rl_fifo_hand_back(f)) ring_peer(k);
         }
-        if (o->off == o->len && o->pieces > 0) {
-            op_done(k);
+        if (p->off == p->len && o->pieces > 0) {
+            rl_posted_pop(&k->q);
         } else {
-            if (!popped && atomic_load(&k->f->sender) == SIDE_CLOSED &&
-                atomic_load(&((slot_hdr *)slot_at(k, k->rpos))->seq) != k->rpos + 1)
-                fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
+            if (!popped && rl_fifo_sender_gone(f)) fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
             break;
         }
     }
@@ -437,7 +371,7 @@ static int progress_locked(shm_ctx *x) {
     int moved = 0;
     int stop = atomic_load(x->in.stop);
     for (shm_conn *k = x->conns; k; k = k->next) {
-        if (!k->head) continue;
+        if (!k->q.head) continue;
         if (stop) {
             fail_all(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
             moved = 1;
@@ -458,19 +392,10 @@ static int shm_progress(void *ctx) {
 }
 
 static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req, int map) {
-    shm_op *o = (shm_op *)req->priv;
-    memset(o, 0, sizeof *o);
-    o->req = req;
-    o->buf = buf;
-    o->len = len;
-    o->map = map;
-    req->mapped = NULL;
-    rl_treq_start(req, len, 1);
+    rl_posted *p = rl_posted_start(req, sizeof(shm_op), buf, len, map);
     pthread_mutex_lock(&k->ctx->mu);
-    if (k->tail) k->tail->next = o;
-    else k->head = o;
-    k->tail = o;
-    if (k->head == o) {
+    rl_posted_push(&k->q, p);
+    if (k->q.head == p) {
         if (atomic_load(k->ctx->in.stop)) fail_all(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
         else if (k->sending) progress_send(k);
         else progress_recv(k);
@@ -491,28 +416,17 @@ static ringlet_result_t shm_irecv(void *conn, void *buf, size_t len, void *mr, r
 
 static ringlet_result_t shm_irecv_map(void *conn, size_t len, rl_treq *req) {
     shm_conn *k = conn;
-    if (k->sending || len > k->slot_bytes) return RINGLET_ERR_INVALID_USAGE;
+    if (k->sending || len > k->fifo.slot_bytes) return RINGLET_ERR_INVALID_USAGE;
     return post(k, NULL, len, req, 1);
 }
 
 static void shm_release(void *conn, rl_treq *req) {
     shm_conn *k = conn;
-    const shm_op *o = (const shm_op *)req->priv;
+    const rl_posted *p = (const rl_posted *)req->priv;
     pthread_mutex_lock(&k->ctx->mu);
-    if (o->map && req->mapped) {
-        k->held[o->piece_idx % k->nslots] = 0;
-        if (advance_tail(k)) ring_peer(k);
-    }
+    if (p->map && req->mapped && rl_fifo_release(&k->fifo, p->lent)) ring_peer(k);
     pthread_mutex_unlock(&k->ctx->mu);
 }
-
-static ringlet_result_t shm_reg_mr(void *ctx, void *buf, size_t len, void **mr, char *err) {
-    (void)ctx, (void)buf, (void)len, (void)err;
-    *mr = NULL;
-    return RINGLET_SUCCESS;
-}
-
-static void shm_dereg_mr(void *ctx, void *mr) { (void)ctx, (void)mr; }
 
 static void shm_close(void *conn) {
     shm_conn *k = conn;
@@ -525,12 +439,11 @@ static void shm_close(void *conn) {
             break;
         }
     pthread_mutex_unlock(&x->mu);
-    if (k->sending) atomic_store(&k->f->sender, SIDE_CLOSED);
-    else atomic_store(&k->f->receiver, SIDE_CLOSED);
+    rl_fifo_close(k->fifo.ctl, k->sending);
     rl_bell *b = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, k->peer) : NULL;
     if (b) rl_bell_ring(b);
     if (k->fifo_map) munmap(k->fifo_map, k->fifo_map_len);
-    free(k->held);
+    free(k->state);
     free(k);
 }
 
@@ -551,8 +464,8 @@ const rl_transport_ops rl_transport_shm = {
     .accept = shm_accept,
     .isend = shm_isend,
     .irecv = shm_irecv,
-    .reg_mr = shm_reg_mr,
-    .dereg_mr = shm_dereg_mr,
+    .reg_mr = rl_transport_reg_none,
+    .dereg_mr = rl_transport_dereg_none,
     .close = shm_close,
     .fini = shm_fini,
     .progress = shm_progress,

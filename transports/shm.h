@@ -40,8 +40,6 @@ int rl_shm_check_owner(const rl_shm_seg_hdr *h, int peer, const uint8_t tag[32])
 /* Reads h once and, when its FIFOs fit a job of nranks ranks, fills *g: 0, else -1. */
 int rl_shm_check_layout(const rl_shm_seg_hdr *h, int nranks, rl_shm_geom *g);
 
-/* A piece's slot header (the message's length, the piece's) against the receive
- * posted for len bytes of which off have arrived, slots of slot_bytes: 0 when it fits. */
-int rl_shm_check_piece(uint64_t msg_len, uint64_t piece, size_t len, size_t off, uint64_t slot_bytes);
+/* A slot's header is the slot FIFO's record, checked by rl_fifo_check_piece (slot_fifo.h). */
 
 #endif

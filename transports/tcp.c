@@ -530,14 +530,6 @@ static ringlet_result_t tcp_irecv(void *conn, void *buf, size_t len, void *mr, r
     return tcp_post(conn, buf, len, req);
 }
 
-static ringlet_result_t tcp_reg_mr(void *ctx, void *buf, size_t len, void **mr, char *err) {
-    (void)ctx, (void)buf, (void)len, (void)err;
-    *mr = NULL;
-    return RINGLET_SUCCESS;
-}
-
-static void tcp_dereg_mr(void *ctx, void *mr) { (void)ctx, (void)mr; }
-
 /* A poller's turn at socket s's receive, if it has one and nobody else holds the
  * socket: RL_PROGRESS_MOVED when the receive ended (done or failed). */
 static int sock_poll(struct tcp_conn *c, struct tcp_sock *s) {
@@ -608,8 +600,8 @@ const rl_transport_ops rl_transport_tcp = {
     .accept = tcp_accept,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
-    .reg_mr = tcp_reg_mr,
-    .dereg_mr = tcp_dereg_mr,
+    .reg_mr = rl_transport_reg_none,
+    .dereg_mr = rl_transport_dereg_none,
     .close = tcp_close,
     .fini = tcp_fini,
     .progress = tcp_progress,

@@ -140,6 +140,9 @@ void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) __att
 void rl_treq_start(rl_treq *r, size_t len, int parts);
 /* Marks one part done; returns 1 when it was the last. */
 int rl_treq_part_done(rl_treq *r);
+/* reg_mr / dereg_mr of a transport that needs no registration: *mr = NULL. */
+ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **mr, char *err);
+void rl_transport_dereg_none(void *ctx, void *mr);
 
 /* The registry (registry.c): every transport this build has, by id. A rank publishes
  * one blob per transport that initialised; a pair uses a transport both published. */

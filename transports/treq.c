@@ -1,4 +1,5 @@
-/* Request bookkeeping shared by the transports. */
+/* Request bookkeeping shared by the transports, and the registration of those that need
+ * none. */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -23,3 +24,11 @@ void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) {
 }
 
 int rl_treq_part_done(rl_treq *r) { return atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1; }
+
+ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **mr, char *err) {
+    (void)ctx, (void)buf, (void)len, (void)err;
+    *mr = NULL;
+    return RINGLET_SUCCESS;
+}
+
+void rl_transport_dereg_none(void *ctx, void *mr) { (void)ctx, (void)mr; }

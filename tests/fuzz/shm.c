@@ -1,5 +1,6 @@
 /* Fuzz target: the shared-memory segment header a sender maps from its peer, and the
- * slot headers it writes, through the transport's checks (transports/shm.h).
+ * slot headers it writes, through the transport's checks (transports/shm.h, and the
+ * slot FIFO's, transports/slot_fifo.h, which cuda_ipc's control records go through too).
  *   byte 0 & 1 = 0: a segment header: byte 1 the peer's rank, byte 2 the job's size
  *                   (1..64), then the header;
  *                1: a slot header: its message length and piece length, then the
@@ -9,6 +10,7 @@
 #include "fuzz.h"
 #include "sha256.h"
 #include "shm.h"
+#include "slot_fifo.h"
 
 /* The segment's name; its tag is HMAC(secret, name). */
 static const char seg_name[] = "/ringlet-1234-shm-0011223344556677";
@@ -36,7 +38,7 @@ static void segment(fz_in *in, int sign) {
 static void piece(fz_in *in) {
     uint64_t msg_len = fz_u64(in), piece = fz_u64(in), len = fz_u64(in), off = fz_u64(in), slot = fz_u64(in);
     if (off > len) off = len; /* the receiver's own state */
-    if (rl_shm_check_piece(msg_len, piece, (size_t)len, (size_t)off, slot) != 0) return;
+    if (rl_fifo_check_piece(msg_len, piece, (size_t)len, (size_t)off, slot) != 0) return;
     /* What progress_recv then copies: piece bytes of the slot to buf + off. */
     FZ_CHECK(msg_len == len && piece <= slot && off + piece <= len && off + piece >= off);
 }

@@ -66,6 +66,19 @@ else
     fails=$((fails + 1))
 fi
 
+# 3b. RINGLET_DEBUG: the words init allows (its message for a bad value, from envcheck.c),
+#     the README's row and the log's own warning (log.c, for a log before any init) agree
+words() { grep -oE '[A-Za-z0-9]+' <<<"$1" | grep -vx 'or' | tr 'a-z' 'A-Z' | sort | paste -sd' '; }
+init_w=$(words "$(sed -n 's/^args init: RINGLET_DEBUG=loud -> .*: must be //p' "$TMP/init.out")")
+readme_w=$(words "$(grep -E '^\| `RINGLET_DEBUG`' README.md | cut -d'|' -f4 | sed 's/ to stderr.*//' | grep -oE '`[A-Za-z0-9]+`')")
+log_w=$(words "$(grep -o 'not understood ([^)]*)' src/base/log.c | sed 's/^[^(]*(//; s/)$//')")
+if [ -n "$init_w" ] && [ "$init_w" = "$readme_w" ] && [ "$init_w" = "$log_w" ]; then
+    echo "ok:   RINGLET_DEBUG's values agree (init, README, log): $init_w"
+else
+    echo "FAIL: RINGLET_DEBUG's values differ: init '$init_w', README '$readme_w', log.c '$log_w'"
+    fails=$((fails + 1))
+fi
+
 # 4. WORLD_SIZE different on one rank: every rank's init fails saying so (rank 1's used
 #    to be "no table from rank 0 (connection closed by peer): ... RINGLET_SECRET ...")
 for who in 1 0; do

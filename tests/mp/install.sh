@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# make install into a scratch prefix; the README's example builds against the installed
-# header and library through pkg-config and runs on 3 ranks; a program written for NCCL
-# builds against the installed ringlet-nccl/nccl.h and runs on the installed
-# ringlet-nccl/libnccl.so.2 (which finds the installed libringlet).
+# make install into a scratch prefix (outside the loader's paths); the README's example
+# builds and runs with the README's two commands as written (pkg-config's flags carry an
+# rpath to the installed library; PKG_CONFIG_PATH and PATH name the prefix, nothing sets
+# LD_LIBRARY_PATH), and on 3 ranks through the installed ringlet-run; a program written
+# for NCCL builds against the installed ringlet-nccl/nccl.h and runs on the installed
+# ringlet-nccl/libnccl.so.2 (which finds the installed libringlet). make install runs
+# ldconfig after an install to /usr or /usr/local (make -n), never under DESTDIR or
+# another prefix. Writes only under a temporary folder and $BUILD.
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -12,8 +16,20 @@ export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs ringlet) || { echo "pkg-config does not know ringlet"; exit 1; }
 san=""
 [ -n "${SANITIZE:-}" ] && san="-fsanitize=$SANITIZE"
-cc -O2 $san examples/allreduce.c $flags -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/example" || exit 1
-ldd "$tmp/example" | grep -q "$tmp/prefix/lib/libringlet.so.0" || { echo "example does not use the installed library"; ldd "$tmp/example"; exit 1; }
+unset LD_LIBRARY_PATH
+# The README's commands (the two indented lines after "Build and run it"), as written, in
+# a folder holding the example; a sanitized library needs a sanitized program.
+readme_cmds=$(awk '/^Build and run it on/ {f = 1; next} f && /^    [^ ]/ {print substr($0, 5); if (++n == 2) exit}' README.md)
+grep -q '^cc .*pkg-config --cflags --libs ringlet' <<<"$readme_cmds" && grep -q '^ringlet-run -n 4 ./example$' <<<"$readme_cmds" ||
+    { echo "the README's build-and-run commands are not where this test looks:"; echo "$readme_cmds"; exit 1; }
+mkdir "$tmp/user"
+cp examples/allreduce.c "$tmp/user/example.c"
+out=$(cd "$tmp/user" && PATH="$tmp/prefix/bin:$PATH" timeout 120 bash -ec "${readme_cmds/cc -O2/cc -O2 $san}" 2>&1)
+echo "$out"
+grep -q 'x\[0\] = 6 (expected 6)' <<<"$out" || { echo "the README's commands failed after make install"; exit 1; }
+ldd "$tmp/user/example" | grep -q "$tmp/prefix/lib/libringlet.so.0" ||
+    { echo "the example does not use the installed library"; ldd "$tmp/user/example"; exit 1; }
+cc -O2 $san examples/allreduce.c $flags -o "$tmp/example" || exit 1
 out=$("$tmp/prefix/bin/ringlet-run" -n 3 --timeout 60 "$tmp/example" 2>&1)
 echo "$out"
 grep -q 'x\[0\] = 3 (expected 3)' <<<"$out" || exit 1
@@ -49,4 +65,11 @@ cc -O2 $san -I"$tmp/prefix/include/ringlet-nccl" "$tmp/nccl_prog.c" -L"$tmp/pref
     -Wl,-rpath,"$tmp/prefix/lib/ringlet-nccl" -o "$tmp/nccl_prog" || exit 1
 ldd "$tmp/nccl_prog" | grep -qE "libringlet.so.0 => $tmp/prefix/lib/(ringlet-nccl/\.\./)?libringlet.so.0" ||
     { echo "the installed libnccl.so.2 does not find the installed libringlet"; ldd "$tmp/nccl_prog"; exit 1; }
-"$tmp/nccl_prog"
+"$tmp/nccl_prog" || exit 1
+# ldconfig: after an install to /usr or /usr/local, not when staged under DESTDIR, not for
+# another prefix (whose ringlet.pc carries the rpath instead)
+ldc() { make -n install BUILD="$BUILD" "$@" 2>/dev/null | grep -cx 'ldconfig'; }
+[ "$(ldc PREFIX=/usr/local)" = 1 ] && [ "$(ldc PREFIX=/usr)" = 1 ] && [ "$(ldc PREFIX=/usr DESTDIR="$tmp/stage")" = 0 ] &&
+    [ "$(ldc PREFIX="$tmp/prefix")" = 0 ] || { echo "make install runs ldconfig where it should not, or not where it should"; exit 1; }
+grep -q -- "-Wl,-rpath,$tmp/prefix/lib" <<<"$flags" || { echo "pkg-config's flags lack the rpath: $flags"; exit 1; }
+echo "ldconfig after installs to /usr and /usr/local only; ringlet.pc's rpath elsewhere: $flags"

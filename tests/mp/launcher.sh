@@ -266,9 +266,10 @@ n=$(grep -c ' err ' "$TMP/lines.out")
 [ $ok = 1 ] && pass "10000 lines per rank on stdout and stderr, long and partial lines, nothing lost"
 
 # The first failing rank's message is always there, before the launcher says it exited
-# (issue 22): every rank of ringlet-perf fails the same way on a bad flag (before init) and
-# on a root out of range (after init, a destroy); whichever exits first, the launcher
-# stops the others at once (no --grace), so the message must be that rank's own.
+# (issue 22): every rank of ringlet-perf fails the same way on a flag value it refuses
+# (-t 2: it runs one thread per process; before init) and on a root out of range (after
+# init, a destroy); whichever exits first, the launcher stops the others at once (no
+# --grace), so the message must be that rank's own.
 PERF="$BUILD/bin/ringlet-perf"
 case "$PERF" in /*) ;; *) PERF="$PWD/$PERF" ;; esac
 first_said() { # file pattern: the first rank the launcher reports as failed printed pattern before that
@@ -279,8 +280,8 @@ first_said() { # file pattern: the first rank the launcher reports as failed pri
 if [ -x "$PERF" ]; then
     bad=0
     for i in 1 2 3 4 5 6 7 8 9 10; do
-        L -n 4 "$PERF" allreduce -b 8 -e 8 -t 1 "$MARK" >"$TMP/first.out" 2>&1
-        first_said "$TMP/first.out" "unknown flag -t" || { bad=$((bad + 1)); cp "$TMP/first.out" "$TMP/first.bad"; }
+        L -n 4 "$PERF" allreduce -b 8 -e 8 -t 2 "$MARK" >"$TMP/first.out" 2>&1
+        first_said "$TMP/first.out" "-t 2: one thread per process only" || { bad=$((bad + 1)); cp "$TMP/first.out" "$TMP/first.bad"; }
         RINGLET_TIMEOUT=30 L -n 4 "$PERF" broadcast -b 8 -e 8 -r 9 >"$TMP/first.out" 2>&1
         first_said "$TMP/first.out" "root 9 is not below nranks 4" || { bad=$((bad + 1)); cp "$TMP/first.out" "$TMP/first.bad"; }
     done

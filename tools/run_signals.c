@@ -1,0 +1,110 @@
+/* ringlet-run's signals: SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked except inside
+ * ppoll(), where their handlers only note them for the job loop; the ranks get the signal
+ * state the launcher was started with. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "run.h"
+
+volatile sig_atomic_t got_chld;
+volatile sig_atomic_t got_sig;   /* last SIGINT/SIGTERM/SIGHUP received */
+volatile sig_atomic_t sig_count; /* how many of them */
+static const int term_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static sigset_t orig_mask;
+static bool sig_was_ignored[3];
+
+static void on_signal(int sig)
+{
+    if (sig == SIGCHLD) {
+        got_chld = 1;
+    } else {
+        got_sig = sig;
+        sig_count++;
+    }
+}
+
+void setup_signals(sigset_t *wait_mask)
+{
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    for (size_t i = 0; i < 3; i++)
+        sigaddset(&block, term_sigs[i]);
+    sigprocmask(SIG_BLOCK, &block, &orig_mask);
+    *wait_mask = orig_mask; /* signals are delivered only inside ppoll() */
+    sigdelset(wait_mask, SIGCHLD);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_mask = block;
+    sa.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    for (size_t i = 0; i < 3; i++) {
+        struct sigaction old;
+        sigaction(term_sigs[i], NULL, &old);
+        /* SIGINT/SIGHUP ignored on entry (nohup, a background job): leave them so */
+        sig_was_ignored[i] = old.sa_handler == SIG_IGN && term_sigs[i] != SIGTERM;
+        if (!sig_was_ignored[i]) {
+            sigaction(term_sigs[i], &sa, NULL);
+            sigdelset(wait_mask, term_sigs[i]);
+        }
+    }
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher while ranks run */
+}
+
+void restore_signals(void)
+{
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    for (size_t i = 0; i < 3; i++)
+        signal(term_sigs[i], sig_was_ignored[i] ? SIG_IGN : SIG_DFL);
+    sigprocmask(SIG_SETMASK, &orig_mask, NULL);
+}
+
+const char *sig_name(int sig, char *tmp, size_t tmplen)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"},     {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"},     {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"},     {SIGCHLD, "SIGCHLD"},
+        {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},     {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"},
+        {SIGTTOU, "SIGTTOU"}, {SIGURG, "SIGURG"},       {SIGXCPU, "SIGXCPU"},     {SIGXFSZ, "SIGXFSZ"},
+        {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},   {SIGSYS, "SIGSYS"},
+#ifdef SIGIO
+        {SIGIO, "SIGIO"},
+#endif
+#ifdef SIGPWR
+        {SIGPWR, "SIGPWR"},
+#endif
+#ifdef SIGSTKFLT
+        {SIGSTKFLT, "SIGSTKFLT"},
+#endif
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig)
+            return names[i].name;
+    snprintf(tmp, tmplen, "%d", sig);
+    return tmp;
+}
+
+void signal_alive(int sig)
+{
+    for (long r = 0; r < nranks; r++)
+        if (ranks[r].pid > 0)
+            kill(ranks[r].pid, sig);
+}
+
+int status_code(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return EXIT_INTERNAL;
+}

@@ -1,0 +1,294 @@
+/* The CUDA IPC transport's connections (cuda_ipc.c says how the transport works): each
+ * rank's control segment in /dev/shm with one block per possible sender, the probe
+ * allocation peers map once (reachable), connect (the sender's slots in its GPU memory,
+ * exported through its block in the receiver's segment), accept, and close and fini.
+ * Allocating, exporting and mapping happen in quiet sections (device.h); memory is freed
+ * with rl_dev_free_later. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ipc_conn.h"
+#include "log.h"
+#include "sha256.h"
+#include "shmseg.h"
+#include "util.h"
+
+static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32]) {
+    rl_hmac_sha256(secret, 32, name, strlen(name), out);
+}
+
+ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
+    const rl_device_ops *d = rl_device();
+    if (!d) return snprintf(err, RL_ERR_MAX, "no device backend: %s", rl_device_unavailable()), RINGLET_ERR_SYSTEM;
+    if (rl_env_int("RINGLET_CUDA_IPC_DISABLE", 0, 0, 1))
+        return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_CUDA_IPC_DISABLE"), RINGLET_ERR_SYSTEM;
+    ipc_ctx *x = calloc(1, sizeof *x);
+    if (x) x->reach = calloc((size_t)in->nranks, 1);
+    if (x) x->probes = calloc((size_t)in->nranks, sizeof *x->probes);
+    if (!x || !x->reach || !x->probes) {
+        if (x) free(x->reach), free(x->probes);
+        free(x);
+        return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    }
+    x->in = *in;
+    x->d = d;
+    memcpy(x->secret, in->secret, 32);
+    pthread_mutex_init(&x->mu, NULL);
+    x->slot_bytes = (uint64_t)rl_env_int("RINGLET_CUDA_IPC_SLOT_SIZE", 1 << 20, 4096, 1LL << 30);
+    x->slot_bytes = (x->slot_bytes + 255) & ~(uint64_t)255;
+    x->nslots = (uint32_t)rl_env_int("RINGLET_CUDA_IPC_NSLOTS", 8, 2, IPC_MAX_SLOTS);
+    x->ctl_stride = (sizeof(ctl_t) + IPC_PAGE - 1) / IPC_PAGE * IPC_PAGE;
+    x->seg_len = IPC_PAGE + (size_t)in->nranks * x->ctl_stride;
+
+    int fd = -1, e = rl_shmseg_create("ipc", x->seg_len, x->name, &fd);
+    void *base = MAP_FAILED;
+    if (!e && posix_fallocate(fd, 0, IPC_PAGE) != 0) e = errno ? errno : ENOSPC;
+    if (!e && (base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
+    if (e) {
+        snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
+        if (fd >= 0) shm_unlink(x->name), close(fd);
+        free(x->reach);
+        free(x->probes);
+        free(x);
+        return RINGLET_ERR_SYSTEM;
+    }
+    x->lock_fd = fd;
+    x->seg = base;
+    x->seg->magic = IPC_MAGIC;
+    x->seg->rank = in->rank;
+    x->seg->nranks = in->nranks;
+    x->seg->pid = (int32_t)getpid();
+    x->seg->ctl_stride = x->ctl_stride;
+    seg_tag(x->secret, x->name, x->seg->tag);
+
+    blob_t b;
+    memset(&b, 0, sizeof b);
+    memcpy(b.name, x->name, sizeof b.name);
+    if (rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
+        if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK)
+            b.has_probe = 1;
+        rl_dev_quiet_end();
+    }
+    if (!b.has_probe)
+        RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
+                rl_dev_error());
+    memcpy(blob, &b, sizeof b);
+    *bloblen = sizeof b;
+    *out = x;
+    return RINGLET_SUCCESS;
+}
+
+/* Maps len bytes at off of the peer's segment, after checking it is the peer's and this
+ * job's. */
+static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t off, size_t len, void **out,
+                                 int32_t *pid, char *err) {
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's control segment %s: %s", peer, name, strerror(errno)), RINGLET_ERR_SYSTEM;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    seg_hdr *h = mmap(NULL, IPC_PAGE, PROT_READ, MAP_SHARED, fd, 0);
+    uint8_t tag[32];
+    seg_tag(x->secret, name, tag);
+    if (h == MAP_FAILED) {
+        h = NULL;
+        rc = RINGLET_ERR_SYSTEM;
+        snprintf(err, RL_ERR_MAX, "mapping rank %d's control segment: %s", peer, strerror(errno));
+    } else if (h->magic != IPC_MAGIC || h->rank != peer || memcmp(h->tag, tag, 32) != 0 || h->ctl_stride != x->ctl_stride) {
+        rc = RINGLET_ERR_SYSTEM;
+        snprintf(err, RL_ERR_MAX, "control segment %s is not rank %d's of this job (refused)", name, peer);
+    } else {
+        /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later. */
+        int e = posix_fallocate(fd, (off_t)off, (off_t)len);
+        void *m = e ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+        if (m == MAP_FAILED) {
+            rc = RINGLET_ERR_SYSTEM;
+            snprintf(err, RL_ERR_MAX, "control block for rank %d: %s", peer, strerror(e ? e : errno));
+        } else {
+            *out = m;
+            *pid = h->pid;
+        }
+    }
+    if (h) munmap(h, IPC_PAGE);
+    close(fd);
+    return rc;
+}
+
+/* The FIFO over the connection's control block, as this end sees it. */
+static void fifo_view(ipc_conn *k) {
+    rl_fifo_init(&k->fifo, &k->ctl->fifo, k->ctl->rec, sizeof(rec_t), k->nslots, k->slot_bytes,
+                 k->sending ? NULL : k->state);
+}
+
+static void link_conn(ipc_ctx *x, ipc_conn *k) {
+    pthread_mutex_lock(&x->mu);
+    k->next = x->conns;
+    x->conns = k;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void conn_free(ipc_conn *k) {
+    const rl_device_ops *d = k->ctx->d;
+    if (k->stream) d->stream_destroy(k->stream); /* after its copies ran */
+    for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
+        if (k->ev[i]) d->event_destroy(k->ev[i]);
+    if (k->slots) rl_dev_free_later(k->slots, k->sending ? RL_DEV_MEM_DEVICE : RL_DEV_MEM_IMPORTED);
+    if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
+    free(k);
+}
+
+ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bloblen, void **out, char *err) {
+    ipc_ctx *x = ctx;
+    if (bloblen != sizeof(blob_t)) return snprintf(err, RL_ERR_MAX, "rank %d's cuda_ipc address is malformed", peer), RINGLET_ERR_INTERNAL;
+    blob_t b;
+    memcpy(&b, blob, sizeof b);
+    b.name[IPC_NAME_MAX - 1] = 0;
+    ipc_conn *k = calloc(1, sizeof *k);
+    if (!k) return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    k->ctx = x;
+    k->peer = peer;
+    k->sending = 1;
+    rl_posted_q_init(&k->q, &x->in, "cuda_ipc", peer, 1);
+    k->nslots = x->nslots;
+    k->slot_bytes = x->slot_bytes;
+    x->d->get_device(&k->device);
+    size_t off = IPC_PAGE + (size_t)x->in.rank * x->ctl_stride;
+    ringlet_result_t rc = map_peer(x, b.name, peer, off, x->ctl_stride, &k->ctl_map, &k->peer_pid, err);
+    if (!rc) {
+        k->ctl_map_len = x->ctl_stride;
+        k->ctl = k->ctl_map;
+        fifo_view(k);
+        /* In the communicator's quiet section (device buffers), or one of its own (host
+         * buffers forced over cuda_ipc, connected on first use). */
+        int quiet = rl_dev_quiet_begin(x->in.timeout_s, "cuda_ipc slots") == RL_DEV_OK;
+        if (!quiet || x->d->mem_alloc((void **)&k->slots, k->slot_bytes * k->nslots) != RL_DEV_OK ||
+            x->d->mem_export(k->slots, &k->ctl->handle) != RL_DEV_OK) {
+            rc = RINGLET_ERR_CUDA;
+            snprintf(err, RL_ERR_MAX, "cuda_ipc slots for rank %d (%u x %llu bytes): %s", peer, k->nslots,
+                     (unsigned long long)k->slot_bytes, rl_dev_error());
+        }
+        if (quiet) rl_dev_quiet_end();
+        if (!rc && conn_streams(k, err) != 0) rc = RINGLET_ERR_CUDA;
+    }
+    if (!rc) {
+        k->ctl->nslots = k->nslots;
+        k->ctl->slot_bytes = k->slot_bytes;
+        k->ctl->device = k->device;
+        k->ctl->sender_pid = (int32_t)getpid();
+        /* A block is used by one sender connection for the job's life. */
+        if (rl_fifo_claim(&k->ctl->fifo) != 0) {
+            rc = RINGLET_ERR_INTERNAL;
+            snprintf(err, RL_ERR_MAX, "cuda_ipc control block to rank %d is already in use", peer);
+        }
+    }
+    if (rc) {
+        conn_free(k);
+        return rc;
+    }
+    ring_peer(k); /* a receive may already wait for the handle */
+    link_conn(x, k);
+    *out = k;
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_ipc_accept(void *ctx, int peer, void **out, char *err) {
+    ipc_ctx *x = ctx;
+    ipc_conn *k = calloc(1, sizeof *k);
+    if (!k) return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    k->ctx = x;
+    k->peer = peer;
+    rl_posted_q_init(&k->q, &x->in, "cuda_ipc", peer, 0);
+    k->ctl = (ctl_t *)((char *)x->seg + IPC_PAGE + (size_t)peer * x->ctl_stride);
+    k->nslots = x->nslots;
+    k->slot_bytes = x->slot_bytes;
+    fifo_view(k);
+    x->d->get_device(&k->device);
+    link_conn(x, k);
+    *out = k;
+    return RINGLET_SUCCESS;
+}
+
+/* Sender, closing cleanly: its slots are the receiver's data until the receiver is done
+ * with every piece published (a peer that finished its part of a collective may close
+ * while the receiver still copies out of them). Waits for that, for the receiver's own
+ * close or exit, or for the deadline. */
+static void linger(ipc_conn *k) {
+    ipc_ctx *x = k->ctx;
+    if (!k->sending || !k->slots || (x->in.failed && atomic_load(x->in.failed))) return;
+    pthread_mutex_lock(&x->mu);
+    uint64_t published = k->ppos;
+    pthread_mutex_unlock(&x->mu);
+    double until = rl_now() + x->in.timeout_s;
+    while (atomic_load_explicit(&k->ctl->fifo.tail, memory_order_acquire) < published &&
+           atomic_load(&k->ctl->fifo.receiver) != RL_FIFO_CLOSED && !process_gone(k->peer_pid)) {
+        if (rl_now() > until) {
+            RL_WARN(x->in.rank, "cuda_ipc: closing while rank %d has not taken %llu piece(s) sent to it", k->peer,
+                    (unsigned long long)(published - atomic_load(&k->ctl->fifo.tail)));
+            return;
+        }
+        rl_sleep_ms(1);
+    }
+}
+
+void rl_ipc_close(void *conn) {
+    ipc_conn *k = conn;
+    ipc_ctx *x = k->ctx;
+    linger(k);
+    pthread_mutex_lock(&x->mu);
+    fail_all(k, RINGLET_ERR_REMOTE, "the connection was closed");
+    for (ipc_conn **p = &x->conns; *p; p = &(*p)->next)
+        if (*p == k) {
+            *p = k->next;
+            break;
+        }
+    pthread_mutex_unlock(&x->mu);
+    rl_fifo_close(&k->ctl->fifo, k->sending);
+    rl_bell *b = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, k->peer) : NULL;
+    if (b) rl_bell_ring(b);
+    int cur = dev_enter(k);
+    conn_free(k);
+    if (cur >= 0) x->d->set_device(cur);
+}
+
+void rl_ipc_fini(void *ctx) {
+    ipc_ctx *x = ctx;
+    while (x->conns) rl_ipc_close(x->conns);
+    for (int i = 0; i < x->in.nranks; i++)
+        if (x->probes[i]) rl_dev_free_later(x->probes[i], RL_DEV_MEM_IMPORTED);
+    if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
+    munmap(x->seg, x->seg_len);
+    shm_unlink(x->name);
+    close(x->lock_fd);
+    pthread_mutex_destroy(&x->mu);
+    free(x->reach);
+    free(x->probes);
+    free(x);
+}
+
+int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
+    ipc_ctx *x = ctx;
+    if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
+    pthread_mutex_lock(&x->mu);
+    if (!x->reach[peer] && !rl_dev_in_quiet()) {
+        /* Mapping can synchronise the device: only in the communicator's preparation. */
+        snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);
+    } else if (!x->reach[peer]) {
+        blob_t b;
+        memcpy(&b, blob, sizeof b);
+        void *p = NULL;
+        if (!b.has_probe) {
+            snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
+        } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
+            snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
+        } else {
+            x->probes[peer] = p;
+            x->reach[peer] = 1;
+        }
+        if (!x->reach[peer]) x->reach[peer] = -1;
+    } else if (x->reach[peer] < 0) {
+        snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here (tried before)", peer);
+    }
+    int ok = x->reach[peer] > 0;
+    pthread_mutex_unlock(&x->mu);
+    return ok;
+}

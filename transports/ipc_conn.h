@@ -1,0 +1,169 @@
+/* The CUDA IPC transport's types and small helpers, shared by its two files (this header
+ * is not named cuda_*.h: tests/mp/layers.sh takes those for CUDA's own):
+ *   cuda_ipc.c       moving data: posting, progress, the receiver's mapping of the
+ *                    sender's slots (ready, attach), the ops table; its comment says how
+ *                    the transport works
+ *   cuda_ipc_conn.c  the connections' life: the control segment, init, connect, accept,
+ *                    the probe (reachable), close, fini
+ */
+#ifndef RINGLET_IPC_CONN_H
+#define RINGLET_IPC_CONN_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+#include "posted.h"
+#include "slot_fifo.h"
+#include "transport.h"
+
+#define IPC_MAGIC 0x43504952u /* "RIPC" */
+#define IPC_PAGE 4096u
+#define IPC_MAX_SLOTS 64
+#define IPC_NAME_MAX 64
+
+typedef struct {
+    uint32_t magic;
+    int32_t rank, nranks, pid;
+    uint64_t ctl_stride;
+    uint8_t tag[32]; /* HMAC(secret, name) */
+} seg_hdr;
+
+/* A slot's record, on a cache line of its own. */
+typedef struct {
+    _Alignas(64) rl_fifo_rec r;
+} rec_t;
+
+/* One sender's control block in the receiver's segment. */
+typedef struct {
+    rl_fifo_ctl fifo; /* sender: OPEN once it wrote the fields below */
+    uint32_t nslots;
+    uint64_t slot_bytes;
+    int32_t device;
+    int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
+    rl_dev_handle handle; /* the sender's slots */
+    rec_t rec[IPC_MAX_SLOTS];
+} ctl_t;
+
+/* What a rank publishes: its segment, and a probe allocation peers try to map. */
+typedef struct {
+    char name[IPC_NAME_MAX];
+    uint32_t has_probe;
+    rl_dev_handle probe;
+} blob_t;
+_Static_assert(sizeof(blob_t) <= RL_BLOB_MAX, "blob too large");
+
+/* One posted message, in the request's private bytes. */
+typedef struct ipc_op {
+    rl_posted p;       /* p.off: bytes whose piece was started */
+    uint32_t npieces;  /* 0 until known (a receive posted before the sender connected) */
+    uint32_t started;  /* pieces copied in or out (or lent) */
+    uint32_t done;     /* pieces finished */
+    uint64_t first;    /* position of its first piece */
+} ipc_op;
+_Static_assert(sizeof(ipc_op) <= RL_TREQ_PRIV, "request private area too small");
+
+struct ipc_ctx;
+
+typedef struct ipc_conn {
+    struct ipc_ctx *ctx;
+    struct ipc_conn *next;
+    int peer, sending, device;
+    int32_t peer_pid; /* sender: the receiver's process */
+    ctl_t *ctl;
+    void *ctl_map; /* sender: its block mapped from the receiver's segment */
+    size_t ctl_map_len;
+    char *slots;   /* sender: its own slots; receiver: the sender's, imported (NULL until then) */
+    uint32_t nslots;
+    uint64_t slot_bytes;
+    rl_dev_stream_t stream;
+    rl_dev_event_t ev[IPC_MAX_SLOTS];
+    rl_posted_q q;
+    /* The FIFO over ctl. Sender: its head counts the pieces whose copy was enqueued, ppos
+     * those published (copy done); pmsg / plen what each slot's piece will publish.
+     * Receiver: its rpos counts the pieces taken (copy enqueued or lent); owner, whose
+     * copy a slot's is. */
+    rl_fifo fifo;
+    uint64_t ppos;
+    uint64_t pmsg[IPC_MAX_SLOTS], plen[IPC_MAX_SLOTS];
+    unsigned char state[IPC_MAX_SLOTS];
+    ipc_op *owner[IPC_MAX_SLOTS];
+} ipc_conn;
+
+typedef struct ipc_ctx {
+    rl_transport_init in;
+    uint8_t secret[32];
+    const rl_device_ops *d;
+    char name[IPC_NAME_MAX];
+    int lock_fd; /* holds the segment's lock while it lives (shmseg.h) */
+    seg_hdr *seg;
+    size_t seg_len, ctl_stride;
+    uint32_t nslots;
+    uint64_t slot_bytes;
+    void *probe; /* a page of device memory peers map once, to see whether they can */
+    signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
+    /* Peers' probes, mapped until fini: unmapping waits for every stream of the device,
+     * and a user's stream may be held by a call in flight (as cudaFree would). */
+    void **probes;
+    pthread_mutex_t mu;
+    ipc_conn *conns;
+} ipc_ctx;
+
+/* Runs on the connection's device, restoring the thread's own afterwards (progress may
+ * run on a user's thread). */
+static inline int dev_enter(ipc_conn *k) {
+    int cur = -1;
+    if (k->ctx->d->get_device(&cur) == RL_DEV_OK && cur != k->device) k->ctx->d->set_device(k->device);
+    return cur;
+}
+
+static inline void dev_leave(ipc_conn *k, int cur) {
+    if (cur >= 0 && cur != k->device) k->ctx->d->set_device(cur);
+}
+
+static inline void ring_peer(ipc_conn *k) {
+    rl_bell *b = k->ctx->in.peer_bell ? k->ctx->in.peer_bell(k->ctx->in.bell_arg, k->peer) : NULL;
+    if (b) rl_bell_ring_sleeper(b);
+}
+
+/* Stream and events of a connection, on the current device. */
+static inline int conn_streams(ipc_conn *k, char *err) {
+    const rl_device_ops *d = k->ctx->d;
+    if (d->stream_create(&k->stream) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc stream: %s", rl_dev_error()), -1;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if (d->event_create(&k->ev[i]) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
+    return 0;
+}
+
+/* A process that exited (or was killed): gone, or a zombie not reaped yet (its memory
+ * and descriptors are already released). */
+static inline int process_gone(int32_t pid) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* the state follows the command name */
+    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why) { rl_posted_fail(&k->q, code, why); }
+
+/* ---- cuda_ipc_conn.c ---- */
+
+ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err);
+ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bloblen, void **out, char *err);
+ringlet_result_t rl_ipc_accept(void *ctx, int peer, void **out, char *err);
+void rl_ipc_close(void *conn);
+void rl_ipc_fini(void *ctx);
+int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why);
+
+#endif
