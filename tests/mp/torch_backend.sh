@@ -59,7 +59,8 @@ kill_case "rank 2 SIGSTOPped, timeout 4 s" 2 --step 2 --hang --timeout 4
 # 4. launchers' variables
 env_case() { # name nranks command-prefix...
     local name=$1 n=$2 good
-    good=$(grep -cE "^backend_env: rank [0-9]+ of $n \($name; .*\): OK" "$TMP/env")
+    # counted by match, not by line: torchrun's tee may put two ranks' lines on one
+    good=$(grep -oE "backend_env: rank [0-9]+ of $n \($name; [^)]*\): OK" "$TMP/env" | wc -l)
     if [ "$good" = "$n" ]; then
         echo "ok:   init_process_group(\"ringlet\") under $name: $n ranks"
     else

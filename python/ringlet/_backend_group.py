@@ -1,0 +1,577 @@
+"""The torch backend's ProcessGroup: every operation torch's collectives, DDP and ZeRO call,
+each checked and launched as one or more ringlet calls (see torch_backend.py)."""
+import weakref
+
+import torch
+from torch._C import _distributed_c10d as _c10d
+
+from . import _lib
+from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
+                               _nbytes, _op_name, _ptr)
+from ._backend_work import _Core, _Launch, _close_group, _device_of, _live_groups, _sync_call
+
+
+class ProcessGroupRinglet(_ProcessGroup):
+    """A torch ProcessGroup over one ringlet communicator."""
+
+    def __init__(self, handles, rank, size, timeout_s, group_name="", global_ranks=None):
+        super().__init__(rank, size)
+        self._core = core = _Core(handles, rank, size, timeout_s, group_name, global_ranks)
+        self._rank = rank
+        self._size = size
+        self._group_name = core.group_name
+        _live_groups.append(weakref.ref(self))
+        self._finalizer = weakref.finalize(self, _close_group, core.holder, core.completer_box, timeout_s)
+
+    @property
+    def _handle(self):
+        return self._core.holder[0]
+
+    # -- identity --
+
+    def getBackendName(self):
+        return BACKEND
+
+    def _get_backend_name(self):
+        return BACKEND
+
+    def name(self):
+        return BACKEND
+
+    def __repr__(self):
+        return "ProcessGroupRinglet(group %s, rank %d of %d)" % (self._group_name, self._rank, self._size)
+
+    @property
+    def _device_types(self):  # torch 2.x asks a group which devices it serves
+        devs = [torch.device("cpu")]
+        if torch.version.cuda is not None:
+            devs.append(torch.device("cuda"))
+        return devs
+
+    # -- life --
+
+    def shutdown(self):
+        """Destroys the communicator (ringlet_comm_destroy). It runs by itself when torch
+        lets go of the group (destroy_process_group), or at exit, newest group first."""
+        self._finalizer()
+
+    _shutdown = shutdown
+
+    def abort(self):
+        """Stops every operation at once (ringlet_comm_abort: the peers see this rank as
+        failed), then frees the communicator."""
+        for h in self._core.holder:
+            if h:
+                _L.ringlet_comm_abort(h)
+        self._finalizer()
+
+    # -- collectives --
+
+    def _one(self, tensors, what):
+        if isinstance(tensors, torch.Tensor):
+            return tensors
+        if len(tensors) != 1:
+            raise RuntimeError("ringlet: %s: %d tensors; ringlet takes one tensor per call (one device per process)"
+                               % (what, len(tensors)))
+        return tensors[0]
+
+    def allreduce(self, tensors, opts=None):
+        t = self._one(tensors, "allreduce")
+        op = opts.reduceOp if isinstance(opts, (_c10d.AllreduceOptions, _c10d.AllreduceCoalescedOptions)) else opts
+        opname = "SUM" if op is None else _op_name(op)
+        what = "allreduce"
+        dev = _device_of((t,), what)
+        red = _Reduction(t, opname, what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            b = red.buf
+            p = _ptr(b)
+            ln.call(_L.ringlet_iallreduce, _L.ringlet_allreduce, p, p, b.numel(), red.code, red.op)
+            if red.fix is not None:
+                ln.then(red.finish)
+            if red.staged is not t:
+                ln.then(lambda: t.copy_(red.staged))
+            ln.keep += (t, b, red.staged)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([t])
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        what = "allreduce_coalesced"
+        tensors = list(tensors)
+        if not tensors:
+            raise RuntimeError("ringlet: %s: no tensors" % what)
+        op = opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else opts
+        opname = "SUM" if op is None else _op_name(op)
+        dev = _device_of(tensors, what)
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) != 1:
+            raise RuntimeError("ringlet: %s: tensors of several dtypes (%s); all must have one"
+                               % (what, ", ".join(sorted(str(d) for d in dtypes))))
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            flat = torch.cat([t.reshape(-1) for t in tensors])
+            red = _Reduction(flat, opname, what)
+            p = _ptr(red.buf)
+            ln.call(_L.ringlet_iallreduce, _L.ringlet_allreduce, p, p, red.buf.numel(), red.code, red.op)
+            if red.fix is not None:
+                ln.then(red.finish)
+
+            def out():
+                off = 0
+                for t in tensors:
+                    n = t.numel()
+                    t.copy_(flat[off:off + n].view(t.shape))
+                    off += n
+            ln.then(out)
+            ln.keep += tensors + [flat]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work(tensors)
+
+    def broadcast(self, tensors, opts=None):
+        what = "broadcast"
+        t = self._one(tensors, what)
+        root = opts if isinstance(opts, int) else (opts.rootRank if opts is not None else 0)
+        if opts is not None and not isinstance(opts, int) and opts.rootTensor != 0:
+            raise RuntimeError("ringlet: %s: rootTensor %d; ringlet takes one tensor per call" % (what, opts.rootTensor))
+        self._check_rank(root, what, "root")
+        dev = _device_of((t,), what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            b = _contig(t)
+            p = _ptr(b)
+            ln.call(_L.ringlet_ibroadcast, _L.ringlet_broadcast, p, p, _nbytes(b), _lib.UINT8, root)
+            if b is not t:
+                ln.then(lambda: t.copy_(b))
+            ln.keep += (t, b)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([t])
+
+    def reduce(self, tensors, opts=None):
+        what = "reduce"
+        t = self._one(tensors, what)
+        root = opts.rootRank if opts is not None else 0
+        opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
+        if opts is not None and opts.rootTensor != 0:
+            raise RuntimeError("ringlet: %s: rootTensor %d; ringlet takes one tensor per call" % (what, opts.rootTensor))
+        self._check_rank(root, what, "root")
+        dev = _device_of((t,), what)
+        red = _Reduction(t, opname, what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            b = red.buf
+            p = _ptr(b)
+            ln.call(_L.ringlet_ireduce, _L.ringlet_reduce, p, p, b.numel(), red.code, red.op, root)
+            if self._rank == root:
+                if red.fix is not None:
+                    ln.then(red.finish)
+                if red.staged is not t:
+                    ln.then(lambda: t.copy_(red.staged))
+            ln.keep += (t, b, red.staged)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([t])
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        what = "allgather"
+        inp = self._one(input_tensors, what)
+        if len(output_tensors) != 1:
+            raise RuntimeError("ringlet: %s: %d output lists; ringlet takes one (one device per process)"
+                               % (what, len(output_tensors)))
+        outs = list(output_tensors[0])
+        self._check_list(outs, inp, what, "output")
+        dev = _device_of(outs + [inp], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = _contig(inp)
+            nb = _nbytes(src)
+            if _adjacent(outs, nb):
+                dst = outs[0]
+            else:
+                dst = torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev)
+
+                def out():
+                    for r, o in enumerate(outs):
+                        o.copy_(dst[r])
+                ln.then(out)
+            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst) if nb else None, nb, _lib.UINT8)
+            ln.keep += outs + [inp, src, dst]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work(outs)
+
+    def _allgather_base(self, output, input, opts=None):
+        what = "_allgather_base (all_gather_into_tensor)"
+        _check_dense(output, what)
+        _check_dense(input, what)
+        if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
+            raise RuntimeError("ringlet: %s: output has %d elements of %s, input %d of %s; the output must hold "
+                               "%d x the input's elements, of its dtype" % (what, output.numel(), output.dtype,
+                                                                           input.numel(), input.dtype, self._size))
+        dev = _device_of((output, input), what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = _contig(input)
+            dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
+                                                                              device=dev)
+            nb = _nbytes(src)
+            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst), nb, _lib.UINT8)
+            if dst is not output:
+                ln.then(lambda: output.copy_(dst))
+            ln.keep += (output, input, src, dst)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([output])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        what = "allgather_coalesced"
+        input_list = list(input_list)
+        if len(output_lists) != self._size:
+            raise RuntimeError("ringlet: %s: %d output lists for %d ranks" % (what, len(output_lists), self._size))
+        for r, lst in enumerate(output_lists):
+            if len(lst) != len(input_list):
+                raise RuntimeError("ringlet: %s: output list %d has %d tensors, the input list %d"
+                                   % (what, r, len(lst), len(input_list)))
+            for o, i in zip(lst, input_list):
+                if o.dtype != i.dtype or o.numel() != i.numel():
+                    raise RuntimeError("ringlet: %s: an output tensor (%s, %d elements) does not match its input "
+                                       "(%s, %d)" % (what, o.dtype, o.numel(), i.dtype, i.numel()))
+        dev = _device_of(input_list + [o for lst in output_lists for o in lst], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = torch.cat([_bytes(i) for i in input_list]) if input_list else torch.empty(0, dtype=torch.uint8,
+                                                                                              device=dev)
+            nb = src.numel()
+            dst = torch.empty(self._size * nb, dtype=torch.uint8, device=dev)
+            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst), nb, _lib.UINT8)
+
+            def out():
+                for r, lst in enumerate(output_lists):
+                    off = r * nb
+                    for o in lst:
+                        n = _nbytes(o)
+                        o.copy_(_as_like(dst[off:off + n], o))
+                        off += n
+            ln.then(out)
+            ln.keep += [src, dst] + input_list
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([o for lst in output_lists for o in lst])
+
+    def _reduce_scatter_into(self, what, out, src, opname, ln):
+        """src (contiguous, size x out's elements) reduced and scattered into out."""
+        red = _Reduction(src, opname, what)
+        stage = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        dred = _Reduction(stage, opname, what)
+        dst = dred.buf
+        ln.call(_L.ringlet_ireduce_scatter, _L.ringlet_reduce_scatter, _ptr(red.buf), _ptr(dst), dst.numel(),
+                red.code, red.op)
+        if dred.fix is not None:
+            ln.then(dred.finish)
+        if stage is not out:
+            ln.then(lambda: out.copy_(stage))
+        ln.keep += (out, src, red.buf, stage, dst)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        what = "reduce_scatter"
+        out = self._one(output_tensors, what)
+        if len(input_tensors) != 1:
+            raise RuntimeError("ringlet: %s: %d input lists; ringlet takes one" % (what, len(input_tensors)))
+        ins = list(input_tensors[0])
+        self._check_list(ins, out, what, "input")
+        opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
+        dev = _device_of(ins + [out], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            if _adjacent(ins, _nbytes(out)):  # one buffer already (chunks of one tensor)
+                src = ins[0].as_strided((self._size * out.numel(),), (1,), ins[0].storage_offset())
+            else:
+                src = torch.stack([i.reshape(out.shape) for i in ins]).reshape(-1)
+            self._reduce_scatter_into(what, out, src, opname, ln)
+            ln.keep += ins
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([out])
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        what = "_reduce_scatter_base (reduce_scatter_tensor)"
+        _check_dense(output, what)
+        _check_dense(input, what)
+        if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
+            raise RuntimeError("ringlet: %s: input has %d elements of %s, output %d of %s; the input must hold "
+                               "%d x the output's elements, of its dtype" % (what, input.numel(), input.dtype,
+                                                                            output.numel(), output.dtype, self._size))
+        opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
+        dev = _device_of((output, input), what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            self._reduce_scatter_into(what, output, _contig(input).reshape(-1), opname, ln)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([output])
+
+    def alltoall_base(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
+        what = "alltoall_base (all_to_all_single)"
+        _check_dense(output, what)
+        _check_dense(input, what)
+        if output.dtype != input.dtype:
+            raise RuntimeError("ringlet: %s: output is %s, input %s" % (what, output.dtype, input.dtype))
+        P = self._size
+        dev = _device_of((output, input), what)
+        even = not output_split_sizes and not input_split_sizes
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = _contig(input)
+            dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype, device=dev)
+            if even:
+                if input.numel() % P or output.numel() != input.numel():
+                    raise RuntimeError("ringlet: %s: without split sizes, input (%d elements) and output (%d) must "
+                                       "hold the same number of elements, divisible by %d ranks"
+                                       % (what, input.numel(), output.numel(), P))
+                nb = _nbytes(src) // P
+                ln.call(_L.ringlet_ialltoall, _L.ringlet_alltoall, _ptr(src), _ptr(dst), nb, _lib.UINT8)
+            else:
+                ins = self._splits(src, input_split_sizes, what, "input")
+                outs = self._splits(dst, output_split_sizes, what, "output")
+                self._exchange(ln, ins, outs)
+            if dst is not output:
+                ln.then(lambda: output.copy_(dst))
+            ln.keep += (output, input, src, dst)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        what = "alltoall (all_to_all)"
+        outs, ins = list(output_tensors), list(input_tensors)
+        P = self._size
+        if len(outs) != P or len(ins) != P:
+            raise RuntimeError("ringlet: %s: %d output and %d input tensors for %d ranks" % (what, len(outs), len(ins), P))
+        dev = _device_of(outs + ins, what)
+        for o, i in zip(outs, ins):
+            if o.dtype != ins[0].dtype or i.dtype != ins[0].dtype:
+                raise RuntimeError("ringlet: %s: tensors of several dtypes; all must have one" % what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            srcs = [_bytes(i) for i in ins]
+            dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
+            dbytes = [_bytes(d) for d in dsts]
+            nb = srcs[0].numel()
+            if (all(s.numel() == nb for s in srcs) and all(d.numel() == nb for d in dbytes)
+                    and _adjacent(srcs, nb) and _adjacent(dbytes, nb)):
+                ln.call(_L.ringlet_ialltoall, _L.ringlet_alltoall, _ptr(srcs[0]), _ptr(dbytes[0]), nb, _lib.UINT8)
+            else:
+                self._exchange(ln, srcs, dbytes)
+            for o, d in zip(outs, dsts):
+                if d is not o:
+                    ln.then(lambda o=o, d=d: o.copy_(d))
+            ln.keep += outs + ins + srcs + dsts + dbytes
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work(outs)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        what = "gather"
+        inp = self._one(input_tensors, what)
+        root = opts.rootRank if opts is not None else 0
+        self._check_rank(root, what, "root")
+        me = self._rank
+        if me == root:
+            if len(output_tensors) != 1:
+                raise RuntimeError("ringlet: %s: the root needs one output list, got %d" % (what, len(output_tensors)))
+            outs = list(output_tensors[0])
+            self._check_list(outs, inp, what, "output")
+        else:
+            if output_tensors and any(len(lst) for lst in output_tensors):
+                raise RuntimeError("ringlet: %s: only the root (rank %d) takes output tensors" % (what, root))
+            outs = []
+        dev = _device_of(outs + [inp], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = _contig(inp)
+            nb = _nbytes(src)
+            dst = None
+            if me == root:
+                if _adjacent(outs, nb):
+                    dst = outs[0]
+                else:
+                    dst = torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev)
+
+                    def out():
+                        for r, o in enumerate(outs):
+                            o.copy_(dst[r])
+                    ln.then(out)
+            ln.call(_L.ringlet_igather, _L.ringlet_gather, _ptr(src), _ptr(dst) if dst is not None else None, nb,
+                    _lib.UINT8, root)
+            ln.keep += outs + [inp, src, dst]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work(outs)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        what = "scatter"
+        out = self._one(output_tensors, what)
+        root = opts.rootRank if opts is not None else 0
+        self._check_rank(root, what, "root")
+        me = self._rank
+        if me == root:
+            if len(input_tensors) != 1:
+                raise RuntimeError("ringlet: %s: the root needs one input list, got %d" % (what, len(input_tensors)))
+            ins = list(input_tensors[0])
+            self._check_list(ins, out, what, "input")
+        else:
+            if input_tensors and any(len(lst) for lst in input_tensors):
+                raise RuntimeError("ringlet: %s: only the root (rank %d) takes input tensors" % (what, root))
+            ins = []
+        dev = _device_of(ins + [out], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            dst = _contig(out) if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
+            nb = _nbytes(dst)
+            src = None
+            if me == root:
+                src = ins[0] if _adjacent(ins, nb) else torch.stack([i.reshape(out.shape) for i in ins])
+            ln.call(_L.ringlet_iscatter, _L.ringlet_scatter, _ptr(src) if src is not None else None, _ptr(dst), nb,
+                    _lib.UINT8, root)
+            if dst is not out:
+                ln.then(lambda: out.copy_(dst))
+            ln.keep += ins + [out, src, dst]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([out])
+
+    def barrier(self, opts=None):
+        ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=_sync_call())
+        try:
+            ln.call(_L.ringlet_ibarrier, _L.ringlet_barrier)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([])
+
+    def send(self, tensors, dst_rank, tag=0):
+        what = "send"
+        t = self._one(tensors, what)
+        self._check_peer(dst_rank, tag, what)
+        dev = _device_of((t,), what)
+        ln = _Launch(self._core, what, dev, p2p=True, sync=_sync_call())
+        try:
+            b = _contig(t)
+            ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(b), _nbytes(b), _lib.UINT8, dst_rank)
+            ln.keep += (t, b)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([t])
+
+    def recv(self, tensors, src_rank, tag=0):
+        what = "recv"
+        t = self._one(tensors, what)
+        self._check_peer(src_rank, tag, what)
+        dev = _device_of((t,), what)
+        ln = _Launch(self._core, what, dev, p2p=True, sync=_sync_call())
+        try:
+            b = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=dev)
+            ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(b), _nbytes(b), _lib.UINT8, src_rank)
+            if b is not t:
+                ln.then(lambda: t.copy_(b))
+            ln.keep += (t, b)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([t])
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("ringlet: recv from any source (dist.recv/irecv without src) is not supported: ringlet "
+                           "receives from a named rank; pass src")
+
+    # torch 2.x's batch_isend_irecv on CUDA tensors brackets its sends and receives with
+    # these (NCCL-style coalescing): the calls in between go into one ringlet group, which
+    # runs them at once (device sends and receives outside a group run one by one, in
+    # order, so two ranks that both send first would wait for each other, as with NCCL).
+    # Only the Work of _end_coalescing covers them. CPU tensors need no group (host sends
+    # and receives are posted and overlap).
+    def _start_coalescing(self, device=None):
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        if dev.type == "cuda" and self._core.coalescing is None:
+            self._core.coalescing = dev
+            _L.ringlet_group_start()
+
+    def _end_coalescing(self, device=None):
+        dev = self._core.coalescing
+        if dev is None:  # nothing was grouped (CPU): nothing to wait for
+            return _Launch(self._core, "coalesced operations", torch.device("cpu")).work([])
+        self._core.coalescing = None
+        ln = _Launch(self._core, "coalesced sends and receives", dev, p2p=True)
+        try:
+            rc = _L.ringlet_group_end()
+            if rc:
+                raise self._core._make_error(rc, ln.what, self._core._last_error(1))
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        raise RuntimeError("ringlet: monitored_barrier is Gloo's; use barrier() (ringlet names a failed or silent rank "
+                           "by itself, within the group's timeout)")
+
+    # -- helpers of the collectives --
+
+    def _check_rank(self, r, what, name):
+        if not isinstance(r, int) or r < 0 or r >= self._size:
+            raise RuntimeError("ringlet: %s: %s %r is out of range [0, %d)" % (what, name, r, self._size))
+
+    def _check_peer(self, peer, tag, what):
+        self._check_rank(peer, what, "peer")
+        if peer == self._rank:
+            raise RuntimeError("ringlet: %s: peer %d is this rank" % (what, peer))
+        if tag:
+            raise RuntimeError("ringlet: %s: tag %d; ringlet has no tags (messages between two ranks are matched in "
+                               "the order they were sent): use tag 0" % (what, tag))
+
+    def _check_list(self, lst, like, what, kind):
+        if len(lst) != self._size:
+            raise RuntimeError("ringlet: %s: %d %s tensors for %d ranks" % (what, len(lst), kind, self._size))
+        for t in lst:
+            _check_dense(t, what)
+            if t.dtype != like.dtype or t.numel() != like.numel():
+                raise RuntimeError("ringlet: %s: an %s tensor has %d elements of %s, expected %d of %s"
+                                   % (what, kind, t.numel(), t.dtype, like.numel(), like.dtype))
+
+    def _splits(self, t, sizes, what, kind):
+        """Byte views of t's blocks, one per rank, cut along dim 0 by sizes (even if none)."""
+        P = self._size
+        rows = t.shape[0] if t.dim() else 1
+        if not sizes:
+            if rows % P:
+                raise RuntimeError("ringlet: %s: %s has %d rows, not divisible by %d ranks" % (what, kind, rows, P))
+            sizes = [rows // P] * P
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != P or sum(sizes) != rows or min(sizes) < 0:
+            raise RuntimeError("ringlet: %s: %s split sizes %s do not cut %d rows into %d blocks"
+                               % (what, kind, sizes, rows, P))
+        row = _nbytes(t) // rows if rows else 0
+        b = _bytes(t)
+        out, off = [], 0
+        for s in sizes:
+            out.append(b[off:off + s * row])
+            off += s * row
+        return out
+
+    def _exchange(self, ln, sends, recvs):
+        """Block q of sends to rank q, block q of recvs from rank q (byte tensors): sends and
+        receives posted at once (host), or one group (device)."""
+        me = self._rank
+        ln.sync = False  # every send and receive posted at once, whatever torch does next
+        if recvs[me].numel() != sends[me].numel():
+            raise RuntimeError("ringlet: %s: this rank sends itself %d bytes but expects %d"
+                               % (ln.what, sends[me].numel(), recvs[me].numel()))
+        if recvs[me].numel():
+            recvs[me].copy_(sends[me])
+        ln.group_start()
+        for q in range(self._size):
+            if q != me and recvs[q].numel():
+                ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(recvs[q]), recvs[q].numel(), _lib.UINT8, q)
+        for q in range(self._size):
+            if q != me and sends[q].numel():
+                ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(sends[q]), sends[q].numel(), _lib.UINT8, q)
+        ln.group_end()

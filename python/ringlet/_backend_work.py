@@ -1,0 +1,527 @@
+"""The torch backend's Works and launches: CPU Works as Gloo's (requests, one completion
+thread per group for futures), CUDA Works as NCCL's (an event on the group's stream), the
+launch that issues one operation's ringlet calls, and a group's shared state (_Core)."""
+import collections
+import ctypes
+import datetime
+import os
+import sys
+import threading
+import time
+
+import torch
+
+from . import _lib, RingletError
+from ._backend_tensors import _Failed, _L, _TorchWork, _check_dense, _future
+
+
+class _CpuWork(_TorchWork):
+    """An operation on CPU tensors: its ringlet requests, what to do once they are done
+    (copies out of staging buffers), and the tensors to keep and to return."""
+
+    def __init__(self, pg, what, reqs, finish, outputs, keep, ci=0):
+        super().__init__()
+        self._pg = pg
+        self._ci = ci  # the group's communicator it runs on (0 collectives, 1 sends and receives)
+        self._what = what
+        self._reqs = reqs
+        self._finishers = finish
+        self._outputs = outputs
+        self._keep = keep
+        self._state = 0  # 0 running, 1 done, 2 failed
+        self._rc, self._msg = 0, None  # the first request that failed
+        self._err = None
+        self._owner = False  # someone is in ringlet_wait/test on the requests
+        self._lock = threading.Lock()
+        self._fut = None  # the future to complete, and
+        self._user_fut = None  # the one get_future hands out (see _future)
+        self._done_ev = None
+        self._seen = False  # its completion was reported to the caller
+
+    # -- completion --
+
+    def _run_requests(self, block):
+        """Waits for (block) or tests the requests; the caller owns them. True once all are done."""
+        reqs = self._reqs
+        if not self._pg._handle:
+            self._complete(_lib.ERR_INVALID_USAGE, "the process group was destroyed before the operation completed")
+            return True
+        for r in reqs:
+            if not r:  # done (test/wait freed it)
+                continue
+            if block:
+                rc2 = _L.ringlet_wait(ctypes.byref(r))
+            else:
+                done = ctypes.c_int(0)
+                rc2 = _L.ringlet_test(ctypes.byref(r), ctypes.byref(done))
+                if not done.value and not rc2:
+                    return False
+            if rc2 and not self._rc:  # the first failure, kept across tests
+                self._rc, self._msg = rc2, self._pg._last_error(self._ci)
+        rc, msg = self._rc, self._msg
+        if rc:
+            # the others must be done too before their buffers are let go
+            for r in reqs:
+                if r:
+                    _L.ringlet_wait(ctypes.byref(r))
+            self._complete(rc, msg)
+        else:
+            self._complete(0, None)
+        return True
+
+    def _complete(self, rc, msg):
+        err = None
+        if not rc:
+            try:
+                for f in self._finishers:
+                    f()
+            except Exception as e:  # a copy out of a staging buffer
+                err = RuntimeError("ringlet: %s: after the operation: %s" % (self._what, e))
+        else:
+            err = self._pg._make_error(rc, self._what, msg)
+        with self._lock:
+            self._state = 2 if err is not None else 1
+            self._err = err
+            self._keep = None
+            self._finishers = ()
+            self._owner = False
+            fut, ev = self._fut, self._done_ev
+        if fut is not None:
+            fut.set_result(self._outputs if err is None else _Failed(err))
+        if ev is not None:
+            ev.set()
+
+    def _take(self):
+        """Ownership of the requests, or an event to wait on while another thread has it."""
+        with self._lock:
+            if self._state:
+                return False, None
+            if not self._owner:
+                self._owner = True
+                return True, None
+            if self._done_ev is None:
+                self._done_ev = threading.Event()
+            return False, self._done_ev
+
+    def _seen_done(self):
+        if not self._seen:
+            self._seen = True
+            self._pg._retire(self)
+
+    # -- torch's Work interface --
+
+    def wait(self, timeout=None):
+        """Blocks until done (within the group's deadline); with a timeout (a timedelta or
+        seconds, > 0), raises RuntimeError once it has passed, as Gloo's wait does, and the
+        operation goes on."""
+        limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (timeout or 0)
+        if not self._state and limit > 0:
+            until = time.monotonic() + limit
+            nap = 1e-5
+            while not self.is_completed():
+                if time.monotonic() >= until:
+                    raise RuntimeError("ringlet: %s: wait timed out after %g s (the operation goes on)"
+                                       % (self._what, limit))
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
+        if not self._state:
+            mine, ev = self._take()
+            if mine:
+                self._run_requests(True)
+            elif ev is not None:
+                ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline
+        self._seen_done()
+        if self._state == 2:
+            raise self._err
+        return True
+
+    def is_completed(self):
+        if not self._state:
+            mine, _ = self._take()
+            if mine and not self._run_requests(False):
+                with self._lock:
+                    self._owner = False
+                return False
+            if not self._state:
+                return False
+        self._seen_done()
+        return True
+
+    def is_success(self):
+        return self.is_completed() and self._state == 1
+
+    def exception(self):
+        return self._err
+
+    def get_future(self):
+        with self._lock:
+            new = self._fut is None
+            if new:
+                self._fut, self._user_fut = _future()
+            state = self._state
+            hand = new and not state and not self._owner
+            if hand:
+                self._owner = True  # the completion thread's now
+            fut = self._fut
+        if new and state == 1:
+            fut.set_result(self._outputs)
+        elif new and state == 2:
+            fut.set_result(_Failed(self._err))
+        elif hand:
+            self._pg._completer().add(self)
+        self._seen_done()
+        return self._user_fut
+
+    def result(self):
+        self.wait()
+        return list(self._outputs)
+
+    def source_rank(self):
+        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        pass
+
+
+class _CudaWork(_TorchWork):
+    """An operation on CUDA tensors, queued on the group's stream for the device: an
+    event recorded after it is what wait() and the future synchronise with."""
+
+    def __init__(self, pg, what, device, stream, event, outputs):
+        super().__init__()
+        self._pg = pg
+        self._what = what
+        self._device = device
+        self._event = event
+        self._outputs = outputs
+        with torch.cuda.stream(stream):  # the future's events: recorded on the group's stream
+            self._fut = torch.futures.Future(devices=[device])
+            self._fut.set_result(outputs)
+        self._seen = False
+
+    def _check(self):
+        err = self._pg._async_error(self._what)
+        if err is not None:
+            raise err
+
+    def _seen_done(self):
+        if not self._seen:
+            self._seen = True
+            self._pg._retire(self)
+
+    def wait(self, timeout=None):
+        torch.cuda.current_stream(self._device).wait_event(self._event)
+        self._seen_done()
+        self._check()
+        return True
+
+    def is_completed(self):
+        if self._event.query():
+            self._seen_done()
+            return True
+        return self._pg._async_error(self._what) is not None
+
+    def is_success(self):
+        return self.is_completed() and self._pg._async_error(self._what) is None
+
+    def exception(self):
+        return self._pg._async_error(self._what)
+
+    def get_future(self):
+        self._seen_done()
+        return self._fut
+
+    def result(self):
+        return list(self._outputs)
+
+    def source_rank(self):
+        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        self.wait()
+
+
+class _Completer:
+    """The process group's one completion thread: waits, oldest first, for the operations
+    whose futures were asked for, and completes them."""
+
+    def __init__(self, core):
+        self._q = collections.deque()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="ringlet-completion-%s" % core.group_name, daemon=True)
+        self._thread.start()
+
+    def add(self, work):
+        with self._cv:
+            self._q.append(work)
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._q and not self._stop:
+                    self._cv.wait()
+                if not self._q:
+                    return
+                w = self._q.popleft()
+            w._run_requests(True)  # ringlet_wait releases the GIL
+            del w
+
+    def stop(self, timeout):
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+# ---- launching one operation ----
+
+class _Launch:
+    """Collects one operation's ringlet calls: non-blocking on CPU tensors (a request
+    each), stream-ordered on CUDA tensors (the group's stream for the device)."""
+
+    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci", "sync")
+
+    def __init__(self, pg, what, device, p2p=False, sync=False):
+        self.pg = pg
+        self.ci = 1 if p2p else 0
+        self.sync = sync  # torch waits at once: the blocking form, on this thread (CPU)
+        self.what = what
+        self.device = device
+        self.reqs = []
+        self.finish = []
+        self.keep = []
+        self._ctx = None
+        self._group = False
+        self.stream = None
+        if device.type == "cuda":
+            side = pg._side_stream(device, self.ci)
+            side.wait_stream(torch.cuda.current_stream(device))
+            self.stream = side
+            self._ctx = torch.cuda.stream(side)
+            self._ctx.__enter__()
+        elif device.type != "cpu":
+            raise RuntimeError("ringlet: %s: %s tensors are not supported (CPU and CUDA are)" % (what, device.type))
+
+    def call(self, nb_fn, b_fn, *args):
+        h = self.pg._live(self.what, self.ci)
+        if self.stream is None and self.sync:
+            rc = b_fn(*args, h, None)
+            if rc:
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
+        elif self.stream is None:
+            req = _lib.c_req()
+            rc = nb_fn(*args, h, None, ctypes.byref(req))
+            if rc:
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
+            self.reqs.append(req)
+        else:
+            rc = b_fn(*args, h, self.stream.cuda_stream or 1)  # 1: RINGLET_STREAM_DEFAULT
+            if rc:
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
+
+    def group_start(self):
+        if self.stream is not None:  # device p2p: one group (sends and receives at once)
+            _L.ringlet_group_start()
+            self._group = True
+
+    def group_end(self):
+        if self._group:
+            self._group = False
+            rc = _L.ringlet_group_end()
+            if rc:
+                raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
+
+    def then(self, fn):
+        """fn runs once the operation is done (CPU), or is queued after it (CUDA)."""
+        if self.stream is None:
+            self.finish.append(fn)
+        else:
+            fn()
+
+    def work(self, outputs):
+        pg = self.pg
+        if self.stream is None:
+            w = _CpuWork(pg, self.what, self.reqs, self.finish, outputs, self.keep, self.ci)
+            if self.sync:  # done already: copies out of staging now, the Work complete
+                w._run_requests(True)
+        else:
+            ev = torch.cuda.Event()
+            ev.record(self.stream)
+            for t in self.keep:
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    t.record_stream(self.stream)
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+            w = _CudaWork(pg, self.what, self.device, self.stream, ev, outputs)
+        pg._track(w)
+        return w
+
+    def abandon(self, exc):
+        """The operation failed part-way: what was issued is waited for, then exc raised."""
+        if self._group:
+            self._group = False
+            _L.ringlet_group_end()
+        for r in self.reqs:
+            if r:
+                _L.ringlet_wait(ctypes.byref(r))
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        raise exc
+
+
+_C10D_FILE = os.path.join("distributed", "distributed_c10d.py")
+
+
+def _sync_call():
+    """Whether the torch function that called the ProcessGroup method calling this one is
+    a collective of torch.distributed with async_op=False: torch then waits for the Work
+    at once, so the method runs ringlet's blocking form on this thread (on host memory it
+    runs on the caller's thread when nothing is queued: no hand-over to the progress
+    thread). Anything else (async_op=True, DDP's reducer, other C++ callers) gets the
+    non-blocking form."""
+    try:
+        f = sys._getframe(2)
+    except ValueError:
+        return False
+    return f.f_code.co_filename.endswith(_C10D_FILE) and f.f_locals.get("async_op") is False
+
+
+def _device_of(tensors, what):
+    dev = None
+    for t in tensors:
+        _check_dense(t, what)
+        if dev is None:
+            dev = t.device
+        elif t.device != dev:
+            raise RuntimeError("ringlet: %s: tensors on %s and %s; one call takes one device" % (what, dev, t.device))
+    return dev if dev is not None else torch.device("cpu")
+
+
+# ---- the process group ----
+
+_live_groups = []  # weak references, in creation order (destroyed in reverse at exit)
+
+
+class _Core:
+    """What a process group's Works and its completion thread share with it: the
+    communicator and the bookkeeping. Works hold this, not the group, so that no cycle
+    keeps a group alive: its communicator is destroyed when torch lets go of it
+    (destroy_process_group), on every rank at the same point of the program."""
+
+    def __init__(self, handles, rank, size, timeout_s, group_name, global_ranks):
+        # The group's two communicators, shared with its finalizer: [0] for collectives,
+        # [1] for send and recv. ringlet matches the messages between two ranks in the order
+        # they were sent, collectives' and point-to-point alike; on their own communicator a
+        # receive still pending when a collective starts can never take the collective's
+        # data (torch, as Gloo does with tags, keeps the two apart).
+        self.holder = list(handles)
+        self.completer_box = [None]
+        self.rank = rank
+        self.size = size
+        self.timeout_s = timeout_s
+        self.group_name = group_name or "?"
+        self.global_ranks = list(global_ranks or [])
+        self.tracked = collections.deque()  # Works whose completion nobody has seen yet
+        self.seen = collections.deque(maxlen=32)  # and the last ones that were seen
+        self.unwaited = collections.deque(maxlen=4096)
+        self.sides = {}
+        self.mu = threading.Lock()
+        self.coalescing = None
+
+    @property
+    def _handle(self):
+        return self.holder[0]
+
+    def _live(self, what, ci=0):
+        h = self.holder[ci]
+        if not h:
+            raise RuntimeError("ringlet: %s: the process group was destroyed" % what)
+        return h
+
+    def _last_error(self, ci=0):
+        h = self.holder[ci]
+        return _L.ringlet_comm_last_error(h).decode("utf-8", "replace") if h else ""
+
+    def _make_error(self, rc, what, msg):
+        where = "group %s, rank %d of %d" % (self.group_name, self.rank, self.size)
+        if self.global_ranks:
+            where += "; its ranks are global ranks %s" % self.global_ranks
+        return RingletError(rc, "ringlet backend: %s (%s) failed: %s" % (what, where, msg or "(no message)"))
+
+    def _async_error(self, what):
+        for ci, h in enumerate(self.holder):
+            if not h:
+                return RuntimeError("ringlet: %s: the process group was destroyed" % what)
+            rc = _L.ringlet_comm_get_async_error(h)
+            if rc:
+                return self._make_error(rc, what, self._last_error(ci))
+        return None
+
+    def _completer(self):
+        c = self.completer_box[0]
+        if c is None:
+            with self.mu:
+                if self.completer_box[0] is None:
+                    self.completer_box[0] = _Completer(self)
+                c = self.completer_box[0]
+        return c
+
+    def _side_stream(self, device, ci=0):
+        """The group's stream on device for its collectives (ci 0) or its sends and
+        receives (1), as NCCL's process group has streams of its own for each."""
+        s = self.sides.get((device.index, ci))
+        if s is None:
+            s = self.sides[(device.index, ci)] = torch.cuda.Stream(device)
+        return s
+
+    def _track(self, w):
+        tr = self.tracked
+        tr.append(w)
+        # Works never waited for: completed here (their staging freed) once done, and
+        # kept a while (torch's C++ code may still wait on one).
+        for _ in range(2):
+            if not tr:
+                break
+            old = tr[0]
+            if old._seen:
+                tr.popleft()
+            elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
+                mine, _ = old._take()
+                if mine and not old._run_requests(False):
+                    with old._lock:
+                        old._owner = False
+                    break
+            elif old is not w and (not isinstance(old, _CpuWork) or old._state):
+                tr.popleft()
+                self.unwaited.append(old)
+            else:
+                break
+
+    def _retire(self, w):
+        try:
+            self.tracked.remove(w)
+        except ValueError:
+            pass
+        self.seen.append(w)
+
+
+def _close_group(holder, completer_box, timeout_s):
+    """Finalizer of a process group (shutdown(), garbage collection, or exit, newest group
+    first): lets the completion thread finish what it holds, then destroys the
+    communicator."""
+    c = completer_box[0]
+    if c is not None:
+        c.stop(timeout_s + 5)
+    for i in reversed(range(len(holder))):  # send/recv's first, the same on every rank
+        h = holder[i]
+        holder[i] = None
+        if h:
+            _L.ringlet_comm_destroy(h)
