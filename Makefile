@@ -19,7 +19,11 @@ comma := ,
 
 SOVERSION := 0
 VERSION   := 0.1.0
-CPPFLAGS  += -Iinclude -Isrc -Isrc/base -Isrc/device -Itransports -Ikernels -D_GNU_SOURCE
+# src/ holds one folder per layer (README.md, Architecture); sources include headers by
+# name, found through one -I per folder. tests/mp/layers.sh checks that a file includes
+# only headers of its own folder or of folders below it.
+CORE_DIRS := src/base src/device src/comm src/algo src/engine src/api
+CPPFLAGS  += -Iinclude $(CORE_DIRS:%=-I%) -Itransports -Ikernels -D_GNU_SOURCE
 CFLAGS    += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread $(SANFLAGS)
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl -lm
@@ -35,7 +39,7 @@ endif
 CU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
            -gencode arch=compute_90,code=compute_90
 
-LIB_SRC := $(wildcard src/*.c) $(wildcard src/base/*.c) $(wildcard src/device/*.c) $(wildcard src/ddp/*.c) $(wildcard transports/*.c) $(wildcard kernels/*.c)
+LIB_SRC := $(foreach d,$(CORE_DIRS) src/ddp transports kernels,$(wildcard $(d)/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 ifeq ($(CUDA),1)
 CU_SRC  := $(wildcard kernels/*.cu) $(wildcard transports/*.cu)

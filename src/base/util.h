@@ -17,7 +17,7 @@ static inline void rl_cpu_relax(void) {
 void rl_sleep_ms(int ms);
 /* Integer from the environment, def when unset; a value that does not parse or is out
  * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. Init
- * refuses such values of every RINGLET_* variable first (src/envcheck.c, with the same
+ * refuses such values of every RINGLET_* variable first (src/comm/envcheck.c, with the same
  * bounds), so the warning is only for a value changed after init. */
 long long rl_env_int(const char *name, long long def, long long lo, long long hi);
 double rl_env_double(const char *name, double def, double lo, double hi);

@@ -34,7 +34,7 @@ printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (v
 "$CLANG" -fsanitize=fuzzer,address,undefined "$OUT/probe.c" -o "$OUT/probe" >"$OUT/probe.log" 2>&1 ||
     { echo "SKIP: $CLANG cannot link libFuzzer ($(head -c 200 "$OUT/probe.log")); Debian: apt install libclang-rt-dev"; exit 77; }
 
-INC=(-Iinclude -Isrc -Isrc/base -Isrc/device -Itransports -Ikernels -D_GNU_SOURCE)
+INC=(-Iinclude -Isrc/base -Isrc/device -Isrc/comm -Isrc/algo -Isrc/engine -Isrc/api -Itransports -Ikernels -D_GNU_SOURCE)
 CFL=(-std=c11 -g -O1 -Wall -Wextra -fno-omit-frame-pointer -fno-sanitize-recover=all)
 LIBS=(-pthread -ldl -lm -lrt)
 LIB=$OUT/lib/lib/libringlet.a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hierarchical all-reduce (src/hier.c; issue 16): reduce-scatter inside each host, an
+# The hierarchical all-reduce (src/algo/hier.c; issue 16): reduce-scatter inside each host, an
 # all-reduce of each local shard across hosts, all-gather inside each host.
 #
 # Hosts are simulated on loopback by RINGLET_HOSTID (set per rank from RANK: ranks of one

@@ -6,7 +6,7 @@
  *        [--mib M] [--root R] [--memory host|device] [--tag X]
  *
  * Nothing here depends on timing. The victim arms the library's fault injection
- * (RINGLET_FAULT_KILL, src/fault.h) for the collective (operation #2, after a warm-up
+ * (RINGLET_FAULT_KILL, src/comm/fault.h) for the collective (operation #2, after a warm-up
  * barrier): it SIGKILLs itself just before posting its N-th send (or receive) of that
  * collective, so it provably dies inside it, and every byte of its data past what it
  * had posted provably never left it. kill.sh picks N so that every survivor still needs

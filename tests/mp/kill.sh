@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rank is SIGKILLed inside a large collective (tests/mp/kill.c), P = 4, RINGLET_TIMEOUT=5,
 # ringlet-run --grace 20 --timeout 60. The victim dies by construction, not by timing: the
-# library's fault injection (RINGLET_FAULT_KILL, src/fault.h) kills it just before it posts
+# library's fault injection (RINGLET_FAULT_KILL, src/comm/fault.h) kills it just before it posts
 # its N-th send (or receive) of the collective. Cases (64 MiB of float32, 512 KiB chunks, so
 # each all-reduce segment is 16 MiB = 32 chunks):
 #   1. rank 2 dies during an allreduce before its 2nd send (reduce-scatter, step 0): only its

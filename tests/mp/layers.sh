@@ -1,36 +1,43 @@
 #!/usr/bin/env bash
-# The layers of ../shared/DESIGN.md, checked on the sources and on the built objects:
+# The layers of ../shared/DESIGN.md (README.md, Architecture), one folder each, bottom to
+# top; each may use its own folder and the folders below it, never one above:
+#     base        src/base/      -> base
+#     kernels     kernels/       -> kernels
+#     device      src/device/    -> device, kernels, base
+#     transports  transports/    -> transports, device, base
+#     comm        src/comm/      -> comm, transports, device, kernels, base
+#     algo        src/algo/      -> algo, comm, and what comm may
+#     engine      src/engine/    -> engine, algo, and what algo may
+#     api         src/api/       -> api, engine, and what engine may
+#     ddp, nccl   src/ddp/, src/nccl/  -> their own folder, and the public API only
+# (include/ringlet.h and ringlet_ddp.h, the public headers, are open to all.) Checked:
 #   1. CUDA: no CUDA header and no CUDA runtime or driver call outside the device layer
-#      (src/device/) and kernels/: a grep over the library, the tools, the examples and the
-#      tests that use the library (tests/gpu/*.cu test the kernels themselves, and
+#      (src/device/) and kernels/: a grep over the library (but src/nccl/nccl.h, which
+#      includes CUDA's headers for NCCL's users), the tools, the examples and the tests that
+#      use the library (tests/gpu/*.cu test the kernels themselves, and
 #      perf/gpu_kernels_bench.cu measures them; they belong to kernels/' own checks).
-#   2. Who calls whom, from the symbols of $BUILD/obj (nm): every call from one object to
-#      another must go down the layers or stay inside one:
-#        base (src/base)          -> base
-#        kernels                  -> kernels
-#        device (src/device)      -> device, kernels, base
-#        transports               -> transports, device, base
-#        core (src/*.c)           -> core, transports, device, kernels, base
-#        ddp (src/ddp)            -> ddp, and the public API (ringlet_*) only
-#        nccl (src/nccl)          -> nccl, and the public API (ringlet_*) only
-#   3. Inside the core, no loop of calls between files: each file's callees never call it
-#      back, directly or through others (a file-level graph without cycles).
-#   4. Includes: a transport includes only transport headers, base headers and the device
-#      layer's; the device layer only its own, base and kernels headers; the NCCL layer
-#      only its own and ringlet.h.
+#   2. Includes: a file includes only headers of its own folder or of folders its layer
+#      may use (a header is found by name: header names are unique across the folders);
+#      a library source outside these folders (a new folder, a file left in src/) fails.
+#   3. Calls, from the symbols of $BUILD/obj (nm): every call from one object to another
+#      goes down the layers or stays inside one.
+#   4. Inside each folder of the core (comm, algo, engine, api), no loop of calls between
+#      files: each file's callees never call it back, directly or through others (a
+#      file-level graph without cycles). With 3, no loop of calls crosses folders either.
+#      (The device layer's backends and the DDP layer's files call each other both ways.)
 # Exit 0 = all hold, 1 = a violation (each printed), 77 = no objects to read (build first).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
-if [ ! -d "$BUILD/obj" ] || ! command -v nm >/dev/null 2>&1; then
-    echo "SKIP: no objects in $BUILD/obj (build first) or no nm"
+if [ ! -d "$BUILD/obj" ] || ! command -v nm >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
+    echo "SKIP: no objects in $BUILD/obj (build first), no nm or no python3"
     exit 77
 fi
 fails=0
 
 # ---- 1. CUDA outside the device layer and kernels/
-files=$(ls src/*.[ch] src/base/*.[ch] src/ddp/*.[ch] transports/*.[ch] tools/*.c perf/*.c examples/*.c \
-    tests/mp/*.c tests/unit/*.c include/*.h 2>/dev/null)
+files=$(ls src/*.[ch] src/*/*.[ch] transports/*.[ch] tools/*.c perf/*.c examples/*.c \
+    tests/mp/*.c tests/unit/*.c include/*.h 2>/dev/null | grep -vE '^src/(device|nccl)/')
 # headers: <cuda*.h>, <cuda_runtime*>, <nccl.h>; calls: cudaXxx( / cuXxx( (runtime and driver API)
 hits=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|cuda_fp16|cuda_bf16|cudaTypedefs)[^>"]*[>"]|\bcuda[A-Z][A-Za-z0-9_]*[[:space:]]*\(|\bcu[A-Z][a-z][A-Za-z0-9_]*[[:space:]]*\(' \
     $files 2>/dev/null)
@@ -42,34 +49,82 @@ else
     echo "ok:   no CUDA header or call outside src/device/ and kernels/ ($(echo "$files" | wc -w) files)"
 fi
 
-# ---- 4. includes of transports and of the device layer
-bad_inc() { # dir allowed-regex
-    local f inc
-    for f in $1; do
-        while read -r inc; do
-            [ -z "$inc" ] && continue
-            if ! grep -qE "^($2)$" <<<"$inc"; then echo "    $f includes \"$inc\""; fi
-        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-    done
-}
-base_h=$(cd src/base && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
-dev_h=$(cd src/device && ls *.h *.inc | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
-tp_h=$(cd transports && ls *.h | tr '\n' '|' | sed 's/|$//; s/\./\\./g')
-out=$(bad_inc "transports/*.c transports/*.h" "$tp_h|$base_h|$dev_h|ringlet\\.h")
-out+=$(bad_inc "src/device/*.c src/device/*.h src/device/*.inc" "$dev_h|$base_h|reduce\\.h|reduce_cuda\\.h|convert\\.h|ringlet\\.h")
-out+=$(bad_inc "src/nccl/*.c src/nccl/*.h" "shim\\.h|nccl\\.h|ringlet\\.h")
-if [ -n "$out" ]; then
-    echo "FAIL: includes that reach above their layer:"
-    echo "$out"
-    fails=$((fails + 1))
-else
-    echo "ok:   transports, the device layer and the NCCL layer include only what their layer may"
-fi
-
-# ---- 2 and 3. calls between objects
-python3 - "$BUILD/obj" <<'EOF' || fails=$((fails + 1))
-import os, subprocess, sys
+# ---- 2, 3 and 4: includes, and calls between objects
+python3 - "$BUILD/obj" <<'EOF'
+import os, re, subprocess, sys
 root = sys.argv[1]
+# Bottom to top; each layer's folder, and the layers it may use besides its own.
+LAYERS = [
+    ("base", "src/base", []),
+    ("kernels", "kernels", []),
+    ("device", "src/device", ["kernels", "base"]),
+    ("transports", "transports", ["device", "base"]),
+    ("comm", "src/comm", ["transports", "device", "kernels", "base"]),
+    ("algo", "src/algo", ["comm", "transports", "device", "kernels", "base"]),
+    ("engine", "src/engine", ["algo", "comm", "transports", "device", "kernels", "base"]),
+    ("api", "src/api", ["engine", "algo", "comm", "transports", "device", "kernels", "base"]),
+    ("ddp", "src/ddp", []),
+    ("nccl", "src/nccl", []),
+]
+ORDER = ", ".join(n for n, _, _ in LAYERS[:8])
+folder = {n: d for n, d, _ in LAYERS}
+allowed = {n: set([n] + below) for n, _, below in LAYERS}
+PUBLIC_API_ONLY = ("ddp", "nccl")  # and the public API (ringlet_*), through include/
+NO_LOOPS = ("comm", "algo", "engine", "api")  # folders whose files call one way only
+SRC_EXT = (".c", ".h", ".cu", ".cuh", ".inc")
+
+def layer_of(path):
+    path = os.path.normpath(path)
+    for n, d, _ in LAYERS:
+        if os.path.dirname(path) == d: return n
+    return None
+
+fails = 0
+# ---- 2. includes
+unplaced = [os.path.join(d, f) for d in ["src"] + [os.path.join("src", x) for x in sorted(os.listdir("src"))]
+            if os.path.isdir(d) for f in sorted(os.listdir(d))
+            if f.endswith(SRC_EXT) and layer_of(os.path.join(d, f)) is None]
+where = {}  # header name -> layer ("public" for include/)
+for n, d, _ in LAYERS:
+    for f in os.listdir(d):
+        if f.endswith((".h", ".cuh", ".inc")): where.setdefault(f, n)
+for f in os.listdir("include"): where[f] = "public"
+inc_re = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+bad_inc = []
+checked = 0
+for n, d, _ in LAYERS:
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(SRC_EXT): continue
+        path = os.path.join(d, f)
+        checked += 1
+        with open(path, errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                m = inc_re.match(line)
+                if not m: continue
+                inc = m.group(1)
+                if "/" in inc:  # a path: the folder it names
+                    t = layer_of(os.path.join(d, inc))
+                    if os.path.normpath(os.path.join(d, os.path.dirname(inc))) == "include": t = "public"
+                else:
+                    t = where.get(inc)
+                if t == "public": ok = True
+                elif t is None: ok = False
+                else: ok = t in allowed[n]
+                if not ok:
+                    what = "a header of no layer" if t is None else "%s, in %s/ (%s)" % (inc, folder[t], t)
+                    bad_inc.append("%s:%d (%s) includes \"%s\": %s" % (path, lineno, n, inc, what))
+if unplaced:
+    print("FAIL: library sources in no layer's folder (README.md, Architecture; add the folder to tests/mp/layers.sh):")
+    for u in unplaced: print("    " + u)
+    fails += 1
+if bad_inc:
+    print("FAIL: includes that reach above their layer (layers bottom to top: %s):" % ORDER)
+    for b in bad_inc: print("    " + b)
+    fails += 1
+if not unplaced and not bad_inc:
+    print("ok:   %d files in %d folders include only headers of their own layer or of layers below" % (checked, len(LAYERS)))
+
+# ---- 3. calls between objects
 objs = []
 for d, _, fs in os.walk(root):
     for f in fs:
@@ -78,23 +133,10 @@ for d, _, fs in os.walk(root):
         # objects of sources that still exist (a moved file leaves its old object behind)
         if f.endswith(".o") and (os.path.exists(src + ".c") or os.path.exists(src + ".cu")):
             objs.append(o)
-def layer(path):
-    rel = os.path.relpath(path, root)
-    if rel.startswith("src/base/"): return "base"
-    if rel.startswith("src/device/"): return "device"
-    if rel.startswith("src/ddp/"): return "ddp"
-    if rel.startswith("src/nccl/"): return "nccl"
-    if rel.startswith("src/"): return "core"
-    if rel.startswith("transports/"): return "transports"
-    if rel.startswith("kernels/"): return "kernels"
-    return "other"
-allowed = {
-    "base": {"base"}, "kernels": {"kernels"}, "device": {"device", "kernels", "base"},
-    "transports": {"transports", "device", "base"},
-    "core": {"core", "transports", "device", "kernels", "base"}, "ddp": {"ddp"}, "nccl": {"nccl"},
-}
+def olayer(o):
+    return layer_of(os.path.relpath(o, root)) or "other"
 defs, undefs = {}, {}
-for o in objs:
+for o in sorted(objs):
     out = subprocess.run(["nm", "-P", o], capture_output=True, text=True).stdout
     undefs[o] = set()
     for line in out.splitlines():
@@ -104,40 +146,47 @@ for o in objs:
         if kind == "U": undefs[o].add(name)
         elif kind in "TDBRCVW" and not name.startswith("."): defs.setdefault(name, o)
 bad = []
-edges = {}
-for o in objs:
-    lo = layer(o)
+edges = {}  # inside one folder: object -> objects it calls
+rel = lambda o: os.path.relpath(o, root)[:-2]
+for o in sorted(objs):
+    lo = olayer(o)
     for s in sorted(undefs[o]):
         t = defs.get(s)
         if not t or t == o: continue
-        lt = layer(t)
-        ok = lt in allowed.get(lo, set()) or (lo in ("ddp", "nccl") and s.startswith("ringlet_"))
+        lt = olayer(t)
+        ok = lt in allowed.get(lo, set()) or (lo in PUBLIC_API_ONLY and s.startswith("ringlet_"))
         if not ok:
-            bad.append("%s (%s) calls %s in %s (%s)" % (os.path.relpath(o, root), lo, s, os.path.relpath(t, root), lt))
-        if lo == "core" and lt == "core":
+            bad.append("%s (%s) calls %s in %s (%s)" % (rel(o), lo, s, rel(t), lt))
+        if lt == lo and lo in NO_LOOPS:
             edges.setdefault(o, set()).add(t)
 if bad:
-    print("FAIL: calls that go up the layers:")
+    print("FAIL: calls that go up the layers (layers bottom to top: %s; ddp and nccl: the public API only):" % ORDER)
     for b in bad: print("    " + b)
+    fails += 1
 else:
-    print("ok:   %d objects: every call goes down the layers (base, kernels, device, transports, core; ddp and nccl on the public API)" % len(objs))
-# cycles among core files
+    print("ok:   %d objects: every call goes down the layers (%s; ddp and nccl on the public API)" % (len(objs), ORDER))
+
+# ---- 4. loops of calls between the files of one folder
 color, stack, cycles = {}, [], []
 def visit(n):
     color[n] = 1; stack.append(n)
     for m in sorted(edges.get(n, ())):
-        if color.get(m) == 1 and not cycles:
+        if color.get(m) == 1:
             cycles.append(stack[stack.index(m):] + [m])
         elif not color.get(m): visit(m)
     stack.pop(); color[n] = 2
 for n in sorted(edges):
     if not color.get(n): visit(n)
 if cycles:
-    print("FAIL: a loop of calls between core files: " + " -> ".join(os.path.basename(c) for c in cycles[0]))
+    print("FAIL: loops of calls between the files of one folder (%s):" % ", ".join(NO_LOOPS))
+    for c in cycles: print("    " + " -> ".join(rel(x) for x in c))
+    fails += 1
 else:
-    print("ok:   no loop of calls between the core's %d files" % len([o for o in objs if layer(o) == "core"]))
-sys.exit(1 if bad or cycles else 0)
+    print("ok:   no loop of calls between the files of one folder (%s: %d files)"
+          % (", ".join(NO_LOOPS), len([o for o in objs if olayer(o) in NO_LOOPS])))
+sys.exit(fails)  # the number of checks that failed
 EOF
+fails=$((fails + $?))
 if [ $fails = 0 ]; then
     echo "layers: all hold"
     exit 0

@@ -36,7 +36,7 @@
 #   message naming the victim's rank and the allreduce; the cut victim's must fail naming
 #   a rank it lost; every process must exit on its own (waits are bounded; a process
 #   still there is a hang, reported and killed). Neither fault closes a connection: the
-#   survivors learn of it from the bootstrap monitor's heartbeats (src/bootstrap.c), not
+#   survivors learn of it from the bootstrap monitor's heartbeats (src/comm/monitor.c), not
 #   from the neighbour each happened to wait for.
 # Closes with a table: fault, ranks that passed, ranks with a wrong result, hangs, times.
 # NETFAULT_CASES="a b c d e1 e2 f1 f2" runs only the cases named.

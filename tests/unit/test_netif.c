@@ -1,4 +1,4 @@
-/* Unit test for src/netif.c: the RINGLET_SOCKET_IFNAME matcher on a table of cases,
+/* Unit test for src/base/netif.c: the RINGLET_SOCKET_IFNAME matcher on a table of cases,
  * and interface listing on this machine (lo with 127.0.0.1; eth0 expected to carry
  * 192.0.2.2 in the test environment; if eth0 is absent, the default-policy checks
  * that need it are skipped with a note). Exit status 0 on success; each failure is

@@ -1,4 +1,4 @@
-/* Unit test for src/reduce_pool.c (RINGLET_REDUCE_THREADS):
+/* Unit test for src/comm/reduce_pool.c (RINGLET_REDUCE_THREADS):
  *   - the split: every part starts on a cache line of dst (when dst is aligned to its
  *     element), parts are in order, cover [0, n) and are near n / parts each;
  *   - reductions and divisions on pools of 2, 3, 5 and 8 threads, every dtype x op, odd

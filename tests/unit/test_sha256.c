@@ -1,4 +1,4 @@
-/* Unit test for src/sha256.c: FIPS 180-4 / NIST SHA-256 examples, RFC 4231 HMAC-SHA256
+/* Unit test for src/base/sha256.c: FIPS 180-4 / NIST SHA-256 examples, RFC 4231 HMAC-SHA256
  * test cases 1-4, 6, 7, incremental-vs-one-shot consistency, rl_ct_equal and
  * rl_random_bytes. Exit status 0 on success; each failure is printed. */
 #include "sha256.h"

@@ -1,4 +1,4 @@
-/* Unit test for src/trace.c (RINGLET_TRACE):
+/* Unit test for src/comm/trace.c (RINGLET_TRACE):
  *   - tracing off: RINGLET_TRACE unset or empty gives NULL; every call accepts NULL;
  *   - rank 1 of 3 records spans from 4 threads at once (random counts, names and ops
  *     that need JSON escaping, invalid UTF-8, chunk/peer -1, negative durations, a NaN

@@ -131,7 +131,7 @@ struct ringlet_request {
     rl_treq treq1;
 };
 
-struct rl_monitor;  /* bootstrap connections kept for failure notices (bootstrap.c) */
+struct rl_monitor;  /* bootstrap connections kept for failure notices (monitor.c) */
 struct rl_devcomm;  /* device streams, staging slots and scratch (devcomm.c) */
 
 struct ringlet_comm {

@@ -1,5 +1,8 @@
-/* Communicator life: init (bootstrap, transports, ring order, progress thread),
- * destroy and abort. */
+/* A communicator's parts, made and unmade: the settings from the environment, the
+ * bootstrap, the transports, the ring order, the ring's connections, the reduction
+ * threads; and, in reverse, their teardown. The public life (init, destroy, abort,
+ * split: src/api/lifecycle.c) runs these around the progress thread (src/engine/),
+ * which sits above this layer and so is started and stopped there, not here. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +11,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "comm_open.h"
 #include "conn.h"
 #include "devcomm.h"
 #include "device.h"
@@ -16,7 +20,6 @@
 #include "failure.h"
 #include "log.h"
 #include "netif.h"
-#include "progress.h"
 #include "reduce_pool.h"
 #include "sha256.h"
 #include "sock.h"
@@ -104,9 +107,8 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
 
 /* Stops threads and closes connections; keeps the struct (an aborted handle must still
  * answer calls with an error until it is destroyed). */
-static void comm_teardown(struct ringlet_comm *c, int clean) {
-    rl_progress_stop(c);
-    rl_reduce_pool_stop(c->pool); /* kept until comm_free: a call still running falls back to its own thread */
+void rl_comm_teardown(struct ringlet_comm *c, int clean) {
+    rl_reduce_pool_stop(c->pool); /* kept until rl_comm_free: a call still running falls back to its own thread */
     rl_trace_close(c->trace);
     c->trace = NULL;
     if (!clean) atomic_store(&c->stop, 1);
@@ -130,8 +132,7 @@ static void comm_teardown(struct ringlet_comm *c, int clean) {
     c->temp_size = c->temp2_size = 0;
 }
 
-static void comm_free(struct ringlet_comm *c) {
-    rl_comm_free_live(c);
+void rl_comm_free(struct ringlet_comm *c) {
     rl_reduce_pool_free(c->pool);
     pthread_mutex_destroy(&c->live_mu);
     pthread_mutex_destroy(&c->ops_mu);
@@ -144,9 +145,9 @@ static void comm_free(struct ringlet_comm *c) {
     free(c);
 }
 
-static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t, ringlet_stop_token_t token,
-                                  double timeout_s) {
-    char err[RL_MSG_MAX] = "";
+ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, rl_boot_target *t,
+                              ringlet_stop_token_t token, double timeout_s, char *err) {
+    *out = NULL;
     struct ringlet_comm *c = comm_alloc(rank, nranks);
     if (!c) {
         if (t->listen_fd >= 0) close(t->listen_fd);
@@ -166,7 +167,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     else if (algo && !strcmp(algo, "halving")) c->algo = RL_ALGO_HALVING;
     else if (algo && *algo && strcmp(algo, "auto") != 0) {
         if (t->listen_fd >= 0) close(t->listen_fd);
-        comm_free(c);
+        rl_comm_free(c);
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving", algo);
     }
     c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
@@ -181,7 +182,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         c->forced_tp = rl_transport_by_name(tname);
         if (c->forced_tp < 0) {
             if (t->listen_fd >= 0) close(t->listen_fd);
-            comm_free(c);
+            rl_comm_free(c);
             return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
                             "init: RINGLET_TRANSPORT=%s is not a transport of this build", tname);
         }
@@ -190,7 +191,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     size_t rmin;
     if (rl_reduce_pool_env(&rthreads, &rmin, err) != 0) { /* rl_env_check passed it: the environment changed */
         if (t->listen_fd >= 0) close(t->listen_fd);
-        comm_free(c);
+        rl_comm_free(c);
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init (rank %d of %d): %s", rank, nranks, err);
     }
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -203,7 +204,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         rc = rl_error(NULL, RINGLET_ERR_SYSTEM, "init: no network interface%s%s", spec ? " matches RINGLET_SOCKET_IFNAME=" : "",
                       spec ? spec : "");
         if (t->listen_fd >= 0) close(t->listen_fd);
-        comm_free(c);
+        rl_comm_free(c);
         return rc;
     }
     c->ifaddr = nif[0].addr;
@@ -224,7 +225,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
             c->tctx[i] = NULL;
             if (i == RL_TP_TCP || i == c->forced_tp) {
                 rc = trc;
-                snprintf(err, sizeof err, "%s", terr);
+                snprintf(err, RL_MSG_MAX, "%s", terr);
             } else {
                 RL_INFO(rank, "transport %s unavailable: %s", rl_transports[i]->name, terr);
             }
@@ -250,7 +251,7 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         if (c->infos[r].check != c->check) {
             /* The check is an exchange of its own before every collective: all or none. */
             rc = RINGLET_ERR_INVALID_USAGE;
-            snprintf(err, sizeof err, "RINGLET_CHECK is %d on rank %d but %d on rank %d: set it the same on every rank",
+            snprintf(err, RL_MSG_MAX, "RINGLET_CHECK is %d on rank %d but %d on rank %d: set it the same on every rank",
                      c->infos[r].check, r, c->check, rank);
         }
     if (rc == RINGLET_SUCCESS) {
@@ -283,167 +284,29 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
         if (posix_memalign((void **)&c->slots, 64, c->chunk_bytes * (size_t)c->nslots) != 0) {
             c->slots = NULL;
             rc = RINGLET_ERR_SYSTEM;
-            snprintf(err, sizeof err, "out of memory for %d chunks of %zu bytes", c->nslots, c->chunk_bytes);
+            snprintf(err, RL_MSG_MAX, "out of memory for %d chunks of %zu bytes", c->nslots, c->chunk_bytes);
         }
     }
     /* The ring's connections now, so that init fails rather than the first call. */
     rl_conn *conn;
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_send_conn(c, c->next, 0, &conn, err);
     if (rc == RINGLET_SUCCESS && nranks > 1) rc = rl_comm_recv_conn(c, c->prev, 0, &conn, err);
-    if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
-        snprintf(err, sizeof err, "cannot start the progress thread");
+    *out = c;
+    return rc;
+}
+
+ringlet_result_t rl_comm_open_done(struct ringlet_comm *c, ringlet_result_t rc, ringlet_stop_token_t token, char *err) {
     /* Every rank's connections are made before any rank may leave (a rank whose init
      * returned could otherwise destroy and remove what a slower one still connects to). */
     if (rc == RINGLET_SUCCESS) rc = rl_boot_ready(c, err);
     /* From here a cancel finds nothing to stop (the caller aborts what init returned). */
     if (rl_stop_token_attach(token, NULL)) {
         rc = RINGLET_ERR_INVALID_USAGE;
-        snprintf(err, sizeof err, "aborted while it ran");
+        snprintf(err, RL_MSG_MAX, "aborted while it ran");
     }
-    if (rc != RINGLET_SUCCESS) {
-        /* A peer's failure explains this one, unless the error is a setting this rank
-         * judged itself (every rank judges it the same, and some may leave first). */
-        if (atomic_load(&c->failed) && rc != RINGLET_ERR_INVALID_USAGE) snprintf(err, sizeof err, "%s", c->fail_msg);
-        comm_teardown(c, 0);
-        comm_free(c);
-        return rl_error(NULL, rc, "init (rank %d of %d): %s", rank, nranks, err);
-    }
-    *out = c;
-    return RINGLET_SUCCESS;
-}
-
-ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
-    if (!id) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_unique_id: id is NULL");
-    char err[RL_MSG_MAX];
-    ringlet_result_t rc = rl_boot_make_id(id, err);
-    return rc ? rl_error(NULL, rc, "get_unique_id: %s", err) : RINGLET_SUCCESS;
-}
-
-ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank) {
-    return ringlet_comm_init_rank_stoppable(comm, nranks, id, rank, NULL);
-}
-
-/* Init from a unique id with a deadline of its own (timeout_s > 0) or RINGLET_TIMEOUT's (0). */
-static ringlet_result_t init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t *id, int rank,
-                                  ringlet_stop_token_t token, double timeout_s) {
-    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
-    *comm = NULL;
-    if (nranks < 1) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: nranks %d is < 1", nranks);
-    if (rank < 0 || rank >= nranks)
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: rank %d is out of range [0, %d)", rank, nranks);
-    rl_boot_target t;
-    char err[RL_MSG_MAX];
-    ringlet_result_t rc = rl_env_check(err);
-    if (rc) return rl_error(NULL, rc, "init: %s", err);
-    rc = rl_boot_parse_id(id, rank, &t, err);
-    if (rc) return rl_error(NULL, rc, "init: unique %s", err);
-    return comm_init(comm, nranks, rank, &t, token, timeout_s);
-}
-
-ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
-                                          ringlet_stop_token_t token) {
-    return init_rank(comm, nranks, &id, rank, token, 0);
-}
-
-ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
-                                               const ringlet_comm_config_t *config) {
-    double timeout_s = 0;
-    if (config) {
-        /* Older callers pass a smaller struct: fields past its end keep their defaults. */
-        if (config->struct_size < offsetof(ringlet_comm_config_t, timeout_s) + sizeof config->timeout_s) {
-            if (comm) *comm = NULL;
-            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
-                            "init: config->struct_size %zu is too small (set it to sizeof(ringlet_comm_config_t), %zu)",
-                            config->struct_size, sizeof(ringlet_comm_config_t));
-        }
-        timeout_s = config->timeout_s;
-        if (!(timeout_s == 0 || (timeout_s >= 0.1 && timeout_s <= 1e7))) { /* NaN fails both */
-            if (comm) *comm = NULL;
-            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
-                            "init: config->timeout_s %g is not allowed (0 for RINGLET_TIMEOUT, or 0.1 to 1e7 seconds)",
-                            timeout_s);
-        }
-    }
-    return init_rank(comm, nranks, &id, rank, NULL, timeout_s);
-}
-
-ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
-    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
-    *comm = NULL;
-    rl_boot_target t;
-    int rank = -1, nranks = -1, local = -1;
-    char err[RL_MSG_MAX];
-    ringlet_result_t rc = rl_env_check(err);
-    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
-    rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
-    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
-    return comm_init(comm, nranks, rank, &t, NULL, 0);
-}
-
-ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
-    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
-    comm_teardown(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
-    comm_free(c);
-    return RINGLET_SUCCESS;
-}
-
-ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
-    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "abort: comm is NULL");
-    if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
-    rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
-    comm_teardown(c, 0);
-    return RINGLET_SUCCESS;
-}
-
-ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
-    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "finalize: comm is NULL");
-    double until = rl_now() + c->timeout_s;
-    for (;;) {
-        pthread_mutex_lock(&c->q_mu);
-        int busy = c->q_head || c->running;
-        pthread_mutex_unlock(&c->q_mu);
-        if (!busy || atomic_load(&c->failed)) break;
-        if (rl_now() > until)
-            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: operations still running after %.0f s (RINGLET_TIMEOUT)",
-                            c->timeout_s);
-        rl_sleep_ms(1);
-    }
-    return ringlet_comm_get_async_error(c);
-}
-
-/* Split: every rank learns every rank's (color, key); each new communicator's first
- * rank makes a unique id, which every rank learns too (two all-gathers over comm); then
- * the members init the new communicator from it. */
-ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
-    if (!c || !newcomm) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm or newcomm is NULL");
-    *newcomm = NULL;
-    if (color < 0 && color != RINGLET_SPLIT_NOCOLOR)
-        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: color %d is negative (and not RINGLET_SPLIT_NOCOLOR)", color);
-    int P = c->nranks, me = c->rank;
-    int32_t mine[3] = {color, key, me}, *all = calloc((size_t)P * 3, sizeof *all);
-    ringlet_unique_id_t *ids = calloc((size_t)P, sizeof *ids);
-    if (!all || !ids) {
-        free(all), free(ids);
-        return rl_error(c, RINGLET_ERR_SYSTEM, "split: out of memory");
-    }
-    ringlet_result_t rc = ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL);
-    /* This rank's new rank: members of its color before it in (key, rank) order. */
-    int newrank = 0, size = 0, leader = -1;
-    for (int q = 0; q < P && !rc && color != RINGLET_SPLIT_NOCOLOR; q++) {
-        if (all[3 * q] != color) continue;
-        size++;
-        int kq = all[3 * q + 1];
-        if (kq < key || (kq == key && q < me)) newrank++;
-        if (leader < 0 || kq < all[3 * leader + 1] || (kq == all[3 * leader + 1] && q < leader)) leader = q;
-    }
-    ringlet_unique_id_t id;
-    memset(&id, 0, sizeof id);
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
-    if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
-    /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
-    free(all);
-    free(ids);
-    if (rc) return rl_error(c, rc, "split (color %d, key %d): %s", color, key, ringlet_comm_last_error(*newcomm ? *newcomm : NULL));
-    return RINGLET_SUCCESS;
+    /* A peer's failure explains this one, unless the error is a setting this rank
+     * judged itself (every rank judges it the same, and some may leave first). */
+    if (rc != RINGLET_SUCCESS && atomic_load(&c->failed) && rc != RINGLET_ERR_INVALID_USAGE)
+        snprintf(err, RL_MSG_MAX, "%s", c->fail_msg);
+    return rc;
 }

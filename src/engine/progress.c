@@ -1,3 +1,7 @@
+/* The engine: the communicator's queue and its progress thread. It sits above the
+ * algorithms (src/algo/) and calls them directly (rl_run_op, rl_p2p_post): a downward
+ * call, checked by tests/mp/layers.sh, with no table of function pointers to fill at
+ * init and nothing hidden from nm. The algorithms never queue work themselves. */
 #include "progress.h"
 
 #include <stdio.h>

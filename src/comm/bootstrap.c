@@ -11,22 +11,7 @@
  * not complete the hello in time, or whose mac is wrong, is closed and logged; the job
  * goes on. A rank that never shows up fails init on every rank, naming it.
  *
- * End of init: once a rank's ring connections are made it sends READY to rank 0; when
- * every rank has, rank 0 sends GO to all, and only then does init return anywhere. So no
- * rank leaves (destroy, abort, exit) while another still connects to it: a shared-memory
- * connect maps the peer's segment by name, which a rank that left has removed.
- *
- * Monitor: afterwards each rank keeps its socket to rank 0. When one closes without a
- * goodbye, rank 0 tells everybody that rank failed; when rank 0's closes without one,
- * every rank knows rank 0 failed. Failures are thus reported by rank within
- * milliseconds of a process dying, even to ranks that are not its ring neighbours.
- * A peer that is stopped, hung as a whole, or cut off by the network closes nothing, so
- * both ends also send a heartbeat on the socket every min(1 s, RINGLET_TIMEOUT / 4):
- * when rank 0 hears nothing from a rank for RINGLET_TIMEOUT, it tells everybody that
- * rank is unresponsive; a rank that hears nothing from rank 0 for that long says so of
- * rank 0. A stall in a collective starts no earlier than the fault that caused it, and
- * a timed-out call first gives the monitor a moment (failure.h), so every rank names
- * the silent rank, not the neighbour it happened to wait for.
+ * Afterwards the connections carry the end of init and the failure monitor (monitor.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,19 +24,15 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
-#include "failure.h"
 #include "log.h"
+#include "monitor.h"
 #include "netif.h"
 #include "sha256.h"
 #include "sock.h"
 #include "util.h"
-#include "wait.h"
 
 #define ID_MAGIC 0x31544c52u     /* "RLT1" */
-#define MON_MAGIC 0x314d4c52u    /* "RLM1" */
 #define HELLO_WAIT_S 5.0         /* a genuine rank sends its hello at once */
-
-enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6 };
 
 /* ---- unique id ---- */
 
@@ -249,43 +230,6 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
 
 /* ---- exchange ---- */
 
-struct mon_frame {
-    uint32_t magic;
-    int32_t type;
-    int32_t rank;
-    int32_t pad;
-};
-
-struct rl_monitor {
-    int is_root;
-    int *fds;      /* root: per rank (own = -1); others: fds[0] to rank 0 */
-    int nfds;
-    int *said_bye; /* root: per rank; monitor thread only */
-    atomic_int nlive; /* root: ranks neither gone nor said goodbye */
-    pthread_t thread;
-    atomic_int quit;
-    atomic_int leaving; /* this rank is in destroy: closed connections are expected */
-    int wake[2];        /* a byte on it ends the monitor's poll at once (stop); -1: none */
-    double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
-    int *silent;        /* per fd: declared unresponsive (monitor thread only) */
-    double beat_s, next_beat;
-    /* The end of init (rl_boot_ready): root: ranks whose init is done (MON_READY heard);
-     * the others: rank 0 said every init is done (MON_GO heard). */
-    int *ready;         /* root: per rank (monitor thread only) */
-    atomic_int nready;
-    atomic_int go;
-    pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
-};
-
-/* One frame to connection i, whole (the monitor thread's heartbeats and init's frames
- * share the socket). */
-static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double timeout_s) {
-    struct mon_frame f = {MON_MAGIC, type, rank, 0};
-    pthread_mutex_lock(&m->send_mu);
-    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + timeout_s, NULL) : RL_IO_ERR;
-    pthread_mutex_unlock(&m->send_mu);
-    return r;
-}
 
 void rl_boot_hello_mac(const uint8_t secret[32], const uint8_t nonce0[16], const rl_boot_hello *h, uint8_t out[32]) {
     rl_hmac_sha256_ctx m;
@@ -484,247 +428,22 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
     }
 }
 
-static void *monitor_thread(void *arg);
-
-static void mon_free(struct rl_monitor *m) {
-    free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m);
-}
-
-/* Closes the connections and the wake pipe and frees m (its thread is not running). */
-static void mon_close(struct rl_monitor *m) {
-    for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0) close(m->fds[i]);
-    if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
-    pthread_mutex_destroy(&m->send_mu);
-    mon_free(m);
-}
-
-/* Connection i is gone (monitor thread): closed under the send lock, so that a sender
- * never writes to its number once another socket may have taken it. */
-static void mon_drop(struct rl_monitor *m, int i) {
-    pthread_mutex_lock(&m->send_mu);
-    close(m->fds[i]);
-    m->fds[i] = -1;
-    pthread_mutex_unlock(&m->send_mu);
-}
-
 ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err) {
-    struct rl_monitor *m = calloc(1, sizeof *m);
+    int root = c->rank == 0;
+    struct rl_monitor *m = rl_monitor_new(root, root ? c->nranks : 1);
     if (!m) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
-    m->is_root = c->rank == 0;
-    m->nfds = m->is_root ? c->nranks : 1;
-    m->fds = malloc(sizeof(int) * (size_t)m->nfds);
-    m->said_bye = calloc((size_t)m->nfds, sizeof(int));
-    m->heard = calloc((size_t)m->nfds, sizeof(double));
-    m->silent = calloc((size_t)m->nfds, sizeof(int));
-    m->ready = calloc((size_t)m->nfds, sizeof(int));
-    if (!m->fds || !m->said_bye || !m->heard || !m->silent || !m->ready) {
-        mon_free(m);
-        return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
-    }
-    pthread_mutex_init(&m->send_mu, NULL);
-    for (int i = 0; i < m->nfds; i++) m->fds[i] = -1;
-    if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) != 0) m->wake[0] = m->wake[1] = -1;
+    int *fds = rl_monitor_fds(m);
     ringlet_result_t rc;
-    if (m->is_root) {
-        rc = root_gather(c, t, m->fds, err);
+    if (root) {
+        rc = root_gather(c, t, fds, err);
         close(t->listen_fd);
         t->listen_fd = -1;
     } else {
-        rc = client_join(c, t, &m->fds[0], err);
+        rc = client_join(c, t, &fds[0], err);
     }
     if (rc != RINGLET_SUCCESS) {
-        mon_close(m);
+        rl_monitor_close(m);
         return rc;
     }
-    atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
-    m->beat_s = c->timeout_s < 4.0 ? c->timeout_s / 4 : 1.0;
-    m->next_beat = rl_now();
-    for (int i = 0; i < m->nfds; i++) m->heard[i] = m->next_beat;
-    c->mon = m;
-    if (pthread_create(&m->thread, NULL, monitor_thread, c) != 0) {
-        c->mon = NULL;
-        mon_close(m);
-        return snprintf(err, RL_MSG_MAX, "cannot start the monitor thread"), RINGLET_ERR_SYSTEM;
-    }
-    return RINGLET_SUCCESS;
-}
-
-/* ---- monitor ---- */
-
-static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) {
-    mon_drop(m, r);
-    if (m->said_bye[r]) return;
-    atomic_fetch_sub(&m->nlive, 1);
-    if (atomic_load(&m->leaving) || m->silent[r]) return; /* silent: everybody knows already */
-    /* Tell everybody first: once this rank's own calls fail, its user may abort, and
-     * the others must have heard the real cause before they see this rank go. */
-    for (int i = 1; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, 1.0) != RL_IO_OK)
-            RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
-    rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
-                 r);
-}
-
-#define SILENT_WHY "stopped, hung, or cut off by the network"
-
-/* Heartbeats to every connection that still counts. */
-static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
-    for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send(m, i, MON_ALIVE, c->rank, 0.5);
-}
-
-/* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */
-static void check_silence(struct ringlet_comm *c, struct rl_monitor *m) {
-    double now = rl_now();
-    for (int i = 0; i < m->nfds; i++) {
-        if (m->fds[i] < 0 || m->silent[i] || m->said_bye[i] || now - m->heard[i] <= c->timeout_s) continue;
-        /* Something waiting on it (this thread was late): the loop reads it first. */
-        struct pollfd q = {m->fds[i], POLLIN, 0};
-        if (poll(&q, 1, 0) > 0) continue;
-        m->silent[i] = 1;
-        if (atomic_load(&m->leaving)) continue;
-        if (m->is_root) {
-            /* Tell everybody first, as for a rank that is gone. */
-            for (int k = 1; k < m->nfds; k++)
-                if (k != i && m->fds[k] >= 0 && !m->silent[k] && mon_send(m, k, MON_SILENT, i, 1.0) != RL_IO_OK)
-                    RL_WARN(0, "monitor: could not tell rank %d that rank %d is unresponsive", k, i);
-        }
-        rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
-                     "rank %d is unresponsive: nothing heard from it for %.0f s (RINGLET_TIMEOUT; " SILENT_WHY ")",
-                     m->is_root ? i : 0, c->timeout_s);
-    }
-}
-
-static void *monitor_thread(void *arg) {
-    struct ringlet_comm *c = arg;
-    struct rl_monitor *m = c->mon;
-    struct pollfd *pf = malloc(sizeof *pf * (size_t)(m->nfds + 1));
-    int *who = malloc(sizeof(int) * (size_t)m->nfds);
-    if (!pf || !who) {
-        free(pf), free(who);
-        rl_comm_fail(c, RINGLET_ERR_SYSTEM, "monitor: out of memory");
-        return NULL;
-    }
-    while (!atomic_load(&m->quit)) {
-        if (rl_now() >= m->next_beat) {
-            send_beats(c, m);
-            m->next_beat = rl_now() + m->beat_s;
-        }
-        int n = 0;
-        for (int i = 0; i < m->nfds; i++)
-            if (m->fds[i] >= 0) {
-                pf[n] = (struct pollfd){m->fds[i], POLLIN, 0};
-                who[n++] = i;
-            }
-        if (n == 0 && m->wake[0] < 0) {
-            rl_sleep_ms(50);
-            continue;
-        }
-        int nw = n;
-        if (m->wake[0] >= 0) pf[nw++] = (struct pollfd){m->wake[0], POLLIN, 0};
-        int ms = (int)((m->next_beat - rl_now()) * 1000) + 1;
-        if (poll(pf, (nfds_t)nw, ms < 1 ? 1 : ms > 100 ? 100 : ms) <= 0) {
-            check_silence(c, m);
-            continue;
-        }
-        for (int k = 0; k < n; k++) {
-            if (!pf[k].revents) continue;
-            int i = who[k];
-            struct mon_frame f;
-            rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + 2.0, NULL);
-            if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
-            if (r == RL_IO_OK) m->heard[i] = rl_now();
-            if (m->is_root) {
-                if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
-                    m->said_bye[i] = 1;
-                    atomic_fetch_sub(&m->nlive, 1);
-                } else if (r == RL_IO_OK && f.type == MON_READY && !m->ready[i]) {
-                    m->ready[i] = 1;
-                    atomic_fetch_add(&m->nready, 1);
-                    rl_comm_notify(c);
-                } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
-            } else if (r == RL_IO_OK && f.type == MON_GO) {
-                atomic_store(&m->go, 1);
-                rl_comm_notify(c);
-            } else if (r == RL_IO_OK && f.type == MON_FAILED) {
-                rl_comm_fail(c, RINGLET_ERR_REMOTE,
-                             "rank %d failed (its process exited or aborted without destroying the communicator)",
-                             f.rank);
-            } else if (r == RL_IO_OK && f.type == MON_SILENT) {
-                rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
-                             "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
-                             SILENT_WHY ")", f.rank, c->timeout_s);
-            } else if (r != RL_IO_OK) {
-                mon_drop(m, 0);
-                if (!atomic_load(&m->leaving))
-                    rl_comm_fail(c, RINGLET_ERR_REMOTE,
-                                 "rank 0 failed (its process exited or aborted without destroying the communicator)");
-            }
-        }
-        check_silence(c, m);
-    }
-    free(pf);
-    free(who);
-    return NULL;
-}
-
-void rl_monitor_stop(struct ringlet_comm *c, int clean) {
-    struct rl_monitor *m = c->mon;
-    if (!m) return;
-    if (clean && m->is_root) {
-        /* Rank 0 leaves last, so that nobody takes its exit for a failure. */
-        double deadline = rl_now() + c->timeout_s;
-        while (atomic_load(&m->nlive) > 0 && !atomic_load(&c->stop) && rl_now() < deadline) rl_sleep_ms(5);
-    }
-    atomic_store(&m->leaving, 1);
-    atomic_store(&m->quit, 1);
-    if (m->wake[1] >= 0) {
-        char b = 1;
-        if (write(m->wake[1], &b, 1) < 0) { /* full or closed: the poll's timeout ends it */
-        }
-    }
-    pthread_join(m->thread, NULL);
-    if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, 2.0);
-    mon_close(m);
-    c->mon = NULL;
-}
-
-ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err) {
-    struct rl_monitor *m = c->mon;
-    if (!m || c->nranks == 1) return RINGLET_SUCCESS;
-    double deadline = rl_now() + c->timeout_s, send_s = c->timeout_s < 10 ? c->timeout_s : 10;
-    if (!m->is_root && mon_send(m, 0, MON_READY, c->rank, send_s) != RL_IO_OK) {
-        /* Rank 0 is gone: the monitor says so (at once). */
-        while (!atomic_load(&c->failed) && !atomic_load(&c->stop) && rl_now() < deadline)
-            rl_comm_wait_event(c, rl_comm_gen(c), 20);
-        if (!atomic_load(&c->failed))
-            return snprintf(err, RL_MSG_MAX, "bootstrap: could not tell rank 0 that this rank's init is done"),
-                   RINGLET_ERR_REMOTE;
-    }
-    for (;;) {
-        unsigned gen = rl_comm_gen(c);
-        if (atomic_load(&c->failed) || atomic_load(&c->stop)) {
-            /* A peer's failure (its message is the communicator's), or a stop token. */
-            return snprintf(err, RL_MSG_MAX, "%s",
-                            atomic_load(&c->failed) ? "a peer failed while this rank finished its init"
-                                                    : "stopped while waiting for the other ranks' inits"),
-                   atomic_load(&c->failed) ? RINGLET_ERR_REMOTE : RINGLET_ERR_INVALID_USAGE;
-        }
-        if (m->is_root ? atomic_load(&m->nready) == c->nranks - 1 : atomic_load(&m->go)) break;
-        if (rl_now() >= deadline) {
-            if (!m->is_root)
-                return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 did not say within %.0f s (RINGLET_TIMEOUT) that "
-                                "every rank's init is done", c->timeout_s), RINGLET_ERR_TIMEOUT;
-            return snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
-                            "(RINGLET_TIMEOUT)", c->nranks - 1 - atomic_load(&m->nready), c->nranks, c->timeout_s),
-                   RINGLET_ERR_TIMEOUT;
-        }
-        rl_comm_wait_event(c, gen, 20);
-    }
-    if (m->is_root)
-        for (int i = 1; i < m->nfds; i++)
-            if (mon_send(m, i, MON_GO, 0, send_s) != RL_IO_OK)
-                RL_INFO(0, "bootstrap: could not tell rank %d that every init is done (the monitor reports why)", i);
-    return RINGLET_SUCCESS;
+    return rl_monitor_start(c, m, err);
 }

@@ -20,8 +20,9 @@ ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, cha
  * leaves (a destroy, an abort, an exit) while another still connects to it. Fails when a
  * peer fails meanwhile, the communicator's stop flag is set (a stop token), or after
  * RINGLET_TIMEOUT. */
+/* (monitor.c) */
 ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err);
-/* Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
+/* (monitor.c) Clean (destroy: says goodbye, rank 0 waits for the others) or not (abort). */
 void rl_monitor_stop(struct ringlet_comm *c, int clean);
 
 /* ---- the handshake on the wire (protocol: bootstrap.c's opening comment) ----

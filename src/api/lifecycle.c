@@ -1,0 +1,184 @@
+/* The communicator's public life: init (from a unique id or the environment), destroy,
+ * abort, finalize, split. The parts are made and unmade below (src/comm/comm_open.h);
+ * the progress thread (src/engine/progress.h) is started and stopped here, between
+ * them, since the engine sits above the communicator's layer. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "comm.h"
+#include "comm_open.h"
+#include "envcheck.h"
+#include "failure.h"
+#include "progress.h"
+#include "util.h"
+
+/* Stops the progress thread, then the parts below it; the struct stays. */
+static void comm_close(struct ringlet_comm *c, int clean) {
+    rl_progress_stop(c);
+    rl_comm_teardown(c, clean);
+}
+
+static void comm_free(struct ringlet_comm *c) {
+    rl_comm_free_live(c);
+    rl_comm_free(c);
+}
+
+/* timeout_s: the communicator's own deadline (> 0), or RINGLET_TIMEOUT's (0). */
+static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_boot_target *t, ringlet_stop_token_t token,
+                                  double timeout_s) {
+    char err[RL_MSG_MAX] = "";
+    struct ringlet_comm *c;
+    ringlet_result_t rc = rl_comm_open(&c, nranks, rank, t, token, timeout_s, err);
+    if (!c) return rc; /* refused before anything was built, and reported */
+    if (rc == RINGLET_SUCCESS && (rc = rl_progress_start(c)) != RINGLET_SUCCESS)
+        snprintf(err, sizeof err, "cannot start the progress thread");
+    rc = rl_comm_open_done(c, rc, token, err);
+    if (rc != RINGLET_SUCCESS) {
+        comm_close(c, 0);
+        comm_free(c);
+        return rl_error(NULL, rc, "init (rank %d of %d): %s", rank, nranks, err);
+    }
+    *out = c;
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
+    if (!id) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_unique_id: id is NULL");
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_boot_make_id(id, err);
+    return rc ? rl_error(NULL, rc, "get_unique_id: %s", err) : RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank) {
+    return ringlet_comm_init_rank_stoppable(comm, nranks, id, rank, NULL);
+}
+
+/* Init from a unique id with a deadline of its own (timeout_s > 0) or RINGLET_TIMEOUT's (0). */
+static ringlet_result_t init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t *id, int rank,
+                                  ringlet_stop_token_t token, double timeout_s) {
+    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
+    *comm = NULL;
+    if (nranks < 1) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: nranks %d is < 1", nranks);
+    if (rank < 0 || rank >= nranks)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: rank %d is out of range [0, %d)", rank, nranks);
+    rl_boot_target t;
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_env_check(err);
+    if (rc) return rl_error(NULL, rc, "init: %s", err);
+    rc = rl_boot_parse_id(id, rank, &t, err);
+    if (rc) return rl_error(NULL, rc, "init: unique %s", err);
+    return comm_init(comm, nranks, rank, &t, token, timeout_s);
+}
+
+ringlet_result_t ringlet_comm_init_rank_stoppable(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                          ringlet_stop_token_t token) {
+    return init_rank(comm, nranks, &id, rank, token, 0);
+}
+
+ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank,
+                                               const ringlet_comm_config_t *config) {
+    double timeout_s = 0;
+    if (config) {
+        /* Older callers pass a smaller struct: fields past its end keep their defaults. */
+        if (config->struct_size < offsetof(ringlet_comm_config_t, timeout_s) + sizeof config->timeout_s) {
+            if (comm) *comm = NULL;
+            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                            "init: config->struct_size %zu is too small (set it to sizeof(ringlet_comm_config_t), %zu)",
+                            config->struct_size, sizeof(ringlet_comm_config_t));
+        }
+        timeout_s = config->timeout_s;
+        if (!(timeout_s == 0 || (timeout_s >= 0.1 && timeout_s <= 1e7))) { /* NaN fails both */
+            if (comm) *comm = NULL;
+            return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                            "init: config->timeout_s %g is not allowed (0 for RINGLET_TIMEOUT, or 0.1 to 1e7 seconds)",
+                            timeout_s);
+        }
+    }
+    return init_rank(comm, nranks, &id, rank, NULL, timeout_s);
+}
+
+ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
+    if (!comm) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: comm (the output pointer) is NULL");
+    *comm = NULL;
+    rl_boot_target t;
+    int rank = -1, nranks = -1, local = -1;
+    char err[RL_MSG_MAX];
+    ringlet_result_t rc = rl_env_check(err);
+    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
+    rc = rl_boot_target_from_env(&t, &rank, &nranks, &local, err);
+    if (rc) return rl_error(NULL, rc, "init from environment: %s", err);
+    return comm_init(comm, nranks, rank, &t, NULL, 0);
+}
+
+ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
+    comm_close(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
+    comm_free(c);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "abort: comm is NULL");
+    if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
+    rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
+    comm_close(c, 0);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
+    if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "finalize: comm is NULL");
+    double until = rl_now() + c->timeout_s;
+    for (;;) {
+        pthread_mutex_lock(&c->q_mu);
+        int busy = c->q_head || c->running;
+        pthread_mutex_unlock(&c->q_mu);
+        if (!busy || atomic_load(&c->failed)) break;
+        if (rl_now() > until)
+            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: operations still running after %.0f s (RINGLET_TIMEOUT)",
+                            c->timeout_s);
+        rl_sleep_ms(1);
+    }
+    return ringlet_comm_get_async_error(c);
+}
+
+/* Split: every rank learns every rank's (color, key); each new communicator's first
+ * rank makes a unique id, which every rank learns too (two all-gathers over comm); then
+ * the members init the new communicator from it. The all-gathers are ordinary calls on
+ * comm (api.c, this layer): queued, fingerprinted and failed as any other, and so
+ * split sits here, above the engine, not in src/comm/. */
+ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
+    if (!c || !newcomm) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm or newcomm is NULL");
+    *newcomm = NULL;
+    if (color < 0 && color != RINGLET_SPLIT_NOCOLOR)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: color %d is negative (and not RINGLET_SPLIT_NOCOLOR)", color);
+    int P = c->nranks, me = c->rank;
+    int32_t mine[3] = {color, key, me}, *all = calloc((size_t)P * 3, sizeof *all);
+    ringlet_unique_id_t *ids = calloc((size_t)P, sizeof *ids);
+    if (!all || !ids) {
+        free(all), free(ids);
+        return rl_error(c, RINGLET_ERR_SYSTEM, "split: out of memory");
+    }
+    ringlet_result_t rc = ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL);
+    /* This rank's new rank: members of its color before it in (key, rank) order. */
+    int newrank = 0, size = 0, leader = -1;
+    for (int q = 0; q < P && !rc && color != RINGLET_SPLIT_NOCOLOR; q++) {
+        if (all[3 * q] != color) continue;
+        size++;
+        int kq = all[3 * q + 1];
+        if (kq < key || (kq == key && q < me)) newrank++;
+        if (leader < 0 || kq < all[3 * leader + 1] || (kq == all[3 * leader + 1] && q < leader)) leader = q;
+    }
+    ringlet_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
+    if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
+    /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
+    free(all);
+    free(ids);
+    if (rc) return rl_error(c, rc, "split (color %d, key %d): %s", color, key, ringlet_comm_last_error(*newcomm ? *newcomm : NULL));
+    return RINGLET_SUCCESS;
+}
