@@ -184,6 +184,9 @@ static void start_workers(struct rl_reduce_pool *p) {
                     p->nthreads - 1);
             break;
         }
+        /* Named here as well as by the thread itself: the name is then there once this
+         * returns, not whenever the new thread first runs (tests count them by name). */
+        pthread_setname_np(p->w[i].th, "ringlet-reduce");
         p->nworkers = i + 1;
     }
     RL_INFO(p->rank, "reduction threads: %d workers started (with the caller's thread, %d reduce)", p->nworkers,
