@@ -170,7 +170,7 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     int ok = map_sender(k, 0, why, sizeof why);
     rl_dev_quiet_end();
     if (ok) return RINGLET_SUCCESS;
-    snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %s", k->peer, why);
+    snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %.200s", k->peer, why);
     return map_failed(k, !check_fifo(k, why, sizeof why));
 }
 
