@@ -7,8 +7,9 @@
 # Builds REV (default: the parent of HEAD, HEAD~1) in a temporary worktree (CUDA=0, -O2),
 # then runs, per pass, per rank count and transport (shm, tcp), alternating A (REV) and
 # B (this tree, which must be built): ringlet-perf allreduce float32 at 64 MiB (busbw) and
-# at 8 bytes (microseconds per call, 2000 calls, blocking). Prints the medians of the
-# passes and B/A for each. Every result is checked (#wrong must be 0).
+# at 8 bytes (microseconds per call, 20000 calls after as many warm-up calls, blocking: a
+# short run right after init measures where the scheduler left the ranks, not ringlet).
+# Prints the medians of the passes and B/A for each. Every result is checked (#wrong must be 0).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 REV=HEAD~1 PASSES=3 NPS="2 4"
@@ -31,9 +32,9 @@ make -C "$WT" -j"$(nproc)" CUDA=0 BUILD=build lib build/bin/ringlet-run build/bi
 A="$WT/build" B="$BUILD"
 CSV=$(mktemp)
 # one run: the out-of-place time (us) and busbw of rank 0's last row
-one() { # build P transport bytes iters
+one() { # build P transport bytes iters [warm-up calls]
     RINGLET_TRANSPORT=$3 "$1/bin/ringlet-run" -n "$2" --timeout 300 "$1/bin/ringlet-perf" allreduce -b "$4" -e "$4" \
-        -n "$5" -w 50 2>&1 | grep -E '^\[0\] +[0-9]+ ' | tail -n 1 | awk '{print $7, $9, $10}'
+        -n "$5" -w "${6:-50}" 2>&1 | grep -E '^\[0\] +[0-9]+ ' | tail -n 1 | awk '{print $7, $9, $10}'
 }
 for pass in $(seq 1 "$PASSES"); do
     for P in $NPS; do
@@ -43,7 +44,7 @@ for pass in $(seq 1 "$PASSES"); do
                 [ $side = B ] && dir=$B
                 read -r t bw w < <(one "$dir" "$P" "$tr" 64M 10)
                 echo "$side,$P,$tr,64M,$bw,$w" >>"$CSV"
-                read -r t bw w < <(one "$dir" "$P" "$tr" 8 2000)
+                read -r t bw w < <(one "$dir" "$P" "$tr" 8 20000 20000)
                 echo "$side,$P,$tr,8B,$t,$w" >>"$CSV"
             done
         done
