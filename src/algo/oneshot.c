@@ -105,7 +105,7 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
                      waiting < nr ? "receive from" : "send to", waiting < nr ? recvs[waiting].peer : sends[waiting - nr].peer);
             break;
         }
-        rl_comm_wait_event(c, gen, 100);
+        rl_comm_wait_peer(c, gen, 100);
     }
     if (!rc) {
         for (int i = 0; i < nr; i++) recvs[i].data = recvs[i].lent ? rreq[i].mapped : recvs[i].buf;

@@ -411,7 +411,7 @@ ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {
             break;
         }
         if (device) wait_device(c, idle++);
-        else rl_comm_wait_event(c, gen, 100);
+        else rl_comm_wait_peer(c, gen, 100);
     }
     if (failed) {
         /* Fail the communicator (a dead peer named by the monitor wins), then stop the

@@ -180,8 +180,10 @@ struct ringlet_comm {
     _Atomic(rl_bell *) ev;
     struct rl_doorbell *db;
     atomic_int polled;  /* a connection over a transport without threads (shm) exists */
+    atomic_int threaded; /* a connection over a transport whose own threads move data (TCP, IB) */
     double spin_s;      /* how long a waiter polls such transports before it sleeps */
     unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */
+    unsigned peer_pause; /* the same for waits on peers (rl_comm_wait_peer); UINT_MAX: never yields */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;

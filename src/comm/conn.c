@@ -50,6 +50,7 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
         slot->tp = ops;
         if (ops->progress)
             atomic_fetch_or(&c->polled, RL_POLLED_TP(tp) | (ops->park ? RL_POLLED_ON_DEMAND : RL_POLLED_ALWAYS));
+        if (!ops->progress || ops->park) atomic_store(&c->threaded, 1);
         RL_INFO(c->rank, "%s rank %d over %s%s", send ? "sending to" : "receiving from", peer, ops->name,
                 dev_table ? " (device buffers)" : "");
     }

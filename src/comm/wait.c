@@ -31,19 +31,19 @@ void rl_comm_park(struct ringlet_comm *c) {
         if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
 }
 
-void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
+/* pause: polls in a pause loop before the waiter starts yielding its core between polls
+ * (UINT_MAX: never); the whole poll lasts at most spin_s either way. */
+static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause) {
     rl_bell *b = atomic_load(&c->ev);
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
     if (polled) {
         /* A peer process answers within microseconds; sleeping and being woken costs
-         * more than that, so poll for a while first (yielding: ranks may share cores).
-         * Only a threadless transport, or one that says polling moves something now
-         * (RL_PROGRESS_POLL), is worth it: the others ring the bell. */
+         * more than that, so poll for a while first. Only a threadless transport, or one
+         * that says polling moves something now (RL_PROGRESS_POLL), is worth it: the
+         * others ring the bell. A TCP poll is a system call itself: no pause rounds then.
+         * The clock is read every 64 rounds, from the 64th (most replies come sooner). */
         int always = polled & RL_POLLED_ALWAYS;
-        /* The first rounds in a pause loop (a reply often comes within a microsecond,
-         * and a yield is a system call), then yield the core; the clock is read only
-         * every 64 rounds. A TCP poll is a system call itself: no pause rounds then. */
-        unsigned pause = always ? c->spin_pause : 0;
+        if (!always) pause = 0;
         double until = 0;
         int busy = 0;
         for (unsigned n = 0;; n++) {
@@ -51,12 +51,9 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
             if (!always && !(p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) break;
-            if (n < pause) {
-                rl_cpu_relax();
-                continue;
-            }
-            sched_yield();
-            if ((n - pause) % 64 == 0) {
+            if (n < pause) rl_cpu_relax();
+            else sched_yield();
+            if ((n & 63) == 63) {
                 double now = rl_now();
                 if (until == 0) until = now + c->spin_s;
                 else if (now > until) break;
@@ -72,4 +69,17 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) {
         rl_comm_park(c); /* before sleeping: the threads take over what only polling moves */
     }
     rl_bell_wait(b, gen, ms, comm_poll, c);
+}
+
+void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause); }
+
+static _Thread_local int t_inline;
+
+void rl_comm_set_inline(int on) { t_inline = on; }
+
+void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms) {
+    /* On the progress thread the caller's own threads may want the core; a transport's
+     * own threads (TCP, IB) may need it to move what this waits for. */
+    int alone = t_inline && !atomic_load_explicit(&c->threaded, memory_order_relaxed);
+    wait_polled(c, gen, ms, alone ? c->peer_pause : c->spin_pause);
 }

@@ -24,8 +24,18 @@ void rl_comm_park(struct ringlet_comm *c);
 void rl_comm_notify(void *comm);
 /* The wake-up counter's value: read it before checking for work, then wait with it. */
 unsigned rl_comm_gen(struct ringlet_comm *c);
-/* Waits until something completes or ms pass (polls threadless transports first). */
+/* Waits until something completes or ms pass (polls threadless transports first,
+ * yielding the core between polls after comm->spin_pause rounds: what it waits for may
+ * be another thread of this process, the progress thread, that needs the core). */
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
+/* The same for an algorithm waiting on its peers' transfers: what it waits for is another
+ * process. When the caller's thread runs the operation itself (rl_comm_set_inline), this
+ * host has a core for every local rank and no connection runs over a transport with
+ * threads of its own, the poll never yields (comm->peer_pause): a yield can hand the core
+ * to another job for a whole time slice. */
+void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms);
+/* Marks this thread as running an operation for its caller (1) or not (0). */
+void rl_comm_set_inline(int on);
 /* Drives transports that have no threads of their own: RL_PROGRESS_MOVED if anything
  * moved, | RL_PROGRESS_BUSY if one of them has device work under way that no peer will
  * announce (its completion is only seen by polling again soon). */

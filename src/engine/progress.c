@@ -153,7 +153,9 @@ int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringle
     c->running = 1;
     r->seq = ++c->seq;
     pthread_mutex_unlock(&c->q_mu);
+    rl_comm_set_inline(1);
     *rc = run(c, r);
+    rl_comm_set_inline(0);
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
     /* Calls queued meanwhile (another thread's) were held back: let them run. */
