@@ -5,7 +5,7 @@
 
 Model: --layers x Linear(--width, --width) with ReLU, and a Linear(--width, 10) head
 (defaults: 4 x 2048 x 2048 + head = 16.8 M parameters, 67 MB in float32), --batch samples
-per rank (32), SGD. Four modes, each rank running the same thing:
+per rank (32), SGD. Modes, each rank running the same thing:
   none     the model without DDP (every rank trains alone, so the machine is as busy)
   torch    torch.nn.parallel.DistributedDataParallel, Gloo backend (FileStore)
   ringlet  ringlet.torch.DistributedDataParallel
@@ -52,7 +52,7 @@ def make_model(width, layers, seed):
     return torch.nn.Sequential(*mods)
 
 
-def null_allreduce(pg):
+def null_allreduce():
     """An allreduce that moves nothing and is complete at once: torch's DDP over it costs
     what its reducer does (copies into buckets, the division, copies back), the floor
     under any backend's overhead."""
@@ -173,7 +173,7 @@ def main():
     ringlet_pg = dist.new_group(backend="ringlet") if "backend" in modes else None
     null_pg = dist.new_group(backend="ringlet") if "null" in modes else None
     if null_pg is not None:
-        null_pg.allreduce = null_allreduce(null_pg)  # torch's reducer finds the instance's override
+        null_pg.allreduce = null_allreduce()  # torch's reducer finds the instance's override
     models = {}
     for m in modes:
         net = make_model(a.width, a.layers, seed=1).to(device)
@@ -185,12 +185,9 @@ def main():
                                                             gradient_as_bucket_view=a.view)
         elif m == "ringlet":
             net = RingletDDP(net, bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=a.view)
-        elif m == "backend":
-            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
-                                                            gradient_as_bucket_view=a.view, process_group=ringlet_pg)
-        elif m == "null":
-            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb,
-                                                            gradient_as_bucket_view=a.view, process_group=null_pg)
+        elif m in ("backend", "null"):
+            net = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=a.view,
+                                                            process_group=ringlet_pg if m == "backend" else null_pg)
         models[m] = (net, torch.optim.SGD(net.parameters(), lr=1e-4))
     nparams = sum(p.numel() for p in models[modes[0]][0].parameters())
     if rank == 0:
@@ -229,7 +226,7 @@ def main():
             # Each round runs every mode once, so a round's step minus its "none" step cancels the
             # drifts of a shared machine (step times spread by +-20% here): the median of these
             # paired differences is the overhead the goals are judged on.
-            paired = {m: statistics.median(a - b for a, b in zip(samples[m], samples["none"]))
+            paired = {m: statistics.median(step - base for step, base in zip(samples[m], samples["none"]))
                       for m in modes if m != "none"}
             print("ddp_bench: overhead over no DDP (median of paired differences, judged): %s"
                   % ", ".join("%s %.1f ms" % (m, paired[m] * 1e3) for m in paired))
