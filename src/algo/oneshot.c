@@ -19,11 +19,15 @@
  * Device buffers: this rank's contribution is copied by the device into pinned memory,
  * exchanged from there into pinned blocks, and the device reduces the blocks in rank
  * order (or copies them into place): the CUDA kernels read the pinned blocks directly.
+ *
+ * Between ranks of one host over shared memory, a call that publishes at most
+ * RINGLET_BOARD_BYTES (16 KiB) goes through the board (board.h) instead of messages.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "board.h"
 #include "collective.h"
 #include "conn.h"
 #include "devcomm.h"
@@ -128,6 +132,20 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     return rc;
 }
 
+/* The exchange through the board (board.h): the same blocks, read where the peers
+ * published them (map) or copied into buf. */
+static ringlet_result_t board_exchange(struct ringlet_comm *c, const struct ringlet_request *r, const void *pub,
+                                       size_t pub_bytes, int ns, xfer *recvs, int nr, char *err) {
+    rl_board_read rd[ONESHOT_MAX_PEERS];
+    size_t off = r->kind == RL_OP_REDUCE_SCATTER ? (size_t)c->rank * r->count * ringlet_datatype_size(r->dtype) : 0;
+    for (int i = 0; i < nr; i++)
+        rd[i] = (rl_board_read){.peer = recvs[i].peer, .buf = recvs[i].map ? NULL : recvs[i].buf, .off = off,
+                                .bytes = r->kind == RL_OP_BARRIER ? 0 : recvs[i].bytes};
+    ringlet_result_t rc = rl_board_exchange(c, r, pub, pub_bytes, ns, rd, nr, err);
+    for (int i = 0; i < nr && !rc; i++) recvs[i].data = rd[i].data;
+    return rc;
+}
+
 /* dst = blk[0] op blk[1] op ... op blk[P-1] in one pass (one kernel on a device), then
  * / P for avg. dst may be one of the blocks. */
 static void reduce_in_order(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, void *dst,
@@ -185,7 +203,11 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
      * when the connections are made here for the first time. */
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
-    int dev = mem->dev != NULL, direct = dev;
+    int dev = mem->dev != NULL;
+    /* What this rank would send, in one piece: the board takes it where it fits (every
+     * rank decides alike: the size is the largest any rank publishes). */
+    size_t pub_bytes = r->kind == RL_OP_BARRIER ? 0 : r->kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
+    int board = rl_board_fits(c, dev, pub_bytes), direct = dev && !board;
     for (int pass = 0; pass < 2 && !rc; pass++)
         for (int q = 0; q < P && !rc; q++) {
             int snd, rcv;
@@ -193,12 +215,12 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
             roles(r, me, q, &snd, &rcv);
             if (pass == 0 && snd) {
                 s[ns] = (xfer){.peer = q, .bytes = bytes};
-                rc = rl_comm_send_conn(c, q, dev, &s[ns].conn, cerr);
-                if (!rc) direct &= s[ns++].conn->tp->device_memory;
+                if (!board && !(rc = rl_comm_send_conn(c, q, dev, &s[ns].conn, cerr))) direct &= s[ns].conn->tp->device_memory;
+                ns++;
             } else if (pass == 1 && rcv) {
                 v[nr] = (xfer){.peer = q, .bytes = bytes};
-                rc = rl_comm_recv_conn(c, q, dev, &v[nr].conn, cerr);
-                if (!rc) direct &= v[nr++].conn->tp->device_memory;
+                if (!board && !(rc = rl_comm_recv_conn(c, q, dev, &v[nr].conn, cerr))) direct &= v[nr].conn->tp->device_memory;
+                nr++;
             }
         }
     if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
@@ -249,12 +271,13 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
              * the kind the reduction runs on (host memory on the host, device memory on
              * the device). */
             v[i].buf = blk;
-            v[i].map = staged ? 0 : v[i].conn->tp->device_memory == dev;
+            v[i].map = staged ? 0 : board || v[i].conn->tp->device_memory == dev;
             break;
         }
     }
     rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
-    rc = exchange(c, r, s, ns, v, nr, sreq, rreq, err);
+    rc = board ? board_exchange(c, r, input, ns ? pub_bytes : 0, ns, v, nr, err)
+               : exchange(c, r, s, ns, v, nr, sreq, rreq, err);
     if (rc) return rc;
     switch (r->kind) {
     case RL_OP_ALLREDUCE:

@@ -79,6 +79,18 @@ static void build_ring(struct ringlet_comm *c) {
         }
 }
 
+/* The board's limit, from what every rank published: the same on every rank. */
+static void board_setup(struct ringlet_comm *c) {
+    size_t b = c->nranks > 1 ? RL_BOARD_BYTES : 0;
+    for (int q = 0; q < c->nranks && b; q++) {
+        int tp = -1;
+        char e[RL_ERR_MAX];
+        if (c->infos[q].board_bytes < b) b = c->infos[q].board_bytes;
+        if (q != c->rank && (rl_conn_pick_transport(c, q, 0, &tp, e) != RINGLET_SUCCESS || tp != RL_TP_SHM)) b = 0;
+    }
+    c->board_bytes = b;
+}
+
 static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     struct ringlet_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -238,6 +250,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
     c->check = (int)rl_env_int("RINGLET_CHECK", 0, 0, 1);
     c->infos[rank].check = c->check;
+    c->infos[rank].board_bytes = c->db ? (uint32_t)rl_env_int("RINGLET_BOARD_BYTES", RL_BOARD_BYTES, 0, RL_BOARD_BYTES) : 0;
     const rl_device_ops *dops = rl_device();
     if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
     c->infos[rank].rank = rank;
@@ -257,6 +270,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
         }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);
+        board_setup(c);
         /* More ranks than cores here: a waiter yields at once, since the rank it waits
          * for may need this core to run at all. Otherwise a caller's wait on peers polls
          * without yielding (rl_comm_wait_peer: with a CPU hog beside two ranks on two

@@ -27,6 +27,7 @@ typedef struct rl_rank_info {
     uint8_t blob[RL_TP_MAX][RL_BLOB_MAX];
     char bell_name[RL_BELL_NAME_MAX]; /* its doorbell (doorbell.h), "" when it has none */
     int32_t check;                    /* RINGLET_CHECK (must be the same on every rank) */
+    uint32_t board_bytes;             /* RINGLET_BOARD_BYTES, 0 without a doorbell (doorbell.h) */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */
@@ -148,6 +149,12 @@ struct ringlet_comm {
     int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER or _HALVING */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
     int oneshot_max_ranks;    /* ... and there are at most this many ranks */
+    /* One-shot calls that publish at most this many bytes go through the board instead of
+     * messages (board.c; 0: never): the least of every rank's RINGLET_BOARD_BYTES, when
+     * every rank has one and every pair of ranks talks over shared memory. board_seq
+     * counts the board's calls, the same on every rank. */
+    size_t board_bytes;
+    uint64_t board_seq;
     size_t halving_min_bytes, halving_max_bytes; /* auto: halving.c's all-reduce between these */
     /* The hierarchical all-reduce (hier.c): auto considers it from this many bytes; it
      * cuts a message into slices of about this many; per size class (log2 of the bytes)

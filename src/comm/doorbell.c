@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -13,15 +14,15 @@
 #include "shmseg.h"
 
 #define DB_MAGIC 0x4c4c4542u /* "BELL" */
-#define DB_BYTES 4096u
 
 typedef struct {
     rl_bell bell; /* first: the owner sleeps on it */
     _Alignas(64) uint32_t magic;
     int32_t rank;
     uint8_t tag[32]; /* HMAC(secret, name) */
+    rl_board_slot board[2];
 } db_page;
-_Static_assert(sizeof(db_page) <= DB_BYTES, "doorbell page too large");
+#define DB_BYTES sizeof(db_page)
 
 struct rl_doorbell {
     db_page *own;
@@ -62,12 +63,12 @@ void rl_doorbell_open(struct ringlet_comm *c) {
     atomic_store(&c->ev, &d->own->bell);
 }
 
-rl_bell *rl_doorbell_peer(void *comm, int peer) {
-    struct ringlet_comm *c = comm;
+/* peer's page, mapped on first use (NULL: none, or not mappable). */
+static db_page *peer_page(struct ringlet_comm *c, int peer) {
     struct rl_doorbell *d = c->db;
     if (!d || peer < 0 || peer >= c->nranks) return NULL;
     db_page *p = atomic_load_explicit(&d->peers[peer], memory_order_acquire);
-    if (p) return &p->bell;
+    if (p) return p;
     pthread_mutex_lock(&d->mu);
     p = atomic_load(&d->peers[peer]);
     char name[RL_BELL_NAME_MAX];
@@ -75,7 +76,10 @@ rl_bell *rl_doorbell_peer(void *comm, int peer) {
     name[sizeof name - 1] = 0;
     if (!p && !d->failed[peer] && name[0]) {
         int fd = shm_open(name, O_RDWR, 0), open_errno = errno;
-        db_page *m = fd >= 0 ? mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        struct stat st;
+        /* Smaller than a page of ours: not this job's (a read past its end would fault). */
+        int whole = fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)DB_BYTES;
+        db_page *m = whole ? mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
         if (fd >= 0) close(fd);
         uint8_t tag[32];
         tag_of(c->secret, name, tag);
@@ -89,11 +93,22 @@ rl_bell *rl_doorbell_peer(void *comm, int peer) {
                 RL_INFO(c->rank, "rank %d's doorbell %s is gone (the rank has left)", peer, name);
             else
                 RL_WARN(c->rank, "cannot ring rank %d's doorbell %s (%s): waits on it poll instead", peer, name,
-                        m == MAP_FAILED ? strerror(fd < 0 ? open_errno : errno) : "not this job's");
+                        fd < 0 ? strerror(open_errno) : m == MAP_FAILED && whole ? strerror(errno) : "not this job's");
         }
     }
     pthread_mutex_unlock(&d->mu);
+    return p;
+}
+
+rl_bell *rl_doorbell_peer(void *comm, int peer) {
+    db_page *p = peer_page(comm, peer);
     return p ? &p->bell : NULL;
+}
+
+rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer) {
+    if (c->db && peer == c->rank) return c->db->own->board;
+    db_page *p = peer_page(c, peer);
+    return p ? p->board : NULL;
 }
 
 void rl_doorbell_close(struct ringlet_comm *c) {

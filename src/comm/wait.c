@@ -31,23 +31,37 @@ void rl_comm_park(struct ringlet_comm *c) {
         if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
 }
 
+/* What a wait also looks at, besides the transports: ready (may be NULL) says whether
+ * what it waits for is there, read in place (the board). */
+typedef struct {
+    struct ringlet_comm *c;
+    int (*ready)(void *);
+    void *arg;
+} wait_for;
+
+static int poll_for(void *arg) {
+    wait_for *w = arg;
+    return (w->ready && w->ready(w->arg)) || comm_poll(w->c);
+}
+
 /* pause: polls in a pause loop before the waiter starts yielding its core between polls
  * (UINT_MAX: never); the whole poll lasts at most spin_s either way. */
-static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause) {
+static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
     rl_bell *b = atomic_load(&c->ev);
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
-    if (polled) {
+    if (polled || ready) {
         /* A peer process answers within microseconds; sleeping and being woken costs
          * more than that, so poll for a while first. Only a threadless transport, or one
          * that says polling moves something now (RL_PROGRESS_POLL), is worth it: the
          * others ring the bell. A TCP poll is a system call itself: no pause rounds then.
          * The clock is read every 64 rounds, from the 64th (most replies come sooner). */
-        int always = polled & RL_POLLED_ALWAYS;
+        int always = (polled & RL_POLLED_ALWAYS) || ready;
         if (!always) pause = 0;
         double until = 0;
         int busy = 0;
         for (unsigned n = 0;; n++) {
-            int p = rl_comm_progress(c);
+            if (ready && ready(arg)) return;
+            int p = ready ? 0 : rl_comm_progress(c);
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
             if (!always && !(p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) break;
@@ -68,18 +82,21 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
         }
         rl_comm_park(c); /* before sleeping: the threads take over what only polling moves */
     }
-    rl_bell_wait(b, gen, ms, comm_poll, c);
+    wait_for w = {c, ready, arg};
+    rl_bell_wait(b, gen, ms, poll_for, &w);
 }
 
-void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause); }
+void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause, NULL, NULL); }
 
 static _Thread_local int t_inline;
 
 void rl_comm_set_inline(int on) { t_inline = on; }
 
-void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms) {
+void rl_comm_wait_peer_for(struct ringlet_comm *c, unsigned gen, int ms, int (*ready)(void *), void *arg) {
     /* On the progress thread the caller's own threads may want the core; a transport's
      * own threads (TCP, IB) may need it to move what this waits for. */
     int alone = t_inline && !atomic_load_explicit(&c->threaded, memory_order_relaxed);
-    wait_polled(c, gen, ms, alone ? c->peer_pause : c->spin_pause);
+    wait_polled(c, gen, ms, alone ? c->peer_pause : c->spin_pause, ready, arg);
 }
+
+void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms) { rl_comm_wait_peer_for(c, gen, ms, NULL, NULL); }

@@ -34,6 +34,12 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
  * threads of its own, the poll never yields (comm->peer_pause): a yield can hand the core
  * to another job for a whole time slice. */
 void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms);
+/* The same, for what peers publish in place (the board): returns once ready(arg) says it
+ * is there, which it asks while polling and once more before sleeping (a peer that
+ * publishes rings the bell only when this rank sleeps: rl_bell_ring_sleeper). The
+ * transports are not polled meanwhile: a board call is the communicator's only
+ * operation under way, and nothing of it is in a transport. */
+void rl_comm_wait_peer_for(struct ringlet_comm *c, unsigned gen, int ms, int (*ready)(void *), void *arg);
 /* Marks this thread as running an operation for its caller (1) or not (0). */
 void rl_comm_set_inline(int on);
 /* Drives transports that have no threads of their own: RL_PROGRESS_MOVED if anything

@@ -21,7 +21,9 @@
 # RINGLET_ALGO=halving (recursive halving and doubling all-reduce) at P = 1..5 (3 and 5:
 # positions that pair up first), floating-point results checked identical on every rank;
 # P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
-# large count too); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
+# large count too); P = 4 --phase 1 with RINGLET_BOARD_BYTES=40 (over shared memory, a
+# one-shot call through the board up to 40 bytes, messages above: both in one communicator;
+# every other shared-memory run takes the board up to its 16 KiB); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
 # still spans many chunks.
 # Reduction threads (POOLPLAN below), over tcp when it is in TRANSPORTS: the reducing
 # collectives with RINGLET_REDUCE_THREADS=3 (forced: more threads than a 2-core machine has),
@@ -72,7 +74,7 @@ if [ -z "$SAN" ]; then
 2||--large full
 3|RINGLET_CHECK=1 RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|
 4||--phase 0
-4||--phase 1
+4|RINGLET_BOARD_BYTES=40|--phase 1
 5|RINGLET_NSOCKS_PERPEER=3 RINGLET_ALGO=oneshot|
 8||
 1|RINGLET_ALGO=halving|--colls allreduce --max-count 1009
@@ -90,7 +92,7 @@ else
     PLAN="1|$SENV|$LARGE
 2|$SENV|$LARGE
 3|$SENV RINGLET_CHECK=1 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|$LARGE
-4|$SENV|$LARGE
+4|$SENV RINGLET_BOARD_BYTES=40|$LARGE
 5|$SENV RINGLET_ALGO=oneshot|$LARGE
 8|$SENV|$LARGE
 3|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce

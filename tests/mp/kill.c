@@ -3,7 +3,7 @@
  * Run by kill.sh under ringlet-run with RINGLET_TIMEOUT=5.
  *
  *   kill --victim V --coll allreduce|allgather|broadcast --at send:N|recv:N --sync DIR
- *        [--mib M] [--root R] [--memory host|device] [--tag X]
+ *        [--mib M | --kib K] [--root R] [--memory host|device] [--tag X]
  *
  * Nothing here depends on timing. The victim arms the library's fault injection
  * (RINGLET_FAULT_KILL, src/comm/fault.h) for the collective (operation #2, after a warm-up
@@ -15,7 +15,8 @@
  *
  * Every rank starts the non-blocking collective on M MiB of float32 (default 64:
  * all-reduce in place on M MiB; all-gather into an M MiB recvbuf; broadcast of M MiB
- * from --root, default 0) once every rank's warm-up barrier returned, and waits for it.
+ * from --root, default 0; --kib: K KiB instead) once every rank's warm-up barrier
+ * returned, and waits for it.
  * A survivor passes when either
  *   - the wait (or the start, when the death is known by then) fails with
  *     RINGLET_ERR_REMOTE or RINGLET_ERR_TIMEOUT, in less than 10 s, with a message naming
@@ -99,7 +100,7 @@ static void ranks_meet(const char *dir, const char *stage, int me, int count) {
 
 int main(int argc, char **argv) {
     int victim = -1, root = 0;
-    long mib = 64;
+    long mib = 64, kib = 0;
     const char *coll = NULL, *at = NULL, *sync_dir = NULL;
     int device = 0;
     for (int i = 1; i < argc; i++) {
@@ -113,6 +114,8 @@ int main(int argc, char **argv) {
             sync_dir = argv[++i];
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
             mib = atol(argv[++i]);
+        else if (strcmp(argv[i], "--kib") == 0 && i + 1 < argc)
+            kib = atol(argv[++i]);
         else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc)
             root = atoi(argv[++i]);
         else if (strcmp(argv[i], "--memory") == 0 && i + 1 < argc)
@@ -122,11 +125,11 @@ int main(int argc, char **argv) {
         else
             coll = NULL, i = argc;
     }
-    if (!coll || !at || !sync_dir || mib < 1 ||
+    if (!coll || !at || !sync_dir || mib < 1 || kib < 0 ||
         (strcmp(coll, "allreduce") != 0 && strcmp(coll, "allgather") != 0 && strcmp(coll, "broadcast") != 0) ||
         (strncmp(at, "send:", 5) != 0 && strncmp(at, "recv:", 5) != 0)) {
         fprintf(stderr, "usage: kill --victim V --coll allreduce|allgather|broadcast --at send:N|recv:N --sync DIR "
-                        "[--mib M] [--root R]\n");
+                        "[--mib M | --kib K] [--root R]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -153,10 +156,10 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    const size_t bytes = (size_t)mib << 20, n = bytes / sizeof(float), per = n / (size_t)P;
+    const size_t bytes = kib ? (size_t)kib << 10 : (size_t)mib << 20, n = bytes / sizeof(float), per = n / (size_t)P;
     float *buf = malloc(bytes);
     if (!buf) {
-        printf("FAIL rank %d: cannot allocate %ld MiB\n", me, mib);
+        printf("FAIL rank %d: cannot allocate %zu bytes\n", me, bytes);
         return 1;
     }
     int is_allgather = strcmp(coll, "allgather") == 0;

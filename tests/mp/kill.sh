@@ -14,6 +14,8 @@
 #   5. rank 3 dies during a broadcast from rank 0 before its 2nd receive: the end of the
 #      chain, which nobody needs; a survivor may rightly finish, and is then checked for a
 #      correct result and for its next call failing, naming rank 3
+#   6. rank 2 dies during an allreduce of 1 KiB before its first send: over shared memory the
+#      one-shot exchange through the board (nothing published), over tcp messages
 # Each case passes when the launcher reports the victim's SIGKILL (exit 137), the victim
 # logged the fault, exactly the three survivors print "survivor R: OK error in X s: <message
 # naming rank V and the collective>" (X < 10), and no process of the job is left afterwards.
@@ -125,6 +127,8 @@ for tr in $TRANSPORTS; do
     run_case "$tr" 3 allgather send:1
     run_case "$tr" 1 broadcast send:1 --root 0
     run_case "$tr" 3 broadcast recv:1 --root 0
+    # 1 KiB: through the board over shared memory (src/algo/board.h), messages over tcp
+    run_case "$tr" 2 allreduce send:0 --kib 1
 done
 if [ "${RINGLET_TEST_DEVICE:-sim}" != none ]; then
     run_case ipc 2 allreduce send:1 --memory device

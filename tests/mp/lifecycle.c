@@ -14,6 +14,10 @@
  *       thread aborts the communicator: the call must return (an error) and abort must
  *       return, each within 5 s (the times are printed; the goals are 100 ms and 1 s);
  *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
+ *   lifecycle --late-peer [--count C]
+ *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
+ *       --abort-thread), run with RINGLET_TIMEOUT=2: it must fail with
+ *       RINGLET_ERR_TIMEOUT, naming rank 1 and the all-reduce, within 30 s.
  *   lifecycle --abort-init
  *       one process, no launcher: inits that wait for peers who never come are stopped
  *       from another thread through a stop token (ringlet_comm_init_rank_stoppable): a
@@ -161,6 +165,31 @@ static void *wait_thread(void *p) {
     return NULL;
 }
 
+/* --abort-thread, rank 0: a thread blocks in an all-reduce that rank 1 never joins; this
+ * one aborts the communicator. */
+static void abort_waiter(ringlet_comm_t c) {
+    waiter_t w = {c, 0, 0, {0}};
+    pthread_t th;
+    pthread_create(&th, NULL, wait_thread, &w);
+    usleep(200 * 1000); /* likely inside its wait by now; either way it must return */
+    double t0 = now();
+    ringlet_comm_abort(c);
+    double t_abort = now() - t0;
+    pthread_join(th, NULL);
+    double t_call = w.t_return - t0;
+    t0 = now();
+    ringlet_comm_abort(c);
+    double t_again = now() - t0;
+    if (w.rc == RINGLET_SUCCESS) FAIL("the all-reduce rank 1 never joined succeeded");
+    if (t_call > 5 || t_abort > 5 || t_again > 1)
+        FAIL("abort took %.3f s, the waiting call returned %.3f s after it, a second abort %.3f s", t_abort, t_call,
+             t_again);
+    if (!g_failed)
+        printf("lifecycle: rank 0: OK abort from another thread: abort returned in %.1f ms, the blocked call %.1f "
+               "ms after the abort began (goals 1000 and 100 ms), a second abort in %.3f ms; the call said: %s\n",
+               t_abort * 1e3, t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
+}
+
 typedef struct {
     ringlet_unique_id_t id;
     int rank;
@@ -206,7 +235,7 @@ static void stop_one_init(const char *label, int rank, int fire_early) {
 
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
-    int abort_thread = 0;
+    int abort_thread = 0, late_peer = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
@@ -218,6 +247,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--cycles") && i + 1 < argc) ncycles = atol(argv[++i]);
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
+        else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reduce-workers") && i + 1 < argc) g_workers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
@@ -225,14 +255,14 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --abort-init\n"),
+                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --abort-init\n"),
                    2;
         }
     }
     if (g_count < 1) return fprintf(stderr, "lifecycle: --count must be at least 1\n"), 2;
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (abort_thread) {
+    if (abort_thread || late_peer) {
         ringlet_comm_t c;
         if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
         char path[64];
@@ -246,29 +276,27 @@ int main(int argc, char **argv) {
             printf("lifecycle: rank 1: OK (the idle side)\n");
             return 0;
         }
-        waiter_t w = {c, 0, 0, {0}};
-        pthread_t th;
-        pthread_create(&th, NULL, wait_thread, &w);
-        usleep(200 * 1000); /* likely inside its wait by now; either way it must return */
-        double t0 = now();
-        ringlet_comm_abort(c);
-        double t_abort = now() - t0;
-        pthread_join(th, NULL);
-        double t_call = w.t_return - t0;
-        t0 = now();
-        ringlet_comm_abort(c);
-        double t_again = now() - t0;
-        if (w.rc == RINGLET_SUCCESS) FAIL("the all-reduce rank 1 never joined succeeded");
-        if (t_call > 5 || t_abort > 5 || t_again > 1)
-            FAIL("abort took %.3f s, the waiting call returned %.3f s after it, a second abort %.3f s", t_abort, t_call,
-                 t_again);
+        if (late_peer) {
+            int32_t *x = calloc((size_t)g_count, sizeof *x);
+            for (long i = 0; x && i < g_count; i++) x[i] = (int32_t)(i * 7919 % 1001);
+            double t0 = now();
+            ringlet_result_t rc = x ? ringlet_allreduce(x, x, (size_t)g_count, RINGLET_INT32, RINGLET_SUM, c, NULL)
+                                    : RINGLET_ERR_SYSTEM;
+            double dt = now() - t0;
+            const char *msg = ringlet_comm_last_error(c);
+            if (rc != RINGLET_ERR_TIMEOUT || !strstr(msg, "rank 1") || !strstr(msg, "allreduce") || dt > 30)
+                FAIL("an all-reduce of %ld int32 rank 1 never joined: %s after %.1f s: %s", g_count, ringlet_strerror(rc),
+                     dt, msg);
+            else
+                printf("lifecycle: rank 0: OK an all-reduce of %ld int32 rank 1 never joined failed after %.1f s: %s\n",
+                       g_count, dt, msg);
+            free(x);
+        } else {
+            abort_waiter(c);
+        }
         ringlet_comm_destroy(c);
         FILE *f = fopen(path, "w");
         if (f) fclose(f);
-        if (!g_failed)
-            printf("lifecycle: rank 0: OK abort from another thread: abort returned in %.1f ms, the blocked call %.1f "
-                   "ms after the abort began (goals 1000 and 100 ms), a second abort in %.3f ms; the call said: %s\n",
-                   t_abort * 1e3, t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
         return g_failed ? 1 : 0;
     }
     if (getenv("LIFECYCLE_DIR")) snprintf(g_dir, sizeof g_dir, "%s", getenv("LIFECYCLE_DIR"));

@@ -1,0 +1,99 @@
+#include "board.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "conn.h"
+#include "doorbell.h"
+#include "failure.h"
+#include "trace.h"
+#include "util.h"
+#include "wait.h"
+
+int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes) {
+    if (!c->board_bytes || pub_bytes > c->board_bytes || c->nranks > RL_BOARD_MAX_RANKS) return 0;
+    for (int q = 0; q < c->nranks && device; q++) {
+        int tp = -1;
+        char e[RL_ERR_MAX];
+        if (q != c->rank && (rl_conn_pick_transport(c, q, 1, &tp, e) != RINGLET_SUCCESS || tp != RL_TP_SHM)) return 0;
+    }
+    return 1;
+}
+
+/* The wait's state: peers before `next` (in rank order, this rank skipped) have marked
+ * call seq. */
+typedef struct {
+    rl_board_slot *const *slot;
+    int nranks, me, next;
+    uint64_t seq;
+} board_wait;
+
+static int all_marked(void *arg) {
+    board_wait *w = arg;
+    int s = (int)(w->seq & 1);
+    for (; w->next < w->nranks; w->next++)
+        if (w->next != w->me && atomic_load_explicit(&w->slot[w->next][s].seq, memory_order_acquire) != w->seq) return 0;
+    return 1;
+}
+
+ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_request *r, const void *pub,
+                                   size_t pub_bytes, int nsend, rl_board_read *reads, int n, char *err) {
+    int P = c->nranks, me = c->rank;
+    const char *opname = rl_op_name(r->kind);
+    double t0 = c->trace ? rl_now() : 0;
+    char cerr[RL_ERR_MAX] = "";
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    rl_board_slot *slot[RL_BOARD_MAX_RANKS];
+    for (int q = 0; q < P && !rc; q++)
+        if (!(slot[q] = rl_doorbell_board(c, q))) {
+            rc = RINGLET_ERR_SYSTEM;
+            snprintf(cerr, sizeof cerr, "rank %d's board (its doorbell's shared memory) cannot be mapped", q);
+        }
+    if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
+
+    board_wait w = {slot, P, me, 0, ++c->board_seq};
+    int s = (int)(w.seq & 1);
+    for (int i = 0; i < n; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_RECV, (size_t)i);
+    for (int i = 0; i < nsend; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_SEND, (size_t)i);
+    if (pub_bytes) memcpy(slot[me][s].data, pub, pub_bytes);
+    atomic_store_explicit(&slot[me][s].seq, w.seq, memory_order_release);
+    for (int q = 0; q < P; q++) {
+        rl_bell *b = q != me ? rl_doorbell_peer(c, q) : NULL;
+        if (b) rl_bell_ring_sleeper(b);
+    }
+
+    double last = 0; /* when a peer last marked; the clock is read only while waiting */
+    int seen = 0;
+    for (;;) {
+        unsigned gen = rl_comm_gen(c);
+        if (all_marked(&w)) break;
+        if (atomic_load(&c->failed)) {
+            rc = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
+            break;
+        }
+        double now = rl_now();
+        if (last == 0 || w.next > seen) last = now; /* progress: the deadline restarts */
+        seen = w.next;
+        if (now - last > c->timeout_s) {
+            rc = RINGLET_ERR_TIMEOUT;
+            snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting for rank %d's part (shared memory)",
+                     c->timeout_s, w.next);
+            break;
+        }
+        rl_comm_wait_peer_for(c, gen, 100, all_marked, &w);
+    }
+    if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
+
+    for (int i = 0; i < n; i++) {
+        const unsigned char *at = slot[reads[i].peer][s].data + reads[i].off;
+        if (reads[i].buf && reads[i].bytes) memcpy(reads[i].buf, at, reads[i].bytes);
+        reads[i].data = reads[i].buf ? reads[i].buf : at;
+    }
+    if (c->trace) {
+        double t1 = rl_now();
+        rl_trace_span(c->trace, RL_LANE_SEND, "publish", t0, t1, opname, r->seq, 0, pub_bytes, -1);
+        for (int i = 0; i < n; i++)
+            rl_trace_span(c->trace, RL_LANE_RECV, "read", t0, t1, opname, r->seq, i, reads[i].bytes, reads[i].peer);
+    }
+    return RINGLET_SUCCESS;
+}
