@@ -39,6 +39,11 @@ ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, 
  * same answer on every rank), and running it. */
 int rl_halving_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+/* The all-reduce by recursive doubling (halving.c): the whole buffer with one partner per
+ * step, log2(P) steps; whether r takes it (the same answer on every rank that passes the
+ * same kind of memory), and running it. */
+int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem);
+ringlet_result_t rl_run_doubling(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* All-to-all, gather and scatter (spread.c). */
 ringlet_result_t rl_run_spread(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The calls of a group (group.c): its collectives in order, each through run_one (the

@@ -4,6 +4,8 @@
  *   ring          lane 0; reduce_scatter P * count elements of device scratch, reduce
  *                 count elements (the ranks between root and the chain's start)
  *   hierarchy     lanes 0 and 1
+ *   doubling      (all-reduce, RINGLET_ALGO=doubling: auto takes it on host buffers only)
+ *                 count elements of device scratch
  *   one-shot      (small calls) P blocks of device scratch, or P + 1 (reduce_scatter:
  *                 2P) blocks of pinned memory when staged
  *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
@@ -31,7 +33,8 @@ static void collective_needs(const struct ringlet_comm *c, const struct ringlet_
     else if (rl_hier_candidate(c, r)) lanes = 2;
     if (lanes > n->lanes) n->lanes = lanes;
     if (r->kind == RL_OP_REDUCE_SCATTER) n->scratch = max_size(n->scratch, all);
-    if (r->kind == RL_OP_REDUCE) n->scratch = max_size(n->scratch, bytes);
+    if (r->kind == RL_OP_REDUCE || (r->kind == RL_OP_ALLREDUCE && c->algo == RL_ALGO_DOUBLING))
+        n->scratch = max_size(n->scratch, bytes);
     if (r->kind == RL_OP_ALLTOALL && r->sendbuf == r->recvbuf) n->scratch = max_size(n->scratch, all);
     if (P > 1 && (r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) {
         n->scratch = max_size(n->scratch, all);

@@ -79,16 +79,22 @@ static void build_ring(struct ringlet_comm *c) {
         }
 }
 
-/* The board's limit, from what every rank published: the same on every rank. */
+/* Which transports carry host buffers to the peers, and the board's limit, from what every
+ * rank published: the same on every rank. */
 static void board_setup(struct ringlet_comm *c) {
     size_t b = c->nranks > 1 ? RL_BOARD_BYTES : 0;
-    for (int q = 0; q < c->nranks && b; q++) {
+    int all_shm = 1;
+    c->tcp_peers = 0;
+    for (int q = 0; q < c->nranks; q++) {
         int tp = -1;
         char e[RL_ERR_MAX];
         if (c->infos[q].board_bytes < b) b = c->infos[q].board_bytes;
-        if (q != c->rank && (rl_conn_pick_transport(c, q, 0, &tp, e) != RINGLET_SUCCESS || tp != RL_TP_SHM)) b = 0;
+        if (q == c->rank) continue;
+        if (rl_conn_pick_transport(c, q, 0, &tp, e) != RINGLET_SUCCESS) tp = -1;
+        all_shm &= tp == RL_TP_SHM;
+        c->tcp_peers |= tp == RL_TP_TCP;
     }
-    c->board_bytes = b;
+    c->board_bytes = all_shm ? b : 0;
 }
 
 static struct ringlet_comm *comm_alloc(int rank, int nranks) {
@@ -178,16 +184,18 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     else if (algo && !strcmp(algo, "oneshot")) c->algo = RL_ALGO_ONESHOT;
     else if (algo && !strcmp(algo, "hier")) c->algo = RL_ALGO_HIER;
     else if (algo && !strcmp(algo, "halving")) c->algo = RL_ALGO_HALVING;
+    else if (algo && !strcmp(algo, "doubling")) c->algo = RL_ALGO_DOUBLING;
     else if (algo && *algo && strcmp(algo, "auto") != 0) {
         if (t->listen_fd >= 0) close(t->listen_fd);
         rl_comm_free(c);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving", algo);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving, doubling", algo);
     }
     c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
     c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, 65);
     c->hier_min_bytes = (size_t)rl_env_int("RINGLET_HIER_MIN_BYTES", 1 << 20, 0, 1LL << 40);
     c->halving_min_bytes = (size_t)rl_env_int("RINGLET_HALVING_MIN_BYTES", 64 << 10, 0, 1LL << 40);
     c->halving_max_bytes = (size_t)rl_env_int("RINGLET_HALVING_MAX_BYTES", 4 << 20, 0, 1LL << 40);
+    c->doubling_max_bytes = (size_t)rl_env_int("RINGLET_DOUBLING_MAX_BYTES", 64 << 10, 0, 1LL << 40);
     c->hier_slice_bytes = (size_t)rl_env_int("RINGLET_HIER_SLICE_BYTES", 16 << 20, 0, 1LL << 40);
     const char *tname = getenv("RINGLET_TRANSPORT");
     c->forced_tp = -1;

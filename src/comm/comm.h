@@ -146,7 +146,7 @@ struct ringlet_comm {
     size_t chunk_bytes; /* the largest chunk (and staging slot); a call may cut smaller ones (rl_chunk_for) */
     int chunk_fixed;    /* RINGLET_CHUNK_SIZE was given: every chunk is chunk_bytes */
     int nslots;
-    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER or _HALVING */
+    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER, _HALVING or _DOUBLING */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
     int oneshot_max_ranks;    /* ... and there are at most this many ranks */
     /* One-shot calls that publish at most this many bytes go through the board instead of
@@ -155,7 +155,9 @@ struct ringlet_comm {
      * counts the board's calls, the same on every rank. */
     size_t board_bytes;
     uint64_t board_seq;
+    int tcp_peers; /* some peer is reached over TCP (host buffers) */
     size_t halving_min_bytes, halving_max_bytes; /* auto: halving.c's all-reduce between these */
+    size_t doubling_max_bytes; /* auto: recursive doubling (halving.c) up to this, over the network */
     /* The hierarchical all-reduce (hier.c): auto considers it from this many bytes; it
      * cuts a message into slices of about this many; per size class (log2 of the bytes)
      * the measured times (0: not yet; [0] ring, [1] hierarchical) and the choice (0: not
@@ -251,6 +253,6 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->device = src->device;
 }
 
-enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4 };
+enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5 };
 
 #endif

@@ -20,6 +20,9 @@
 # otherwise take the one-shot path), plus small shared-memory slots (a message spans many);
 # RINGLET_ALGO=halving (recursive halving and doubling all-reduce) at P = 1..5 (3 and 5:
 # positions that pair up first), floating-point results checked identical on every rank;
+# RINGLET_ALGO=doubling (recursive doubling all-reduce) at P = 1..5 (3 and 5: positions that
+# pair up first; 16 KiB chunks at 3, so that a step spans several), floats identical on
+# every rank too, and at P = 3 on device buffers;
 # P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
 # large count too); P = 4 --phase 1 with RINGLET_BOARD_BYTES=40 (over shared memory, a
 # one-shot call through the board up to 40 bytes, messages above: both in one communicator;
@@ -81,7 +84,12 @@ if [ -z "$SAN" ]; then
 2|RINGLET_ALGO=halving|--colls allreduce --max-count 30011
 3|RINGLET_ALGO=halving|--colls allreduce --max-count 100003
 4|RINGLET_ALGO=halving|--colls allreduce --max-count 100003
-5|RINGLET_ALGO=halving RINGLET_CHUNK_SIZE=16384|--colls allreduce --max-count 100003"
+5|RINGLET_ALGO=halving RINGLET_CHUNK_SIZE=16384|--colls allreduce --max-count 100003
+1|RINGLET_ALGO=doubling|--colls allreduce --max-count 1009
+2|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011
+3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384|--colls allreduce --max-count 30011
+4|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011
+5|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011"
     TIMEOUT=900
 else
     case "$SAN" in
@@ -96,7 +104,9 @@ else
 5|$SENV RINGLET_ALGO=oneshot|$LARGE
 8|$SENV|$LARGE
 3|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
-4|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce"
+4|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
+3|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce
+4|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce"
     TIMEOUT=1800
 fi
 
@@ -121,7 +131,8 @@ if [ -z "$SAN" ]; then
 3|RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
 4|$JIT RINGLET_DEVICE_REDUCE=copy|$DLARGE
 5|RINGLET_ALGO=oneshot|--max-count 30011
-5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003"
+5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003
+3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384 $JIT|--colls allreduce --max-count 30011"
 else
     case "$SAN" in
     *thread*) DLARGE="--max-count 16411 --quick" ;;
