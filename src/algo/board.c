@@ -57,9 +57,11 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     for (int i = 0; i < nsend; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_SEND, (size_t)i);
     if (pub_bytes) memcpy(slot[me][s].data, pub, pub_bytes);
     atomic_store_explicit(&slot[me][s].seq, w.seq, memory_order_release);
+    /* Wakes the peers that sleep (rl_bell_ring_sleeper's pairing, with one fence for all). */
+    atomic_thread_fence(memory_order_seq_cst);
     for (int q = 0; q < P; q++) {
         rl_bell *b = q != me ? rl_doorbell_peer(c, q) : NULL;
-        if (b) rl_bell_ring_sleeper(b);
+        if (b && atomic_load(&b->sleepers)) rl_bell_ring(b);
     }
 
     double last = 0; /* when a peer last marked; the clock is read only while waiting */

@@ -275,7 +275,11 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
             break;
         }
     }
-    rl_treq sreq[ONESHOT_MAX_PEERS], rreq[ONESHOT_MAX_PEERS];
+    /* The messages' requests live in the communicator: 2 x 64 of them (1.6 KB each) on the
+     * stack spread every call over 50 pages. */
+    if (!board && !c->oneshot_treqs && !(c->oneshot_treqs = calloc(2 * (size_t)(P - 1), sizeof(rl_treq))))
+        return snprintf(err, RL_MSG_MAX, "%s: out of memory for requests", rl_op_name(r->kind)), RINGLET_ERR_SYSTEM;
+    rl_treq *sreq = c->oneshot_treqs, *rreq = board ? NULL : c->oneshot_treqs + (P - 1);
     rc = board ? board_exchange(c, r, input, ns ? pub_bytes : 0, ns, v, nr, err)
                : exchange(c, r, s, ns, v, nr, sreq, rreq, err);
     if (rc) return rc;

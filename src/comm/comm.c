@@ -145,8 +145,10 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
     rl_doorbell_close(c);
     rl_devcomm_fini(c);
     free(c->slots);
+    free(c->oneshot_treqs);
     free(c->temp);
     free(c->temp2);
+    c->oneshot_treqs = NULL;
     c->slots = c->temp = c->temp2 = NULL;
     c->temp_size = c->temp2_size = 0;
 }

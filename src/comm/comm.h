@@ -211,6 +211,7 @@ struct ringlet_comm {
     uint64_t seq;
 
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
+    rl_treq *oneshot_treqs; /* the one-shot exchange's requests: 2 (P - 1), made on first use */
     char *temp;       /* grown on demand: partial results of reduce_scatter / reduce */
     size_t temp_size;
     char *temp2;      /* grown on demand: the scaled input of a pre-multiplied sum */
