@@ -92,7 +92,8 @@ static db_page *peer_page(struct ringlet_comm *c, int peer) {
             if (fd < 0 && open_errno == ENOENT) /* the rank has left (it unlinks its bell): nobody to wake */
                 RL_INFO(c->rank, "rank %d's doorbell %s is gone (the rank has left)", peer, name);
             else
-                RL_WARN(c->rank, "cannot ring rank %d's doorbell %s (%s): waits on it poll instead", peer, name,
+                RL_WARN(c->rank, "cannot map rank %d's doorbell %s (%s): waits on it poll instead, and calls through the "
+                                 "board fail", peer, name,
                         fd < 0 ? strerror(open_errno) : m == MAP_FAILED && whole ? strerror(errno) : "not this job's");
         }
     }

@@ -41,7 +41,7 @@ typedef struct {
 
 static int poll_for(void *arg) {
     wait_for *w = arg;
-    return (w->ready && w->ready(w->arg)) || comm_poll(w->c);
+    return w->ready ? w->ready(w->arg) : comm_poll(w->c);
 }
 
 /* pause: polls in a pause loop before the waiter starts yielding its core between polls
