@@ -266,6 +266,7 @@ static const char *const env_bad[][2] = {
     {"RINGLET_ALGO", "tree"},          {"RINGLET_HIER_MIN_BYTES", "-1"},
     {"RINGLET_HIER_SLICE_BYTES", "x"}, {"RINGLET_ONESHOT_BYTES", "2G"},
     {"RINGLET_HALVING_MIN_BYTES", "-1"}, {"RINGLET_HALVING_MAX_BYTES", "lots"},
+    {"RINGLET_DOUBLING_MAX_BYTES", "-4"}, {"RINGLET_BOARD_BYTES", "32K"},
     {"RINGLET_ONESHOT_MAX_RANKS", "1"}, {"RINGLET_INLINE", "2"},
     {"RINGLET_TRACE_MAX", "-3"},       {"RINGLET_NSOCKS_PERPEER", "0"},
     {"RINGLET_REDUCE_THREADS", "many"}, {"RINGLET_REDUCE_MIN_BYTES", "8"},
