@@ -16,7 +16,7 @@
  *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
  *   lifecycle --late-peer [--count C]
  *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
- *       --abort-thread), run with RINGLET_TIMEOUT=2: it must fail with
+ *       --abort-thread), run with RINGLET_TIMEOUT=5: it must fail with
  *       RINGLET_ERR_TIMEOUT, naming rank 1 and the all-reduce, within 30 s.
  *   lifecycle --abort-init
  *       one process, no launcher: inits that wait for peers who never come are stopped

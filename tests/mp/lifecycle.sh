@@ -9,7 +9,7 @@
 #     as many cycles): the two workers must run in every cycle and be gone after it;
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed);
-#   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=2: it fails with a timeout
+#   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
 #   - inits stopped from another thread through a stop token (rank 0 waiting for a rank
 #     that never joins, rank 1 in a handshake rank 0 never answers, a token fired early).
@@ -48,8 +48,8 @@ one "reduction threads over tcp: $((N / 5)) init/destroy, $((M / 5)) init/abort 
     --reduce-workers 2
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
-one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=2 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
-one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=2 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
+one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
+one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
     echo "ok:   inits stopped through a stop token"
     sed 's/^/      /' "$TMP/out" | grep OK
