@@ -44,8 +44,9 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     char cerr[RL_ERR_MAX] = "";
     ringlet_result_t rc = RINGLET_SUCCESS;
     rl_board_slot *slot[RL_BOARD_MAX_RANKS];
+    rl_bell *bell[RL_BOARD_MAX_RANKS];
     for (int q = 0; q < P && !rc; q++)
-        if (!(slot[q] = rl_doorbell_board(c, q))) {
+        if (!(slot[q] = rl_doorbell_board(c, q, &bell[q]))) {
             rc = RINGLET_ERR_SYSTEM;
             snprintf(cerr, sizeof cerr, "rank %d's board (its doorbell's shared memory) cannot be mapped", q);
         }
@@ -59,10 +60,8 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     atomic_store_explicit(&slot[me][s].seq, w.seq, memory_order_release);
     /* Wakes the peers that sleep (rl_bell_ring_sleeper's pairing, with one fence for all). */
     atomic_thread_fence(memory_order_seq_cst);
-    for (int q = 0; q < P; q++) {
-        rl_bell *b = q != me ? rl_doorbell_peer(c, q) : NULL;
-        if (b && atomic_load(&b->sleepers)) rl_bell_ring(b);
-    }
+    for (int q = 0; q < P; q++)
+        if (q != me && atomic_load(&bell[q]->sleepers)) rl_bell_ring(bell[q]);
 
     double last = 0; /* when a peer last marked; the clock is read only while waiting */
     int seen = 0;

@@ -143,14 +143,20 @@ static ringlet_result_t pair_out(struct ringlet_comm *c, const struct ringlet_re
     return run_step(c, r, mem, q - 1, &back, err);
 }
 
+/* The largest power of two not above P: the places that run the steps. */
+static int pow2_below(int P) {
+    int p2 = 1;
+    while (p2 * 2 <= P) p2 *= 2;
+    return p2;
+}
+
 /* The ring position of the rank at place pv among the p2. */
 static int place_pos(int pv, int extra) { return pv < extra ? 2 * pv + 1 : pv + extra; }
 
 ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     int P = c->nranks;
     size_t es = ringlet_datatype_size(r->dtype), n = r->count;
-    int p2 = 1;
-    while (p2 * 2 <= P) p2 *= 2;
+    int p2 = pow2_below(P);
     int extra = P - p2; /* positions 0 .. 2 extra - 1 pair up */
     size_t cb = rl_chunk_for(c, n * es / 2), ce = cb / es ? cb / es : 1; /* the largest step: half */
     char *out = r->recvbuf;
@@ -201,8 +207,7 @@ int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request 
 ringlet_result_t rl_run_doubling(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     int P = c->nranks;
     size_t es = ringlet_datatype_size(r->dtype), n = r->count, bytes = n * es;
-    int p2 = 1;
-    while (p2 * 2 <= P) p2 *= 2;
+    int p2 = pow2_below(P);
     int extra = P - p2;
     size_t cb = rl_chunk_for(c, bytes), ce = cb / es ? cb / es : 1;
     char *out = r->recvbuf;

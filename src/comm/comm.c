@@ -79,9 +79,9 @@ static void build_ring(struct ringlet_comm *c) {
         }
 }
 
-/* Which transports carry host buffers to the peers, and the board's limit, from what every
- * rank published: the same on every rank. */
-static void board_setup(struct ringlet_comm *c) {
+/* Which transports carry host buffers to the peers (some over TCP: tcp_peers), and the
+ * board's limit, from what every rank published: the same on every rank. */
+static void peer_transports_setup(struct ringlet_comm *c) {
     size_t b = c->nranks > 1 ? RL_BOARD_BYTES : 0;
     int all_shm = 1;
     c->tcp_peers = 0;
@@ -280,7 +280,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
         }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);
-        board_setup(c);
+        peer_transports_setup(c);
         /* More ranks than cores here: a waiter yields at once, since the rank it waits
          * for may need this core to run at all. Otherwise a caller's wait on peers polls
          * without yielding (rl_comm_wait_peer: with a CPU hog beside two ranks on two

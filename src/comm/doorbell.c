@@ -106,9 +106,9 @@ rl_bell *rl_doorbell_peer(void *comm, int peer) {
     return p ? &p->bell : NULL;
 }
 
-rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer) {
-    if (c->db && peer == c->rank) return c->db->own->board;
-    db_page *p = peer_page(c, peer);
+rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer, rl_bell **bell) {
+    db_page *p = c->db && peer == c->rank ? c->db->own : peer_page(c, peer);
+    *bell = p ? &p->bell : NULL;
     return p ? p->board : NULL;
 }
 

@@ -28,9 +28,9 @@ void rl_doorbell_open(struct ringlet_comm *c);
 /* The doorbell of peer (a rank of this host), mapped on first use; NULL if it has none
  * or it cannot be mapped. comm is the communicator (rl_transport_init's bell_arg). */
 rl_bell *rl_doorbell_peer(void *comm, int peer);
-/* The two board slots of peer (this rank's own for c->rank), mapped on first use; NULL
- * if it has none or they cannot be mapped. */
-rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer);
+/* The two board slots of peer (this rank's own for c->rank), mapped on first use, and
+ * in *bell its doorbell; NULL (both) if it has none or they cannot be mapped. */
+rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer, rl_bell **bell);
 /* Unmaps the peers' doorbells and removes this rank's. */
 void rl_doorbell_close(struct ringlet_comm *c);
 
