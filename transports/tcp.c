@@ -8,15 +8,16 @@
  * header carrying the message's total length, so a receive posted with another length
  * fails on both sides instead of corrupting data.
  *
- * Small messages skip the thread (one part of at most TCP_INLINE_MAX bytes, on a socket
- * whose thread has nothing queued or under way): the posting thread sends it with
- * non-blocking sendmsg calls (the thread sends whatever the socket buffer did not take), and a
- * receive is tried at once, then read by whoever waits on the communicator (progress(),
- * polled as shared memory is), so a reply costs no thread switch. A socket has one owner
- * at a time, decided under its mutex: its thread (a part queued or under way) or the
- * pollers (the one receive in inl). A later message on that socket, or a waiter about to
- * sleep (park()), hands that receive to the thread, which goes on where the pollers
- * stopped and rings the bell when done.
+ * Messages of one part of at most RINGLET_TCP_INLINE_BYTES skip the thread while it has
+ * nothing of the socket's: the posting thread moves what the socket takes at once
+ * (non-blocking sendmsg/recvmsg), and whoever waits on the communicator moves the rest
+ * (progress(), polled as shared memory is), so a reply costs no thread switch. A socket's
+ * queue of parts has one owner at a time, decided under its mutex: nobody (empty), the
+ * pollers, or its thread. A message for the thread (larger, or striped), or a waiter about
+ * to sleep (park()), hands the whole queue to the thread, which goes on where the pollers
+ * stopped and rings the bell when done. The limit's default: 64 KiB where each socket
+ * thread has a core of its own, no limit where the host has fewer cores than that (there
+ * a thread's wake-ups cost more than they move in parallel).
  *
  * Connection set-up: the connecting side sends a hello per socket (its rank, the
  * target rank, the socket index, the target listener's id from its blob, a nonce and an
@@ -46,7 +47,7 @@
 #define TCP_MAX_SOCKS RL_TCP_MAX_SOCKS
 #define TCP_MIN_PART (64 * 1024)
 #define TCP_MAGIC RL_TCP_MAGIC
-#define TCP_INLINE_MAX (64 * 1024) /* largest message the posting or waiting thread moves itself */
+#define TCP_INLINE_MAX (64 * 1024) /* RINGLET_TCP_INLINE_BYTES where socket threads have cores */
 
 struct tcp_part {
     struct tcp_part *next;
@@ -59,6 +60,10 @@ struct tcp_part {
 
 struct tcp_conn;
 
+/* Who moves a socket's queue: nobody (empty, thread idle), the waiters' polls, its thread
+ * (until it finds the queue empty). */
+enum { SOCK_IDLE, SOCK_POLLERS, SOCK_THREAD };
+
 struct tcp_sock {
     int fd;
     struct tcp_conn *conn;
@@ -66,12 +71,11 @@ struct tcp_sock {
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* Under mu: the thread's queue, whether it moves a part now, and the receive the
-     * pollers own (only while the queue is empty and the thread idle; read without mu
-     * to skip sockets that have none). */
+    /* Under mu: the parts posted and not yet moved, in order (the thread takes the one it
+     * moves off the queue first), and who moves them (SOCK_*; read without mu to skip
+     * sockets the pollers do not own). */
     struct tcp_part *head, *tail;
-    int busy;
-    _Atomic(struct tcp_part *) inl;
+    atomic_int owner;
     atomic_int quit; /* written under mu, read without it by conn_stopped */
 };
 
@@ -83,11 +87,12 @@ struct tcp_ctx {
     struct sockaddr_storage addr;
     int nsocks;
     int bufsize;
+    size_t inline_max; /* largest message the posting or waiting thread moves itself */
     int *pending_fds; /* [peer * nsocks + index]: accepted, not yet claimed */
     int *peer_nsocks; /* [peer]: sockets the peer's connection uses (from its hellos), 0 = none yet */
     pthread_mutex_t mu;      /* guards conns; taken before a socket's mu */
-    struct tcp_conn *conns;  /* receiving connections: where pollers look */
-    atomic_int ninl;         /* sockets with a receive in inl */
+    struct tcp_conn *conns;  /* where pollers look */
+    atomic_int npolled;      /* sockets the pollers own */
 };
 
 struct tcp_conn {
@@ -212,17 +217,54 @@ static void part_run(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     }
 }
 
-/* Hands the pollers' receive to the thread (caller holds s->mu). It goes first: it was
- * posted before anything queued behind it. */
-static void inline_to_thread(struct tcp_sock *s) {
-    struct tcp_part *p = atomic_load_explicit(&s->inl, memory_order_relaxed);
-    if (!p) return;
-    atomic_store(&s->inl, NULL);
-    atomic_fetch_sub(&s->conn->ctx->ninl, 1);
-    p->next = s->head;
-    s->head = p;
-    if (!s->tail) s->tail = p;
+/* Gives the socket's queue to its thread (caller holds s->mu). */
+static void to_thread(struct tcp_sock *s) {
+    if (atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_POLLERS)
+        atomic_fetch_sub(&s->conn->ctx->npolled, 1);
+    atomic_store(&s->owner, SOCK_THREAD);
     pthread_cond_signal(&s->cv);
+}
+
+/* A part that must not move (the communicator stopped, or the stream broke): failed, 1. */
+static int part_refused(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
+    if (atomic_load(c->ctx->in.stop)) {
+        part_fail(c, p, RL_IO_STOPPED, 0);
+        return 1;
+    }
+    if (!conn_stopped(c, s)) return 0;
+    rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: connection no longer usable",
+                 c->is_send ? "send to" : "receive from", c->peer);
+    return 1;
+}
+
+/* The pollers' turn (caller holds s->mu, the pollers own the queue): moves parts in order
+ * until the socket would block. Returns the parts that ended (linked by next), to be
+ * finished without the mutex; an empty queue is nobody's. */
+static struct tcp_part *pollers_step(struct tcp_conn *c, struct tcp_sock *s) {
+    struct tcp_part *ended = NULL, **last = &ended;
+    while (s->head) {
+        struct tcp_part *p = s->head;
+        if (!part_refused(c, s, p) && part_step(c, s, p) == STEP_AGAIN) return ended;
+        s->head = p->next;
+        if (!s->head) s->tail = NULL;
+        p->next = NULL;
+        *last = p;
+        last = &p->next;
+    }
+    atomic_store(&s->owner, SOCK_IDLE);
+    atomic_fetch_sub(&c->ctx->npolled, 1);
+    return ended;
+}
+
+/* Finishes the parts pollers_step returned; 1 if there were any. */
+static int finish_ended(struct tcp_conn *c, struct tcp_part *p) {
+    int any = p != NULL;
+    while (p) {
+        struct tcp_part *next = p->next; /* p may be reused once finished */
+        part_finish(c, p);
+        p = next;
+    }
+    return any;
 }
 
 static void *sock_thread(void *arg) {
@@ -230,34 +272,39 @@ static void *sock_thread(void *arg) {
     struct tcp_conn *c = s->conn;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        s->busy = 0;
-        while (!s->head && !atomic_load(&s->quit)) pthread_cond_wait(&s->cv, &s->mu);
-        struct tcp_part *p = s->head;
+        int mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD;
+        if (mine && !s->head) atomic_store(&s->owner, SOCK_IDLE), mine = 0; /* done with what it had */
+        while (!mine && !atomic_load(&s->quit)) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD && s->head;
+        }
+        struct tcp_part *p = mine ? s->head : NULL;
         if (p) {
             s->head = p->next;
             if (!s->head) s->tail = NULL;
         }
-        s->busy = p != NULL;
         pthread_mutex_unlock(&s->mu);
         if (!p) break; /* quit, nothing left */
-        if (conn_stopped(c, s))
-            rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: connection no longer usable",
-                         c->is_send ? "send to" : "receive from", c->peer);
-        else
-            part_run(c, s, p);
+        if (!part_refused(c, s, p)) part_run(c, s, p);
         part_finish(c, p);
     }
     return NULL;
 }
 
-/* Sockets per peer when RINGLET_NSOCKS_PERPEER is unset: enough streams to use the
- * cores, counting a sending and a receiving thread per socket for every rank on this
- * host (LOCAL_WORLD_SIZE as torchrun and ringlet-run set it, or Open MPI's), 1 to 8. */
-static int default_nsocks(void) {
+/* Cores per pair of socket threads (a sending and a receiving one) of every rank on this
+ * host (LOCAL_WORLD_SIZE as torchrun and ringlet-run set it, or Open MPI's); 0: fewer
+ * cores than that. */
+static long cores_per_socket_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long local = rl_env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
     if (!local) local = rl_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, 1 << 20);
-    long n = cores / (2 * (local > 0 ? local : 1));
+    return cores / (2 * (local > 0 ? local : 1));
+}
+
+/* Sockets per peer when RINGLET_NSOCKS_PERPEER is unset: enough streams to use the
+ * cores, 1 to 8. */
+static int default_nsocks(void) {
+    long n = cores_per_socket_threads();
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
@@ -268,6 +315,9 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     memcpy(ctx->secret, in->secret, 32);
     ctx->nsocks = (int)rl_env_int("RINGLET_NSOCKS_PERPEER", default_nsocks(), 1, TCP_MAX_SOCKS);
     ctx->bufsize = (int)rl_env_int("RINGLET_SOCKET_BUFSIZE", 0, 0, 1 << 30);
+    ctx->inline_max = (size_t)rl_env_int("RINGLET_TCP_INLINE_BYTES",
+                                         cores_per_socket_threads() >= 1 ? TCP_INLINE_MAX : RL_TCP_INLINE_NOLIMIT, 0,
+                                         RL_TCP_INLINE_NOLIMIT);
     ctx->addr = *(const struct sockaddr_storage *)in->local_addr;
     rl_sockaddr_set_port(&ctx->addr, 0);
     socklen_t len;
@@ -330,12 +380,10 @@ static ringlet_result_t conn_start(struct tcp_conn *c, char *err) {
         }
         s->started = 1;
     }
-    if (!c->is_send) {
-        pthread_mutex_lock(&c->ctx->mu);
-        c->next = c->ctx->conns;
-        c->ctx->conns = c;
-        pthread_mutex_unlock(&c->ctx->mu);
-    }
+    pthread_mutex_lock(&c->ctx->mu);
+    c->next = c->ctx->conns;
+    c->ctx->conns = c;
+    pthread_mutex_unlock(&c->ctx->mu);
     return RINGLET_SUCCESS;
 }
 
@@ -355,8 +403,7 @@ static void tcp_close(void *connp) {
         if (s->started) {
             pthread_mutex_lock(&s->mu);
             atomic_store(&s->quit, 1);
-            inline_to_thread(s); /* which fails it, as everything still queued */
-            pthread_cond_signal(&s->cv);
+            to_thread(s); /* which fails everything still queued */
             pthread_mutex_unlock(&s->mu);
             pthread_join(s->thread, NULL);
             pthread_mutex_destroy(&s->mu);
@@ -468,28 +515,28 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
     return RINGLET_SUCCESS;
 }
 
-/* Posts part p on socket s. small: the message is this one part, small enough that the
- * caller may move it itself, which it does when the socket is idle; the rest (a send
- * the socket buffer did not take whole) or anything else goes to the thread, behind
- * whatever it has, and a receive the pollers hold goes to it first. */
-static void post_part(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p, int small) {
+/* Queues part p on socket s. inl: the message is this one part, small enough for the
+ * callers to move it: unless the thread has the socket, the pollers take it (this
+ * thread moves what the socket takes now); otherwise the thread gets the queue. */
+static void post_part(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p, int inl) {
     p->next = NULL;
+    struct tcp_part *ended = NULL;
     pthread_mutex_lock(&s->mu);
-    int mine = small && !s->head && !s->busy && !atomic_load_explicit(&s->inl, memory_order_relaxed) &&
-               !conn_stopped(c, s);
-    int r = mine ? part_step(c, s, p) : STEP_AGAIN;
-    if (r == STEP_AGAIN && mine && !c->is_send) {
-        atomic_store(&s->inl, p); /* the waiters read the rest */
-        atomic_fetch_add(&c->ctx->ninl, 1);
-    } else if (r == STEP_AGAIN) {
-        inline_to_thread(s);
-        if (s->tail) s->tail->next = p;
-        else s->head = p;
-        s->tail = p;
-        pthread_cond_signal(&s->cv);
+    if (s->tail) s->tail->next = p;
+    else s->head = p;
+    s->tail = p;
+    int owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
+    if (inl && owner != SOCK_THREAD && !conn_stopped(c, s)) {
+        if (owner == SOCK_IDLE) {
+            atomic_store(&s->owner, SOCK_POLLERS);
+            atomic_fetch_add(&c->ctx->npolled, 1);
+        }
+        ended = pollers_step(c, s);
+    } else {
+        to_thread(s);
     }
     pthread_mutex_unlock(&s->mu);
-    if (r != STEP_AGAIN) part_finish(c, p);
+    finish_ended(c, ended);
 }
 
 static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *req) {
@@ -515,8 +562,8 @@ static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *re
         parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, 0};
         off += n;
     }
-    int small = nparts == 1 && len <= TCP_INLINE_MAX;
-    for (int i = 0; i < nparts; i++) post_part(c, &c->socks[(first + i) % c->nsocks], &parts[i], small);
+    int inl = nparts == 1 && len <= c->ctx->inline_max;
+    for (int i = 0; i < nparts; i++) post_part(c, &c->socks[(first + i) % c->nsocks], &parts[i], inl);
     return RINGLET_SUCCESS;
 }
 
@@ -530,52 +577,41 @@ static ringlet_result_t tcp_irecv(void *conn, void *buf, size_t len, void *mr, r
     return tcp_post(conn, buf, len, req);
 }
 
-/* A poller's turn at socket s's receive, if it has one and nobody else holds the
- * socket: RL_PROGRESS_MOVED when the receive ended (done or failed). */
+/* A poller's turn at socket s, if the pollers own it and nobody else holds it now:
+ * RL_PROGRESS_MOVED when a part ended (done or failed). */
 static int sock_poll(struct tcp_conn *c, struct tcp_sock *s) {
-    if (!atomic_load_explicit(&s->inl, memory_order_relaxed) || pthread_mutex_trylock(&s->mu) != 0) return 0;
-    struct tcp_part *p = atomic_load_explicit(&s->inl, memory_order_relaxed);
-    int r = STEP_AGAIN;
-    if (p && atomic_load(c->ctx->in.stop)) {
-        part_fail(c, p, RL_IO_STOPPED, 0);
-        r = STEP_FAILED;
-    } else if (p) {
-        r = part_step(c, s, p);
-    }
-    if (r != STEP_AGAIN) {
-        atomic_store(&s->inl, NULL);
-        atomic_fetch_sub(&c->ctx->ninl, 1);
-    }
+    if (atomic_load_explicit(&s->owner, memory_order_relaxed) != SOCK_POLLERS || pthread_mutex_trylock(&s->mu) != 0)
+        return 0;
+    struct tcp_part *ended = NULL;
+    if (atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_POLLERS) ended = pollers_step(c, s);
     pthread_mutex_unlock(&s->mu);
-    if (r == STEP_AGAIN) return 0;
-    part_finish(c, p);
-    return RL_PROGRESS_MOVED;
+    return finish_ended(c, ended) ? RL_PROGRESS_MOVED : 0;
 }
 
-/* Reads the receives the pollers hold; RL_PROGRESS_POLL while some are left. */
+/* Moves the parts the pollers own; RL_PROGRESS_POLL while some are left. */
 static int tcp_progress(void *ctxp) {
     struct tcp_ctx *ctx = ctxp;
-    if (!atomic_load_explicit(&ctx->ninl, memory_order_relaxed)) return 0;
+    if (!atomic_load_explicit(&ctx->npolled, memory_order_relaxed)) return 0;
     int moved = 0;
     if (pthread_mutex_trylock(&ctx->mu) == 0) { /* else another thread polls them now */
         for (struct tcp_conn *c = ctx->conns; c; c = c->next)
             for (int i = 0; i < c->nsocks; i++) moved |= sock_poll(c, &c->socks[i]);
         pthread_mutex_unlock(&ctx->mu);
     }
-    return moved | (atomic_load_explicit(&ctx->ninl, memory_order_relaxed) ? RL_PROGRESS_POLL : 0);
+    return moved | (atomic_load_explicit(&ctx->npolled, memory_order_relaxed) ? RL_PROGRESS_POLL : 0);
 }
 
-/* A waiter is going to sleep: the threads take the receives over, and ring the bell. */
+/* A waiter is going to sleep: the threads take the pollers' parts over, and ring the bell. */
 static void tcp_park(void *ctxp) {
     struct tcp_ctx *ctx = ctxp;
-    if (!atomic_load_explicit(&ctx->ninl, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&ctx->npolled, memory_order_relaxed)) return;
     pthread_mutex_lock(&ctx->mu);
     for (struct tcp_conn *c = ctx->conns; c; c = c->next)
         for (int i = 0; i < c->nsocks; i++) {
             struct tcp_sock *s = &c->socks[i];
-            if (!atomic_load_explicit(&s->inl, memory_order_relaxed)) continue;
+            if (atomic_load_explicit(&s->owner, memory_order_relaxed) != SOCK_POLLERS) continue;
             pthread_mutex_lock(&s->mu);
-            inline_to_thread(s);
+            if (atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_POLLERS) to_thread(s);
             pthread_mutex_unlock(&s->mu);
         }
     pthread_mutex_unlock(&ctx->mu);

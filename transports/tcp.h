@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #define RL_TCP_MAX_SOCKS 16
+#define RL_TCP_INLINE_NOLIMIT (1LL << 40) /* RINGLET_TCP_INLINE_BYTES: largest value, and no limit */
 #define RL_TCP_MAGIC 0x524c5443u /* "RLTC" */
 
 /* Before every part of a message. */

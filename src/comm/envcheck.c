@@ -64,6 +64,7 @@ static const var_t vars[] = {
     /* transports */
     {.name = "RINGLET_NSOCKS_PERPEER", .kind = K_INT, .lo = 1, .hi = RL_TCP_MAX_SOCKS},
     {.name = "RINGLET_SOCKET_BUFSIZE", .kind = K_INT, .lo = 0, .hi = GIB},
+    {.name = "RINGLET_TCP_INLINE_BYTES", .kind = K_INT, .lo = 0, .hi = RL_TCP_INLINE_NOLIMIT},
     {.name = "RINGLET_SHM_SLOT_SIZE", .kind = K_INT, .lo = RL_SHM_SLOT_MIN, .hi = RL_SHM_SLOT_MAX},
     {.name = "RINGLET_SHM_NSLOTS", .kind = K_INT, .lo = RL_SHM_NSLOTS_MIN, .hi = RL_SHM_NSLOTS_MAX},
     {.name = "RINGLET_SHM_DISABLE", .kind = K_BOOL},

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # TCP small messages moved by the calling threads, mixed with large ones on the same
-# connections (tests/mp/tcp_inline.c), every byte checked: P = 2; P = 3 with 3 sockets per
-# peer; P = 2 with RINGLET_SPIN_US=0 (waiters hand their receives to the socket threads at
-# once); and a length mismatch on the inline path (100 / 200 bytes) and on the thread's
-# (300000 / 200000): the receiver fails naming both lengths and the sender, the sender's
+# connections (tests/mp/tcp_inline.c), every byte checked: P = 2 (on a host with fewer
+# cores than 2 per rank, as CI's, every one-part message is the callers'); P = 2 with
+# RINGLET_TCP_INLINE_BYTES=64K (a host with cores for the socket threads: larger ones are
+# the threads'); P = 3 with 3 sockets per peer; P = 2 with RINGLET_SPIN_US=0 (waiters hand
+# their receives to the socket threads at once); and a length mismatch on the inline path
+# (100 / 200 bytes) and on the thread's (300000 / 200000, under the 64 KiB limit):
+# the receiver fails naming both lengths and the sender, the sender's
 # next receive fails naming the receiver. As root, also --two-comms (an irecv on one
 # communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
@@ -36,10 +39,11 @@ one() { # name P args... (environment before the name; WRAP: a command to run th
     fi
 }
 one "P=2" 2 --seed 1
+RINGLET_TCP_INLINE_BYTES=65536 one "P=2, RINGLET_TCP_INLINE_BYTES=64K" 2 --seed 7
 RINGLET_NSOCKS_PERPEER=3 one "P=3, 3 sockets per peer" 3 --seed 2
 RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
-one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
+RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     cat >"$TMP/smallbuf" <<'EOF2'
 #!/usr/bin/env bash
