@@ -6,10 +6,12 @@
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
  * rank (from the seed): sizes from 0 bytes to past a 1 MiB point-to-point piece, mostly
- * small, some just under, at and over the transport's 64 KiB inline limit. A round posts
+ * small, some just under, at and over 64 KiB (RINGLET_TCP_INLINE_BYTES's default where
+ * socket threads have cores; tcp_inline.sh runs both that and no limit). A round posts
  * every receive, then every send, non-blocking, and waits for them in a shuffled order
- * (polling with test for some); so small receives are read by waiters, and a large
- * message posted behind a small receive takes that receive over to the socket thread.
+ * (polling with test for some); so small receives are read by waiters, and (under the
+ * 64 KiB limit) a large message posted behind a small receive takes the socket's queue
+ * over to its thread.
  * In some rounds the senders sleep a few milliseconds first, so that receivers give up
  * spinning and hand their receives to the threads; other rounds use the blocking calls;
  * between rounds an 8-byte and a 300 KB all-reduce share the connections. Every byte is
