@@ -273,7 +273,10 @@ static void *sock_thread(void *arg) {
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD;
-        if (mine && !s->head) atomic_store(&s->owner, SOCK_IDLE), mine = 0; /* done with what it had */
+        if (mine && !s->head) { /* done with what it had */
+            atomic_store(&s->owner, SOCK_IDLE);
+            mine = 0;
+        }
         while (!mine && !atomic_load(&s->quit)) {
             pthread_cond_wait(&s->cv, &s->mu);
             mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD && s->head;
@@ -302,21 +305,19 @@ static long cores_per_socket_threads(void) {
 }
 
 /* Sockets per peer when RINGLET_NSOCKS_PERPEER is unset: enough streams to use the
- * cores, 1 to 8. */
-static int default_nsocks(void) {
-    long n = cores_per_socket_threads();
-    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
-}
+ * cores (n: cores_per_socket_threads), 1 to 8. */
+static int default_nsocks(long n) { return n < 1 ? 1 : n > 8 ? 8 : (int)n; }
 
 static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void *blob, size_t *bloblen, char *err) {
     struct tcp_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
     ctx->in = *in;
     memcpy(ctx->secret, in->secret, 32);
-    ctx->nsocks = (int)rl_env_int("RINGLET_NSOCKS_PERPEER", default_nsocks(), 1, TCP_MAX_SOCKS);
+    long per = cores_per_socket_threads();
+    ctx->nsocks = (int)rl_env_int("RINGLET_NSOCKS_PERPEER", default_nsocks(per), 1, TCP_MAX_SOCKS);
     ctx->bufsize = (int)rl_env_int("RINGLET_SOCKET_BUFSIZE", 0, 0, 1 << 30);
     ctx->inline_max = (size_t)rl_env_int("RINGLET_TCP_INLINE_BYTES",
-                                         cores_per_socket_threads() >= 1 ? TCP_INLINE_MAX : RL_TCP_INLINE_NOLIMIT, 0,
+                                         per >= 1 ? TCP_INLINE_MAX : RL_TCP_INLINE_NOLIMIT, 0,
                                          RL_TCP_INLINE_NOLIMIT);
     ctx->addr = *(const struct sockaddr_storage *)in->local_addr;
     rl_sockaddr_set_port(&ctx->addr, 0);

@@ -18,7 +18,7 @@
  *   transport wakes a peer process that may be waiting by ringing its doorbell
  *   (rl_transport_init's peer_bell) when it hands the peer data or room.
  *   A transport with threads may have progress too, with park (TCP): progress then
- *   moves what a polling waiter can take sooner than a thread would (a small receive,
+ *   moves what a polling waiter can take sooner than a thread would (messages it moves
  *   without a thread switch), and park hands that back to the threads.
  *
  * Deadlines and failures: a transport stops waiting as soon as *stop (owned by the

@@ -15,10 +15,10 @@
 enum { RL_POLLED_ALWAYS = 1, RL_POLLED_ON_DEMAND = 2 };
 #define RL_POLLED_TP(id) (4 << (id))
 
-/* Hands what only polling would move (a small TCP receive) to the transports' threads:
- * before a waiter sleeps, and after posting a request nobody may wait on soon (an irecv
- * the progress thread posted), so that it completes while no thread polls this
- * communicator. */
+/* Hands what only polling would move (TCP messages the callers move) to the transports'
+ * threads: before a waiter sleeps, and after posting a request nobody may wait on soon (an
+ * isend or irecv the progress thread posted), so that it completes while no thread polls
+ * this communicator. */
 void rl_comm_park(struct ringlet_comm *c);
 /* Wakes waiters (transport completions, finished operations); arg is the comm. */
 void rl_comm_notify(void *comm);

@@ -106,8 +106,8 @@ static void *progress_thread(void *arg) {
             /* Posted and left to the waiter, so that sends and receives overlap. */
             ringlet_result_t rc = rl_p2p_post(c, r);
             if (rc) finish(c, r, rc);
-            /* Its owner may block on another communicator before it waits: a receive
-             * left for pollers would then never be read, and its sender might stall. */
+            /* Its owner may block on another communicator before it waits: a message
+             * left for pollers would then never move, and its peer might stall. */
             rl_comm_park(c);
         } else if (partner) {
             char err[RL_MSG_MAX], perr[RL_MSG_MAX];
