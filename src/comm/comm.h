@@ -193,6 +193,7 @@ struct ringlet_comm {
     double spin_s;      /* how long a waiter polls such transports before it sleeps */
     unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */
     unsigned peer_pause; /* the same for waits on peers (rl_comm_wait_peer); UINT_MAX: never yields */
+    atomic_int naps;     /* waits left that sleep at once when a peer shares the core (wait.c) */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -19,7 +20,8 @@ typedef struct {
     rl_bell bell; /* first: the owner sleeps on it */
     _Alignas(64) uint32_t magic;
     int32_t rank;
-    uint8_t tag[32]; /* HMAC(secret, name) */
+    _Atomic int32_t core; /* 1 + the core the owner last waited on (0: not known) */
+    uint8_t tag[32];      /* HMAC(secret, name) */
     rl_board_slot board[2];
 } db_page;
 #define DB_BYTES sizeof(db_page)
@@ -31,6 +33,8 @@ struct rl_doorbell {
     pthread_mutex_t mu;            /* mapping peers */
     _Atomic(db_page *) *peers;     /* per rank, mapped on first use */
     unsigned char *failed;         /* per rank: mapping failed once (warned) */
+    db_page **mapped;              /* the peers' pages mapped so far, in the order they were */
+    atomic_int nmapped;
 };
 
 static void tag_of(const uint8_t secret[32], const char *name, uint8_t out[32]) {
@@ -42,15 +46,16 @@ void rl_doorbell_open(struct ringlet_comm *c) {
     if (!d) return;
     d->peers = calloc((size_t)c->nranks, sizeof *d->peers);
     d->failed = calloc((size_t)c->nranks, 1);
+    d->mapped = calloc((size_t)c->nranks, sizeof *d->mapped);
     pthread_mutex_init(&d->mu, NULL);
-    int fd = -1, e = d->peers && d->failed ? rl_shmseg_create("bell", DB_BYTES, d->name, &fd) : ENOMEM;
+    int fd = -1, e = d->peers && d->failed && d->mapped ? rl_shmseg_create("bell", DB_BYTES, d->name, &fd) : ENOMEM;
     void *m = MAP_FAILED;
     if (!e && (m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (m == MAP_FAILED) {
         RL_INFO(c->rank, "no shared doorbell (%s): peers of this host will poll", strerror(e));
         if (fd >= 0) shm_unlink(d->name), close(fd);
         pthread_mutex_destroy(&d->mu);
-        free(d->peers), free(d->failed), free(d);
+        free(d->peers), free(d->failed), free(d->mapped), free(d);
         return;
     }
     d->own = m;
@@ -86,6 +91,9 @@ static db_page *peer_page(struct ringlet_comm *c, int peer) {
         if (m != MAP_FAILED && m->magic == DB_MAGIC && m->rank == peer && !memcmp(m->tag, tag, 32)) {
             p = m;
             atomic_store_explicit(&d->peers[peer], p, memory_order_release);
+            int n = atomic_load_explicit(&d->nmapped, memory_order_relaxed);
+            d->mapped[n] = p;
+            atomic_store_explicit(&d->nmapped, n + 1, memory_order_release);
         } else {
             if (m != MAP_FAILED) munmap(m, DB_BYTES);
             d->failed[peer] = 1;
@@ -112,6 +120,18 @@ rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer, rl_bell **bel
     return p ? p->board : NULL;
 }
 
+int rl_doorbell_core_shared(struct ringlet_comm *c) {
+    struct rl_doorbell *d = c->db;
+    int core = sched_getcpu() + 1; /* glibc reads it from rseq: no system call */
+    if (!d || core <= 0) return 0;
+    if (atomic_load_explicit(&d->own->core, memory_order_relaxed) != core)
+        atomic_store_explicit(&d->own->core, core, memory_order_relaxed);
+    int n = atomic_load_explicit(&d->nmapped, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&d->mapped[i]->core, memory_order_relaxed) == core) return 1;
+    return 0;
+}
+
 void rl_doorbell_close(struct ringlet_comm *c) {
     struct rl_doorbell *d = c->db;
     if (!d) return;
@@ -124,6 +144,6 @@ void rl_doorbell_close(struct ringlet_comm *c) {
     shm_unlink(d->name);
     close(d->lock_fd);
     pthread_mutex_destroy(&d->mu);
-    free(d->peers), free(d->failed), free(d);
+    free(d->peers), free(d->failed), free(d->mapped), free(d);
     c->db = NULL;
 }

@@ -31,6 +31,11 @@ rl_bell *rl_doorbell_peer(void *comm, int peer);
 /* The two board slots of peer (this rank's own for c->rank), mapped on first use, and
  * in *bell its doorbell; NULL (both) if it has none or they cannot be mapped. */
 rl_board_slot *rl_doorbell_board(struct ringlet_comm *c, int peer, rl_bell **bell);
+/* Records in this rank's doorbell the core the calling thread runs on, and says whether a
+ * peer of this host (one whose doorbell this rank mapped) last recorded the same core
+ * while it waited: then that peer cannot run while this thread spins there. 0 without a
+ * doorbell. */
+int rl_doorbell_core_shared(struct ringlet_comm *c);
 /* Unmaps the peers' doorbells and removes this rank's. */
 void rl_doorbell_close(struct ringlet_comm *c);
 

@@ -1,8 +1,10 @@
 #include "wait.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <time.h>
 
+#include "doorbell.h"
 #include "util.h"
 
 void rl_comm_notify(void *arg) {
@@ -44,6 +46,22 @@ static int poll_for(void *arg) {
     return w->ready ? w->ready(w->arg) : comm_poll(w->c);
 }
 
+enum { RL_NAP_WAITS = 1024 };
+
+/* For a waiter whose peer shares its core: yields to it and returns 1, or returns 0 when
+ * this wait should sleep instead. */
+static int yield_to_peer(struct ringlet_comm *c) {
+    if (atomic_load_explicit(&c->naps, memory_order_relaxed) > 0) {
+        atomic_fetch_sub_explicit(&c->naps, 1, memory_order_relaxed);
+        return 0;
+    }
+    double t = rl_now();
+    sched_yield();
+    if (rl_now() - t <= c->spin_s) return 1;
+    atomic_store_explicit(&c->naps, RL_NAP_WAITS, memory_order_relaxed);
+    return 0;
+}
+
 /* pause: polls in a pause loop before the waiter starts yielding its core between polls
  * (UINT_MAX: never); the whole poll lasts at most spin_s either way. */
 static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
@@ -57,6 +75,14 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
          * The clock is read every 64 rounds, from the 64th (most replies come sooner). */
         int always = (polled & RL_POLLED_ALWAYS) || ready;
         if (!always) pause = 0;
+        /* A peer that last waited on this thread's core cannot answer while this thread
+         * spins there (two ranks and a CPU hog on two cores: each wait spun its whole
+         * spin_s, 60 us a call): yield at every round then, which hands the core to that
+         * peer (2.5 us a call). A yield that kept this thread off the core for longer than
+         * spin_s gave the core to a third process (a hog on the same core: 700 us a call):
+         * then such waits sleep at once, this one and the next RL_NAP_WAITS (12 us). */
+        int spin_only = pause == UINT_MAX;
+        int shared = spin_only && rl_doorbell_core_shared(c);
         double until = 0;
         int busy = 0;
         for (unsigned n = 0;; n++) {
@@ -65,12 +91,18 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
             if (!always && !(p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) break;
-            if (n < pause) rl_cpu_relax();
-            else sched_yield();
+            if (shared) {
+                if (!yield_to_peer(c)) break;
+            } else if (n < pause) {
+                rl_cpu_relax();
+            } else {
+                sched_yield();
+            }
             if ((n & 63) == 63) {
                 double now = rl_now();
                 if (until == 0) until = now + c->spin_s;
                 else if (now > until) break;
+                if (spin_only && rl_doorbell_core_shared(c)) shared = 1;
             }
         }
         if (busy) {
