@@ -81,6 +81,8 @@ int main(int argc, char **argv)
     sigset_t wait_mask;
     setup_signals(&wait_mask);
     raise_nofile(nranks);
+    if (opt.bind)
+        plan_binding(nranks);
 
     int64_t t0 = now_ns();
     enum phase phase = RUNNING;

@@ -33,6 +33,7 @@ struct options {
     double timeout; /* seconds; 0 = none */
     double grace;   /* seconds */
     char **argv;    /* PROGRAM ARGS... (NULL-terminated, points into main's argv) */
+    bool bind;      /* --bind cores: each rank on its own share of the allowed cores */
 };
 
 /* Parses the command line into *o; exits with EXIT_USAGE (a message) or 0 (--help). */
@@ -83,6 +84,10 @@ bool set_common_env(long world);
 bool setenv_long(const char *name, long v);
 /* Make room for two pipes per rank; the ranks get the original limit back. */
 void raise_nofile(long n);
+/* --bind cores: splits the cores this launcher may run on among n ranks, rank r taking
+ * the r-th share (start_rank then binds it there); false (after a message) when there
+ * are fewer cores than ranks, and ranks are then left unbound. */
+bool plan_binding(long n);
 /* Start rank r. Returns 0 or an errno value. */
 int start_rank(long r, char **argv, pid_t launcher);
 

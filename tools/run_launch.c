@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,46 @@ long nranks;
 
 static struct rlimit orig_nofile;
 
+/* --bind cores: the allowed cores, in order, and how many ranks share them (0: unbound) */
+static int bind_cpus[CPU_SETSIZE];
+static long bind_ncpus, bind_nranks;
+
+bool plan_binding(long n)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+        msg("--bind cores: cannot read this process's cores (%s): ranks left unbound", strerror(errno));
+        return false;
+    }
+    bind_ncpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            bind_cpus[bind_ncpus++] = c;
+    if (bind_ncpus < n) {
+        msg("--bind cores: %ld ranks but %ld cores allowed here: ranks left unbound", n, bind_ncpus);
+        return false;
+    }
+    bind_nranks = n;
+    return true;
+}
+
+/* Rank r of bind_nranks on cores [r * n / N, (r + 1) * n / N) of the n allowed. */
+static void bind_rank(long r)
+{
+    if (bind_nranks == 0)
+        return;
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    for (long i = r * bind_ncpus / bind_nranks; i < (r + 1) * bind_ncpus / bind_nranks; i++)
+        CPU_SET(bind_cpus[i], &s);
+    if (sched_setaffinity(0, sizeof s, &s) != 0) {
+        char line[160];
+        int n = snprintf(line, sizeof line, "%s: rank %ld: cannot bind to its cores: %s\n", PROG, r, strerror(errno));
+        if (n > 0)
+            write_all(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    }
+}
+
 static _Noreturn void child_exec(long r, int out_w, int err_w, char **argv)
 {
     restore_signals();
@@ -148,6 +189,7 @@ static _Noreturn void child_exec(long r, int out_w, int err_w, char **argv)
     setenv_long("RANK", r);
     setenv_long("LOCAL_RANK", r);
     setenv_long("ROLE_RANK", r);
+    bind_rank(r);
 
     execvp(argv[0], argv);
     int e = errno;

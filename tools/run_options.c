@@ -11,7 +11,7 @@
 #include "run.h"
 
 static const char usage_line[] =
-    "usage: " PROG " -n N [--timeout S] [--grace S] [--] PROGRAM [ARGS...]\n";
+    "usage: " PROG " -n N [--timeout S] [--grace S] [--bind cores|none] [--] PROGRAM [ARGS...]\n";
 
 static const char help_text[] =
     "Start N local processes of PROGRAM with torchrun's environment and forward their output.\n"
@@ -23,6 +23,11 @@ static const char help_text[] =
     "                             0 or absent: no timeout\n"
     "  --grace S, --grace=S       after the first rank fails, give the others S seconds (default 0)\n"
     "                             to finish on their own before SIGTERM (SIGKILL 3 s later)\n"
+    "  --bind cores|none          cores: split the cores this launcher may use evenly among the ranks,\n"
+    "                             rank r on the r-th share (as mpirun binds 2 ranks to a core each), so\n"
+    "                             that two ranks never wait on one core while another is idle or busy\n"
+    "                             with another job; with fewer cores than ranks, ranks stay unbound\n"
+    "                             (said on stderr). none (the default): the scheduler places them\n"
     "  -h, --help                 this text\n"
     "  --                         end of options; the next word is PROGRAM\n"
     "\n"
@@ -120,6 +125,10 @@ void parse_args(int argc, char **argv, struct options *o)
             o->timeout = parse_seconds("--timeout", v);
         } else if ((v = long_opt_value(argc, argv, &i, "--grace")) != NULL) {
             o->grace = parse_seconds("--grace", v);
+        } else if ((v = long_opt_value(argc, argv, &i, "--bind")) != NULL) {
+            if (strcmp(v, "cores") != 0 && strcmp(v, "none") != 0)
+                usage_error("--bind: '%s' is not 'cores' or 'none'", v);
+            o->bind = strcmp(v, "cores") == 0;
         } else {
             usage_error("unknown option '%s'", a);
         }

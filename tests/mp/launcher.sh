@@ -228,6 +228,8 @@ true
 --bogus -n 2 true
 -n 2 --timeout x true
 -n 2 --grace -1 true
+-n 2 --bind sockets true
+-n 2 --bind
 -n 2 no_such_program_$MARK
 -n 2 /nonexistent/$MARK
 -n 2 $TMP
@@ -264,6 +266,31 @@ n=$(grep -cvE '^\[[0-2]\] ' "$TMP/lines.out")
 n=$(grep -c ' err ' "$TMP/lines.out")
 [ "$n" = 0 ] || { fail "lines: $n stderr lines on stdout"; ok=0; }
 [ $ok = 1 ] && pass "10000 lines per rank on stdout and stderr, long and partial lines, nothing lost"
+
+# --- 10. --bind cores: the allowed cores split among the ranks; more ranks than cores: unbound ---------
+cores=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
+ncores=$(nproc)
+expand() { # a cpu list (0-2,5) as one core per line
+    tr ',' '\n' <<<"$1" | awk -F- '{ hi = NF > 1 ? $2 : $1; for (c = $1; c <= hi; c++) print c }'
+}
+L -n "$ncores" --bind cores sh -c 'echo "$(grep Cpus_allowed_list /proc/self/status | cut -f2)"' >"$TMP/bind.out" 2>"$TMP/bind.err"
+rc=$?
+got=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | while read -r l; do expand "$l"; done | sort -n | tr '\n' ' ')
+want=$(expand "$cores" | sort -n | tr '\n' ' ')
+each=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | while read -r l; do expand "$l" | wc -l; done | sort -u | tr '\n' ' ')
+if [ $rc = 0 ] && [ -n "$cores" ] && [ "$got" = "$want" ] && [ "$each" = "1 " ] && [ ! -s "$TMP/bind.err" ]; then
+    pass "--bind cores: $ncores ranks, one core each, all of $cores"
+else
+    fail "--bind cores: rc=$rc, ranks' cores '$got' (want each once: '$want', one per rank: '$each'), stderr '$(cat "$TMP/bind.err")'"
+fi
+L -n $((ncores + 1)) --bind cores sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$TMP/bind.out" 2>"$TMP/bind.err"
+rc=$?
+n=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | grep -cx -- "$cores")
+if [ $rc = 0 ] && [ "$n" = $((ncores + 1)) ] && grep -q "ranks left unbound" "$TMP/bind.err"; then
+    pass "--bind cores with more ranks than cores: unbound, said on stderr"
+else
+    fail "--bind cores, $((ncores + 1)) ranks: rc=$rc, $n ranks on all of '$cores', stderr '$(cat "$TMP/bind.err")'"
+fi
 
 # The first failing rank's message is always there, before the launcher says it exited
 # (issue 22): every rank of ringlet-perf fails the same way on a flag value it refuses
