@@ -81,6 +81,13 @@ static char *recv_slot(run_t *s, size_t i) {
     return (s->p->host_slots ? s->p->host_slots : s->p->c->slots) + k * s->p->c->chunk_bytes;
 }
 
+/* Host memory: where receive i lands when process reduces it (dst NULL) and the transport
+ * lends nothing: the algorithm's own place for it (recv_into), else a staging slot. */
+static char *host_stage(run_t *s, size_t i) {
+    void *own = s->p->recv_into ? s->p->recv_into(s->p, i) : NULL;
+    return own ? own : recv_slot(s, i);
+}
+
 /* Device work is not announced on the communicator's bell: a waiter that has some
  * outstanding polls, yielding, then sleeping briefly. */
 static void wait_device(struct ringlet_comm *c, unsigned rounds) {
@@ -122,7 +129,7 @@ static int post_receives(run_t *s) {
              * slot), the reduction reads straight from there and saves a copy. */
             s->lent[k] = !dst && s->rconn->tp->irecv_map && !s->rconn->tp->device_memory &&
                          s->rconn->tp->irecv_map(s->rconn->h, bytes, t) == RINGLET_SUCCESS;
-            if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, dst ? dst : recv_slot(s, i), bytes, NULL, t);
+            if (!s->lent[k]) s->rconn->tp->irecv(s->rconn->h, dst ? dst : host_stage(s, i), bytes, NULL, t);
         }
         if (c->trace) s->t_r[k] = rl_now();
         s->posted_r++;
@@ -231,7 +238,7 @@ static int land_receives(run_t *s) {
             s->t_l[k] = t0;
         } else {
             if (!dst) {
-                p->process(p, i, s->lent[k] ? t->mapped : recv_slot(s, i));
+                p->process(p, i, s->lent[k] ? t->mapped : host_stage(s, i));
                 if (tr) rl_trace_span(tr, RL_LANE_REDUCE, "reduce", t0, rl_now(), opname, p->r_recv->seq, (long long)i, bytes, -1);
             }
             if (s->lent[k]) s->rconn->tp->release(s->rconn->h, t);

@@ -61,6 +61,9 @@ struct rl_pipe {
     void (*send_at)(rl_pipe *p, size_t i, const void **src, size_t *bytes);
     /* Receive i (dst NULL) is in slot: reduce it into place through p->mem. */
     void (*process)(rl_pipe *p, size_t i, const void *slot);
+    /* Host memory, optional: where receive i (dst NULL) may land instead of a staging
+     * slot when the transport lends none (NULL: a slot); process then gets it as slot. */
+    void *(*recv_into)(rl_pipe *p, size_t i);
     /* Host memory: the receive staging slots (nslots x chunk_bytes); NULL: the
      * communicator's. Two exchanges that run at once need their own. */
     char *host_slots;
@@ -90,5 +93,6 @@ void rl_ring_allreduce_steps(rl_pipe *p, const struct ringlet_request *r, int P,
 void rl_ring_ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes);
 void rl_ring_ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes);
 void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot);
+void *rl_ring_ar_recv_into(rl_pipe *p, size_t i);
 
 #endif

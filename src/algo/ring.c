@@ -56,6 +56,19 @@ void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot) {
         rl_mem_divide(p->mem, dst, len, p->r->dtype, p->avg_div);
 }
 
+/* Out of place, a reduce-scatter chunk lands where its sum goes (recvbuf, unused until
+ * then) and is reduced there with sendbuf's: no staging slot, so less memory in cache. */
+void *rl_ring_ar_recv_into(rl_pipe *p, size_t i) {
+    void *dst;
+    size_t bytes;
+    if (p->r->sendbuf == p->r->recvbuf) return NULL;
+    rl_ring_ar_recv_at(p, i, &dst, &bytes);
+    if (dst) return NULL;
+    size_t k = (size_t)p->k0 + i / p->g.nc, off, len;
+    rl_geom_chunk(&p->g, mod((long long)p->q - (long long)k - 1, p->P), i % p->g.nc, &off, &len);
+    return at(p->r->recvbuf, &p->g, off);
+}
+
 void rl_ring_allreduce_steps(rl_pipe *p, const struct ringlet_request *r, int P, int q, int k0, int nsteps,
                              int avg_div, size_t chunk_bytes) {
     p->r = r;
@@ -73,6 +86,7 @@ void rl_ring_allreduce_steps(rl_pipe *p, const struct ringlet_request *r, int P,
     p->recv_at = rl_ring_ar_recv_at;
     p->send_at = rl_ring_ar_send_at;
     p->process = rl_ring_ar_process;
+    p->recv_into = rl_ring_ar_recv_into;
 }
 
 /* ---- reduce-scatter: partial results live in work, the last step writes recvbuf ---- */
