@@ -5,10 +5,12 @@
 # variables perf/compare set (OUT, CSV, HERE, META_*, ringlet_list, peer_list, MISSING, ...).
 # ---------------------------------------------------------------- summary ---------------------------------
 # summary.csv: ranks,peer,kind,bytes,runs,ok,wrong,best,median (busbw for bw, time_us for lat);
-# ringlet's out-of-place form (Open MPI's driver is out-of-place too; Gloo's is in-place)
+# ringlet-<t> is ringlet's out-of-place form, ringlet-<t>@ip its in-place form (Open MPI's driver
+# is out-of-place, Gloo's in-place: each is compared with ringlet's form of the same kind)
 SUM="$OUT/summary.csv"
-awk -F, 'NR > 1 && !($3 ~ /^ringlet-/ && $8 == "ip") {
-        k = $2 "," $3 "," $9 "," $4; runs[k]++
+awk -F, 'NR > 1 {
+        peer = ($3 ~ /^ringlet-/ && $8 == "ip") ? $3 "@ip" : $3
+        k = $2 "," peer "," $9 "," $4; runs[k]++
         if ($7 == "OK") { v = ($9 == "lat") ? $5 : $6; n = ++ok[k]; val[k, n] = v }
         if ($7 == "WRONG") wrong[k]++
     }
@@ -31,6 +33,7 @@ awk -F, 'NR > 1 && !($3 ~ /^ringlet-/ && $8 == "ip") {
 table() {
     local cols=("${ringlet_list[@]}")
     local p
+    for p in "${ringlet_list[@]}"; do cols+=("$p@ip"); done
     for p in "${peer_list[@]}"; do [[ -z "${MISSING[$p]:-}" ]] && cols+=("$p"); done
     echo "# perf/compare: all-reduce float32 sum, $META_DATE"
     echo "# host $META_HOST, $META_NPROC CPUs ($META_CPU), $META_MEM, $META_KERNEL"
@@ -41,7 +44,8 @@ table() {
     for p in "${!MISSING[@]}"; do echo "# missing: $p: ${MISSING[$p]}"; done
     echo "# cells: median / best over the passes with a checked, correct result; (k/N) when only k of N"
     echo "#   passes gave one, '!' when a result was wrong, '-' when none. busbw = algbw x 2(n-1)/n in GB/s"
-    echo "#   (1e9 B/s). ringlet: out-of-place (ringlet-perf's first form); Open MPI out-of-place; Gloo in-place."
+    echo "#   (1e9 B/s). ringlet-<t>: out-of-place (ringlet-perf's first form), ringlet-<t>@ip: in place (its"
+    echo "#   second); Open MPI's driver is out-of-place, Gloo's in place: ratios take ringlet's form of the same kind."
     awk -F, -v cols="${cols[*]}" -v ranks="$RANKS" -v def="$DEFAULT" -v passes="$PASSES" \
         -v gmin="$GOAL_MIN" -v gband="$GOAL_BAND" -v latb="$LAT_B" -v shm_mpi="$SHM_MPI_MIN" -v ceil="$SHM_CEILING" \
         -v cfrac="$CEILING_FRAC" -v tcp_mpi="$TCP_MPI_MIN" -v tcp_gloo="$TCP_GLOO_MIN" -v lat_mpi="$LAT_MPI_MIN" \
@@ -61,6 +65,9 @@ table() {
         return s
     }
     function m(r, p, b, kind,   k) { k = r SUBSEP p SUBSEP kind SUBSEP b; return (k in med && ok[k] > 0) ? med[k] + 0 : "" }
+    # ringlet row who against peer: its in-place form against Gloo (whose driver is in place)
+    function form(who, peer) { return (peer ~ /^gloo/ && who ~ /^ringlet-/ && who !~ /@ip$/) ? who "@ip" : who }
+    function mf(r, who, peer, b, kind) { return m(r, form(who, peer), b, kind) }
     function ratio(x, y) { return (x == "" || y == "" || y == 0) ? "" : x / y }
     function fr(x) { return x == "" ? "-" : sprintf("%.2f", x) }
     function verdict(x, lim) { return x == "" ? "n/a" : (x >= lim ? "PASS" : "MISS") }
@@ -128,7 +135,8 @@ table() {
                 b = S[si]
                 printf "%-6s %-9s", r, hs(b)
                 for (h = 1; h <= nh; h++) {
-                    x = m(r, HA[h], b, "bw"); y = (HB[h] == "best") ? bestpeer(r, b, "bw") : m(r, HB[h], b, "bw")
+                    y = (HB[h] == "best") ? bestpeer(r, b, "bw") : m(r, HB[h], b, "bw")
+                    x = mf(r, HA[h], HB[h] == "best" ? bestname : HB[h], b, "bw")
                     printf rpad(H[h]), fr(ratio(x, y))
                 }
                 bestpeer(r, b, "bw"); printf "   %s\n", bestname == "" ? "-" : bestname
@@ -136,7 +144,8 @@ table() {
             if ((r SUBSEP def SUBSEP "lat" SUBSEP latb) in runs) {
                 printf "%-6s %-9s", r, hs(latb) " lat"
                 for (h = 1; h <= nh; h++) {
-                    x = m(r, HA[h], latb, "lat"); y = (HB[h] == "best") ? bestpeer(r, latb, "lat") : m(r, HB[h], latb, "lat")
+                    y = (HB[h] == "best") ? bestpeer(r, latb, "lat") : m(r, HB[h], latb, "lat")
+                    x = mf(r, HA[h], HB[h] == "best" ? bestname : HB[h], latb, "lat")
                     printf rpad(H[h]), fr(ratio(y, x))
                 }
                 bestpeer(r, latb, "lat"); printf "   %s\n", bestname == "" ? "-" : bestname
@@ -155,21 +164,21 @@ table() {
             if ((r in CEIL) && m(r, def, big, "bw") != "")
                 goal(sprintf("%d ranks, 64 MiB busbw: %s / shm ceiling %s GB/s", r, def, CEIL[r]), ratio(m(r, def, big, "bw"), CEIL[r]), cfrac, nok(r, def, big, "bw"))
             y = bestpeer(r, big, "bw")
-            goal(sprintf("%d ranks, 64 MiB busbw: %s / best peer (%s)", r, def, bestname == "" ? "-" : bestname), ratio(m(r, def, big, "bw"), y), gmin, nok(r, def, big, "bw"))
+            goal(sprintf("%d ranks, 64 MiB busbw: %s / best peer (%s)", r, form(def, bestname), bestname == "" ? "-" : bestname), ratio(mf(r, def, bestname, big, "bw"), y), gmin, nok(r, def, big, "bw"))
             if (tcp != "") for (i = 1; i <= nc; i++) if (c[i] == "mpi-tcp" || c[i] == "gloo")
-                goal(sprintf("%d ranks, 64 MiB busbw: %s / %s", r, tcp, c[i]), ratio(m(r, tcp, big, "bw"), m(r, c[i], big, "bw")), c[i] == "gloo" ? tcp_gloo : tcp_mpi, nok(r, tcp, big, "bw"))
+                goal(sprintf("%d ranks, 64 MiB busbw: %s / %s", r, form(tcp, c[i]), c[i]), ratio(mf(r, tcp, c[i], big, "bw"), m(r, c[i], big, "bw")), c[i] == "gloo" ? tcp_gloo : tcp_mpi, nok(r, tcp, big, "bw"))
         }
         r = R[1]; for (ri = 1; ri <= nr; ri++) if (R[ri] == 2) r = 2
         for (i = 1; i <= nc; i++) {
             if (c[i] != "mpi-shm" && c[i] != "gloo") continue
             if (!((r SUBSEP def SUBSEP "lat" SUBSEP latb) in runs)) continue
-            goal(sprintf("%d ranks, %d B latency: time %s / time %s", r, latb, c[i], def), ratio(m(r, c[i], latb, "lat"), m(r, def, latb, "lat")), c[i] == "gloo" ? lat_gloo : lat_mpi, nok(r, def, latb, "lat"))
+            goal(sprintf("%d ranks, %d B latency: time %s / time %s", r, latb, c[i], form(def, c[i])), ratio(m(r, c[i], latb, "lat"), mf(r, def, c[i], latb, "lat")), c[i] == "gloo" ? lat_gloo : lat_mpi, nok(r, def, latb, "lat"))
         }
         for (ri = 1; ri <= nr; ri++) {
             r = R[ri]; worst = ""; wsz = ""; lo = ""; hi = ""; gaps = 0
             for (si = 1; si <= ns; si++) {
                 b = S[si]; if (b < 4096 || b > 268435456) continue
-                x = ratio(m(r, def, b, "bw"), bestpeer(r, b, "bw"))
+                y = bestpeer(r, b, "bw"); x = ratio(mf(r, def, bestname, b, "bw"), y)
                 if (x == "") { gaps++; continue }
                 if (lo == "") lo = b
                 hi = b
@@ -196,17 +205,17 @@ table() {
         if (!(havecol[a] && havecol[b])) return
         w = ""; wsz = ""; n = 0; gaps = 0
         if (latb >= from) {
-            x = ratio(m(r, b, latb, "lat"), m(r, a, latb, "lat"))
+            x = ratio(m(r, b, latb, "lat"), mf(r, a, b, latb, "lat"))
             if (x == "") gaps++; else { n++; w = x; wsz = hs(latb) " lat" }
         }
         for (si = 1; si <= ns; si++) {
             if (S[si] < from) continue
-            x = ratio(m(r, a, S[si], "bw"), m(r, b, S[si], "bw"))
+            x = ratio(mf(r, a, b, S[si], "bw"), m(r, b, S[si], "bw"))
             if (x == "") { gaps++; continue }
             n++
             if (w == "" || x < w) { w = x; wsz = hs(S[si]) }
         }
-        goal(sprintf("%d ranks, %s: worst %s / %s (at %s)%s", r, what, a, b, wsz == "" ? "-" : wsz, gaps ? ", gaps" : ""), w, lim, n ? 3 : 0)
+        goal(sprintf("%d ranks, %s: worst %s / %s (at %s)%s", r, what, form(a, b), b, wsz == "" ? "-" : wsz, gaps ? ", gaps" : ""), w, lim, n ? 3 : 0)
     }' "$SUM"
 }
 table | tee "$OUT/table.txt"
