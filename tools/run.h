@@ -85,9 +85,9 @@ bool setenv_long(const char *name, long v);
 /* Make room for two pipes per rank; the ranks get the original limit back. */
 void raise_nofile(long n);
 /* --bind cores: splits the cores this launcher may run on among n ranks, rank r taking
- * the r-th share (start_rank then binds it there); false (after a message) when there
- * are fewer cores than ranks, and ranks are then left unbound. */
-bool plan_binding(long n);
+ * the r-th share (start_rank then binds it there); with fewer cores than ranks, says so
+ * and leaves them unbound. */
+void plan_binding(long n);
 /* Start rank r. Returns 0 or an errno value. */
 int start_rank(long r, char **argv, pid_t launcher);
 

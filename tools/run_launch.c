@@ -134,12 +134,12 @@ static struct rlimit orig_nofile;
 static int bind_cpus[CPU_SETSIZE];
 static long bind_ncpus, bind_nranks;
 
-bool plan_binding(long n)
+void plan_binding(long n)
 {
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
         msg("--bind cores: cannot read this process's cores (%s): ranks left unbound", strerror(errno));
-        return false;
+        return;
     }
     bind_ncpus = 0;
     for (int c = 0; c < CPU_SETSIZE; c++)
@@ -147,10 +147,9 @@ bool plan_binding(long n)
             bind_cpus[bind_ncpus++] = c;
     if (bind_ncpus < n) {
         msg("--bind cores: %ld ranks but %ld cores allowed here: ranks left unbound", n, bind_ncpus);
-        return false;
+        return;
     }
     bind_nranks = n;
-    return true;
 }
 
 /* Rank r of bind_nranks on cores [r * n / N, (r + 1) * n / N) of the n allowed. */

@@ -59,12 +59,8 @@ void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot) {
 /* Out of place, a reduce-scatter chunk lands where its sum goes (recvbuf, unused until
  * then) and is reduced there with sendbuf's: no staging slot, so less memory in cache. */
 void *rl_ring_ar_recv_into(rl_pipe *p, size_t i) {
-    void *dst;
-    size_t bytes;
-    if (p->r->sendbuf == p->r->recvbuf) return NULL;
-    rl_ring_ar_recv_at(p, i, &dst, &bytes);
-    if (dst) return NULL;
     size_t k = (size_t)p->k0 + i / p->g.nc, off, len;
+    if (p->r->sendbuf == p->r->recvbuf || k >= (size_t)(p->P - 1)) return NULL; /* all-gather: in place anyway */
     rl_geom_chunk(&p->g, mod((long long)p->q - (long long)k - 1, p->P), i % p->g.nc, &off, &len);
     return at(p->r->recvbuf, &p->g, off);
 }

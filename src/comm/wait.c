@@ -78,9 +78,9 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
         /* A peer that last waited on this thread's core cannot answer while this thread
          * spins there (two ranks and a CPU hog on two cores: each wait spun its whole
          * spin_s, 60 us a call): yield at every round then, which hands the core to that
-         * peer (2.5 us a call). A yield that kept this thread off the core for longer than
+         * peer (2.7 us a call). A yield that kept this thread off the core for longer than
          * spin_s gave the core to a third process (a hog on the same core: 700 us a call):
-         * then such waits sleep at once, this one and the next RL_NAP_WAITS (12 us). */
+         * then such waits sleep at once, this one and the next RL_NAP_WAITS (10 us a call). */
         int spin_only = pause == UINT_MAX;
         int shared = spin_only && rl_doorbell_core_shared(c);
         double until = 0;
