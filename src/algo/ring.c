@@ -25,13 +25,20 @@ static char *at(const void *buf, const rl_geom *g, size_t off) { return (char *)
 
 /* ---- all-reduce: steps p->k0 + i / nc (a sub-range of the steps: hier.c) ---- */
 
-void rl_ring_ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
-    size_t k = (size_t)p->k0 + i / p->g.nc, j = i % p->g.nc, off, len;
+/* Receive i: its step (returned) and its chunk's element offset and length. Reduce-scatter
+ * step k receives segment q-k-1, all-gather step k segment q-(k-(P-1)). */
+static size_t ar_recv_chunk(const rl_pipe *p, size_t i, size_t *off, size_t *len) {
+    size_t k = (size_t)p->k0 + i / p->g.nc;
     int P = p->P, steps = P - 1;
     int seg = k < (size_t)steps ? mod((long long)p->q - (long long)k - 1, P) : mod((long long)p->q - (long long)(k - steps), P);
-    rl_geom_chunk(&p->g, seg, j, &off, &len);
+    rl_geom_chunk(&p->g, seg, i % p->g.nc, off, len);
+    return k;
+}
+
+void rl_ring_ar_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
+    size_t off, len, k = ar_recv_chunk(p, i, &off, &len);
     *bytes = len * p->g.es;
-    *dst = k < (size_t)steps ? NULL : at(p->r->recvbuf, &p->g, off);
+    *dst = k < (size_t)(p->P - 1) ? NULL : at(p->r->recvbuf, &p->g, off);
 }
 
 void rl_ring_ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
@@ -45,11 +52,9 @@ void rl_ring_ar_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
 }
 
 void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot) {
-    size_t k = (size_t)p->k0 + i / p->g.nc, j = i % p->g.nc, off, len;
+    size_t off, len, k = ar_recv_chunk(p, i, &off, &len);
     int P = p->P;
     if (k >= (size_t)(P - 1)) return; /* all-gather: landed in place */
-    int seg = mod((long long)p->q - (long long)k - 1, P);
-    rl_geom_chunk(&p->g, seg, j, &off, &len);
     char *dst = at(p->r->recvbuf, &p->g, off);
     rl_mem_reduce(p->mem, dst, at(p->r->sendbuf, &p->g, off), slot, len, p->r->dtype, p->r->op);
     if (k == (size_t)(P - 2) && p->r->op == RINGLET_AVG && p->avg_div)
@@ -59,9 +64,8 @@ void rl_ring_ar_process(rl_pipe *p, size_t i, const void *slot) {
 /* Out of place, a reduce-scatter chunk lands where its sum goes (recvbuf, unused until
  * then) and is reduced there with sendbuf's: no staging slot, so less memory in cache. */
 void *rl_ring_ar_recv_into(rl_pipe *p, size_t i) {
-    size_t k = (size_t)p->k0 + i / p->g.nc, off, len;
+    size_t off, len, k = ar_recv_chunk(p, i, &off, &len);
     if (p->r->sendbuf == p->r->recvbuf || k >= (size_t)(p->P - 1)) return NULL; /* all-gather: in place anyway */
-    rl_geom_chunk(&p->g, mod((long long)p->q - (long long)k - 1, p->P), i % p->g.nc, &off, &len);
     return at(p->r->recvbuf, &p->g, off);
 }
 
