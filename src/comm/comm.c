@@ -5,6 +5,7 @@
  * which sits above this layer and so is started and stopped there, not here. */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,27 @@ static void host_id(uint8_t out[16]) {
     uint8_t h[32];
     rl_sha256(buf, strlen(buf), h);
     memcpy(out, h, 16);
+}
+
+/* 1 + the one core this thread may run on, 0 when it may run on several (or unknown). */
+static int32_t one_core(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return 0;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) return i + 1;
+    return 0;
+}
+
+/* Whether every rank of this host was bound to one core at init, each to its own: then
+ * no rank of the job needs the core a waiter runs on. */
+static int bound_alone(const struct ringlet_comm *c) {
+    const rl_rank_info *me = &c->infos[c->rank];
+    if (!me->core) return 0;
+    for (int q = 0; q < c->nranks; q++)
+        if (q != c->rank && !memcmp(c->infos[q].hostid, me->hostid, 16) &&
+            (!c->infos[q].core || c->infos[q].core == me->core))
+            return 0;
+    return 1;
 }
 
 /* Ring order: hosts in order of their lowest rank, ranks of a host side by side, so
@@ -265,6 +287,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();
+    c->infos[rank].core = one_core();
     host_id(c->infos[rank].hostid);
     if (rc == RINGLET_SUCCESS) {
         rc = rl_boot_exchange(c, t, err);
@@ -288,6 +311,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
          * 2.4 us to 17.7 us, the hog getting the core for its time slice), and other
          * waits yield after 256 rounds. */
         int over = c->local_size > sysconf(_SC_NPROCESSORS_ONLN);
+        c->bound_alone = bound_alone(c);
         c->spin_pause = over ? 0 : 256;
         c->peer_pause = over ? 0 : UINT_MAX;
         c->pool = rl_reduce_pool_new(rank, rthreads, c->local_size, rmin, c->spin_s);

@@ -28,6 +28,7 @@ typedef struct rl_rank_info {
     char bell_name[RL_BELL_NAME_MAX]; /* its doorbell (doorbell.h), "" when it has none */
     int32_t check;                    /* RINGLET_CHECK (must be the same on every rank) */
     uint32_t board_bytes;             /* RINGLET_BOARD_BYTES, 0 without a doorbell (doorbell.h) */
+    int32_t core;                     /* 1 + the one core it may run on at init (ringlet-run --bind), 0: several */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */
@@ -194,6 +195,7 @@ struct ringlet_comm {
     unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */
     unsigned peer_pause; /* the same for waits on peers (rl_comm_wait_peer); UINT_MAX: never yields */
     atomic_int naps;     /* waits left that sleep at once when a peer shares the core (wait.c) */
+    int bound_alone;     /* every rank of this host may run on one core only, each on its own (wait.c) */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;

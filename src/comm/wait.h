@@ -34,6 +34,8 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
  * threads of its own, the poll never yields (comm->peer_pause): a yield can hand the core
  * to another job for a whole time slice. */
 void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms);
+/* How many times the calling thread's waits have yielded its core between polls (tests). */
+unsigned long rl_wait_yields(void);
 /* The same, for what peers publish in place (the board): returns once ready(arg) says it
  * is there, which it asks while polling and once more before sleeping (a peer that
  * publishes rings the bell only when this rank sleeps: rl_bell_ring_sleeper). The
