@@ -39,7 +39,11 @@ table() {
     echo "# host $META_HOST, $META_NPROC CPUs ($META_CPU), $META_MEM, $META_KERNEL"
     echo "# ringlet commit $META_COMMIT; $PASSES interleaved passes; ranks: $RANKS; elapsed ${ELAPSED}s"
     [[ "${HOG:-0}" == 1 ]] && echo "# with a CPU hog (one busy process) running beside every measurement"
-    [[ "${BIND:-none}" == none ]] || echo "# ringlet's ranks: ringlet-run --bind $BIND (Open MPI: mpirun's default binding)"
+    case "${BIND:-}" in
+    "") ;;
+    none) echo "# ringlet's ranks: unbound, BIND=none (Open MPI: mpirun's default binding)" ;;
+    *) echo "# ringlet's ranks: ringlet-run --bind $BIND (Open MPI: mpirun's default binding)" ;;
+    esac
     echo "# peers: ${cols[*]}"
     for p in "${!MISSING[@]}"; do echo "# missing: $p: ${MISSING[$p]}"; done
     echo "# cells: median / best over the passes with a checked, correct result; (k/N) when only k of N"
