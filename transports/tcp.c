@@ -10,14 +10,15 @@
  *
  * Messages of one part of at most RINGLET_TCP_INLINE_BYTES skip the thread while it has
  * nothing of the socket's: the posting thread moves what the socket takes at once
- * (non-blocking sendmsg/recvmsg), and whoever waits on the communicator moves the rest
- * (progress(), polled as shared memory is), so a reply costs no thread switch. A socket's
- * queue of parts has one owner at a time, decided under its mutex: nobody (empty), the
- * pollers, or its thread. A message for the thread (larger, or striped), or a waiter about
- * to sleep (park()), hands the whole queue to the thread, which goes on where the pollers
- * stopped and rings the bell when done. The limit's default: 64 KiB where each socket
- * thread has a core of its own, no limit where the host has fewer cores than that (there
- * a thread's wake-ups cost more than they move in parallel).
+ * (non-blocking sendmsg/recvmsg; a receive of at most 64 KiB waits for the first poll), and
+ * whoever waits on the communicator moves the rest (progress(), polled as shared memory
+ * is), so a reply costs no thread switch. A socket's queue of parts has one owner at a
+ * time, decided under its mutex: nobody (empty), the pollers, or its thread. A message for
+ * the thread (larger, or striped), or a waiter about to sleep (park()), hands the whole
+ * queue to the thread, which goes on where the pollers stopped and rings the bell when
+ * done. The limit's default: 64 KiB where each socket thread has a core of its own, no
+ * limit where the host has fewer cores than that (there a thread's wake-ups cost more than
+ * they move in parallel).
  *
  * Connection set-up: the connecting side sends a hello per socket (its rank, the
  * target rank, the socket index, the target listener's id from its blob, a nonce and an
