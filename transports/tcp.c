@@ -49,6 +49,7 @@
 #define TCP_MIN_PART (64 * 1024)
 #define TCP_MAGIC RL_TCP_MAGIC
 #define TCP_INLINE_MAX (64 * 1024) /* RINGLET_TCP_INLINE_BYTES where socket threads have cores */
+#define TCP_READ_AT_POST (64 * 1024) /* a pollers' receive larger than this is read from its post on */
 
 struct tcp_part {
     struct tcp_part *next;
@@ -537,7 +538,7 @@ static void post_part(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p
          * its receives first): reading now would find nothing, and the system call costs
          * 3-4% of an 8-byte call; the waiter's first poll reads it. A large one is read
          * from now on, so that the sender's stream never stalls on a full socket. */
-        if (c->is_send || p->len > TCP_MIN_PART) ended = pollers_step(c, s);
+        if (c->is_send || p->len > TCP_READ_AT_POST) ended = pollers_step(c, s);
     } else {
         to_thread(s);
     }
