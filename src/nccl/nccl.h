@@ -8,7 +8,9 @@
  *   - several ranks may share one GPU;
  *   - the float8 types are refused (ncclInvalidArgument);
  *   - ncclCommShrink, ncclCommRevoke, the window registration and ncclGroupSimulateEnd
- *     return ncclInvalidUsage with a message saying so.
+ *     return ncclInvalidUsage with a message saying so;
+ *   - of NCCL 2.28's device API (declared below, host side only), the team queries answer
+ *     and the rest return ncclInvalidUsage.
  * With CUDA's headers on the include path it includes cuda_runtime.h, cuda_fp16.h and
  * cuda_bf16.h, as NCCL's does; without them (or with RINGLET_NCCL_NO_CUDA_HEADERS defined),
  * cudaStream_t is declared here (the same type as CUDA's: a pointer to struct CUstream_st). */
@@ -229,6 +231,49 @@ RINGLET_NCCL_FN(ncclResult_t, Recv,
 RINGLET_NCCL_FN(ncclResult_t, GroupStart, (void));
 RINGLET_NCCL_FN(ncclResult_t, GroupEnd, (void));
 RINGLET_NCCL_FN(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t * simInfo));
+
+/* The host side of NCCL 2.28's device API, which NCCL declares in its nccl_device headers,
+ * not in nccl.h. ringlet has no device API (README.md, "NCCL API"): the team queries answer
+ * (the LSA team is the rank alone), the rest answer ncclInvalidUsage. Declared here for
+ * programs built on this header alone; left out where NCCL's device headers are in use or
+ * can be included (CUDA's include folder has them, and RINGLET_NCCL_NO_CUDA_HEADERS is not
+ * defined), as they declare the same calls and define struct ncclTeam themselves. */
+#if defined(__has_include) && !defined(RINGLET_NCCL_NO_CUDA_HEADERS)
+#if __has_include(<nccl_device/core.h>)
+#define RINGLET_NCCL_DEVICE_HEADERS 1
+#endif
+#endif
+#if !defined(RINGLET_NCCL_DEVICE_HEADERS) && !defined(_NCCL_DEVICE_CORE_H_)
+/* A team: nRanks ranks, the caller at rank, each stride world ranks from the next. */
+typedef struct ncclTeam {
+    int nRanks, rank, stride;
+} ncclTeam_t;
+/* Opaque here: ringlet makes none of them and reads none. */
+typedef struct ncclDevComm ncclDevComm_t;
+typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
+typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
+typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
+typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+
+RINGLET_NCCL_FN(ncclResult_t, DevCommCreate,
+                (ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm));
+RINGLET_NCCL_FN(ncclResult_t, DevCommDestroy, (ncclComm_t comm, const ncclDevComm_t *devComm));
+RINGLET_NCCL_FN(ncclTeam_t, TeamWorld, (ncclComm_t comm));
+RINGLET_NCCL_FN(ncclTeam_t, TeamLsa, (ncclComm_t comm));
+RINGLET_NCCL_FN(ncclTeam_t, TeamRail, (ncclComm_t comm));
+RINGLET_NCCL_FN(int, TeamRankToWorld, (ncclComm_t comm, ncclTeam_t team, int rank));
+RINGLET_NCCL_FN(int, TeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank));
+RINGLET_NCCL_FN(ncclResult_t, LsaBarrierCreateRequirement,
+                (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle,
+                 ncclDevResourceRequirements_t *outReq));
+RINGLET_NCCL_FN(ncclResult_t, GinBarrierCreateRequirement,
+                (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle,
+                 ncclDevResourceRequirements_t *outReq));
+RINGLET_NCCL_FN(int, LLA2ACalcSlots, (int maxElts, int maxEltSize));
+RINGLET_NCCL_FN(ncclResult_t, LLA2ACreateRequirement,
+                (int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq));
+#endif
 
 #undef RINGLET_NCCL_FN
 

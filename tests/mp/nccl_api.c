@@ -14,7 +14,8 @@
  *            group of sends and receives with every peer, a group of collectives; split
  *            by parity with keys reversed and NCCL_SPLIT_NOCOLOR; pre-multiplied sums (host
  *            scalar; device scalar on device memory); float8 refused; register and
- *            deregister; the calls ringlet does not provide; finalize, destroy.
+ *            deregister; the calls ringlet does not provide; NCCL 2.28's device API (teams
+ *            from the communicator, ncclDevCommCreate refused); finalize, destroy.
  *   fault    rank 1 aborts while the others call (rank 2 only once it saw rank 1 gone):
  *            their non-blocking all-reduce ends in ncclRemoteError through ncclCommGetAsyncError, their blocking one returns it,
  *            and ncclGetLastError names rank 1.
@@ -35,7 +36,10 @@
 #include <unistd.h>
 
 #include "device.h"
-#include "nccl.h"
+/* By path: in a CUDA build the toolkit's include folder comes before src/nccl on the
+ * command line, and its nccl.h (NVIDIA's, without the device API's host calls) would be
+ * found first; this program is written against ringlet's. */
+#include "../../src/nccl/nccl.h"
 
 static int g_rank, g_P;
 static long g_checks, g_failed;
@@ -437,6 +441,48 @@ static void test_refusals(ncclComm_t c) {
     bfree(b);
 }
 
+/* ---- NCCL 2.28's device API, host side: ringlet's teams, and its refusals ---- */
+static int team_is(ncclTeam_t t, int n, int r, int s) { return t.nRanks == n && t.rank == r && t.stride == s; }
+static void test_device_api(ncclComm_t c) {
+    ncclTeam_t w = ncclTeamWorld(c), l = ncclTeamLsa(c), rail = ncclTeamRail(c);
+    g_checks += 3;
+    if (!team_is(w, g_P, g_rank, 1)) FAIL("ncclTeamWorld: {%d, %d, %d}", w.nRanks, w.rank, w.stride);
+    if (!team_is(l, 1, 0, 1)) FAIL("ncclTeamLsa: {%d, %d, %d} (the rank alone)", l.nRanks, l.rank, l.stride);
+    if (!team_is(rail, g_P, g_rank, 1)) FAIL("ncclTeamRail: {%d, %d, %d}", rail.nRanks, rail.rank, rail.stride);
+    for (int k = 0; k < g_P; k++) {
+        g_checks++;
+        if (ncclTeamRankToWorld(c, w, k) != k || ncclTeamRankToWorld(c, rail, k) != k)
+            FAIL("ncclTeamRankToWorld: team rank %d is world rank %d (rail %d)", k, ncclTeamRankToWorld(c, w, k),
+                 ncclTeamRankToWorld(c, rail, k));
+    }
+    g_checks += 3;
+    if (ncclTeamRankToWorld(c, l, 0) != g_rank) FAIL("ncclTeamRankToWorld(lsa, 0): %d", ncclTeamRankToWorld(c, l, 0));
+    if (ncclTeamRankToLsa(c, w, g_rank) != 0 || ncclTeamRankToLsa(c, l, 0) != 0)
+        FAIL("ncclTeamRankToLsa of the rank itself: %d, %d", ncclTeamRankToLsa(c, w, g_rank), ncclTeamRankToLsa(c, l, 0));
+    if (ncclTeamRankToWorld(c, w, g_P) != -1 || !strstr(ncclGetLastError(c), "out of range"))
+        FAIL("ncclTeamRankToWorld of rank %d: %d (%s)", g_P, ncclTeamRankToWorld(c, w, g_P), ncclGetLastError(c));
+    if (g_P > 1) {
+        g_checks++;
+        if (ncclTeamRankToLsa(c, w, (g_rank + 1) % g_P) != -1 || !strstr(ncclGetLastError(c), "LSA team"))
+            FAIL("ncclTeamRankToLsa of another rank: %d (%s)", ncclTeamRankToLsa(c, w, (g_rank + 1) % g_P),
+                 ncclGetLastError(c));
+    }
+    /* ringlet makes no device communicator: the call says so, through ncclGetLastError */
+    long long dc[64] = {0}; /* room for NCCL's ncclDevComm, opaque in this header */
+    EXPECT(ncclDevCommCreate(c, NULL, (ncclDevComm_t *)(void *)dc), ncclInvalidUsage, -1);
+    g_checks++;
+    if (!strstr(ncclGetLastError(c), "ncclDevCommCreate is not provided by ringlet"))
+        FAIL("ncclDevCommCreate's error says: %s", ncclGetLastError(c));
+    EXPECT(ncclDevCommDestroy(c, (const ncclDevComm_t *)(void *)dc), ncclInvalidUsage, -1);
+    EXPECT(ncclDevCommCreate(NULL, NULL, (ncclDevComm_t *)(void *)dc), ncclInvalidArgument, -1);
+    EXPECT(ncclLsaBarrierCreateRequirement(l, 1, NULL, NULL), ncclInvalidUsage, -1);
+    EXPECT(ncclGinBarrierCreateRequirement(c, rail, 1, NULL, NULL), ncclInvalidUsage, -1);
+    EXPECT(ncclLLA2ACreateRequirement(1, 64, NULL, NULL), ncclInvalidUsage, -1);
+    g_checks += 2;
+    if (ncclLLA2ACalcSlots(64, 8) != -1) FAIL("ncclLLA2ACalcSlots: %d, expected -1", ncclLLA2ACalcSlots(64, 8));
+    if (ncclTeamWorld(NULL).nRanks != 0) FAIL("ncclTeamWorld(NULL) has %d ranks", ncclTeamWorld(NULL).nRanks);
+}
+
 /* rank 0 writes the id (atomically, by rename); the others wait for it (60 s). */
 static int share_id(const char *dir, ncclUniqueId *id) {
     char path[512], tmp[520];
@@ -472,6 +518,7 @@ static void case_all(ncclComm_t c) {
     OK(ncclCommCuDevice(c, &dev));
     g_checks++;
     if (n != g_P || r != g_rank || (D ? dev < 0 : dev != -1)) FAIL("count %d rank %d device %d", n, r, dev);
+    test_device_api(c);
     /* A blocking twin of the non-blocking communicator. */
     ncclComm_t b = NULL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
