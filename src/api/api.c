@@ -162,12 +162,20 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     /* Tracked before it is queued: the progress thread never sees the links change. */
     if (out) rl_comm_track(c, r, 1);
     char err[RL_MSG_MAX];
+    /* Read before the progress thread may free a detached request. */
+    void *stream = r->stream;
+    uint64_t seq = 0;
+    r->seq_out = &seq;
     if ((rc = rl_comm_enqueue(c, r, err))) {
         if (out) rl_comm_track(c, r, 0);
         rl_request_free(r);
         return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
     }
     if (out) *out = r;
+    /* A stream that is not held (RINGLET_STREAM_HOLD=sync): the call returns once its
+     * operation is done. A request reports its failure itself, when waited for. */
+    if (stream && (rc = rl_devcomm_sync(c, &stream, 1, seq, err)) && !out)
+        return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
     return RINGLET_SUCCESS;
 }
 
@@ -360,6 +368,7 @@ ringlet_result_t ringlet_group_end(void) {
             rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
             rl_dev_hold_end();
         }
+        if (!rc) rc = rl_devcomm_sync(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
         if (rc && !first) first = rl_error(held[i].c, rc, "group_end: %s", err);
     }
     for (int i = 0; i < nw; i++) {

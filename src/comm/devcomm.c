@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "failure.h"
 #include "log.h"
 #include "util.h"
 
@@ -182,7 +183,7 @@ static ringlet_result_t make_streams(struct ringlet_comm *c, struct rl_devcomm *
                      "reduce %s; streams held by %s",
             dev, d->name, s->nslots, s->slot_bytes,
             s->reduce_from_copy ? "from device copies of the slots" : "straight from the pinned slots",
-            d->hold_kind(dev));
+            !strcmp(d->hold_kind(dev), "sync") ? "sync (none: a stream call waits for its operation)" : d->hold_kind(dev));
     return RINGLET_SUCCESS;
 }
 
@@ -320,8 +321,15 @@ int rl_devcomm_can_hold(struct ringlet_comm *c) {
     return ok;
 }
 
-/* The event of the stream's work so far, then (unless later) the stream held until the
- * flag reaches seq. Both on the stream's device: an event records only on a stream of
+/* Whether streams of the stream's device are not held on the GPU (device.h: "sync"): the
+ * calling thread waits for the operation instead (rl_devcomm_sync). */
+static int not_held(const rl_device_ops *d, void *stream) {
+    int dev = -1;
+    return d->stream_device(stream, &dev) == RL_DEV_OK && !strcmp(d->hold_kind(dev), "sync");
+}
+
+/* The event of the stream's work so far, then (unless later, or not held) the stream held
+ * until the flag reaches seq. Both on the stream's device: an event records only on a stream of
  * the device it was made on, and a kernel launches only on the current device. */
 static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t seq, int later, void **event,
                                     char *err) {
@@ -336,7 +344,7 @@ static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t
         rc = rl_devcomm_error("an event for the stream", err);
     } else if (d->event_record(ev, stream) != RL_DEV_OK) {
         rc = rl_devcomm_error("recording an event on the stream", err);
-    } else if (!later && d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) {
+    } else if (!later && !not_held(d, stream) && d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) {
         rc = rl_devcomm_error("making the stream wait for the operation", err);
     }
     if (rc && ev) d->event_destroy(ev);
@@ -370,11 +378,34 @@ ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, i
         if (d->stream_device(streams[i], &dev) != RL_DEV_OK || d->get_device(&cur) != RL_DEV_OK ||
             (cur != dev && d->set_device(dev) != RL_DEV_OK))
             return rl_devcomm_error("selecting the stream's device", err);
-        int rc = d->wait_flag(s->flag, seq, streams[i]);
+        int rc = not_held(d, streams[i]) ? RL_DEV_OK : d->wait_flag(s->flag, seq, streams[i]);
         if (cur != dev) d->set_device(cur);
         if (rc != RL_DEV_OK) return rl_devcomm_error("making the stream wait for the group", err);
     }
     return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_devcomm_sync(struct ringlet_comm *c, void *const *streams, int n, uint64_t seq, char *err) {
+    struct rl_devcomm *s = c->dev;
+    int wait = 0;
+    for (int i = 0; s && s->flag && i < n && !wait; i++) wait = not_held(s->d, streams[i]);
+    if (!wait) return RINGLET_SUCCESS;
+    /* The progress thread sets the flag once the operation's device work is done, failed
+     * or not; a communicator that failed still gets the time of one deadline to get there. */
+    double t0 = rl_now(), failed_at = 0;
+    for (unsigned round = 0; (int64_t)(__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) - seq) < 0; round++) {
+        if (!failed_at && atomic_load(&c->failed)) failed_at = rl_now();
+        if (failed_at && rl_now() - failed_at > c->timeout_s)
+            return snprintf(err, RL_MSG_MAX, "the communicator failed and the call's operation did not end within "
+                            "%.0f s", c->timeout_s), RINGLET_ERR_TIMEOUT;
+        if (round < 64 || rl_now() - t0 < 1e-3) sched_yield();
+        else rl_sleep_ms(1);
+    }
+    if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
+    char why[RL_MSG_MAX];
+    ringlet_result_t code = rl_comm_failure(c, why, sizeof why);
+    snprintf(err, RL_MSG_MAX, "the communicator failed: %.400s", why);
+    return code ? code : RINGLET_ERR_REMOTE;
 }
 
 /* ---- the progress thread ---- */

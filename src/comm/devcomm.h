@@ -95,6 +95,11 @@ ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_reque
  * process that share a stream: every communicator's event comes before any hold, or the
  * first hold would keep the others' operations, which it needs, from starting). */
 ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, int n, uint64_t seq, char *err);
+/* Calling thread, after the operation numbered seq was queued and its streams held (no
+ * lock, no section): where a stream's device holds no streams (RINGLET_STREAM_HOLD=sync),
+ * waits until the operation is done, so that the caller's later work on the stream comes
+ * after it; its failure is the communicator's. */
+ringlet_result_t rl_devcomm_sync(struct ringlet_comm *c, void *const *streams, int n, uint64_t seq, char *err);
 /* Progress thread, before an operation on device buffers (r->device >= 0): the thread's
  * current device, and the internal streams waiting for the user's earlier work. */
 ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request *r, struct rl_devcomm **out,

@@ -62,11 +62,14 @@ typedef struct rl_device_ops {
     int (*count)(int *n);
     /* Makes device dev ready for ringlet's work, once per device: every kernel loaded
      * into its context (never lazily behind a held stream), and the way streams are held
-     * chosen (stream memory operations where the device has them, else a spinning
-     * kernel; RINGLET_STREAM_HOLD=memop|kernel forces one). Can synchronise the device:
+     * chosen (backend_ops.inc: stream memory operations where the device has them, a
+     * spinning kernel under MPS or without them, none (sync) with few hardware queues;
+     * RINGLET_STREAM_HOLD=memop|kernel|sync forces one). Can synchronise the device:
      * inside a quiet section. The calling thread's current device is kept. */
     int (*device_ready)(int dev);
-    /* "memop" or "kernel": how device_ready chose to hold streams of dev. */
+    /* "memop", "kernel" or "sync" (streams are not held: a stream call waits on the host
+     * until its operation is done, and wait_flag fails): how device_ready chose to hold
+     * streams of dev. */
     const char *(*hold_kind)(int dev);
     /* The device of a stream (NULL, RINGLET_STREAM_DEFAULT: the current device's). */
     int (*stream_device)(rl_dev_stream_t s, int *dev);

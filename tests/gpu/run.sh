@@ -46,9 +46,9 @@ build|90|-|make -j16: the library with its CUDA kernels (fails if nvcc is here a
 test_kernels-quick|35|gpu|tests/gpu/test_kernels --max-n 262147: device kernels against the CPU ones bit for bit (reduce, divide, many, scale, convert, wait/write flag, last error)
 collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
 collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
-stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, and by a kernel (order)
+stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (sync, order)
 torch-nccl-p2|35|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
-ipc-p4|25|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots
+ipc-p4|25|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1: streams not held)
 ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)
 bench|25|gpu|perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at 256 MiB; PASS at >= 90% of cudaMemcpy D2D
 test_kernels|80|gpu|tests/gpu/test_kernels, --max-n 1000003
@@ -201,7 +201,10 @@ collectives_cuda() {
 }
 step_collectives_p2_ipc() { collectives_cuda ipc RINGLET_COLLECTIVES_PLAN=quick; }
 step_collectives_p2_shm() { collectives_cuda shm RINGLET_COLLECTIVES_PLAN=quick; }
-step_ipc_p4() { collectives_cuda ipc RINGLET_COLLECTIVES_PLAN=quick-p4; }
+step_ipc_p4() {
+    collectives_cuda ipc RINGLET_COLLECTIVES_PLAN=quick-p4 &&
+        collectives_cuda ipc RINGLET_COLLECTIVES_PLAN=quick-p4 CUDA_DEVICE_MAX_CONNECTIONS=1
+}
 step_ipc_p4_mps() { bash tests/gpu/mps.sh env RINGLET_COLLECTIVES_PLAN=quick-p4 RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" \
     RINGLET_TEST_MEMORY=device RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
 step_device_collectives_ipc() { collectives_cuda ipc; }
@@ -209,7 +212,7 @@ step_device_collectives_shm() { collectives_cuda shm; }
 step_device_collectives_tcp() { collectives_cuda tcp; }
 step_device_mps() { bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" RINGLET_TEST_MEMORY=device \
     RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
-step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order bash tests/mp/stream.sh; }
+step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order bash tests/mp/stream.sh; }
 step_device_stream() { cuda_env bash tests/mp/stream.sh; }
 step_device_batch() { cuda_env bash tests/mp/batch.sh; }
 step_device_more() { cuda_env bash tests/mp/more.sh; }

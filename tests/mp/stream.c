@@ -47,6 +47,7 @@
 #include "ringlet.h"
 
 static int g_rank = -1;
+static int g_dev; /* this rank's device */
 static const rl_device_ops *D;
 
 static double now_s(void) {
@@ -96,13 +97,35 @@ static void file_touch(const char *path) {
     if (f) fclose(f);
 }
 
+static const char *const g_names[] = {"allreduce", "iallreduce", "allgather", "broadcast"};
+
+/* out[0, out_n) must be round kind's result at P ranks of n elements each. */
+static void check_result(int kind, int P, size_t n, const uint32_t *out, size_t out_n, const char *when) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < out_n; i++) {
+        uint32_t want;
+        if (kind <= 1) {
+            want = 0;
+            for (int r = 0; r < P; r++) want += input(r, i);
+        } else if (kind == 2) {
+            want = input((int)(i / n), i % n);
+        } else {
+            want = input(1, i);
+        }
+        if (out[i] != want && bad++ == 0) first = i;
+    }
+    if (bad)
+        FAIL("%s: %zu of %zu elements wrong, first at %zu: got 0x%08x %s", g_names[kind], bad, out_n, first, out[first],
+             when);
+}
+
 /* One held-stream round: kind 0 all-reduce (blocking form), 1 all-reduce (i-form),
  * 2 all-gather, 3 broadcast from rank 1. held: rank 0 holds its stream (else a warm-up
  * round: a call may allocate device memory the first time, which must not happen while
  * a stream is held, the caller's own hold included, so rank 0 holds only calls that
  * were made once before). */
 static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held) {
-    const char *names[] = {"allreduce", "iallreduce", "allgather", "broadcast"};
+    const char *const *names = g_names;
     size_t out_n = kind == 2 ? n * (size_t)P : n;
     uint32_t *in, *out; /* pinned: copies on a held stream must not synchronise (pageable ones may) */
     void *din, *dout, *flag_mem;
@@ -122,7 +145,11 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held
     rl_dev_event_t done;
     DEV(D->stream_create(&s));
     DEV(D->event_create(&done));
-    int hold = held && g_rank == 0;
+    /* Streams not held (RINGLET_STREAM_HOLD=sync): the call returns once its result is in
+     * place, so the held round checks that instead (a hold of the caller's own would keep
+     * the call from ever returning). */
+    int sync = held && !strcmp(D->hold_kind(g_dev), "sync");
+    int hold = held && g_rank == 0 && !sync;
     if (hold) DEV(D->wait_flag(flag, 1, s)); /* nothing after this runs until the flag is 1 */
     DEV(D->memcpy_async(din, in, n * 4, s));
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -134,6 +161,21 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held
     default: rc = ringlet_broadcast(din, dout, n, RINGLET_UINT32, 1, comm, s); break;
     }
     if (rc != RINGLET_SUCCESS) FAIL("%s on a stream returned %d: %s", names[kind], (int)rc, ringlet_comm_last_error(comm));
+    if (sync) {
+        /* Read on another stream, not after the call on s: the result must be there now. */
+        rl_dev_stream_t s2;
+        DEV(D->stream_create(&s2));
+        DEV(D->memcpy_async(out, dout, out_n * 4, s2));
+        DEV(D->stream_sync(s2));
+        DEV(D->stream_destroy(s2));
+        if (req) {
+            int d = -1;
+            if (ringlet_test(&req, &d) != RINGLET_SUCCESS || d != 1)
+                FAIL("%s: not done (%d) when the call returned, with streams not held (sync)", names[kind], d);
+        }
+        check_result(kind, P, n, out, out_n, "when the call returned, with streams not held (sync)");
+        for (size_t i = 0; i < out_n; i++) out[i] = 0xdeadbeefu;
+    }
     DEV(D->memcpy_async(out, dout, out_n * 4, s));
     DEV(D->event_record(done, s));
     if (hold) {
@@ -152,29 +194,14 @@ static void order_round(ringlet_comm_t comm, int P, int kind, size_t n, int held
     }
     if (req && ringlet_wait(&req) != RINGLET_SUCCESS) FAIL("%s: wait: %s", names[kind], ringlet_comm_last_error(comm));
     if (!event_done_within(done, 60)) FAIL("%s: the stream did not finish within 60 s", names[kind]);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < out_n; i++) {
-        uint32_t want;
-        if (kind <= 1) {
-            want = 0;
-            for (int r = 0; r < P; r++) want += input(r, i);
-        } else if (kind == 2) {
-            want = input((int)(i / n), i % n);
-        } else {
-            want = input(1, i);
-        }
-        if (out[i] != want && bad++ == 0) first = i;
-    }
-    if (bad)
-        FAIL("%s: %zu of %zu elements wrong, first at %zu: got 0x%08x (the library did not wait for the stream's "
-             "copy before the call, or did not hold the copy after it)",
-             names[kind], bad, out_n, first, out[first]);
+    check_result(kind, P, n, out, out_n,
+                 "(the library did not wait for the stream's copy before the call, or did not hold the copy after it)");
     /* The peer may be done first and destroy its communicator while this rank still
      * finishes the call: that is no failure. */
     if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
         FAIL("%s: the stream call failed: %s", names[kind], ringlet_comm_last_error(comm));
-    printf("stream: rank %d: %s on a %s stream: %zu elements right\n", g_rank, names[kind], hold ? "held" : "free",
-           out_n);
+    printf("stream: rank %d: %s on a %s stream: %zu elements right\n", g_rank, names[kind],
+           hold ? "held" : sync ? "sync" : "free", out_n);
     DEV(D->event_destroy(done));
     DEV(D->stream_destroy(s));
     DEV(D->mem_free(din));
@@ -269,7 +296,8 @@ int main(int argc, char **argv) {
     if (P != 2) FAIL("run with 2 ranks");
     int ndev = 1;
     DEV(D->count(&ndev));
-    DEV(D->set_device(g_rank % ndev));
+    g_dev = g_rank % ndev;
+    DEV(D->set_device(g_dev));
     if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
     char path[4096];
 

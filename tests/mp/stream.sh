@@ -12,8 +12,11 @@
 #   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
 # every case with streams held by stream memory operations (the default) and order and legacy
-# (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel); the INFO log
-# must say which, on both ranks. On cuda the default hold is whatever the device offers.
+# (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
+# (STREAM_SYNC_CASES) with streams not held (CUDA_DEVICE_MAX_CONNECTIONS=1: auto takes sync;
+# order's held round then checks that the result is in place when the call returns); the
+# INFO log must say which, on both ranks. On cuda the default hold is whatever the device
+# offers.
 # Exit 0 = all passed, 1 = a failure, 77 = no device backend.
 set -u
 BUILD=${BUILD:-build}
@@ -48,8 +51,8 @@ run_case() {
     # The communicator's INFO line says how its streams were held (memop or kernel, the
     # mode the device layer uses), on every rank.
     local held nheld=0
-    held=$(grep -m1 -oE 'streams held by (memop|kernel)' "$TMP/err")
-    [ -n "$WANT_HOLD" ] && nheld=$(grep -cE "streams held by $WANT_HOLD\$" "$TMP/err")
+    held=$(grep -m1 -oE 'streams held by (memop|kernel|sync)' "$TMP/err")
+    [ -n "$WANT_HOLD" ] && nheld=$(grep -cE "streams held by $WANT_HOLD( \(|\$)" "$TMP/err")
     local hold_ok=1
     [ -n "$WANT_HOLD" ] && [ "$nheld" -lt 2 ] && hold_ok=0
     if [ "$rc" = 0 ] && [ "$n" = 2 ] && [ $hold_ok = 1 ]; then
@@ -76,6 +79,12 @@ done
 WANT_HOLD=kernel
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel; done
+done
+# Streams not held (sync: what auto takes with CUDA_DEVICE_MAX_CONNECTIONS below 8): a call
+# returns with its result in place.
+WANT_HOLD=sync
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
+    for cas in ${STREAM_SYNC_CASES:-order legacy}; do run_case "$tr" "$cas" CUDA_DEVICE_MAX_CONNECTIONS=1; done
 done
 WANT_HOLD=
 if [ "$RINGLET_DEVICE" = sim ]; then

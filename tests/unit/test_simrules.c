@@ -15,7 +15,9 @@
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
- *               hold kind (RINGLET_STREAM_HOLD, RINGLET_SIM_MEMOPS=0)
+ *               hold kind (RINGLET_STREAM_HOLD, RINGLET_SIM_MEMOPS=0, a spinning kernel
+ *               under MPS: a FIFO in CUDA_MPS_PIPE_DIRECTORY, none with
+ *               CUDA_DEVICE_MAX_CONNECTIONS below 8)
  * Rules whose state is the whole process (loaded kernels, the device count, environment
  * read once) run in child processes.
  *   test_simrules               every rule
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -375,16 +378,52 @@ static void rule_memops(void) {
     RT_OK(R->free_host((void *)flag));
     RT_OK(R->event_destroy(e));
     RT_OK(R->stream_destroy(s));
+    /* MPS's pipe directory: empty here (no daemon), so that the machine's own
+     * /tmp/nvidia-mps does not decide; with a FIFO in it for the children under MPS. */
+    char none[] = "/tmp/ringlet-simrules-XXXXXX", mps[] = "/tmp/ringlet-simrules-XXXXXX", fifo[64];
+    CHECK(mkdtemp(none) && mkdtemp(mps), "mkdtemp failed");
+    snprintf(fifo, sizeof fifo, "%s/control", mps);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s failed", fifo);
+    setenv("CUDA_MPS_PIPE_DIRECTORY", none, 1);
     CHECK(run_child("hold", NULL, NULL) == 0, "the default hold kind: child failed");
     CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "kernel") == 0, "RINGLET_STREAM_HOLD=kernel: child failed");
     CHECK(run_child("hold", "RINGLET_SIM_MEMOPS", "0") == 0, "a device without memory operations: child failed");
     CHECK(run_child("hold-forced", "RINGLET_SIM_MEMOPS", "0") == 0, "memop forced without them: child failed");
+    setenv("CUDA_MPS_PIPE_DIRECTORY", mps, 1);
+    CHECK(run_child("hold", NULL, NULL) == 0, "the default hold kind under MPS: child failed");
+    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "memop") == 0, "RINGLET_STREAM_HOLD=memop under MPS: child failed");
+    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "2") == 0, "2 hardware queues under MPS: child failed");
+    unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "1") == 0, "1 hardware queue: child failed");
+    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "8") == 0, "8 hardware queues: child failed");
+    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "sync") == 0, "RINGLET_STREAM_HOLD=sync: child failed");
+    unlink(fifo);
+    rmdir(mps);
+    rmdir(none);
+}
+
+/* Whether the MPS pipe directory holds a FIFO (as the parent made it for MPS). */
+static int mps_pipe_made(void) {
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/control", dir ? dir : "");
+    return dir && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
 /* The hold kind device_ready chooses, and a hold of that kind ordering a stream. */
 static int child_hold(void) {
     const char *want = getenv("RINGLET_STREAM_HOLD"), *memops = getenv("RINGLET_SIM_MEMOPS");
-    const char *expect = (want && !strcmp(want, "kernel")) || (memops && !strcmp(memops, "0")) ? "kernel" : "memop";
+    /* A hold can block the hardware queue ringlet's own work sits behind (backend_ops.inc):
+     * with fewer queues than CUDA's 8 auto holds nothing (sync); under MPS it takes the
+     * kernel, which leaves its queue free once launched. */
+    const char *conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    int forced = want && *want && strcmp(want, "auto");
+    const char *expect = (want && !strcmp(want, "sync")) || (!forced && conns && atoi(conns) < 8) ? "sync"
+                         : (want && !strcmp(want, "kernel")) || (memops && !strcmp(memops, "0")) ||
+                                 (!forced && mps_pipe_made())
+                             ? "kernel"
+                             : "memop";
     DEV_OK(D->device_ready(0));
     CHECK(!strcmp(D->hold_kind(0), expect), "hold kind %s, expected %s", D->hold_kind(0), expect);
     rl_dev_stream_t s;
@@ -392,6 +431,14 @@ static int child_hold(void) {
     DEV_OK(D->stream_create(&s));
     DEV_OK(D->event_create(&e));
     volatile uint64_t *flag = new_flag();
+    if (!strcmp(expect, "sync")) { /* nothing holds a stream: a wait asked for is refused */
+        CHECK(D->wait_flag(flag, 3, s) == RL_DEV_ERR && strstr(rl_dev_error(), "not held"),
+              "a stream hold under sync: %s", rl_dev_error());
+        DEV_OK(D->event_destroy(e));
+        DEV_OK(D->stream_destroy(s));
+        RT_OK(R->free_host((void *)flag));
+        return 0;
+    }
     DEV_OK(D->wait_flag(flag, 3, s));
     DEV_OK(D->event_record(e, s));
     CHECK(rl_dev_holds_active() == 1, "%d holds noted, not 1", rl_dev_holds_active());
