@@ -2,7 +2,10 @@
  *
  * The one public header. C11, C ABI, no CUDA types: a CUDA stream is passed as an
  * opaque `void *stream` (NULL = host buffers, the call runs on the communicator's
- * progress thread and the blocking form returns when the result is in place).
+ * progress thread and the blocking form returns when the result is in place). A call with
+ * a stream starts after the stream's earlier work and returns once its operation is done;
+ * with RINGLET_STREAM_HOLD=memop|kernel it returns at once and the stream waits for it
+ * (README.md, "Holding streams").
  *
  * Values of ringlet_result_t, ringlet_datatype_t and ringlet_op_t equal NCCL's so
  * that the NCCL compatibility layer stays a thin cast.
@@ -185,8 +188,9 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * are checked and recorded, not run: group_end runs them, per communicator as one
  * operation. Its sends and receives with all peers go at once, so ranks that send to each
  * other (an all-to-all made of sends and receives) never wait for each other; its
- * collectives run in the order they were called. group_end returns once every call with
- * a stream is queued on it and every call without one is done (its first error). The
+ * collectives run in the order they were called. group_end returns once every call is
+ * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
+ * it and every call without one is done; its first error). The
  * non-blocking forms are refused inside a group. Calls of one group on one communicator
  * use one kind of memory (host, or one device). */
 ringlet_result_t ringlet_group_start(void);

@@ -11,9 +11,10 @@
 
 Tensors: contiguous torch tensors (float16, bfloat16, float32, float64, int8, uint8, int32,
 int64, bool as uint8) on the CPU or on a CUDA device, or numpy arrays. A call on CUDA
-tensors is ordered on the tensor's device's current torch stream and returns at once
-(as torch.distributed's NCCL backend does); one on CPU tensors returns when the result
-is in place. Every tensor of one call is on the same device.
+tensors is ordered on the tensor's device's current torch stream (it returns once its
+operation is done, unless RINGLET_STREAM_HOLD=memop|kernel holds the stream instead: then
+at once, as torch.distributed's NCCL backend does); one on CPU tensors returns when the
+result is in place. Every tensor of one call is on the same device.
 
 Errors raise RingletError, whose .code is the C result (ringlet.ERR_INVALID_USAGE, ...)
 and whose message names the operation, the peer or the parameter.

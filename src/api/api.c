@@ -385,7 +385,8 @@ ringlet_result_t ringlet_group_end(void) {
 /* RINGLET_STREAM_DEFAULT without a device backend means no stream. */
 static void *stream_of(void *st) { return st == RINGLET_STREAM_DEFAULT && !rl_device() ? NULL : st; }
 
-/* A call on device memory with a stream returns at once (ordered on the stream); any
+/* A call on device memory with a stream is ordered on the stream (submit: it returns once
+ * done where streams are not held, sync, else at once); any
  * other returns when its result is in place (on host memory with a stream: it still
  * starts after the stream's earlier work). Inside a group: recorded. */
 static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {

@@ -62,13 +62,13 @@ typedef struct rl_device_ops {
     int (*count)(int *n);
     /* Makes device dev ready for ringlet's work, once per device: every kernel loaded
      * into its context (never lazily behind a held stream), and the way streams are held
-     * chosen (backend_ops.inc: stream memory operations where the device has them, a
-     * spinning kernel under MPS or without them, none (sync) with few hardware queues;
-     * RINGLET_STREAM_HOLD=memop|kernel|sync forces one). Can synchronise the device:
+     * chosen (backend_ops.inc: none by default, sync; RINGLET_STREAM_HOLD=memop|kernel
+     * asks for a stream memory operation or a spinning kernel). Can synchronise the device:
      * inside a quiet section. The calling thread's current device is kept. */
     int (*device_ready)(int dev);
-    /* "memop", "kernel" or "sync" (streams are not held: a stream call waits on the host
-     * until its operation is done, and wait_flag fails): how device_ready chose to hold
+    /* "memop", "kernel" or "sync" (ringlet's calls hold no stream: a stream call waits on
+     * the host until its operation is done; wait_flag and write_flag, asked for anyway,
+     * use memory operations where the device has them): how device_ready chose to hold
      * streams of dev. */
     const char *(*hold_kind)(int dev);
     /* The device of a stream (NULL, RINGLET_STREAM_DEFAULT: the current device's). */

@@ -94,6 +94,7 @@ typedef struct sim_op {
     uint64_t gen;  /* record / wait: the event's generation; flags: the value */
     int fault;     /* OP_FAULT: the sticky code */
     char msg[200]; /* fault */
+    uint64_t qseq; /* when it was queued, across streams (hardware work queues) */
     struct sim_op *next;
 } sim_op;
 

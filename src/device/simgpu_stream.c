@@ -6,7 +6,13 @@
  * cudaMemcpyAsync does); a kernel or flag operation on memory the device cannot reach
  * becomes a fault that sets the sticky error when it runs (as an illegal address does on
  * a GPU). A stream is held while a flag wait on it is not met: a call that can
- * synchronise the device then fails (sim_device_sync) instead of hanging. */
+ * synchronise the device then fails (sim_device_sync) instead of hanging.
+ *
+ * Hardware work queues: with CUDA_DEVICE_MAX_CONNECTIONS=N set, a device's streams share N
+ * queues (round robin, in the order they were made), and an operation does not start while
+ * a wait queued before it on the same queue (a flag wait, or a wait for an event) is not
+ * met, as a waiting stream blocks the hardware queue it heads on a GPU. Unset, every stream
+ * has a queue of its own (a GPU has 8, and which streams share one is the driver's choice). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -49,6 +55,7 @@ struct rl_dev_stream_s {
     sim_op *running; /* the operation the thread runs now (held detection) */
     int busy, quit;
     int device, blocking, legacy;
+    int queue; /* its hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS set), else -1 */
     pthread_t thread;
     uint64_t rng;
     int users; /* sim_device_sync calls looking at it (g_streams_mu) */
@@ -60,6 +67,9 @@ static pthread_cond_t g_streams_cv = PTHREAD_COND_INITIALIZER; /* a stream's use
 static rl_dev_stream_t g_streams;
 static rl_dev_stream_t g_legacy[64]; /* per device, made on first use */
 static long g_jitter_us = -1;
+static int g_nqueues = -1;       /* CUDA_DEVICE_MAX_CONNECTIONS, 0 when unset */
+static int g_queue_next[64];     /* per device: the queue of the next stream made */
+static atomic_ullong g_queue_seq; /* the order in which operations were queued */
 
 static unsigned long long rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -133,6 +143,32 @@ static void complete_record(sim_op *o) {
     pthread_mutex_unlock(&o->ev->mu);
 }
 
+/* A wait (for a flag, or for an event) that is not met yet. */
+static int unmet_wait(const sim_op *w) {
+    if (w->kind == OP_WAIT_FLAG || w->kind == OP_WAIT_VALUE) return !flag_met(w);
+    if (w->kind != OP_WAIT_EVENT) return 0;
+    pthread_mutex_lock(&w->ev->mu);
+    int unmet = w->ev->done < w->gen;
+    pthread_mutex_unlock(&w->ev->mu);
+    return unmet;
+}
+
+/* Whether o, about to run on s, is behind an unmet wait that another stream of the same
+ * hardware queue queued before it (running, or not started yet). */
+static int queue_blocked(rl_dev_stream_t s, const sim_op *o) {
+    int blocked = 0;
+    pthread_mutex_lock(&g_streams_mu);
+    for (rl_dev_stream_t t = g_streams; t && !blocked; t = t->next_all) {
+        if (t == s || t->queue != s->queue || t->device != s->device) continue;
+        pthread_mutex_lock(&t->mu);
+        if (t->running && t->running->qseq < o->qseq) blocked = unmet_wait(t->running);
+        for (const sim_op *w = t->head; w && !blocked && w->qseq < o->qseq; w = w->next) blocked = unmet_wait(w);
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&g_streams_mu);
+    return blocked;
+}
+
 static void *stream_main(void *arg) {
     rl_dev_stream_t s = arg;
     for (;;) {
@@ -151,6 +187,10 @@ static void *stream_main(void *arg) {
         uint64_t r = jitter > 0 ? rng_next(&s->rng) : 0;
         pthread_mutex_unlock(&s->mu);
 
+        for (long us = 1; s->queue >= 0 && !sim_sticky() && queue_blocked(s, o);) {
+            sleep_us(us);
+            if (us < 200) us *= 2;
+        }
         if (jitter > 0) sleep_us((long)(r % (uint64_t)(jitter + 1)));
         if (o->kind == OP_RECORD) complete_record(o);
         else if (!sim_sticky()) run_op(o); /* after a sticky error, queued work is dropped */
@@ -181,6 +221,8 @@ static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy
     if (!s->rng) s->rng = 1;
     pthread_mutex_lock(&g_streams_mu);
     if (g_jitter_us < 0) g_jitter_us = (long)rl_env_int("RINGLET_SIM_JITTER", 0, 0, 1000000);
+    if (g_nqueues < 0) g_nqueues = (int)rl_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 0, 0, 32);
+    s->queue = g_nqueues ? g_queue_next[device]++ % g_nqueues : -1;
     pthread_mutex_unlock(&g_streams_mu);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);
@@ -365,6 +407,7 @@ sim_op *sim_new_op(int kind) {
 
 static void append(rl_dev_stream_t s, sim_op *o) {
     pthread_mutex_lock(&s->mu);
+    o->qseq = atomic_fetch_add(&g_queue_seq, 1);
     if (s->tail) s->tail->next = o;
     else s->head = o;
     s->tail = o;

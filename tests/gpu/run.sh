@@ -46,7 +46,7 @@ build|90|-|make -j16: the library with its CUDA kernels (fails if nvcc is here a
 test_kernels-quick|35|gpu|tests/gpu/test_kernels --max-n 262147: device kernels against the CPU ones bit for bit (reduce, divide, many, scale, convert, wait/write flag, last error)
 collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
 collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
-stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (sync, order)
+stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue)
 torch-nccl-p2|35|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
 ipc-p4|25|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1: streams not held)
 ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)

@@ -42,7 +42,8 @@
 # Device memory (--memory device, DPLAN below): the same grid on device buffers, through the
 # device layer's backend RINGLET_TEST_DEVICE (default sim, the simulated GPU; cuda on a GPU;
 # "none" leaves them out), stream-ordered, over each transport: P = 1, 2, 3 (the ring with
-# small chunks, two slots, RINGLET_SIM_JITTER so that a missing stream wait shows), 4 (the
+# small chunks, two slots, RINGLET_SIM_JITTER so that a missing stream wait shows; on the
+# simulator with streams held, RINGLET_STREAM_HOLD=memop), 4 (the
 # kernels reduce from device copies of the slots), 5 (the one-shot path at every count), with smaller large counts (the simulator copies every chunk
 # through pinned slots on 2 cores). RINGLET_TEST_MEMORY ("host device" by default) chooses
 # which halves run, RINGLET_TEST_DEVICE_TRANSPORTS ("ipc" and TRANSPORTS by default) the
@@ -124,11 +125,15 @@ fi
 DEVICE=${RINGLET_TEST_DEVICE:-sim}
 MEMORY=${RINGLET_TEST_MEMORY:-host device}
 JIT="RINGLET_SIM_JITTER=50"
+# Stream calls hold nothing by default (sync); the P = 3 run holds the streams (memop) on
+# the simulator, where a hold cannot block ringlet's own work (each stream its own queue).
+HOLD=
+[ "$DEVICE" = sim ] && HOLD="RINGLET_STREAM_HOLD=memop"
 if [ -z "$SAN" ]; then
     DLARGE="--max-count 100003"
     DPLAN="1||$DLARGE
 2||--max-count 262147
-3|RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
+3|RINGLET_CHUNK_SIZE=16384 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT $HOLD|$DLARGE
 4|$JIT RINGLET_DEVICE_REDUCE=copy|$DLARGE
 5|RINGLET_ALGO=oneshot|--max-count 30011
 5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003
@@ -140,7 +145,7 @@ else
     esac
     DPLAN="1|RINGLET_CHUNK_SIZE=8192|$DLARGE
 2|RINGLET_CHUNK_SIZE=8192 $JIT|$DLARGE
-3|RINGLET_CHUNK_SIZE=8192 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT|$DLARGE
+3|RINGLET_CHUNK_SIZE=8192 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT $HOLD|$DLARGE
 4|RINGLET_CHUNK_SIZE=8192|$DLARGE
 5|RINGLET_ALGO=oneshot|--max-count 4099 --quick
 4|RINGLET_CHUNK_SIZE=8192 RINGLET_ALGO=halving $JIT|--colls allreduce $DLARGE"

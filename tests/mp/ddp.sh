@@ -20,7 +20,8 @@
 # The same runs again with every tensor in device memory (--memory device) over the
 # device layer's backend RINGLET_TEST_DEVICE (default sim: the simulated GPU, with
 # RINGLET_SIM_JITTER=100 so that a missing stream order shows): buckets, staging and
-# every copy, conversion and collective on device memory and the default stream.
+# every copy, conversion and collective on device memory and the default stream; the P=4
+# device run with streams held (RINGLET_STREAM_HOLD=memop: the scenario nowait needs it).
 # Sanitizer builds (SANITIZE set): the same runs (--big under address sanitizer only).
 # Takes a few seconds (normal build). Exit 0 = all passed, 1 = a failure.
 set -u
@@ -56,7 +57,7 @@ PLAN="1||
 2|$DEV|--memory device $BIG
 3|$DEV RINGLET_DDP_BCAST_BYTES=512|--memory device
 3|$DEV RINGLET_DDP_DIRECT_BYTES=64|--memory device
-4|$DEV|--memory device"
+4|$DEV RINGLET_STREAM_HOLD=memop|--memory device"
 while IFS='|' read -r P envs args; do
     [ -n "$P" ] || continue
     t=$(now_ms)

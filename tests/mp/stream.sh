@@ -11,12 +11,11 @@
 #   async  the peer leaves: the stream call fails, the stream goes on, get_async_error names it
 #   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
-# every case with streams held by stream memory operations (the default) and order and legacy
-# (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
-# (STREAM_SYNC_CASES) with streams not held (CUDA_DEVICE_MAX_CONNECTIONS=1: auto takes sync;
-# order's held round then checks that the result is in place when the call returns); the
-# INFO log must say which, on both ranks. On cuda the default hold is whatever the device
-# offers.
+# every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
+# and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
+# (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
+# checks that the result is in place when the call returns), order again with one hardware
+# work queue (CUDA_DEVICE_MAX_CONNECTIONS=1); the INFO log must say which, on both ranks.
 # Exit 0 = all passed, 1 = a failure, 77 = no device backend.
 set -u
 BUILD=${BUILD:-build}
@@ -67,24 +66,24 @@ run_case() {
         grep -v ' INFO: ' "$TMP/err" | tail -n 30
     fi
 }
-# Holds by stream memory operations (the default where the device has them) and by a
-# spinning kernel (RINGLET_STREAM_HOLD=kernel), each checked in the INFO log.
-WANT_HOLD=
-[ "$RINGLET_DEVICE" = sim ] && WANT_HOLD=memop
+# Holds by stream memory operations and by a spinning kernel (RINGLET_STREAM_HOLD=memop|kernel),
+# and the default, no hold (sync), each checked in the INFO log.
+WANT_HOLD=memop
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm tcp}; do
     for cas in order abort async legacy; do
-        run_case "$tr" "$cas"
+        run_case "$tr" "$cas" RINGLET_STREAM_HOLD=memop
     done
 done
 WANT_HOLD=kernel
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel; done
 done
-# Streams not held (sync: what auto takes with CUDA_DEVICE_MAX_CONNECTIONS below 8): a call
-# returns with its result in place.
+# No hold: a call returns with its result in place; also with one hardware work queue
+# (CUDA_DEVICE_MAX_CONNECTIONS=1: ringlet's streams share the caller's queue).
 WANT_HOLD=sync
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
-    for cas in ${STREAM_SYNC_CASES:-order legacy}; do run_case "$tr" "$cas" CUDA_DEVICE_MAX_CONNECTIONS=1; done
+    for cas in ${STREAM_SYNC_CASES:-order legacy}; do run_case "$tr" "$cas"; done
+    run_case "$tr" order CUDA_DEVICE_MAX_CONNECTIONS=1
 done
 WANT_HOLD=
 if [ "$RINGLET_DEVICE" = sim ]; then

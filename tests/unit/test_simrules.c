@@ -14,10 +14,12 @@
  *   pageable    copies to and from pageable memory return once done
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
+ *   queues      with CUDA_DEVICE_MAX_CONNECTIONS set, streams share that many hardware
+ *               queues, and work queued behind another stream's unmet wait on the same
+ *               queue does not run
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
- *               hold kind (RINGLET_STREAM_HOLD, RINGLET_SIM_MEMOPS=0, a spinning kernel
- *               under MPS: a FIFO in CUDA_MPS_PIPE_DIRECTORY, none with
- *               CUDA_DEVICE_MAX_CONNECTIONS below 8)
+ *               hold kind (none by default: sync; RINGLET_STREAM_HOLD=memop|kernel,
+ *               memop refused with RINGLET_SIM_MEMOPS=0)
  * Rules whose state is the whole process (loaded kernels, the device count, environment
  * read once) run in child processes.
  *   test_simrules               every rule
@@ -28,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,6 +192,54 @@ static int child_ready(void) {
     RT_OK(R->free_host((void *)flag));
     DEV_OK(D->stream_destroy(a));
     DEV_OK(D->stream_destroy(b));
+    return 0;
+}
+
+/* ---- hardware work queues (children: CUDA_DEVICE_MAX_CONNECTIONS is read once) ---- */
+
+static void rule_queues(void) {
+    CHECK(run_child("queues", "CUDA_DEVICE_MAX_CONNECTIONS", "1") == 0, "one hardware queue: the child failed");
+    CHECK(run_child("queues", "CUDA_DEVICE_MAX_CONNECTIONS", "2") == 0, "two hardware queues: the child failed");
+}
+
+/* Whether e completes within seconds. */
+static int event_done_within(rl_dev_event_t e, double seconds) {
+    for (int i = 0; i < (int)(seconds * 1000); i++) {
+        if (event_done(e)) return 1;
+        usleep(1000);
+    }
+    return event_done(e);
+}
+
+/* Streams a and b, made in that order: one queue holds both, two queues one each. On b an
+ * event queued before a's flag wait runs; one queued after it waits for the flag where the
+ * two share a queue, and not where they do not. */
+static int child_queues(void) {
+    int nq = atoi(getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+    rl_dev_stream_t a, b;
+    rl_dev_event_t before, after;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->stream_create(&b, 0));
+    RT_OK(R->event_create(&before));
+    RT_OK(R->event_create(&after));
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->event_record(before, b));
+    RT_OK(R->stream_wait_value64(a, flag, 1));
+    RT_OK(R->event_record(after, b));
+    CHECK(event_done_within(before, 10), "work queued before another stream's wait did not run");
+    if (nq == 1) /* by construction it cannot run: a's wait is ahead of it on their queue */
+        CHECK(!event_done_within(after, 0.2), "work behind another stream's unmet wait on its queue ran");
+    else
+        CHECK(event_done_within(after, 10), "work on another queue waited for a's wait");
+    release(flag, 1);
+    RT_OK(R->stream_synchronize(a));
+    RT_OK(R->stream_synchronize(b));
+    CHECK(event_done(after), "work behind a met wait did not run");
+    RT_OK(R->event_destroy(before));
+    RT_OK(R->event_destroy(after));
+    RT_OK(R->stream_destroy(a));
+    RT_OK(R->stream_destroy(b));
+    RT_OK(R->free_host((void *)flag));
     return 0;
 }
 
@@ -378,52 +427,17 @@ static void rule_memops(void) {
     RT_OK(R->free_host((void *)flag));
     RT_OK(R->event_destroy(e));
     RT_OK(R->stream_destroy(s));
-    /* MPS's pipe directory: empty here (no daemon), so that the machine's own
-     * /tmp/nvidia-mps does not decide; with a FIFO in it for the children under MPS. */
-    char none[] = "/tmp/ringlet-simrules-XXXXXX", mps[] = "/tmp/ringlet-simrules-XXXXXX", fifo[64];
-    CHECK(mkdtemp(none) && mkdtemp(mps), "mkdtemp failed");
-    snprintf(fifo, sizeof fifo, "%s/control", mps);
-    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s failed", fifo);
-    setenv("CUDA_MPS_PIPE_DIRECTORY", none, 1);
     CHECK(run_child("hold", NULL, NULL) == 0, "the default hold kind: child failed");
+    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "memop") == 0, "RINGLET_STREAM_HOLD=memop: child failed");
     CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "kernel") == 0, "RINGLET_STREAM_HOLD=kernel: child failed");
-    CHECK(run_child("hold", "RINGLET_SIM_MEMOPS", "0") == 0, "a device without memory operations: child failed");
     CHECK(run_child("hold-forced", "RINGLET_SIM_MEMOPS", "0") == 0, "memop forced without them: child failed");
-    setenv("CUDA_MPS_PIPE_DIRECTORY", mps, 1);
-    CHECK(run_child("hold", NULL, NULL) == 0, "the default hold kind under MPS: child failed");
-    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "memop") == 0, "RINGLET_STREAM_HOLD=memop under MPS: child failed");
-    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "2") == 0, "2 hardware queues under MPS: child failed");
-    unsetenv("CUDA_MPS_PIPE_DIRECTORY");
-    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "1") == 0, "1 hardware queue: child failed");
-    CHECK(run_child("hold", "CUDA_DEVICE_MAX_CONNECTIONS", "8") == 0, "8 hardware queues: child failed");
-    CHECK(run_child("hold", "RINGLET_STREAM_HOLD", "sync") == 0, "RINGLET_STREAM_HOLD=sync: child failed");
-    unlink(fifo);
-    rmdir(mps);
-    rmdir(none);
-}
-
-/* Whether the MPS pipe directory holds a FIFO (as the parent made it for MPS). */
-static int mps_pipe_made(void) {
-    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    char path[256];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/control", dir ? dir : "");
-    return dir && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
 /* The hold kind device_ready chooses, and a hold of that kind ordering a stream. */
 static int child_hold(void) {
-    const char *want = getenv("RINGLET_STREAM_HOLD"), *memops = getenv("RINGLET_SIM_MEMOPS");
-    /* A hold can block the hardware queue ringlet's own work sits behind (backend_ops.inc):
-     * with fewer queues than CUDA's 8 auto holds nothing (sync); under MPS it takes the
-     * kernel, which leaves its queue free once launched. */
-    const char *conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    int forced = want && *want && strcmp(want, "auto");
-    const char *expect = (want && !strcmp(want, "sync")) || (!forced && conns && atoi(conns) < 8) ? "sync"
-                         : (want && !strcmp(want, "kernel")) || (memops && !strcmp(memops, "0")) ||
-                                 (!forced && mps_pipe_made())
-                             ? "kernel"
-                             : "memop";
+    /* By default no stream is held (sync: backend_ops.inc says why); memop and kernel when
+     * asked for. */
+    const char *want = getenv("RINGLET_STREAM_HOLD"), *expect = want ? want : "sync";
     DEV_OK(D->device_ready(0));
     CHECK(!strcmp(D->hold_kind(0), expect), "hold kind %s, expected %s", D->hold_kind(0), expect);
     rl_dev_stream_t s;
@@ -431,14 +445,6 @@ static int child_hold(void) {
     DEV_OK(D->stream_create(&s));
     DEV_OK(D->event_create(&e));
     volatile uint64_t *flag = new_flag();
-    if (!strcmp(expect, "sync")) { /* nothing holds a stream: a wait asked for is refused */
-        CHECK(D->wait_flag(flag, 3, s) == RL_DEV_ERR && strstr(rl_dev_error(), "not held"),
-              "a stream hold under sync: %s", rl_dev_error());
-        DEV_OK(D->event_destroy(e));
-        DEV_OK(D->stream_destroy(s));
-        RT_OK(R->free_host((void *)flag));
-        return 0;
-    }
     DEV_OK(D->wait_flag(flag, 3, s));
     DEV_OK(D->event_record(e, s));
     CHECK(rl_dev_holds_active() == 1, "%d holds noted, not 1", rl_dev_holds_active());
@@ -467,6 +473,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "devices")) child_devices();
     else if (!strcmp(name, "hold")) child_hold();
     else if (!strcmp(name, "hold-forced")) child_hold_forced();
+    else if (!strcmp(name, "queues")) child_queues();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -482,6 +489,7 @@ int main(int argc, char **argv) {
     rule_pageable();
     rule_legacy();
     rule_memops();
+    rule_queues();
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
