@@ -3,7 +3,8 @@
 # through ringlet-run at P = 1..4: on host memory over shm and tcp, and on device memory
 # over the device layer's backend RINGLET_TEST_DEVICE (default sim, with
 # RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
-# and tcp. Exit 0 = all passed, 1 = a failure.
+# and tcp, then host memory once more (shm, P = 2) with the device backend present.
+# Exit 0 = all passed, 1 = a failure.
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/ringlet-run"
@@ -39,6 +40,9 @@ if [ "$RINGLET_DEVICE" = sim ]; then export RINGLET_SIM_JITTER=${RINGLET_SIM_JIT
 for P in 1 2 3 4; do
     for tr in ipc shm tcp; do one device "$tr" "$P"; done
 done
+# Host buffers in a process with a device backend (as on a GPU machine): the communicator
+# has the current device (ringlet_comm_device).
+one host shm 2
 [ $fails = 0 ] && { echo "more: all passed"; exit 0; }
 echo "more: $fails failed"
 exit 1

@@ -4,7 +4,8 @@
 # and on device memory over the device layer's backend RINGLET_TEST_DEVICE (default sim,
 # with RINGLET_SIM_JITTER=100 so that a missing stream wait shows); a peer that aborts
 # (P = 2, 3); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
-# of them sharing one). Exit 0 = all passed, 1 = a failure.
+# of them sharing one); host memory again at P = 2 with the device backend present.
+# Exit 0 = all passed, 1 = a failure.
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/ringlet-run"
@@ -52,6 +53,9 @@ for mem in host device; do
         one "$mem initall" 0 --case initall --memory $mem
     fi
 done
+# Host buffers in a process with a device backend (as on a GPU machine): the communicator
+# still has the current device (ncclCommCuDevice).
+one "host all P=2, device backend $RINGLET_DEVICE" 2 --case all --memory host
 one "abort of a non-blocking init whose peer never comes" 0 --case abortinit
 [ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
 echo "nccl: $fails failed"

@@ -44,6 +44,14 @@
 static int g_rank, g_P;
 static long g_checks, g_failed;
 static const rl_device_ops *D;
+
+/* A communicator on host memory has the device current at its init where the process has
+ * a device backend (a GPU here: as NCCL's has its CUDA device), else none (-1). */
+static int host_comm_device(void) {
+    const rl_device_ops *b = rl_device();
+    int cur = -1;
+    return b && b->get_device(&cur) == RL_DEV_OK ? cur : -1;
+}
 static size_t g_N = 10007;
 static const char *g_dir = NULL; /* --dir, or a folder in $TMPDIR (main) */
 
@@ -517,7 +525,8 @@ static void case_all(ncclComm_t c) {
     OK(ncclCommUserRank(c, &r));
     OK(ncclCommCuDevice(c, &dev));
     g_checks++;
-    if (n != g_P || r != g_rank || (D ? dev < 0 : dev != -1)) FAIL("count %d rank %d device %d", n, r, dev);
+    if (n != g_P || r != g_rank || (D ? dev < 0 : dev != host_comm_device()))
+        FAIL("count %d rank %d device %d (expected %d)", n, r, dev, D ? -2 : host_comm_device());
     test_device_api(c);
     /* A blocking twin of the non-blocking communicator. */
     ncclComm_t b = NULL;
