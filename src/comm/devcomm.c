@@ -9,6 +9,7 @@
 #include "failure.h"
 #include "log.h"
 #include "util.h"
+#include "wait.h"
 
 ringlet_result_t rl_devcomm_error(const char *what, char *err) {
     snprintf(err, RL_MSG_MAX, "%s: %s", what, rl_dev_error());
@@ -391,15 +392,17 @@ ringlet_result_t rl_devcomm_sync(struct ringlet_comm *c, void *const *streams, i
     for (int i = 0; s && s->flag && i < n && !wait; i++) wait = not_held(s->d, streams[i]);
     if (!wait) return RINGLET_SUCCESS;
     /* The progress thread sets the flag once the operation's device work is done, failed
-     * or not; a communicator that failed still gets the time of one deadline to get there. */
-    double t0 = rl_now(), failed_at = 0;
-    for (unsigned round = 0; (int64_t)(__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) - seq) < 0; round++) {
+     * or not, and rings the communicator's bell; a communicator that failed still gets the
+     * time of one deadline to get there. */
+    double failed_at = 0;
+    for (;;) {
+        unsigned gen = rl_comm_gen(c);
+        if ((int64_t)(__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) - seq) >= 0) break;
         if (!failed_at && atomic_load(&c->failed)) failed_at = rl_now();
         if (failed_at && rl_now() - failed_at > c->timeout_s)
             return snprintf(err, RL_MSG_MAX, "the communicator failed and the call's operation did not end within "
                             "%.0f s", c->timeout_s), RINGLET_ERR_TIMEOUT;
-        if (round < 64 || rl_now() - t0 < 1e-3) sched_yield();
-        else rl_sleep_ms(1);
+        rl_comm_wait_event(c, gen, 10);
     }
     if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
     char why[RL_MSG_MAX];

@@ -30,6 +30,7 @@ static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_re
             if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
         }
         rl_request_free(r);
+        rl_comm_notify(c); /* a caller may wait for the flag (rl_devcomm_sync) */
         return;
     }
     r->result = rc;

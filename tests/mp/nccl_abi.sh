@@ -72,6 +72,22 @@ soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ -z "$missing" ] && [ ! -s "$TMP/extra" ] &&
     echo "ok:   exports: the $(wc -l <"$TMP/declared") functions of NCCL's headers (with their pnccl twins; $(wc -l <"$TMP/declared_device") host functions of nccl_device among them), nothing else; soname $soname"
 
+# A program linked to ringlet's library (label, a function it prints "FN from LIBRARY" for,
+# the command): it must exit 0, and ringlet's library must have served it.
+served() {
+    local label=$1 fn=$2 rc from
+    shift 2
+    "$@" >"$TMP/out" 2>&1
+    rc=$?
+    from=$(sed -n "s/^$fn from //p" "$TMP/out")
+    if [ $rc = 0 ] && [ "$(readlink -f "$from")" = "$(readlink -f "$LIB")" ]; then
+        echo "ok:   $label: $(tail -n 1 "$TMP/out") (served by $from)"
+    else
+        fail "$label: exit $rc, library '$from'"
+        tail -n 20 "$TMP/out"
+    fi
+}
+
 # 3. every function called by a program built against NCCL's header
 for f in $(grep -v '^pnccl' "$TMP/declared_nccl_h"); do
     grep -qE "\b$f\(" tests/nccl/call_all.c || fail "tests/nccl/call_all.c does not call $f"
@@ -79,15 +95,7 @@ done
 if $CC -std=c11 -Wall -Wextra -Wno-deprecated-declarations "${SAN[@]}" -I"$CUDA_HOME/include" tests/nccl/call_all.c \
     -o "$TMP/call_all" "$LIB" -Wl,-rpath,"$(cd "$BUILD/lib" && pwd)" -ldl; then
     for dev in none sim; do
-        if [ $dev = sim ]; then RINGLET_DEVICE=sim "$TMP/call_all" >"$TMP/out" 2>&1; else "$TMP/call_all" >"$TMP/out" 2>&1; fi
-        rc=$?
-        from=$(sed -n 's/^ncclGetVersion from //p' "$TMP/out")
-        if [ $rc = 0 ] && [ "$(readlink -f "$from")" = "$(readlink -f "$LIB")" ]; then
-            echo "ok:   every function, device backend $dev: $(tail -n 1 "$TMP/out") (served by $from)"
-        else
-            fail "call_all (device backend $dev): exit $rc, library '$from'"
-            tail -n 20 "$TMP/out"
-        fi
+        served "every function, device backend $dev" ncclGetVersion env RINGLET_DEVICE=$dev "$TMP/call_all"
     done
 else
     fail "tests/nccl/call_all.c does not compile against NCCL's header"
@@ -125,15 +133,7 @@ else
             -o "$TMP/layout_ours" >>"$TMP/build.log" 2>&1; then
         [ -s "$TMP/build.log" ] && { fail "warnings building $PROBE:"; cat "$TMP/build.log"; }
         echo "ok:   the $(grep -c . "$TMP/ringlet_decls.h") prototypes of ringlet's nccl.h agree with NCCL's headers (a C++ program declares both)"
-        "$TMP/device_probe" >"$TMP/out" 2>&1
-        rc=$?
-        from=$(sed -n 's/^ncclTeamWorld from //p' "$TMP/out")
-        if [ $rc = 0 ] && [ "$(readlink -f "$from")" = "$(readlink -f "$LIB")" ]; then
-            echo "ok:   device API, host side: $(tail -n 1 "$TMP/out") (3 ranks; served by $from)"
-        else
-            fail "$PROBE: exit $rc, library '$from'"
-            tail -n 20 "$TMP/out"
-        fi
+        served "device API, host side, 3 ranks" ncclTeamWorld "$TMP/device_probe"
         theirs=$(grep '^layout' "$TMP/out") ours=$("$TMP/layout_ours")
         if [ -n "$theirs" ] && [ "$theirs" = "$ours" ]; then
             echo "ok:   ${theirs#layout } under both headers"
