@@ -48,7 +48,7 @@ collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, 
 collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
 stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue)
 torch-nccl-p2|35|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
-ipc-p4|25|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1: streams not held)
+ipc-p4|25|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it)
 ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)
 bench|25|gpu|perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at 256 MiB; PASS at >= 90% of cudaMemcpy D2D
 test_kernels|80|gpu|tests/gpu/test_kernels, --max-n 1000003
