@@ -32,14 +32,6 @@ static int g_rank, g_P;
 static long g_checks, g_failed;
 static uint64_t g_seed = 7;
 static const rl_device_ops *D;
-
-/* A communicator on host memory has the device current at its init where the process has
- * a device backend (a GPU here: as NCCL's has its CUDA device), else none (-1). */
-static int host_comm_device(void) {
-    const rl_device_ops *b = rl_device();
-    int cur = -1;
-    return b && b->get_device(&cur) == RL_DEV_OK ? cur : -1;
-}
 static rl_dev_stream_t g_st;
 static ringlet_comm_t g_comm;
 
@@ -412,10 +404,13 @@ int main(int argc, char **argv) {
     test_split();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
-    int dev = -2;
+    int dev = -2, cur = -2;
     check_rc("comm_device", ringlet_comm_device(g_comm, &dev));
+    /* On host memory: the device current at init where the process has a device backend (a
+     * GPU here: as NCCL's communicator has its CUDA device), else -1, as get_device says. */
+    check_rc("get_device", ringlet_get_device(&cur));
     g_checks++;
-    if (D ? dev < 0 : dev != host_comm_device()) FAIL("comm_device says %d, expected %d", dev, D ? -2 : host_comm_device());
+    if (D ? dev < 0 : dev != cur) FAIL("comm_device says %d, expected %d", dev, D ? -2 : cur);
     check_rc("destroy", ringlet_comm_destroy(g_comm));
     if (D) D->stream_destroy(g_st), D->stream_destroy(st2);
     printf("more: rank %d of %d: %ld checks, %ld failed%s\n", g_rank, g_P, g_checks, g_failed, D ? " on device memory" : "");

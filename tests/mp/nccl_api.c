@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "ringlet.h" /* ringlet_get_device: the device a host-memory communicator has */
 /* By path: in a CUDA build the toolkit's include folder comes before src/nccl on the
  * command line, and its nccl.h (NVIDIA's, without the device API's host calls) would be
  * found first; this program is written against ringlet's. */
@@ -44,14 +45,6 @@
 static int g_rank, g_P;
 static long g_checks, g_failed;
 static const rl_device_ops *D;
-
-/* A communicator on host memory has the device current at its init where the process has
- * a device backend (a GPU here: as NCCL's has its CUDA device), else none (-1). */
-static int host_comm_device(void) {
-    const rl_device_ops *b = rl_device();
-    int cur = -1;
-    return b && b->get_device(&cur) == RL_DEV_OK ? cur : -1;
-}
 static size_t g_N = 10007;
 static const char *g_dir = NULL; /* --dir, or a folder in $TMPDIR (main) */
 
@@ -524,9 +517,13 @@ static void case_all(ncclComm_t c) {
     OK(ncclCommCount(c, &n));
     OK(ncclCommUserRank(c, &r));
     OK(ncclCommCuDevice(c, &dev));
+    /* On host memory: the device current at init where the process has a device backend (a
+     * GPU here: as NCCL's communicator has its CUDA device), else -1, as get_device says. */
+    int cur = -2;
+    if (ringlet_get_device(&cur) != RINGLET_SUCCESS) FAIL("ringlet_get_device: %s", ringlet_comm_last_error(NULL));
     g_checks++;
-    if (n != g_P || r != g_rank || (D ? dev < 0 : dev != host_comm_device()))
-        FAIL("count %d rank %d device %d (expected %d)", n, r, dev, D ? -2 : host_comm_device());
+    if (n != g_P || r != g_rank || (D ? dev < 0 : dev != cur))
+        FAIL("count %d rank %d device %d (expected %d)", n, r, dev, D ? -2 : cur);
     test_device_api(c);
     /* A blocking twin of the non-blocking communicator. */
     ncclComm_t b = NULL;
