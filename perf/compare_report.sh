@@ -75,10 +75,10 @@ table() {
     function ratio(x, y) { return (x == "" || y == "" || y == 0) ? "" : x / y }
     function fr(x) { return x == "" ? "-" : sprintf("%.2f", x) }
     function verdict(x, lim) { return x == "" ? "n/a" : (x >= lim ? "PASS" : "MISS") }
-    function bestpeer(r, b, kind,   i, v, bv) {  # the best median among the non-ringlet peers
+    function bestpeer(r, b, kind,   i, v, bv) {  # the best median among the libraries beside ringlet
         bv = ""; bestname = ""
         for (i = 1; i <= nc; i++) {
-            if (c[i] ~ /^ringlet-/) continue
+            if (c[i] ~ /^ringlet-/ || c[i] == "tcp-raw") continue
             v = m(r, c[i], b, kind)
             if (v == "") continue
             if (bv == "" || (kind == "lat" ? v < bv : v > bv)) { bv = v; bestname = c[i] }
@@ -126,12 +126,15 @@ table() {
         # ratios: ringlet default / each peer and / the best peer; ringlet-tcp / the TCP peers
         tcp = ""; for (i = 1; i <= nc; i++) if (c[i] == "ringlet-tcp" && def != "ringlet-tcp") tcp = c[i]
         nh = 0
-        for (i = 1; i <= nc; i++) if (c[i] !~ /^ringlet-/) { H[++nh] = c[i]; HA[nh] = def; HB[nh] = c[i] }
+        for (i = 1; i <= nc; i++) if (c[i] !~ /^ringlet-/ && c[i] != "tcp-raw") { H[++nh] = c[i]; HA[nh] = def; HB[nh] = c[i] }
         H[++nh] = "best"; HA[nh] = def; HB[nh] = "best"
-        if (tcp != "") for (i = 1; i <= nc; i++) if (c[i] == "mpi-tcp" || c[i] ~ /^gloo/) { H[++nh] = "tcp/" c[i]; HA[nh] = tcp; HB[nh] = c[i] }
+        if (tcp != "") for (i = 1; i <= nc; i++) if (c[i] == "mpi-tcp" || c[i] ~ /^gloo/ || c[i] == "tcp-raw") { H[++nh] = "tcp/" c[i]; HA[nh] = tcp; HB[nh] = c[i] }
+        # the share of the plain sockets (tcp-raw) that Open MPI TCP reaches, beside ringlet-tcp
+        if (havecol["tcp-raw"] && havecol["mpi-tcp"]) { H[++nh] = "mpi-tcp/raw"; HA[nh] = "mpi-tcp"; HB[nh] = "tcp-raw" }
         printf "\n## ratios of medians, > 1 when ringlet is ahead (busbw ringlet / busbw peer; latency: time peer / time ringlet)\n"
         printf "#  columns <peer> and best: %s against that peer and the best peer at that size", def
-        if (tcp != "") printf "; tcp/<peer>: %s against a TCP peer", tcp
+        if (tcp != "") printf "; tcp/<peer>: %s against a TCP peer (tcp-raw: the ring bytes over plain sockets)", tcp
+        if (havecol["tcp-raw"] && havecol["mpi-tcp"]) printf "; mpi-tcp/raw: Open MPI TCP against those"
         printf "\n%-6s %-9s", "ranks", "size"; for (h = 1; h <= nh; h++) printf rpad(H[h]), H[h]; printf "   best peer\n"
         for (ri = 1; ri <= nr; ri++) {
             r = R[ri]
