@@ -73,14 +73,26 @@ static void stream(int rank, int next, int prev, const char *src, char *dst, siz
     }
 }
 
+/* The byte rank sends at offset i of its stream. */
+static char pattern(int rank, size_t i) { return (char)(rank * 37 + (int)(i % 251)); }
+
 static void fill(char *b, size_t len, int rank) {
-    for (size_t i = 0; i < len; i++) b[i] = (char)(rank * 37 + (int)(i % 251));
+    for (size_t i = 0; i < len; i++) b[i] = pattern(rank, i);
 }
 
 static int check(const char *b, size_t len, int from) {
     for (size_t i = 0; i < len; i++)
-        if (b[i] != (char)(from * 37 + (int)(i % 251))) return 0;
+        if (b[i] != pattern(from, i)) return 0;
     return 1;
+}
+
+/* Binds the calling process to core r when every rank can have a core of its own. */
+static void pin(int r, int n) {
+    if (sysconf(_SC_NPROCESSORS_ONLN) < n) return;
+    cpu_set_t cs;
+    CPU_ZERO(&cs);
+    CPU_SET(r, &cs);
+    sched_setaffinity(0, sizeof cs, &cs);
 }
 
 /* A token passed round the ring from rank 0, which also lines the ranks up before a
@@ -161,26 +173,15 @@ int main(int argc, char **argv) {
             listen(lfd[r], 4))
             die(-1, "listen");
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     pid_t pid[MAXN];
     for (int r = 1; r < n; r++) {
         if ((pid[r] = fork()) < 0) die(-1, "fork");
         if (pid[r] == 0) {
-            if (ncpu >= n) {
-                cpu_set_t cs;
-                CPU_ZERO(&cs);
-                CPU_SET(r, &cs);
-                sched_setaffinity(0, sizeof cs, &cs);
-            }
+            pin(r, n);
             _exit(run_rank(r, n, lfd, target, maxb));
         }
     }
-    if (ncpu >= n) {
-        cpu_set_t cs;
-        CPU_ZERO(&cs);
-        CPU_SET(0, &cs);
-        sched_setaffinity(0, sizeof cs, &cs);
-    }
+    pin(0, n);
     int rc = run_rank(0, n, lfd, target, maxb);
     for (int r = 1; r < n; r++) {
         int st;
