@@ -30,6 +30,7 @@ typedef struct alloc {
     size_t map;   /* mapped bytes (pages) */
     int fd;       /* memfd (device, imported), -1 (pinned) */
     int kind, device;
+    int opens;    /* imported: ipc_open calls not yet closed (CUDA counts them) */
     uint8_t nonce[16];
 } alloc_t;
 
@@ -99,17 +100,37 @@ static int insert(alloc_t *a) {
     return 0;
 }
 
-/* Takes the allocation that starts at p and has the kind out of the table, or NULL. */
-static alloc_t *take(const void *p, int kind) {
+/* Takes the allocation that starts at p and has the kind out of the table, or NULL.
+ * An imported one stays while other opens of its handle are not closed: then *kept = 1
+ * (kept may be NULL for the other kinds). */
+static alloc_t *take(const void *p, int kind, int *kept) {
     pthread_rwlock_wrlock(&g_mu);
     size_t i = find_below(p);
     alloc_t *a = i < g_n && g_tab[i]->user == p && g_tab[i]->kind == kind ? g_tab[i] : NULL;
-    if (a) {
+    if (kept) *kept = 0;
+    if (a && kind == KIND_IMPORTED && a->opens > 1) {
+        a->opens--;
+        *kept = 1;
+    } else if (a) {
         memmove(&g_tab[i], &g_tab[i + 1], (g_n - i - 1) * sizeof *g_tab);
         g_n--;
     }
     pthread_rwlock_unlock(&g_mu);
     return a;
+}
+
+/* The mapping this process already made of the allocation with this nonce, counted as
+ * one more open; NULL if there is none. */
+static void *reopen(const uint8_t nonce[16]) {
+    void *p = NULL;
+    pthread_rwlock_wrlock(&g_mu);
+    for (size_t i = 0; i < g_n && !p; i++)
+        if (g_tab[i]->kind == KIND_IMPORTED && !memcmp(g_tab[i]->nonce, nonce, sizeof g_tab[i]->nonce)) {
+            g_tab[i]->opens++;
+            p = g_tab[i]->user;
+        }
+    pthread_rwlock_unlock(&g_mu);
+    return p;
 }
 
 int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t whylen) {
@@ -221,7 +242,7 @@ int sim_free(void *p) {
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFree");
     if (rc) return rc;
-    alloc_t *a = take(p, KIND_DEVICE);
+    alloc_t *a = take(p, KIND_DEVICE, NULL);
     if (!a)
         return sim_fail(RL_RT_ERR_INVALID_DEVICE_POINTER, "free: %p is not the start of a device allocation", p);
     unmap(a);
@@ -261,7 +282,7 @@ int sim_free_host(void *p) {
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFreeHost");
     if (rc) return rc;
-    alloc_t *a = take(p, KIND_PINNED);
+    alloc_t *a = take(p, KIND_PINNED, NULL);
     if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "free_host: %p is not the start of a pinned allocation", p);
     unmap(a);
     return RL_RT_SUCCESS;
@@ -305,6 +326,9 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
                                               "were in two containers)");
     int rc = sim_device_sync("cudaIpcOpenMemHandle");
     if (rc) return rc;
+    /* CUDA: a handle this context has open already gives the same address again, and
+     * counts the open; each needs its own close (the mapping goes with the last). */
+    if ((*p = reopen(x.nonce))) return RL_RT_SUCCESS;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)x.pid, (int)x.fd);
     alloc_t *a = calloc(1, sizeof *a);
@@ -330,6 +354,7 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
                         (int)x.pid, (int)x.fd);
     }
     a->kind = KIND_IMPORTED;
+    a->opens = 1;
     a->device = x.device;
     a->bytes = x.bytes;
     a->map = round_page(x.bytes);
@@ -349,13 +374,14 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     return RL_RT_SUCCESS;
 }
 
-/* cudaIpcCloseMemHandle: may synchronise the device. */
+/* cudaIpcCloseMemHandle: may synchronise the device; unmaps with the last open's close. */
 int sim_ipc_close(void *p) {
     STICKY_GUARD();
     int rc = sim_device_sync("cudaIpcCloseMemHandle");
     if (rc) return rc;
-    alloc_t *a = take(p, KIND_IMPORTED);
+    int kept;
+    alloc_t *a = take(p, KIND_IMPORTED, &kept);
     if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_close: %p is not memory this process opened", p);
-    unmap(a);
+    if (!kept) unmap(a);
     return RL_RT_SUCCESS;
 }

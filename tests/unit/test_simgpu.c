@@ -1,7 +1,8 @@
 /* The simulated GPU (src/device/simgpu*.c) keeps the rules a GPU enforces: device memory
  * is out of the host's reach, streams run asynchronously and in order, events and flags
  * order work, kernels compute what the CPU kernels compute, faults are sticky, exported
- * memory is the same bytes in another process, and freed memory cannot be imported.
+ * memory is the same bytes in another process (a handle opened twice there is one mapping,
+ * counted), and freed memory cannot be imported.
  * Random inputs (a fixed seed), exact checks. Some checks run in child processes: a
  * crash, and a sticky error, end the process that meets them.
  *   test_simgpu                  the whole test
@@ -92,9 +93,24 @@ static int child(int argc, char **argv) {
                 printf("child: byte %zu of the imported memory is %u, want %u\n", i, buf[i], pat(i, 1));
                 return 3;
             }
+        /* As CUDA: the handle opened again is the same address, counted; the mapping stays
+         * until the last close, and a close more than the opens is refused. */
+        void *again = NULL;
+        if (D->mem_import(&h, &again) != RL_DEV_OK || again != d) {
+            printf("child: importing the handle again gave %p (%s), want %p\n", again, rl_dev_error(), d);
+            return 6;
+        }
+        if (D->mem_unimport(again) != RL_DEV_OK) return 7;
         for (size_t i = 0; i < SHARED_BYTES; i++) buf[i] = pat(i, 2);
-        if (D->memcpy_async(d, buf, SHARED_BYTES, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK) return 4;
+        if (D->memcpy_async(d, buf, SHARED_BYTES, NULL) != RL_DEV_OK || D->stream_sync(NULL) != RL_DEV_OK) {
+            printf("child: the first open's mapping went with the second's close: %s\n", rl_dev_error());
+            return 4;
+        }
         if (D->mem_unimport(d) != RL_DEV_OK) return 5;
+        if (D->mem_unimport(d) == RL_DEV_OK) {
+            printf("child: a third close of a handle opened twice succeeded\n");
+            return 8;
+        }
         free(buf);
         return 0;
     }
