@@ -41,7 +41,8 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     int P = c->nranks, me = c->rank;
     const char *opname = rl_op_name(r->kind);
     double t0 = c->trace ? rl_now() : 0;
-    char cerr[RL_ERR_MAX] = "";
+    char cerr[RL_ERR_MAX]; /* a string: only its first byte cleared */
+    cerr[0] = 0;
     ringlet_result_t rc = RINGLET_SUCCESS;
     rl_board_slot *slot[RL_BOARD_MAX_RANKS];
     rl_bell *bell[RL_BOARD_MAX_RANKS];

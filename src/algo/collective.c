@@ -128,7 +128,8 @@ static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *
 /* Before the algorithm: the device state (device buffers: the internal streams wait
  * for the user's stream) or the user's stream itself (host buffers). */
 static ringlet_result_t prepare(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
-    char derr[RL_MSG_MAX] = "";
+    char derr[RL_MSG_MAX]; /* a string: only its first byte cleared (every call comes here) */
+    derr[0] = 0;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (r->device >= 0) rc = rl_devcomm_begin(c, r, &mem->dev, derr);
     else if (r->event) rc = wait_user_stream(c, r, derr);

@@ -219,7 +219,8 @@ ringlet_result_t rl_run_doubling(struct ringlet_comm *c, struct ringlet_request 
     }
     int v;
     if ((rc = pair_in(c, r, mem, extra, ce, &in, out, &v, err)) || v < 0) return rc;
-    char e[RL_MSG_MAX] = "";
+    char e[RL_MSG_MAX]; /* a string: only its first byte cleared (a per-call path) */
+    e[0] = 0;
     char *tmp = mem->dev ? rl_devcomm_scratch(c, bytes, e) : rl_comm_temp(c, bytes);
     if (!tmp)
         return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch%s%.300s", rl_op_name(r->kind), *e ? ": " : "", e),

@@ -22,7 +22,8 @@ static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {
 }
 
 ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) {
-    char err[RL_ERR_MAX] = "";
+    char err[RL_ERR_MAX]; /* a string: only its first byte cleared (a per-call path) */
+    err[0] = 0;
     size_t bytes = r->count * ringlet_datatype_size(r->dtype), n = rl_p2p_pieces(bytes);
     int send = r->kind == RL_OP_SEND;
     rl_conn *conn = NULL;

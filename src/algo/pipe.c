@@ -291,7 +291,8 @@ static ringlet_result_t run_setup_rest(run_t *s, rl_pipe *p, char *err);
  * on failure the message in err (the communicator failed). */
 static ringlet_result_t run_setup(run_t *s, rl_pipe *p, int send, char *err) {
     struct ringlet_comm *c = p->c;
-    char cerr[RL_ERR_MAX] = "";
+    char cerr[RL_ERR_MAX]; /* a string: only its first byte cleared (a per-call path) */
+    cerr[0] = 0;
     ringlet_result_t rc = RINGLET_SUCCESS;
     int device = p->mem->dev != NULL;
     if (send) {
@@ -315,7 +316,8 @@ static ringlet_result_t run_setup_rest(run_t *s, rl_pipe *p, char *err) {
     s->dev = p->mem->dev;
     s->W = c->nslots < MAXW ? c->nslots : MAXW;
     s->slot_bytes = s->dev ? s->dev->slot_bytes : c->chunk_bytes;
-    char cerr[RL_ERR_MAX] = "";
+    char cerr[RL_ERR_MAX]; /* a string: only its first byte cleared (a per-call path) */
+    cerr[0] = 0;
     ringlet_result_t rc = RINGLET_SUCCESS;
     int device = s->dev != NULL;
     if (device && !(s->lane = rl_devcomm_lane(c, p->lane, cerr))) rc = RINGLET_ERR_CUDA;

@@ -183,7 +183,8 @@ static void rd_process(rl_pipe *p, size_t i, const void *slot) {
 
 /* Scratch for partial results: host or device memory, as the buffers. */
 static char *scratch(struct ringlet_comm *c, rl_mem *mem, size_t bytes, char *err) {
-    char e[RL_MSG_MAX] = "";
+    char e[RL_MSG_MAX]; /* a string: only its first byte cleared (a per-call path) */
+    e[0] = 0;
     char *w = mem->dev ? rl_devcomm_scratch(c, bytes, e) : rl_comm_temp(c, bytes);
     if (!w) snprintf(err, RL_MSG_MAX, "out of memory for %zu bytes of scratch%s%.300s", bytes, *e ? ": " : "", e);
     return w;

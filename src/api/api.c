@@ -382,6 +382,10 @@ ringlet_result_t ringlet_group_end(void) {
     return first;
 }
 
+/* blocking() clears a request's fields around its message: the field after it is device. */
+_Static_assert(offsetof(struct ringlet_request, device) == offsetof(struct ringlet_request, err) + RL_MSG_MAX,
+               "struct ringlet_request: device must follow err");
+
 /* RINGLET_STREAM_DEFAULT without a device backend means no stream. */
 static void *stream_of(void *st) { return st == RINGLET_STREAM_DEFAULT && !rl_device() ? NULL : st; }
 
@@ -402,9 +406,13 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
         int device;
         if (rc || (rc = buffers_device(c, a, &device))) return rc;
         if (device < 0) {
-            /* A collective never touches the point-to-point piece (treq1): zero the rest. */
+            /* A collective never touches the point-to-point piece (treq1): zero the rest,
+             * but of the message only its first byte (it is a string). */
             struct ringlet_request r;
-            memset(&r, 0, offsetof(struct ringlet_request, treq1));
+            memset(&r, 0, offsetof(struct ringlet_request, err));
+            r.err[0] = 0;
+            memset((char *)&r + offsetof(struct ringlet_request, device), 0,
+                   offsetof(struct ringlet_request, treq1) - offsetof(struct ringlet_request, device));
             request_set(&r, c, a, -1);
             if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
         }
