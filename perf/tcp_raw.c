@@ -9,8 +9,9 @@
  * Build: cc -O2 -o tcp_raw perf/tcp_raw.c
  * Run:   tcp_raw N [target_s=0.2] [max_bytes=256M]   (forks its N ranks itself)
  *
- * Ranks are bound as ringlet-run --bind cores and mpirun bind theirs: rank r on core r
- * when the machine has at least N cores, unbound otherwise. Sizes 4 KiB, 64 KiB, 1 MiB,
+ * Ranks are bound as ringlet-run --bind cores binds ringlet's: rank r on core r when the
+ * machine has at least N cores (as mpirun binds its), else on core (r + popcount(r / C))
+ * mod C of the C online cores (since 2026-11-28; unbound before). Sizes 4 KiB, 64 KiB, 1 MiB,
  * 16 MiB, 64 MiB, 256 MiB (the peer drivers' list) up to max_bytes. Per size, as the
  * peer drivers do: 1 untimed call, 2 timed for an estimate (rank 0's), iters =
  * clamp(target_s / est, 3, 100000) sent round the ring, a token round the ring, the
@@ -86,12 +87,14 @@ static int check(const char *b, size_t len, int from) {
     return 1;
 }
 
-/* Binds the calling process to core r when every rank can have a core of its own. */
+/* Binds the calling process as ringlet-run --bind cores binds rank r of n (cores 0..C-1
+ * taken as the allowed ones). */
 static void pin(int r, int n) {
-    if (sysconf(_SC_NPROCESSORS_ONLN) < n) return;
+    long C = sysconf(_SC_NPROCESSORS_ONLN);
+    if (C < 1) return;
     cpu_set_t cs;
     CPU_ZERO(&cs);
-    CPU_SET(r, &cs);
+    CPU_SET(C >= n ? r : (int)((r + __builtin_popcountl((unsigned long)(r / C))) % C), &cs);
     sched_setaffinity(0, sizeof cs, &cs);
 }
 

@@ -267,7 +267,7 @@ n=$(grep -c ' err ' "$TMP/lines.out")
 [ "$n" = 0 ] || { fail "lines: $n stderr lines on stdout"; ok=0; }
 [ $ok = 1 ] && pass "10000 lines per rank on stdout and stderr, long and partial lines, nothing lost"
 
-# --- 10. --bind cores: the allowed cores split among the ranks; more ranks than cores: unbound ---------
+# --- 10. --bind cores: the allowed cores split among the ranks; more ranks than cores: one core each ----
 cores=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
 ncores=$(nproc)
 expand() { # a cpu list (0-2,5) as one core per line
@@ -283,14 +283,38 @@ if [ $rc = 0 ] && [ -n "$cores" ] && [ "$got" = "$want" ] && [ "$each" = "1 " ] 
 else
     fail "--bind cores: rc=$rc, ranks' cores '$got' (want each once: '$want', one per rank: '$each'), stderr '$(cat "$TMP/bind.err")'"
 fi
-L -n $((ncores + 1)) --bind cores sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$TMP/bind.out" 2>"$TMP/bind.err"
-rc=$?
-n=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | grep -cx -- "$cores")
-if [ $rc = 0 ] && [ "$n" = $((ncores + 1)) ] && grep -q "ranks left unbound" "$TMP/bind.err"; then
-    pass "--bind cores with more ranks than cores: unbound, said on stderr"
-else
-    fail "--bind cores, $((ncores + 1)) ranks: rc=$rc, $n ranks on all of '$cores', stderr '$(cat "$TMP/bind.err")'"
-fi
+# More ranks than cores: each rank on one core, rank r on allowed core (r + popcount(r / C)) mod C,
+# so the cores' loads differ by at most one and ranks differing in one bit sit apart.
+popcount() { local v=$1 c=0; while [ "$v" -gt 0 ]; do c=$((c + (v & 1))); v=$((v >> 1)); done; echo $c; }
+allowed=($(expand "$cores"))
+C=${#allowed[@]}
+for N in $((ncores + 1)) $((2 * ncores)); do
+    L -n $N --bind cores sh -c 'echo "$RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' >"$TMP/bind.out" 2>"$TMP/bind.err"
+    rc=$?
+    ok=1 why=""
+    declare -A load=()
+    for ((r = 0; r < N; r++)); do
+        got=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | awk -v r=$r '$1 == r { print $2 }')
+        want=${allowed[$(((r + $(popcount $((r / C)))) % C))]}
+        [ "$got" = "$want" ] || { ok=0; why="$why rank $r on '$got' (want $want);"; }
+        load[$got]=$((${load[$got]:-0} + 1))
+    done
+    lo=$(printf '%s\n' "${load[@]}" | sort -n | head -n1) hi=$(printf '%s\n' "${load[@]}" | sort -n | tail -n1)
+    [ $((hi - lo)) -le 1 ] && [ ${#load[@]} = $C ] || { ok=0; why="$why loads ${load[*]} over ${#load[@]} of $C cores;"; }
+    if [ $C -ge 2 ] && [ $N = $((2 * ncores)) ]; then # r and r^1 (recursive doubling's first partners) apart
+        for ((r = 0; r + 1 < N; r += 2)); do
+            a=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | awk -v r=$r '$1 == r { print $2 }')
+            b=$(sed 's/^\[[0-9]*\] //' "$TMP/bind.out" | awk -v r=$((r + 1)) '$1 == r { print $2 }')
+            [ "$a" != "$b" ] || { ok=0; why="$why ranks $r and $((r + 1)) share core $a;"; }
+        done
+    fi
+    unset load
+    if [ $rc = 0 ] && [ $ok = 1 ] && [ ! -s "$TMP/bind.err" ]; then
+        pass "--bind cores with $N ranks on $C cores: one core each, loads within one, partners apart"
+    else
+        fail "--bind cores, $N ranks on $C cores: rc=$rc,$why stderr '$(cat "$TMP/bind.err")'"
+    fi
+done
 
 # The first failing rank's message is always there, before the launcher says it exited
 # (issue 22): every rank of ringlet-perf fails the same way on a flag value it refuses
