@@ -154,7 +154,7 @@ void plan_binding(long n)
  * numbers differ in one bit, the partners of recursive doubling and halving, never share a
  * core where P and C are powers of two (4 ranks on 2 cores: {0, 3} and {1, 2}), and ring
  * neighbours in a block do not either. Left unbound, the scheduler moves them: 4 ranks over
- * TCP on 2 cores took 31-53 us a 4 KiB all-reduce, bound this way 31-34. */
+ * TCP on 2 cores took 31-53 us a 4 KiB all-reduce, bound this way 31-35. */
 static long shared_core(long r, long C)
 {
     return (r + __builtin_popcountl((unsigned long)(r / C))) % C;
