@@ -34,8 +34,8 @@ rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int 
 
 size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes) {
     if (c->chunk_fixed) return c->chunk_bytes;
-    size_t want = (step_bytes / 4 + 4095) & ~(size_t)4095;
-    if (want < RL_CHUNK_FLOOR) want = RL_CHUNK_FLOOR;
+    size_t want = (step_bytes / 4 + 4095) & ~(size_t)4095, floor = c->chunk_floor ? c->chunk_floor : RL_CHUNK_FLOOR;
+    if (want < floor) want = floor;
     return want < c->chunk_bytes ? want : c->chunk_bytes;
 }
 

@@ -145,6 +145,7 @@ struct ringlet_comm {
     uint8_t secret[32];
     double timeout_s;
     size_t chunk_bytes; /* the largest chunk (and staging slot); a call may cut smaller ones (rl_chunk_for) */
+    size_t chunk_floor; /* ... but none below this (rl_chunk_for; 0: RL_CHUNK_FLOOR) */
     int chunk_fixed;    /* RINGLET_CHUNK_SIZE was given: every chunk is chunk_bytes */
     int nslots;
     int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER, _HALVING or _DOUBLING */
