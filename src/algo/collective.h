@@ -28,6 +28,12 @@ ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, 
  * same answer on every rank), and running it. */
 int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
+
+/* The all-reduce through rank 0 (oneshot.c: a one-shot reduce to rank 0, then a one-shot
+ * broadcast from it): whether r takes it (RINGLET_ALGO=star, or auto for small host
+ * all-reduces over TCP on at least 3 ranks that outnumber a host's cores), and the run. */
+int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem);
+ringlet_result_t rl_run_star(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The hierarchical all-reduce (hier.c): whether r may take it (an all-reduce on a job
  * of several hosts with the same number of ranks each, by RINGLET_ALGO and size), the
  * choice between it and the ring (measured per size class, the same on every rank),

@@ -6,6 +6,8 @@
  *   hierarchy     lanes 0 and 1
  *   doubling      (all-reduce, RINGLET_ALGO=doubling: auto takes it on host buffers only)
  *                 count elements of device scratch
+ *   star          (all-reduce through rank 0) host buffers only: device buffers take the
+ *                 one-shot path or the ring, as below
  *   one-shot      (small calls) P blocks of device scratch, or P + 1 (reduce_scatter:
  *                 2P) blocks of pinned memory when staged
  *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of

@@ -212,7 +212,7 @@ ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, 
 
 int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request *r) {
     if (r->kind != RL_OP_ALLREDUCE || r->count == 0 || c->algo == RL_ALGO_RING || c->algo == RL_ALGO_ONESHOT ||
-        c->algo == RL_ALGO_HALVING || c->algo == RL_ALGO_DOUBLING)
+        c->algo == RL_ALGO_HALVING || c->algo == RL_ALGO_DOUBLING || c->algo == RL_ALGO_STAR)
         return 0;
     shape_t sh;
     if (!get_shape(c, &sh)) return 0;

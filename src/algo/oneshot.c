@@ -174,16 +174,16 @@ static ringlet_result_t stage_input(struct ringlet_comm *c, rl_mem *mem, const v
     return rl_devcomm_wait(c, d->ev_misc, "the copy of the input to pinned memory", err);
 }
 
-/* Whether this rank sends to (receives from) q in the one-shot form of r. */
-static void roles(const struct ringlet_request *r, int me, int q, int *send, int *recv) {
-    switch (r->kind) {
+/* Whether this rank sends to (receives from) q in the one-shot form of a call of this kind. */
+static void roles(rl_op_kind kind, int root, int me, int q, int *send, int *recv) {
+    switch (kind) {
     case RL_OP_REDUCE:
-        *send = me != r->root && q == r->root;
-        *recv = me == r->root;
+        *send = me != root && q == root;
+        *recv = me == root;
         break;
     case RL_OP_BROADCAST:
-        *send = me == r->root;
-        *recv = me != r->root && q == r->root;
+        *send = me == root;
+        *recv = me != root && q == root;
         break;
     default: /* all-reduce, reduce-scatter, all-gather, barrier: everybody with everybody */
         *send = *recv = 1;
@@ -191,12 +191,16 @@ static void roles(const struct ringlet_request *r, int me, int q, int *send, int
     }
 }
 
-ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+/* The one-shot form of a call of this kind and root, from sendbuf into recvbuf, for the
+ * call r (whose number, count, datatype and op it takes; messages name r's kind); no_board:
+ * by messages even where the board would take it (the board has one round per call). */
+static ringlet_result_t oneshot_as(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, rl_op_kind kind,
+                                   int root, const void *sendbuf, void *recvbuf, int no_board, char *err) {
     int P = c->nranks, me = c->rank, ns = 0, nr = 0;
     size_t es = ringlet_datatype_size(r->dtype), bytes = r->count * es;
     xfer s[ONESHOT_MAX_PEERS], v[ONESHOT_MAX_PEERS];
-    if (r->kind != RL_OP_ALLREDUCE && r->kind != RL_OP_REDUCE_SCATTER && r->kind != RL_OP_REDUCE &&
-        r->kind != RL_OP_BROADCAST && r->kind != RL_OP_ALLGATHER && r->kind != RL_OP_BARRIER)
+    if (kind != RL_OP_ALLREDUCE && kind != RL_OP_REDUCE_SCATTER && kind != RL_OP_REDUCE &&
+        kind != RL_OP_BROADCAST && kind != RL_OP_ALLGATHER && kind != RL_OP_BARRIER)
         return snprintf(err, RL_MSG_MAX, "internal: %s has no one-shot form", rl_op_name(r->kind)), RINGLET_ERR_INTERNAL;
 
     /* Connections first, sending ones before receiving ones: a connect never waits for
@@ -210,13 +214,13 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     int dev = mem->dev != NULL;
     /* What this rank would send, in one piece: the board takes it where it fits (every
      * rank decides alike: the size is the largest any rank publishes). */
-    size_t pub_bytes = r->kind == RL_OP_BARRIER ? 0 : r->kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
-    int board = rl_board_fits(c, dev, pub_bytes), direct = dev && !board;
+    size_t pub_bytes = kind == RL_OP_BARRIER ? 0 : kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
+    int board = !no_board && rl_board_fits(c, dev, pub_bytes), direct = dev && !board;
     for (int pass = 0; pass < 2 && !rc; pass++)
         for (int q = 0; q < P && !rc; q++) {
             int snd, rcv;
             if (q == me) continue;
-            roles(r, me, q, &snd, &rcv);
+            roles(kind, root, me, q, &snd, &rcv);
             if (pass == 0 && snd) {
                 s[ns] = (xfer){.peer = q, .bytes = bytes};
                 if (!board && !(rc = rl_comm_send_conn(c, q, dev, &s[ns].conn, cerr))) direct &= s[ns].conn->tp->device_memory;
@@ -235,12 +239,12 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     if (direct && r->event && (rc = rl_devcomm_wait(c, r->event, "the stream's work before the call", cerr)))
         return rl_comm_op_failed(c, r, rc, cerr, err);
 
-    int reduces = r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE_SCATTER ||
-                  (r->kind == RL_OP_REDUCE && r->root == me);
+    int reduces = kind == RL_OP_ALLREDUCE || kind == RL_OP_REDUCE_SCATTER ||
+                  (kind == RL_OP_REDUCE && root == me);
     /* tmp holds the P blocks a reducing rank combines (staged: also every block received,
      * and, after them, this rank's input). */
     char *tmp = NULL, *out = NULL;
-    size_t in_bytes = (size_t)P * bytes, out_bytes = r->kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
+    size_t in_bytes = (size_t)P * bytes, out_bytes = kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
     char e[RL_MSG_MAX];
     e[0] = 0;
     if (staged) {
@@ -251,25 +255,25 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     if ((staged || reduces) && !tmp)
         return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch%s%.300s", rl_op_name(r->kind), *e ? ": " : "", e),
                dev ? RINGLET_ERR_CUDA : RINGLET_ERR_SYSTEM;
-    const char *input = r->sendbuf;
-    if (staged && r->kind != RL_OP_BARRIER && (ns > 0 || reduces) &&
-        (rc = stage_input(c, mem, r->sendbuf, out_bytes, out, &input, err)))
+    const char *input = sendbuf;
+    if (staged && kind != RL_OP_BARRIER && (ns > 0 || reduces) &&
+        (rc = stage_input(c, mem, sendbuf, out_bytes, out, &input, err)))
         return rc;
 
     unsigned char bar_in = 0, bar_out[ONESHOT_MAX_PEERS + 1];
     for (int i = 0; i < ns; i++) {
         int q = s[i].peer;
-        s[i].buf = r->kind == RL_OP_BARRIER ? (void *)&bar_in
-                   : r->kind == RL_OP_REDUCE_SCATTER ? (char *)input + (size_t)q * bytes
+        s[i].buf = kind == RL_OP_BARRIER ? (void *)&bar_in
+                   : kind == RL_OP_REDUCE_SCATTER ? (char *)input + (size_t)q * bytes
                                                      : (void *)input;
-        if (r->kind == RL_OP_BARRIER) s[i].bytes = 1;
+        if (kind == RL_OP_BARRIER) s[i].bytes = 1;
     }
     for (int i = 0; i < nr; i++) {
         int q = v[i].peer;
         char *blk = tmp ? tmp + (size_t)q * bytes : NULL;
-        switch (r->kind) {
-        case RL_OP_BROADCAST: v[i].buf = staged ? blk : r->recvbuf; break;
-        case RL_OP_ALLGATHER: v[i].buf = staged ? blk : (char *)r->recvbuf + (size_t)q * bytes; break;
+        switch (kind) {
+        case RL_OP_BROADCAST: v[i].buf = staged ? blk : recvbuf; break;
+        case RL_OP_ALLGATHER: v[i].buf = staged ? blk : (char *)recvbuf + (size_t)q * bytes; break;
         case RL_OP_BARRIER: v[i].buf = &bar_out[q], v[i].bytes = 1; break;
         default:
             /* A block to reduce: read where the transport lends it, if it lends memory of
@@ -288,7 +292,7 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     rc = board ? board_exchange(c, r, input, ns ? pub_bytes : 0, ns, v, nr, err)
                : exchange(c, r, s, ns, v, nr, sreq, rreq, err);
     if (rc) return rc;
-    switch (r->kind) {
+    switch (kind) {
     case RL_OP_ALLREDUCE:
     case RL_OP_REDUCE_SCATTER:
     case RL_OP_REDUCE:
@@ -296,19 +300,19 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
             /* Rank order; this rank's own block is read where it is (in place, sendbuf is
              * also the result: the one-pass reduction reads every block first). */
             const void *blk[ONESHOT_MAX_PEERS + 1];
-            blk[me] = r->kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
+            blk[me] = kind == RL_OP_REDUCE_SCATTER ? input + (size_t)me * bytes : input;
             for (int i = 0; i < nr; i++) blk[v[i].peer] = v[i].data;
-            reduce_in_order(c, r, mem, r->recvbuf, blk, bytes);
+            reduce_in_order(c, r, mem, recvbuf, blk, bytes);
         }
         break;
     case RL_OP_BROADCAST:
-        if (me == r->root) rl_mem_copy(mem, r->recvbuf, r->sendbuf, bytes);
-        else if (staged) rl_mem_copy(mem, r->recvbuf, tmp + (size_t)r->root * bytes, bytes);
+        if (me == root) rl_mem_copy(mem, recvbuf, sendbuf, bytes);
+        else if (staged) rl_mem_copy(mem, recvbuf, tmp + (size_t)root * bytes, bytes);
         break;
     case RL_OP_ALLGATHER:
-        rl_mem_copy(mem, (char *)r->recvbuf + (size_t)me * bytes, r->sendbuf, bytes);
+        rl_mem_copy(mem, (char *)recvbuf + (size_t)me * bytes, sendbuf, bytes);
         for (int q = 0; q < P && staged; q++)
-            if (q != me) rl_mem_copy(mem, (char *)r->recvbuf + (size_t)q * bytes, tmp + (size_t)q * bytes, bytes);
+            if (q != me) rl_mem_copy(mem, (char *)recvbuf + (size_t)q * bytes, tmp + (size_t)q * bytes, bytes);
         break;
     default:
         break;
@@ -327,4 +331,33 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
         if (v[i].lent) v[i].conn->tp->release(v[i].conn->h, &rreq[i]);
     if (mem->rc) return snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, mem->err), mem->rc;
     return RINGLET_SUCCESS;
+}
+
+ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    return oneshot_as(c, r, mem, r->kind, r->root, r->sendbuf, r->recvbuf, 0, err);
+}
+
+int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem) {
+    int P = c->nranks;
+    if (r->kind != RL_OP_ALLREDUCE || P < 2 || P > ONESHOT_MAX_PEERS + 1 || r->count == 0 || mem->dev) return 0;
+    if (c->algo == RL_ALGO_STAR) return 1;
+    if (c->algo != RL_ALGO_AUTO) return 0;
+    /* Where every message costs system calls (some peer over TCP) and the ranks of a host
+     * outnumber its cores, the work of all messages together is the call's time: the
+     * one-shot path's P(P-1) messages against the star's 2(P-1) (on 2 cores, 8 B to 64
+     * KiB: 0.55-0.9x the time at 3 and 5 ranks). At 2 ranks the one-shot path's two
+     * messages cross at once. Recursive doubling (P log2 P messages) is taken before this
+     * where it fits: at 4 ranks up to 4 KiB it was as fast or faster. */
+    size_t bytes = r->count * ringlet_datatype_size(r->dtype);
+    return c->tcp_peers && c->crowded && P >= 3 && P <= c->oneshot_max_ranks && bytes <= c->oneshot_bytes;
+}
+
+/* The all-reduce through rank 0: every other rank sends its buffer to rank 0, which
+ * reduces the P buffers in rank order (so every rank ends with its bits) and sends the
+ * result back to each. Two message latencies instead of one, but 2(P-1) messages in all
+ * instead of P(P-1). Host buffers. */
+ringlet_result_t rl_run_star(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
+    ringlet_result_t rc = oneshot_as(c, r, mem, RL_OP_REDUCE, 0, r->sendbuf, r->recvbuf, 1, err);
+    if (!rc) rc = oneshot_as(c, r, mem, RL_OP_BROADCAST, 0, r->recvbuf, r->recvbuf, 1, err);
+    return rc;
 }

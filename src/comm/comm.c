@@ -101,15 +101,20 @@ static void build_ring(struct ringlet_comm *c) {
         }
 }
 
-/* Which transports carry host buffers to the peers (some over TCP: tcp_peers), and the
- * board's limit, from what every rank published: the same on every rank. */
+/* Which transports carry host buffers to the peers (some over TCP: tcp_peers), the
+ * board's limit, and whether a host has more ranks than cores (crowded), from what every
+ * rank published: the same on every rank. */
 static void peer_transports_setup(struct ringlet_comm *c) {
     size_t b = c->nranks > 1 ? RL_BOARD_BYTES : 0;
     int all_shm = 1;
     c->tcp_peers = 0;
+    c->crowded = 0;
     for (int q = 0; q < c->nranks; q++) {
         int tp = -1;
         char e[RL_ERR_MAX];
+        /* (P^2 compares: only where the star may run, on at most 65 ranks) */
+        for (int p = 0, on_host = 0; p < c->nranks && c->nranks <= 65; p++)
+            if ((on_host += !memcmp(c->infos[p].hostid, c->infos[q].hostid, 16)) > c->infos[q].ncpu) c->crowded = 1;
         if (c->infos[q].board_bytes < b) b = c->infos[q].board_bytes;
         if (q == c->rank) continue;
         if (rl_conn_pick_transport(c, q, 0, &tp, e) != RINGLET_SUCCESS) tp = -1;
@@ -209,10 +214,11 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     else if (algo && !strcmp(algo, "hier")) c->algo = RL_ALGO_HIER;
     else if (algo && !strcmp(algo, "halving")) c->algo = RL_ALGO_HALVING;
     else if (algo && !strcmp(algo, "doubling")) c->algo = RL_ALGO_DOUBLING;
+    else if (algo && !strcmp(algo, "star")) c->algo = RL_ALGO_STAR;
     else if (algo && *algo && strcmp(algo, "auto") != 0) {
         if (t->listen_fd >= 0) close(t->listen_fd);
         rl_comm_free(c);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving, doubling", algo);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving, doubling, star", algo);
     }
     c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
     c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, 65);
@@ -288,6 +294,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();
     c->infos[rank].core = one_core();
+    c->infos[rank].ncpu = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     host_id(c->infos[rank].hostid);
     if (rc == RINGLET_SUCCESS) {
         rc = rl_boot_exchange(c, t, err);

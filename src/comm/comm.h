@@ -29,6 +29,7 @@ typedef struct rl_rank_info {
     int32_t check;                    /* RINGLET_CHECK (must be the same on every rank) */
     uint32_t board_bytes;             /* RINGLET_BOARD_BYTES, 0 without a doorbell (doorbell.h) */
     int32_t core;                     /* 1 + the one core it may run on at init (ringlet-run --bind), 0: several */
+    int32_t ncpu;                     /* cores online on its host */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */
@@ -148,7 +149,7 @@ struct ringlet_comm {
     size_t chunk_floor; /* ... but none below this (rl_chunk_for; 0: RL_CHUNK_FLOOR) */
     int chunk_fixed;    /* RINGLET_CHUNK_SIZE was given: every chunk is chunk_bytes */
     int nslots;
-    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER, _HALVING or _DOUBLING */
+    int algo;                 /* RINGLET_ALGO: RL_ALGO_AUTO, _RING, _ONESHOT, _HIER, _HALVING, _DOUBLING or _STAR */
     size_t oneshot_bytes;     /* auto: one-shot when a rank receives at most this much */
     int oneshot_max_ranks;    /* ... and there are at most this many ranks */
     /* One-shot calls that publish at most this many bytes go through the board instead of
@@ -158,6 +159,7 @@ struct ringlet_comm {
     size_t board_bytes;
     uint64_t board_seq;
     int tcp_peers; /* some peer is reached over TCP (host buffers) */
+    int crowded;   /* some host has more of this communicator's ranks than cores online */
     size_t halving_min_bytes, halving_max_bytes; /* auto: halving.c's all-reduce between these */
     size_t doubling_max_bytes; /* auto: recursive doubling (halving.c) up to this, over the network */
     /* The hierarchical all-reduce (hier.c): auto considers it from this many bytes; it
@@ -258,6 +260,6 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->device = src->device;
 }
 
-enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5 };
+enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };
 
 #endif

@@ -41,7 +41,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_TIMEOUT", .kind = K_DOUBLE, .dlo = 0.1, .dhi = 1e7}, /* util.c's rl_timeout_s */
     {.name = "RINGLET_DEBUG", .kind = K_WORD_NOCASE, .words = RL_LOG_LEVELS}, /* log.c */
     {.name = "RINGLET_TRANSPORT", .kind = K_TRANSPORT},
-    {.name = "RINGLET_ALGO", .kind = K_WORD, .words = "auto,ring,oneshot,hier,halving,doubling"},
+    {.name = "RINGLET_ALGO", .kind = K_WORD, .words = "auto,ring,oneshot,hier,halving,doubling,star"},
     {.name = "RINGLET_CHUNK_SIZE", .kind = K_INT, .lo = 4096, .hi = GIB},
     {.name = "RINGLET_NCHUNKS_INFLIGHT", .kind = K_INT, .lo = 1, .hi = 64},
     {.name = "RINGLET_ONESHOT_BYTES", .kind = K_INT, .lo = 0, .hi = GIB},

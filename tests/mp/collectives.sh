@@ -22,7 +22,9 @@
 # positions that pair up first), floating-point results checked identical on every rank;
 # RINGLET_ALGO=doubling (recursive doubling all-reduce) at P = 1..5 (3 and 5: positions that
 # pair up first; 16 KiB chunks at 3, so that a step spans several), floats identical on
-# every rank too, and at P = 3 on device buffers;
+# every rank too, and at P = 3 on device buffers; RINGLET_ALGO=star (the all-reduce through
+# rank 0, host buffers) at P = 1..5, floats identical on every rank, and at P = 3 on device
+# buffers (which it leaves to the one-shot path and the ring);
 # P = 5 with RINGLET_NSOCKS_PERPEER=3 and RINGLET_ALGO=oneshot (the one-shot path at the
 # large count too); P = 4 --phase 1 with RINGLET_BOARD_BYTES=40 (over shared memory, a
 # one-shot call through the board up to 40 bytes, messages above: both in one communicator;
@@ -90,7 +92,12 @@ if [ -z "$SAN" ]; then
 2|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011
 3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384|--colls allreduce --max-count 30011
 4|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011
-5|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011"
+5|RINGLET_ALGO=doubling|--colls allreduce --max-count 30011
+1|RINGLET_ALGO=star|--colls allreduce --max-count 1009
+2|RINGLET_ALGO=star|--colls allreduce --max-count 30011
+3|RINGLET_ALGO=star|--colls allreduce --max-count 30011
+4|RINGLET_ALGO=star|--colls allreduce --max-count 30011
+5|RINGLET_ALGO=star|--colls allreduce --max-count 30011"
     TIMEOUT=900
 else
     case "$SAN" in
@@ -107,7 +114,8 @@ else
 3|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
 4|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
 3|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce
-4|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce"
+4|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce
+3|$SENV RINGLET_ALGO=star|--max-count 30011 --colls allreduce"
     TIMEOUT=1800
 fi
 
@@ -137,7 +145,8 @@ if [ -z "$SAN" ]; then
 4|$JIT RINGLET_DEVICE_REDUCE=copy|$DLARGE
 5|RINGLET_ALGO=oneshot|--max-count 30011
 5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003
-3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384 $JIT|--colls allreduce --max-count 30011"
+3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384 $JIT|--colls allreduce --max-count 30011
+3|RINGLET_ALGO=star $JIT|--colls allreduce --max-count 4099 --quick"
 else
     case "$SAN" in
     *thread*) DLARGE="--max-count 16411 --quick" ;;

@@ -121,7 +121,7 @@ fi
 # A bad value names the accepted ones.
 if RINGLET_ALGO=tree timeout 60 "$RUN" -n 2 --timeout 50 -- "$PROG" --quick >"$TMP/bad.log" 2>&1; then
     fail "RINGLET_ALGO=tree was accepted"
-elif grep -q "RINGLET_ALGO=tree: must be auto, ring, oneshot, hier, halving or doubling" "$TMP/bad.log"; then
+elif grep -q "RINGLET_ALGO=tree: must be auto, ring, oneshot, hier, halving, doubling or star" "$TMP/bad.log"; then
     echo "ok: RINGLET_ALGO=tree refused with the accepted values"
 else
     fail "RINGLET_ALGO=tree: no clear message:"
