@@ -30,9 +30,10 @@ int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *
 ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 
 /* The all-reduce through rank 0 (oneshot.c: a one-shot reduce to rank 0, then a one-shot
- * broadcast from it): whether r takes it (RINGLET_ALGO=star, or auto for small host
- * all-reduces over TCP on at least 3 ranks that outnumber a host's cores), and the run. */
-int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem);
+ * broadcast from it): whether r takes it (RINGLET_ALGO=star, or auto for small
+ * all-reduces where some ranks talk over TCP, on at least 3 ranks, a host having more of
+ * them than cores), and the run. */
+int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_star(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The hierarchical all-reduce (hier.c): whether r may take it (an all-reduce on a job
  * of several hosts with the same number of ranks each, by RINGLET_ALGO and size), the
@@ -46,9 +47,8 @@ ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, 
 int rl_halving_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The all-reduce by recursive doubling (halving.c): the whole buffer with one partner per
- * step, log2(P) steps; whether r takes it (the same answer on every rank that passes the
- * same kind of memory), and running it. */
-int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem);
+ * step, log2(P) steps; whether r takes it (the same answer on every rank), and running it. */
+int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_doubling(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* All-to-all, gather and scatter (spread.c). */
 ringlet_result_t rl_run_spread(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);

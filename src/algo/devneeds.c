@@ -4,11 +4,9 @@
  *   ring          lane 0; reduce_scatter P * count elements of device scratch, reduce
  *                 count elements (the ranks between root and the chain's start)
  *   hierarchy     lanes 0 and 1
- *   doubling      (all-reduce, RINGLET_ALGO=doubling: auto takes it on host buffers only)
- *                 count elements of device scratch
- *   star          (all-reduce through rank 0) host buffers only: device buffers take the
- *                 one-shot path or the ring, as below
- *   one-shot      (small calls) P blocks of device scratch, or P + 1 (reduce_scatter:
+ *   doubling      (all-reduce) count elements of device scratch
+ *   one-shot, star  (small calls; the star: all-reduce through rank 0, a one-shot reduce
+ *                 and broadcast) P blocks of device scratch, or P + 1 (reduce_scatter:
  *                 2P) blocks of pinned memory when staged
  *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
  *                 device scratch
@@ -35,10 +33,10 @@ static void collective_needs(const struct ringlet_comm *c, const struct ringlet_
     else if (rl_hier_candidate(c, r)) lanes = 2;
     if (lanes > n->lanes) n->lanes = lanes;
     if (r->kind == RL_OP_REDUCE_SCATTER) n->scratch = max_size(n->scratch, all);
-    if (r->kind == RL_OP_REDUCE || (r->kind == RL_OP_ALLREDUCE && c->algo == RL_ALGO_DOUBLING))
+    if (r->kind == RL_OP_REDUCE || (r->kind == RL_OP_ALLREDUCE && rl_doubling_fits(c, r)))
         n->scratch = max_size(n->scratch, bytes);
     if (r->kind == RL_OP_ALLTOALL && r->sendbuf == r->recvbuf) n->scratch = max_size(n->scratch, all);
-    if (P > 1 && (r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) {
+    if (P > 1 && (r->count > 0 || r->kind == RL_OP_BARRIER) && (rl_oneshot_fits(c, r) || rl_star_fits(c, r))) {
         n->scratch = max_size(n->scratch, all);
         n->pinned = max_size(n->pinned, all + (r->kind == RL_OP_REDUCE_SCATTER ? all : bytes));
     }

@@ -190,17 +190,17 @@ ringlet_result_t rl_run_halving(struct ringlet_comm *c, struct ringlet_request *
     return pair_out(c, r, mem, extra, ce, out, err);
 }
 
-int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem) {
+int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
     if (r->kind != RL_OP_ALLREDUCE || c->nranks < 2 || r->count == 0) return 0;
     if (c->algo == RL_ALGO_DOUBLING) return 1;
     if (c->algo != RL_ALGO_AUTO) return 0;
-    /* Where some peer is over TCP, whose every message costs system calls on both ends
-     * and in the kernel between (on host buffers; a host's device buffers go over CUDA
-     * IPC): on a power of two of at least 4 ranks, log2(P) messages per rank instead of
-     * the one-shot path's P - 1. */
+    /* Where some ranks talk over TCP, whose every message costs system calls on both ends
+     * and in the kernel between: on a power of two of at least 4 ranks, log2(P) messages
+     * per rank instead of the one-shot path's P - 1. Nothing of this rank's own decides
+     * (device or host buffers: ranks of one call may differ there), else they would part. */
     int P = c->nranks;
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);
-    return c->tcp_peers && !mem->dev && P >= 4 && (P & (P - 1)) == 0 && P <= c->oneshot_max_ranks &&
+    return c->tcp_peers && P >= 4 && (P & (P - 1)) == 0 && P <= c->oneshot_max_ranks &&
            bytes <= c->doubling_max_bytes;
 }
 

@@ -337,9 +337,10 @@ ringlet_result_t rl_run_oneshot(struct ringlet_comm *c, struct ringlet_request *
     return oneshot_as(c, r, mem, r->kind, r->root, r->sendbuf, r->recvbuf, 0, err);
 }
 
-int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r, const rl_mem *mem) {
+int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r) {
     int P = c->nranks;
-    if (r->kind != RL_OP_ALLREDUCE || P < 2 || P > ONESHOT_MAX_PEERS + 1 || r->count == 0 || mem->dev) return 0;
+    /* Nothing of this rank's own (its buffers' kind): ranks of one call may differ there. */
+    if (r->kind != RL_OP_ALLREDUCE || P < 2 || P > ONESHOT_MAX_PEERS + 1 || r->count == 0) return 0;
     if (c->algo == RL_ALGO_STAR) return 1;
     if (c->algo != RL_ALGO_AUTO) return 0;
     /* Where every message costs system calls (some peer over TCP) and the ranks of a host
@@ -355,9 +356,11 @@ int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r, 
 /* The all-reduce through rank 0: every other rank sends its buffer to rank 0, which
  * reduces the P buffers in rank order (so every rank ends with its bits) and sends the
  * result back to each. Two message latencies instead of one, but 2(P-1) messages in all
- * instead of P(P-1). Host buffers. */
+ * instead of P(P-1). On a device, rank 0's reduction is done before its result is sent
+ * (the transports and the staging copy do not wait for the reduction's stream). */
 ringlet_result_t rl_run_star(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     ringlet_result_t rc = oneshot_as(c, r, mem, RL_OP_REDUCE, 0, r->sendbuf, r->recvbuf, 1, err);
+    if (!rc && mem->dev) rc = rl_mem_fence(c, mem, err);
     if (!rc) rc = oneshot_as(c, r, mem, RL_OP_BROADCAST, 0, r->recvbuf, r->recvbuf, 1, err);
     return rc;
 }

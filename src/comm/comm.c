@@ -101,25 +101,29 @@ static void build_ring(struct ringlet_comm *c) {
         }
 }
 
-/* Which transports carry host buffers to the peers (some over TCP: tcp_peers), the
- * board's limit, and whether a host has more ranks than cores (crowded), from what every
- * rank published: the same on every rank. */
+/* Whether some pair of ranks sends host buffers over TCP (tcp_peers), the board's limit
+ * (every pair over shared memory), and whether a host has more ranks than cores (crowded),
+ * from what every rank published. Algorithms are chosen from these, so they must be the
+ * same on every rank: every pair counts, not only this rank's own (a rank whose IB or
+ * shared memory failed at init reaches its peers over TCP, and so do they it). Computed up
+ * to 65 ranks (P^2 / 2 pairs), where the paths that use them run; beyond, all are off. */
 static void peer_transports_setup(struct ringlet_comm *c) {
-    size_t b = c->nranks > 1 ? RL_BOARD_BYTES : 0;
-    int all_shm = 1;
-    c->tcp_peers = 0;
-    c->crowded = 0;
-    for (int q = 0; q < c->nranks; q++) {
-        int tp = -1;
-        char e[RL_ERR_MAX];
-        /* (P^2 compares: only where the star may run, on at most 65 ranks) */
-        for (int p = 0, on_host = 0; p < c->nranks && c->nranks <= 65; p++)
-            if ((on_host += !memcmp(c->infos[p].hostid, c->infos[q].hostid, 16)) > c->infos[q].ncpu) c->crowded = 1;
-        if (c->infos[q].board_bytes < b) b = c->infos[q].board_bytes;
-        if (q == c->rank) continue;
-        if (rl_conn_pick_transport(c, q, 0, &tp, e) != RINGLET_SUCCESS) tp = -1;
-        all_shm &= tp == RL_TP_SHM;
-        c->tcp_peers |= tp == RL_TP_TCP;
+    int P = c->nranks, all_shm = P > 1 && P <= 65;
+    size_t b = RL_BOARD_BYTES;
+    c->tcp_peers = c->crowded = 0;
+    for (int p = 0; p < P && all_shm; p++)
+        if (c->infos[p].board_bytes < b) b = c->infos[p].board_bytes;
+    for (int p = 0; p < P && P <= 65; p++) {
+        int on_host = 0;
+        for (int q = 0; q < P; q++) {
+            int same = !memcmp(c->infos[p].hostid, c->infos[q].hostid, 16);
+            on_host += same;
+            if (q <= p) continue;
+            int tp = rl_conn_host_transport(c, p, q);
+            all_shm &= tp == RL_TP_SHM;
+            c->tcp_peers |= tp == RL_TP_TCP;
+        }
+        c->crowded |= on_host > c->infos[p].ncpu;
     }
     c->board_bytes = all_shm ? b : 0;
 }

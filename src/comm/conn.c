@@ -6,6 +6,15 @@
 #include "util.h"
 #include "wait.h"
 
+int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b) {
+    const rl_rank_info *x = &c->infos[a], *y = &c->infos[b];
+    if (c->forced_tp >= 0) return x->bloblen[c->forced_tp] && y->bloblen[c->forced_tp] ? c->forced_tp : -1;
+    int same_host = !memcmp(x->hostid, y->hostid, 16);
+    if (same_host && x->bloblen[RL_TP_SHM] && y->bloblen[RL_TP_SHM]) return RL_TP_SHM;
+    if (!same_host && x->bloblen[RL_TP_IB] && y->bloblen[RL_TP_IB]) return RL_TP_IB;
+    return RL_TP_TCP;
+}
+
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
     const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
     if (c->forced_tp >= 0) {
@@ -27,9 +36,7 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int de
         if (!strstr(why, "tried before"))
             RL_INFO(c->rank, "device buffers with rank %d: not over cuda_ipc (%s); staged through host memory", peer, why);
     }
-    if (same_host && me->bloblen[RL_TP_SHM] && them->bloblen[RL_TP_SHM]) *tp = RL_TP_SHM;
-    else if (!same_host && me->bloblen[RL_TP_IB] && them->bloblen[RL_TP_IB]) *tp = RL_TP_IB;
-    else *tp = RL_TP_TCP;
+    *tp = rl_conn_host_transport(c, c->rank, peer);
     return RINGLET_SUCCESS;
 }
 

@@ -10,6 +10,10 @@
  * host and this rank can map the peer's memory; else shared memory on one host, IB
  * between hosts that both have it, TCP otherwise. Both ends compute the same answer. */
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err);
+/* The transport host buffers take between ranks a and b (either way), from what both
+ * published and RINGLET_TRANSPORT: the same answer on every rank; -1 where a forced
+ * transport is missing on one of them. */
+int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b);
 /* The send (receive) connection to peer for host (device = 0) or device buffers, made
  * now if it does not exist yet (by the progress thread, or by whoever runs an operation).
  * Host and device buffers share a connection when they pick the same transport. */

@@ -81,6 +81,9 @@
  *                   reads or returns the wrong bytes); the fourth passes NULL (the call
  *                   blocks) after synchronising the copy. Send/receive use the same order in
  *                   both forms: even ranks send first, odd ranks receive first.
+ *   --memory odd-device  odd ranks (RANK) as --memory device, even ranks host memory:
+ *                   one call meets both kinds (every rank must still choose the same
+ *                   algorithm, whatever its own buffers' kind)
  *   --verbose       print every case
  * Output: one summary line per rank, "collectives: rank R of P: N cases checked,
  * F failed (T s)"; failures (at most 30 lines per rank) before it. Exit 0 iff none
@@ -847,7 +850,7 @@ static int parse_names(const char *s, const char *const *names, int n, int *want
 
 static void usage(void) {
     fprintf(stderr, "usage: collectives [--max-count N] [--quick] [--seed S] [--large full|rotate] "
-                    "[--phase K] [--colls a,b,...] [--dtypes a,b,...] [--memory host|device] "
+                    "[--phase K] [--colls a,b,...] [--dtypes a,b,...] [--memory host|device|odd-device] "
                     "[--verbose]\n");
     exit(2);
 }
@@ -879,8 +882,14 @@ int main(int argc, char **argv) {
                 usage();
         } else if (strcmp(argv[i], "--memory") == 0 && i + 1 < argc) {
             i++;
-            if (strcmp(argv[i], "device") != 0 && strcmp(argv[i], "host") != 0) usage();
-            device = strcmp(argv[i], "device") == 0;
+            if (strcmp(argv[i], "odd-device") == 0) { /* the rank is known from the launcher here */
+                const char *rk = getenv("RANK");
+                device = rk && atoi(rk) % 2 == 1;
+            } else if (strcmp(argv[i], "device") == 0 || strcmp(argv[i], "host") == 0) {
+                device = strcmp(argv[i], "device") == 0;
+            } else {
+                usage();
+            }
         } else if (strcmp(argv[i], "--colls") == 0 && i + 1 < argc) {
             if (parse_names(argv[++i], coll_name, C_NUM, want) != 0) usage();
         } else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) {

@@ -177,6 +177,14 @@ IPCPLAN+="
 3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
 DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
 
+# Host and device buffers in one call (--memory odd-device: odd ranks on the device), over
+# each of TRANSPORTS, after DPLAN: every rank must choose the same algorithm whatever its
+# own buffers' kind (at 3 ranks over tcp on a 2-core machine auto takes the star, at 4
+# recursive doubling; before, a rank on the device took the one-shot path there and the
+# call hung).
+MIXPLAN="3||--memory odd-device --max-count 4099 --quick
+4||--memory odd-device --max-count 4099 --quick"
+
 # The GPU suite's short runs (tests/gpu/run.sh) name a plan in RINGLET_COLLECTIVES_PLAN that
 # takes the place of DPLAN and IPCPLAN: device memory, every collective, --quick (two ops per
 # dtype) on 4 dtypes per run that between them take every op, counts 0, 1, P-1, P+1 and L:
@@ -257,6 +265,9 @@ for mem in $MEMORY; do
     elif [ "$DEVICE" != none ]; then
         for tr in $DTRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "--memory device" "$DPLAN"; done
         [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -n "$IPCPLAN" ] && run_plan ipc "RINGLET_DEVICE=$DEVICE" "" "$IPCPLAN"
+        if [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ]; then
+            for tr in $TRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "" "$MIXPLAN"; done
+        fi
     fi
 done
 dt=$(($(now_ms) - t_all))
