@@ -39,8 +39,9 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
  * RINGLET_ALGO=halving forces recursive halving for all-reduce, =doubling recursive
  * doubling, =star the all-reduce through rank 0; else recursive doubling for small
  * all-reduces over TCP on a power of two of ranks, the star for other small all-reduces
- * over TCP where a host has more ranks than cores, the one-shot path for other small calls, recursive halving for middle-sized
- * all-reduces on a power of two of ranks, the ring otherwise. */
+ * over TCP where a host has more ranks than cores, the one-shot path for other small
+ * calls, recursive halving for middle-sized all-reduces on a power of two of ranks, the
+ * ring otherwise. */
 static ringlet_result_t run_collective(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     if (c->algo == RL_ALGO_HALVING && rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
     if (rl_doubling_fits(c, r)) return rl_run_doubling(c, r, mem, err);
