@@ -36,7 +36,7 @@
 #include "util.h"
 #include "wait.h"
 
-#define ONESHOT_MAX_PEERS 64
+#define ONESHOT_MAX_PEERS (RL_ONESHOT_MAX_RANKS - 1)
 
 typedef struct {
     int peer;

@@ -106,14 +106,15 @@ static void build_ring(struct ringlet_comm *c) {
  * from what every rank published. Algorithms are chosen from these, so they must be the
  * same on every rank: every pair counts, not only this rank's own (a rank whose IB or
  * shared memory failed at init reaches its peers over TCP, and so do they it). Computed up
- * to 65 ranks (P^2 / 2 pairs), where the paths that use them run; beyond, all are off. */
+ * to RL_ONESHOT_MAX_RANKS (P^2 / 2 pairs), where the paths that use them run; beyond, all
+ * are off. */
 static void peer_transports_setup(struct ringlet_comm *c) {
-    int P = c->nranks, all_shm = P > 1 && P <= 65;
+    int P = c->nranks, all_shm = P > 1 && P <= RL_ONESHOT_MAX_RANKS;
     size_t b = RL_BOARD_BYTES;
     c->tcp_peers = c->crowded = 0;
     for (int p = 0; p < P && all_shm; p++)
         if (c->infos[p].board_bytes < b) b = c->infos[p].board_bytes;
-    for (int p = 0; p < P && P <= 65; p++) {
+    for (int p = 0; p < P && P <= RL_ONESHOT_MAX_RANKS; p++) {
         int on_host = 0;
         for (int q = 0; q < P; q++) {
             int same = !memcmp(c->infos[p].hostid, c->infos[q].hostid, 16);
@@ -225,7 +226,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "init: RINGLET_ALGO=%s is not one of auto, ring, oneshot, hier, halving, doubling, star", algo);
     }
     c->oneshot_bytes = (size_t)rl_env_int("RINGLET_ONESHOT_BYTES", 64 << 10, 0, 1LL << 30);
-    c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, 65);
+    c->oneshot_max_ranks = (int)rl_env_int("RINGLET_ONESHOT_MAX_RANKS", 8, 2, RL_ONESHOT_MAX_RANKS);
     c->hier_min_bytes = (size_t)rl_env_int("RINGLET_HIER_MIN_BYTES", 1 << 20, 0, 1LL << 40);
     c->halving_min_bytes = (size_t)rl_env_int("RINGLET_HALVING_MIN_BYTES", 64 << 10, 0, 1LL << 40);
     c->halving_max_bytes = (size_t)rl_env_int("RINGLET_HALVING_MAX_BYTES", 4 << 20, 0, 1LL << 40);

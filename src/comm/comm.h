@@ -261,5 +261,7 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
 }
 
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };
+/* The most ranks the small-message paths (one-shot, star, recursive doubling, board) take. */
+#define RL_ONESHOT_MAX_RANKS 65
 
 #endif

@@ -45,7 +45,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_CHUNK_SIZE", .kind = K_INT, .lo = 4096, .hi = GIB},
     {.name = "RINGLET_NCHUNKS_INFLIGHT", .kind = K_INT, .lo = 1, .hi = 64},
     {.name = "RINGLET_ONESHOT_BYTES", .kind = K_INT, .lo = 0, .hi = GIB},
-    {.name = "RINGLET_ONESHOT_MAX_RANKS", .kind = K_INT, .lo = 2, .hi = 65},
+    {.name = "RINGLET_ONESHOT_MAX_RANKS", .kind = K_INT, .lo = 2, .hi = RL_ONESHOT_MAX_RANKS},
     {.name = "RINGLET_BOARD_BYTES", .kind = K_INT, .lo = 0, .hi = RL_BOARD_BYTES},
     {.name = "RINGLET_HIER_MIN_BYTES", .kind = K_INT, .lo = 0, .hi = 1LL << 40},
     {.name = "RINGLET_HALVING_MIN_BYTES", .kind = K_INT, .lo = 0, .hi = 1LL << 40},
