@@ -95,6 +95,7 @@ struct tcp_ctx {
     pthread_mutex_t mu;      /* guards conns; taken before a socket's mu */
     struct tcp_conn *conns;  /* where pollers look */
     atomic_int npolled;      /* sockets the pollers own */
+    atomic_int nthreaded;    /* sockets their threads own */
 };
 
 struct tcp_conn {
@@ -221,8 +222,9 @@ static void part_run(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
 
 /* Gives the socket's queue to its thread (caller holds s->mu). */
 static void to_thread(struct tcp_sock *s) {
-    if (atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_POLLERS)
-        atomic_fetch_sub(&s->conn->ctx->npolled, 1);
+    int owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
+    if (owner == SOCK_POLLERS) atomic_fetch_sub(&s->conn->ctx->npolled, 1);
+    if (owner != SOCK_THREAD) atomic_fetch_add(&s->conn->ctx->nthreaded, 1);
     atomic_store(&s->owner, SOCK_THREAD);
     pthread_cond_signal(&s->cv);
 }
@@ -269,20 +271,23 @@ static int finish_ended(struct tcp_conn *c, struct tcp_part *p) {
     return any;
 }
 
+/* The thread is done with socket s's queue if it is empty (caller holds s->mu): nobody's. */
+static void thread_done_if_empty(struct tcp_conn *c, struct tcp_sock *s) {
+    if (atomic_load_explicit(&s->owner, memory_order_relaxed) != SOCK_THREAD || s->head) return;
+    atomic_store(&s->owner, SOCK_IDLE);
+    atomic_fetch_sub(&c->ctx->nthreaded, 1);
+}
+
 static void *sock_thread(void *arg) {
     struct tcp_sock *s = arg;
     struct tcp_conn *c = s->conn;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        int mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD;
-        if (mine && !s->head) { /* done with what it had */
-            atomic_store(&s->owner, SOCK_IDLE);
-            mine = 0;
-        }
-        while (!mine && !atomic_load(&s->quit)) {
+        thread_done_if_empty(c, s);
+        int mine = 0;
+        while (!(mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD && s->head) &&
+               !atomic_load(&s->quit))
             pthread_cond_wait(&s->cv, &s->mu);
-            mine = atomic_load_explicit(&s->owner, memory_order_relaxed) == SOCK_THREAD && s->head;
-        }
         struct tcp_part *p = mine ? s->head : NULL;
         if (p) {
             s->head = p->next;
@@ -291,6 +296,13 @@ static void *sock_thread(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (!p) break; /* quit, nothing left */
         if (!part_refused(c, s, p)) part_run(c, s, p);
+        /* Give the socket up before the part's end wakes its waiter: the next message it
+         * posts is then the pollers' (the waiter, on this core too, runs first and would
+         * find the thread still owning the socket: the next wait would sleep at once, and
+         * so on, one thread hop a message). */
+        pthread_mutex_lock(&s->mu);
+        thread_done_if_empty(c, s);
+        pthread_mutex_unlock(&s->mu);
         part_finish(c, p);
     }
     return NULL;
@@ -595,7 +607,8 @@ static int sock_poll(struct tcp_conn *c, struct tcp_sock *s) {
     return finish_ended(c, ended) ? RL_PROGRESS_MOVED : 0;
 }
 
-/* Moves the parts the pollers own; RL_PROGRESS_POLL while some are left. */
+/* Moves the parts the pollers own; RL_PROGRESS_POLL while some are left, |
+ * RL_PROGRESS_THREADED while a socket's thread has parts too. */
 static int tcp_progress(void *ctxp) {
     struct tcp_ctx *ctx = ctxp;
     if (!atomic_load_explicit(&ctx->npolled, memory_order_relaxed)) return 0;
@@ -605,7 +618,8 @@ static int tcp_progress(void *ctxp) {
             for (int i = 0; i < c->nsocks; i++) moved |= sock_poll(c, &c->socks[i]);
         pthread_mutex_unlock(&ctx->mu);
     }
-    return moved | (atomic_load_explicit(&ctx->npolled, memory_order_relaxed) ? RL_PROGRESS_POLL : 0);
+    return moved | (atomic_load_explicit(&ctx->npolled, memory_order_relaxed) ? RL_PROGRESS_POLL : 0) |
+           (atomic_load_explicit(&ctx->nthreaded, memory_order_relaxed) ? RL_PROGRESS_THREADED : 0);
 }
 
 /* A waiter is going to sleep: the threads take the pollers' parts over, and ring the bell. */

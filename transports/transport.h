@@ -106,8 +106,10 @@ typedef struct rl_transport_ops {
     int (*progress)(void *ctx);
     /* Optional, with progress, for a transport whose threads can finish every request
      * (and then call notify): progress returns RL_PROGRESS_POLL while it holds work
-     * that only polling moves (a waiter spins only then), and park, called by a waiter
-     * before it sleeps, hands all such work to the threads. Safe from any thread. */
+     * that only polling moves (a waiter spins only then), | RL_PROGRESS_THREADED while its
+     * threads have work too (they may need the core the waiter spins on), and park, called
+     * by a waiter before it sleeps, hands all such work to the threads. Safe from any
+     * thread. */
     void (*park)(void *ctx);
     /* Optional: receive without a copy. Done, req->mapped points at the message inside
      * the transport's own memory (a shared-memory slot), valid until release(conn, req);
@@ -130,7 +132,7 @@ typedef struct rl_transport_ops {
     ringlet_result_t (*ready)(void *conn, double deadline, char *err);
 } rl_transport_ops;
 
-enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4 };
+enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4, RL_PROGRESS_THREADED = 8 };
 
 /* Done (1) or running (0). */
 static inline int rl_treq_done(rl_treq *r) { return atomic_load_explicit(&r->pending, memory_order_acquire) == 0; }

@@ -324,6 +324,13 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
          * waits yield after 256 rounds. */
         int over = c->local_size > sysconf(_SC_NPROCESSORS_ONLN);
         c->bound_alone = bound_alone(c);
+        /* A rank bound alone waits for a peer that may have lost its core to another job
+         * for a time slice (1.4 ms on 2 cores of Linux 6.18, longer on older kernels and
+         * more cores): a waiter that slept after 50 us left its core idle, the scheduler
+         * moved the other job over, and the next waits slept as well (a CPU hog beside two
+         * ranks over TCP, 8 B: 24 us a call against 19-20 polling for 5 ms or more, Open
+         * MPI's 19-20). Its core is its own: poll as long as such a slice lasts. */
+        c->alone_spin_s = getenv("RINGLET_SPIN_US") ? c->spin_s : RL_ALONE_SPIN_US * 1e-6;
         c->spin_pause = over ? 0 : 256;
         c->peer_pause = over ? 0 : UINT_MAX;
         c->pool = rl_reduce_pool_new(rank, rthreads, c->local_size, rmin, c->spin_s);

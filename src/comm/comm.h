@@ -199,6 +199,7 @@ struct ringlet_comm {
     unsigned peer_pause; /* the same for waits on peers (rl_comm_wait_peer); UINT_MAX: never yields */
     atomic_int naps;     /* waits left that sleep at once when a peer shares the core (wait.c) */
     int bound_alone;     /* every rank of this host may run on one core only, each on its own (wait.c) */
+    double alone_spin_s; /* spin_s for a waiter that never yields (bound_alone, wait.c) */
 
     /* progress thread and its queue of operations (issue order) */
     pthread_t progress;
@@ -263,5 +264,7 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };
 /* The most ranks the small-message paths (one-shot, star, recursive doubling, board) take. */
 #define RL_ONESHOT_MAX_RANKS 65
+/* How long a waiter bound alone polls a peer before it sleeps, unless RINGLET_SPIN_US says. */
+#define RL_ALONE_SPIN_US 10000
 
 #endif

@@ -52,6 +52,10 @@ static _Thread_local unsigned long t_yields;
 
 unsigned long rl_wait_yields(void) { return t_yields; }
 
+static _Thread_local unsigned long t_sleeps;
+
+unsigned long rl_wait_sleeps(void) { return t_sleeps; }
+
 /* For a waiter whose peer shares its core: yields to it and returns 1, or returns 0 when
  * this wait should sleep instead. */
 static int yield_to_peer(struct ringlet_comm *c) {
@@ -82,9 +86,12 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
         /* Where each rank of this host has a core of its own (ringlet-run --bind cores), a
          * yield can only give this core to another job's thread, for its time slice (a CPU
          * hog beside two bound ranks: 2 ms a 4 KiB all-reduce over TCP, 10-30 us without
-         * the yields): such a waiter never yields; it sleeps after spin_s as any other. */
+         * the yields): such a waiter never yields; it polls for alone_spin_s (comm.c says
+         * why), then sleeps, unless a transport's threads have work too (they run on this
+         * core: they get it after spin_s). */
         if (!always) pause = 0;
         int never_yield = !always && c->bound_alone;
+        double spin_s = never_yield ? c->alone_spin_s : c->spin_s;
         /* A peer that last waited on this thread's core cannot answer while this thread
          * spins there (two ranks and a CPU hog on two cores: each wait spun its whole
          * spin_s, 60 us a call): yield at every round then, which hands the core to that
@@ -93,13 +100,14 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
          * then such waits sleep at once, this one and the next RL_NAP_WAITS (10 us a call). */
         int spin_only = pause == UINT_MAX;
         int shared = spin_only && rl_doorbell_core_shared(c);
-        double until = 0;
+        double start = 0;
         int busy = 0;
         for (unsigned n = 0;; n++) {
             if (ready && ready(arg)) return;
             int p = ready ? 0 : rl_comm_progress(c);
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
+            if (p & RL_PROGRESS_THREADED) spin_s = c->spin_s;
             if (!always && !(p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) break;
             if (shared) {
                 if (!yield_to_peer(c)) break;
@@ -111,8 +119,8 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
             }
             if ((n & 63) == 63) {
                 double now = rl_now();
-                if (until == 0) until = now + c->spin_s;
-                else if (now > until) break;
+                if (start == 0) start = now;
+                else if (now > start + spin_s) break;
                 if (spin_only && rl_doorbell_core_shared(c)) shared = 1;
             }
         }
@@ -123,6 +131,7 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
             nanosleep(&ts, NULL);
             return;
         }
+        t_sleeps++;
         rl_comm_park(c); /* before sleeping: the threads take over what only polling moves */
     }
     wait_for w = {c, ready, arg};

@@ -36,6 +36,8 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
 void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms);
 /* How many times the calling thread's waits have yielded its core between polls (tests). */
 unsigned long rl_wait_yields(void);
+/* How many times the calling thread's waits on polled transports stopped polling to sleep (tests). */
+unsigned long rl_wait_sleeps(void);
 /* The same, for what peers publish in place (the board): returns once ready(arg) says it
  * is there, which it asks while polling and once more before sleeping (a peer that
  * publishes rings the bell only when this rank sleeps: rl_bell_ring_sleeper). The

@@ -3,6 +3,9 @@
  *   - two ranks of one host over TCP (forked processes), each bound to its own core at
  *     init: the communicator says so, and 200 all-reduces of 70000 random int32 (the
  *     ring over the sockets) are bit-exact with not one yield on the calling thread;
+ *     Then rank 1 starts each of 5 small all-reduces 2 ms late: a wait of rank 0 that
+ *     stopped polling to sleep must have polled for RL_ALONE_SPIN_US first (so that a
+ *     peer that lost its core for a time slice is met polling), not the 50 us of others;
  *   - both bound to one core: not bound alone (a yield is how the peer gets to run), and
  *     the same calls are bit-exact;
  *   - unbound: not bound alone.
@@ -14,10 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "ringlet.h"
+#include "util.h"
 #include "wait.h"
 
 enum { CALLS = 200, COUNT = 70000 };
@@ -67,6 +72,34 @@ static unsigned long calls(ringlet_comm_t c, int rank, uint32_t seed) {
     return y;
 }
 
+/* Small all-reduces that rank 1 starts late: rank 0's calls that slept must have
+ * lasted the bound-alone poll at least. */
+static void late_calls(ringlet_comm_t c, int rank, uint32_t seed) {
+    enum { LATE = 5, LATE_US = 2000 };
+    for (int k = 0; k < LATE && !failures; k++) {
+        int32_t in[3], out[3];
+        for (int i = 0; i < 3; i++) in[i] = input(seed, k, i, rank);
+        if (rank == 1) {
+            struct timespec ts = {0, LATE_US * 1000};
+            nanosleep(&ts, NULL);
+        }
+        unsigned long s0 = rl_wait_sleeps();
+        double t0 = rl_now();
+        ringlet_result_t rc = ringlet_allreduce(in, out, 3, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        double took = rl_now() - t0;
+        unsigned long slept = rl_wait_sleeps() - s0;
+        CHECK(rc == RINGLET_SUCCESS, "rank %d late call %d: %s", rank, k, ringlet_strerror(rc));
+        for (int i = 0; i < 3 && !rc; i++) {
+            int32_t want = (int32_t)((uint32_t)input(seed, k, i, 0) + (uint32_t)input(seed, k, i, 1));
+            CHECK(out[i] == want, "rank %d late call %d [%d]: %" PRId32 ", want %" PRId32, rank, k, i, out[i], want);
+        }
+        if (rank == 0)
+            CHECK(!slept || took >= RL_ALONE_SPIN_US * 1e-6,
+                  "rank 0 late call %d: its wait slept after %.0f us (polls %d us before sleeping when bound alone)", k,
+                  took * 1e6, RL_ALONE_SPIN_US);
+    }
+}
+
 /* One communicator with this rank's cores set as asked (core < 0: all allowed). */
 static void phase(const char *what, ringlet_unique_id_t id, int rank, int core, const cpu_set_t *all, int want_alone,
                   uint32_t seed) {
@@ -79,6 +112,7 @@ static void phase(const char *what, ringlet_unique_id_t id, int rank, int core, 
           want_alone);
     unsigned long y = calls(c, rank, seed);
     if (want_alone) CHECK(y == 0, "rank %d %s: the waits yielded %lu times", rank, what, y);
+    if (want_alone) late_calls(c, rank, seed + 1);
     printf("rank %d %s: %d calls checked, %lu yields\n", rank, what, CALLS, y), fflush(stdout);
     ringlet_comm_destroy(c);
 }
