@@ -157,7 +157,12 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
             return snprintf(err, RL_ERR_MAX, "stopped (the communicator failed) waiting for rank %d to connect over "
                             "cuda_ipc", k->peer), RINGLET_ERR_REMOTE;
         if (rl_now() > deadline)
-            return snprintf(err, RL_ERR_MAX, "rank %d did not connect over cuda_ipc within RINGLET_TIMEOUT", k->peer),
+            /* Most likely the peer passed host memory to this call: it then sends over a host
+             * transport, since neither side knows what the other passed. */
+            return snprintf(err, RL_ERR_MAX,
+                            "rank %d did not connect over cuda_ipc within RINGLET_TIMEOUT (a rank passing host "
+                            "memory sends over shm: ranks that share cuda_ipc must pass the same kind of memory to a "
+                            "call, unless RINGLET_TRANSPORT names one)", k->peer),
                    RINGLET_ERR_TIMEOUT;
         rl_sleep_ms(1);
     }
