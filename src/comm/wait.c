@@ -54,6 +54,9 @@ unsigned long rl_wait_yields(void) { return t_yields; }
 
 static _Thread_local unsigned long t_sleeps;
 
+/* This thread runs an operation for its caller, who waits for it (rl_comm_set_inline). */
+static _Thread_local int t_inline;
+
 unsigned long rl_wait_sleeps(void) { return t_sleeps; }
 
 /* For a waiter whose peer shares its core: yields to it and returns 1, or returns 0 when
@@ -87,11 +90,13 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
          * yield can only give this core to another job's thread, for its time slice (a CPU
          * hog beside two bound ranks: 2 ms a 4 KiB all-reduce over TCP, 10-30 us without
          * the yields): such a waiter never yields; it polls for alone_spin_s (comm.c says
-         * why), then sleeps, unless a transport's threads have work too (they run on this
-         * core: they get it after spin_s). */
+         * why) where it runs a call for its caller, then sleeps, unless a transport's
+         * threads have work too (they run on this core: they get it after spin_s). The
+         * progress thread polls spin_s only: the caller's thread may be computing on that
+         * core meanwhile (DDP's backward pass beside its buckets' all-reduces). */
         if (!always) pause = 0;
         int never_yield = !always && c->bound_alone;
-        double spin_s = never_yield ? c->alone_spin_s : c->spin_s;
+        double spin_s = never_yield && t_inline ? c->alone_spin_s : c->spin_s;
         /* A peer that last waited on this thread's core cannot answer while this thread
          * spins there (two ranks and a CPU hog on two cores: each wait spun its whole
          * spin_s, 60 us a call): yield at every round then, which hands the core to that
@@ -139,8 +144,6 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
 }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause, NULL, NULL); }
-
-static _Thread_local int t_inline;
 
 void rl_comm_set_inline(int on) { t_inline = on; }
 
