@@ -21,6 +21,10 @@ static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {
         while (!rl_treq_done(&r->treqs[i])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
 }
 
+static _Thread_local unsigned long t_posts;
+
+unsigned long rl_p2p_posts(void) { return t_posts; }
+
 ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) {
     char err[RL_ERR_MAX]; /* a string: only its first byte cleared (a per-call path) */
     err[0] = 0;
@@ -51,6 +55,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
         return rc;
     }
     /* The waiter completes it from the pieces. */
+    t_posts++;
     r->posted_at = rl_now();
     atomic_store_explicit(&r->posted, 1, memory_order_release);
     rl_comm_notify(c);

@@ -2,7 +2,8 @@
  * whatever the memory on either end.
  *
  * Host memory, no stream: the progress thread posts every piece's transport request in
- * issue order and goes on; the waiter completes the request from them. So a receive
+ * issue order and goes on, or, when nothing is queued or running, the calling thread
+ * does (rl_comm_try_post); the waiter completes the request from them. So a receive
  * and a send posted by one rank can be in flight at once, in any order.
  * Device memory, or a call ordered on a stream: the progress thread runs the transfer
  * to the end as a pipelined sequence of pieces (collective.h's rl_run_p2p_pipe). */
@@ -11,9 +12,11 @@
 
 #include "comm.h"
 
-/* Progress thread: posts the pieces of a host send or receive (on failure: the
- * request's error in r->err, returned). */
+/* Progress thread, or the caller in issue order: posts the pieces of a host send or
+ * receive (on failure: the request's error in r->err, returned). */
 ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r);
+/* Requests this thread has posted so far (tests: which thread posts). */
+unsigned long rl_p2p_posts(void);
 /* Waiter: whether the posted request finished (1), with its result set; 0 if not. */
 int rl_p2p_test(struct ringlet_request *r);
 /* Waits until every posted piece finished (after the communicator failed). */

@@ -149,7 +149,21 @@ static void request_set(struct ringlet_request *r, struct ringlet_comm *c, const
     if (user_op(c, a->op, a->dtype, &r->premul) != 1) r->premul.live = 0;
 }
 
-static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out) {
+/* A send or receive on host memory, no stream: posted from the caller's thread when the
+ * queue is idle (rl_comm_try_post); waits_now: the caller waits for it at once, else the
+ * transports' threads take over what only polling would move (as after the progress
+ * thread posts one), since the caller may block elsewhere first. */
+static int post_here(struct ringlet_comm *c, struct ringlet_request *r, int waits_now) {
+    if ((r->kind != RL_OP_SEND && r->kind != RL_OP_RECV) || r->stream || r->device >= 0 || !c->inline_ok ||
+        !rl_comm_try_post(c, r))
+        return 0;
+    if (!waits_now) rl_comm_park(c);
+    return 1;
+}
+
+/* here (may be NULL): set to 1 when the call was posted on this thread (post_here). */
+static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now,
+                               int *here) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
     if (rc) return rc;
@@ -166,6 +180,11 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     void *stream = r->stream;
     uint64_t seq = 0;
     r->seq_out = &seq;
+    if (out && post_here(c, r, waits_now)) {
+        *out = r;
+        if (here) *here = 1;
+        return RINGLET_SUCCESS;
+    }
     if ((rc = rl_comm_enqueue(c, r, err))) {
         if (out) rl_comm_track(c, r, 0);
         rl_request_free(r);
@@ -399,7 +418,7 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
     if (t_group.depth) return group_add(c, a);
     if (a->stream && (!(a->sendbuf || a->recvbuf) || rl_dev_ptr_device(a->sendbuf) >= 0 ||
                       rl_dev_ptr_device(a->recvbuf) >= 0))
-        return submit(c, a, NULL);
+        return submit(c, a, NULL, 0, NULL);
     if (a->kind != RL_OP_SEND && a->kind != RL_OP_RECV && !a->stream && c && c->inline_ok) {
         /* Host memory and nothing queued: run it here, no thread hand-off. */
         ringlet_result_t rc = check_call(c, a);
@@ -418,8 +437,14 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
         }
     }
     ringlet_request_t r;
-    ringlet_result_t rc = submit(c, a, &r);
-    return rc ? rc : ringlet_wait(&r);
+    int here = 0;
+    ringlet_result_t rc = submit(c, a, &r, 1, &here);
+    if (rc) return rc;
+    /* Posted here: this wait moves it, as an inline collective's thread does (wait.c). */
+    rl_comm_set_inline(here);
+    rc = ringlet_wait(&r);
+    rl_comm_set_inline(0);
+    return rc;
 }
 
 static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, ringlet_request_t *req) {
@@ -428,7 +453,7 @@ static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, 
         return rl_error(c, RINGLET_ERR_INVALID_USAGE, "i%s: non-blocking forms are refused inside a group", rl_op_name(call->kind));
     call_t copy = *call;
     copy.stream = stream_of(copy.stream);
-    return submit(c, &copy, req);
+    return submit(c, &copy, req, 0, NULL);
 }
 
 #define CALL(...) (&(call_t){__VA_ARGS__})

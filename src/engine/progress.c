@@ -165,6 +165,26 @@ int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringle
     return 1;
 }
 
+int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
+    pthread_mutex_lock(&c->q_mu);
+    /* A failed communicator's calls take the queue's way, which fails them as such. */
+    if (c->q_head || c->running || !c->progress_started || atomic_load(&c->failed)) {
+        pthread_mutex_unlock(&c->q_mu);
+        return 0;
+    }
+    c->running = 1;
+    r->seq = ++c->seq;
+    if (r->seq_out) *r->seq_out = r->seq;
+    pthread_mutex_unlock(&c->q_mu);
+    ringlet_result_t rc = rl_p2p_post(c, r);
+    if (rc) finish(c, r, rc);
+    pthread_mutex_lock(&c->q_mu);
+    c->running = 0;
+    if (c->q_head) pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+    return 1;
+}
+
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
     pthread_mutex_lock(&c->live_mu);
     if (add) {

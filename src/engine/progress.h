@@ -16,6 +16,12 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
  * running. Returns 0 (not run; queue it) when busy, else 1 with the result in *rc and
  * r->err. */
 int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc);
+/* Posts a send or receive on host memory (no stream) from the caller's thread when
+ * nothing is queued or running, as the progress thread would (issue order kept), sparing
+ * the hand-off to it (a woken thread on the caller's core: 12.8 us an 8-byte ping-pong
+ * over shared memory, 37 us over TCP). 0: busy or failed (queue it); 1: posted, or
+ * finished with the posting's error. */
+int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r);
 /* Track (add = 1) or forget (add = 0) a request the user holds. */
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
 /* Frees requests the user never completed (destroy). */
