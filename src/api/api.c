@@ -157,13 +157,12 @@ static int post_here(struct ringlet_comm *c, struct ringlet_request *r, int wait
     if ((r->kind != RL_OP_SEND && r->kind != RL_OP_RECV) || r->stream || r->device >= 0 || !c->inline_ok ||
         !rl_comm_try_post(c, r))
         return 0;
+    r->posted_here = 1;
     if (!waits_now) rl_comm_park(c);
     return 1;
 }
 
-/* here (may be NULL): set to 1 when the call was posted on this thread (post_here). */
-static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now,
-                               int *here) {
+static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
     if (rc) return rc;
@@ -182,7 +181,6 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     r->seq_out = &seq;
     if (out && post_here(c, r, waits_now)) {
         *out = r;
-        if (here) *here = 1;
         return RINGLET_SUCCESS;
     }
     if ((rc = rl_comm_enqueue(c, r, err))) {
@@ -244,7 +242,16 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
             rl_p2p_drain(r);
             continue;
         }
-        rl_comm_wait_event(c, gen, 100);
+        /* Posted by this thread and the progress thread idle: nothing but this wait moves
+         * it, as in a collective run on the caller's thread (wait.c: no yields, and a TCP
+         * waiter bound alone polls longer). Else the progress thread may need the core. */
+        if (r->posted_here && rl_comm_idle(c)) {
+            rl_comm_set_inline(1);
+            rl_comm_wait_peer(c, gen, 100);
+            rl_comm_set_inline(0);
+        } else {
+            rl_comm_wait_event(c, gen, 100);
+        }
     }
 }
 
@@ -418,7 +425,7 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
     if (t_group.depth) return group_add(c, a);
     if (a->stream && (!(a->sendbuf || a->recvbuf) || rl_dev_ptr_device(a->sendbuf) >= 0 ||
                       rl_dev_ptr_device(a->recvbuf) >= 0))
-        return submit(c, a, NULL, 0, NULL);
+        return submit(c, a, NULL, 0);
     if (a->kind != RL_OP_SEND && a->kind != RL_OP_RECV && !a->stream && c && c->inline_ok) {
         /* Host memory and nothing queued: run it here, no thread hand-off. */
         ringlet_result_t rc = check_call(c, a);
@@ -437,14 +444,8 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
         }
     }
     ringlet_request_t r;
-    int here = 0;
-    ringlet_result_t rc = submit(c, a, &r, 1, &here);
-    if (rc) return rc;
-    /* Posted here: this wait moves it, as an inline collective's thread does (wait.c). */
-    rl_comm_set_inline(here);
-    rc = ringlet_wait(&r);
-    rl_comm_set_inline(0);
-    return rc;
+    ringlet_result_t rc = submit(c, a, &r, 1);
+    return rc ? rc : ringlet_wait(&r);
 }
 
 static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, ringlet_request_t *req) {
@@ -453,7 +454,7 @@ static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, 
         return rl_error(c, RINGLET_ERR_INVALID_USAGE, "i%s: non-blocking forms are refused inside a group", rl_op_name(call->kind));
     call_t copy = *call;
     copy.stream = stream_of(copy.stream);
-    return submit(c, &copy, req, 0, NULL);
+    return submit(c, &copy, req, 0);
 }
 
 #define CALL(...) (&(call_t){__VA_ARGS__})

@@ -128,6 +128,7 @@ struct ringlet_request {
      * requests (treqs: treq1, or an array for more than one piece), then sets posted;
      * the waiter completes the request from them. */
     atomic_int posted;
+    int posted_here; /* by the calling thread (api.c's post_here): its waits poll as inline calls do */
     double posted_at;
     size_t ntreq, ndone; /* pieces posted, pieces seen done (in order) */
     rl_treq *treqs;

@@ -185,6 +185,13 @@ int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
     return 1;
 }
 
+int rl_comm_idle(struct ringlet_comm *c) {
+    pthread_mutex_lock(&c->q_mu);
+    int idle = !c->q_head && !c->running;
+    pthread_mutex_unlock(&c->q_mu);
+    return idle;
+}
+
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
     pthread_mutex_lock(&c->live_mu);
     if (add) {

@@ -22,6 +22,8 @@ int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringle
  * over shared memory, 37 us over TCP). 0: busy or failed (queue it); 1: posted, or
  * finished with the posting's error. */
 int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r);
+/* Nothing queued and nothing running (a snapshot). */
+int rl_comm_idle(struct ringlet_comm *c);
 /* Track (add = 1) or forget (add = 0) a request the user holds. */
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
 /* Frees requests the user never completed (destroy). */

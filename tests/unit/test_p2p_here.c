@@ -4,6 +4,8 @@
  *   - blocking: ROUNDS exchanges of random lengths (0 bytes to past one 1 MiB piece,
  *     random bytes), rank 0 sending first and rank 1 receiving first; every byte checked,
  *     and every call posted by the calling thread (rl_p2p_posts), not the progress thread;
+ *     with the ranks on cores of their own, the waits never yield (they poll as a
+ *     collective run on the caller's thread does: nothing else needs the core);
  *   - non-blocking: each rank posts a receive and a send, then waits for them in either
  *     order: checked, and posted here too;
  *   - behind a queued collective: a non-blocking all-reduce, then at once a blocking
@@ -12,6 +14,7 @@
  *   - RINGLET_INLINE=0: the same blocking exchanges, all posted by the progress thread.
  * Exit status 0 on success.
  */
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 
 #include "p2p.h"
 #include "ringlet.h"
+#include "wait.h"
 
 enum { ROUNDS = 60, MAXLEN = (1 << 20) + 70000, COUNT = 5000 };
 
@@ -68,9 +72,11 @@ static ringlet_comm_t open_comm(ringlet_unique_id_t id, int rank, const char *tp
     return c;
 }
 
-/* ROUNDS blocking exchanges; returns the requests this thread posted meanwhile. */
-static unsigned long blocking(ringlet_comm_t c, int rank, const char *what, uint32_t seed, uint8_t *out, uint8_t *in) {
-    unsigned long p0 = rl_p2p_posts();
+/* ROUNDS blocking exchanges; returns the requests this thread posted meanwhile, and in
+ * *yields how often its waits yielded. */
+static unsigned long blocking(ringlet_comm_t c, int rank, const char *what, uint32_t seed, uint8_t *out, uint8_t *in,
+                              unsigned long *yields) {
+    unsigned long p0 = rl_p2p_posts(), y0 = rl_wait_yields();
     for (int k = 0; k < ROUNDS; k++) {
         size_t n = length(seed, k);
         fill(out, n, seed, k, rank);
@@ -88,6 +94,7 @@ static unsigned long blocking(ringlet_comm_t c, int rank, const char *what, uint
         size_t w = wrong(in, n, seed, k, 1 - rank);
         CHECK(w == 0, "rank %d %s round %d: byte %zu of %zu wrong", rank, what, k, w - 1, n);
     }
+    *yields = rl_wait_yields() - y0;
     return rl_p2p_posts() - p0;
 }
 
@@ -149,8 +156,14 @@ static void behind_collective(ringlet_comm_t c, int rank, const char *what, uint
     free(y);
 }
 
-static int child(int rank, const ringlet_unique_id_t id[5]) {
+static int child(int rank, const ringlet_unique_id_t id[5], int core) {
     alarm(240);
+    if (core >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(core, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) perror("sched_setaffinity"), exit(2);
+    }
     uint8_t *out = malloc(MAXLEN), *in = malloc(MAXLEN);
     if (!out || !in) printf("FAIL out of memory\n"), exit(1);
     const char *tps[2] = {"shm", "tcp"};
@@ -158,8 +171,9 @@ static int child(int rank, const ringlet_unique_id_t id[5]) {
         ringlet_comm_t c = open_comm(id[t], rank, tps[t], "1");
         char what[64];
         snprintf(what, sizeof what, "%s blocking", tps[t]);
-        unsigned long n = blocking(c, rank, what, 11u + (uint32_t)t, out, in);
+        unsigned long y = 0, n = blocking(c, rank, what, 11u + (uint32_t)t, out, in, &y);
         CHECK(n == 2 * ROUNDS, "rank %d %s: %lu of %d calls posted on the calling thread", rank, what, n, 2 * ROUNDS);
+        if (core >= 0) CHECK(y == 0, "rank %d %s: the waits yielded %lu times on a core of their own", rank, what, y);
         snprintf(what, sizeof what, "%s non-blocking", tps[t]);
         n = nonblocking(c, rank, what, 21u + (uint32_t)t, out, in);
         CHECK(n == 2 * ROUNDS, "rank %d %s: %lu of %d calls posted on the calling thread", rank, what, n, 2 * ROUNDS);
@@ -169,7 +183,7 @@ static int child(int rank, const ringlet_unique_id_t id[5]) {
         ringlet_comm_destroy(c);
     }
     ringlet_comm_t c = open_comm(id[2], rank, "tcp", "0");
-    unsigned long n = blocking(c, rank, "tcp RINGLET_INLINE=0", 41u, out, in);
+    unsigned long y = 0, n = blocking(c, rank, "tcp RINGLET_INLINE=0", 41u, out, in, &y);
     CHECK(n == 0, "rank %d RINGLET_INLINE=0: %lu calls posted on the calling thread, want 0", rank, n);
     ringlet_comm_destroy(c);
     free(out);
@@ -179,13 +193,20 @@ static int child(int rank, const ringlet_unique_id_t id[5]) {
 
 int main(void) {
     setenv("RINGLET_TIMEOUT", "60", 0);
+    /* Each rank on a core of its own where two are allowed (else -1: unbound). */
+    cpu_set_t all;
+    int cores[2] = {-1, -1}, found = 0;
+    if (sched_getaffinity(0, sizeof all, &all) == 0)
+        for (int i = 0; i < CPU_SETSIZE && found < 2; i++)
+            if (CPU_ISSET(i, &all)) cores[found++] = i;
+    if (found < 2) cores[0] = cores[1] = -1, printf("one core allowed here: the ranks run unbound\n");
     ringlet_unique_id_t id[5];
     for (int i = 0; i < 5; i++)
         if (ringlet_get_unique_id(&id[i]) != RINGLET_SUCCESS) return printf("FAIL ringlet_get_unique_id\n"), 1;
     fflush(stdout);
     pid_t pid[2];
     for (int r = 0; r < 2; r++)
-        if ((pid[r] = fork()) == 0) _exit(child(r, id));
+        if ((pid[r] = fork()) == 0) _exit(child(r, id, cores[r]));
     int rc = 0;
     for (int r = 0; r < 2; r++) {
         int st = 0;
