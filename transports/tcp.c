@@ -185,11 +185,20 @@ enum { STEP_DONE, STEP_AGAIN, STEP_FAILED };
  * it checks the header; on a mismatch the request fails and the connection is broken,
  * so those bytes are never taken for data. */
 static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
-    const size_t H = sizeof p->hdr;
-    while (p->done < H + p->len) {
-        struct iovec iov[2];
-        size_t n = 0, off = p->done < H ? 0 : p->done - H;
+    /* The header's wire bytes after the header itself: zeroes sent, and read into a sink. */
+    _Static_assert(RL_TCP_HDR_WIRE >= sizeof(rl_tcp_hdr) && RL_TCP_HDR_WIRE % 64 == 0, "header on the wire");
+    enum { PAD = RL_TCP_HDR_WIRE - sizeof(rl_tcp_hdr) };
+    static const char zeroes[PAD];
+    static _Thread_local char sink[PAD];
+    const size_t H = sizeof p->hdr, W = RL_TCP_HDR_WIRE;
+    while (p->done < W + p->len) {
+        struct iovec iov[3];
+        size_t n = 0, off = p->done < W ? 0 : p->done - W;
         if (p->done < H) iov[n++] = (struct iovec){(char *)&p->hdr + p->done, H - p->done};
+        if (p->done < W) {
+            size_t at = p->done > H ? p->done - H : 0;
+            iov[n++] = (struct iovec){c->is_send ? (char *)zeroes + at : sink + at, PAD - at};
+        }
         if (off < p->len) iov[n++] = (struct iovec){p->ptr + off, p->len - off};
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = n};
         ssize_t got = c->is_send ? sendmsg(s->fd, &m, MSG_NOSIGNAL) : recvmsg(s->fd, &m, 0);
