@@ -32,8 +32,9 @@ typedef struct rl_tcp_hello {
     uint8_t listener[16]; /* the listener it is for: the id in the target's blob */
     uint8_t nonce[16];
     uint8_t mac[32]; /* HMAC(secret, all of the above) */
-    uint8_t align[44];
+    uint8_t align[44]; /* zeroes: the data after the hello starts cache-line aligned (RL_TCP_HDR_WIRE) */
 } rl_tcp_hello;
+_Static_assert(sizeof(rl_tcp_hello) % 64 == 0, "the hello keeps the stream cache-line aligned");
 
 /* What a rank publishes: where it listens, how many sockets it uses per peer, and the
  * listener's random id. A connection meant for a listener that closed and whose port a
