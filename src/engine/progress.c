@@ -145,30 +145,12 @@ void rl_progress_stop(struct ringlet_comm *c) {
     c->progress_started = 0;
 }
 
-int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
+/* Queue lock not held: when nothing is queued or running, the calling thread takes the
+ * queue (c->running), numbers r and returns 1; else 0. refuse_failed: a failed
+ * communicator's calls take the queue's way, which fails them as such. */
+static int claim_idle_queue(struct ringlet_comm *c, struct ringlet_request *r, int refuse_failed) {
     pthread_mutex_lock(&c->q_mu);
-    if (c->q_head || c->running || !c->progress_started) {
-        pthread_mutex_unlock(&c->q_mu);
-        return 0;
-    }
-    c->running = 1;
-    r->seq = ++c->seq;
-    pthread_mutex_unlock(&c->q_mu);
-    rl_comm_set_inline(1);
-    *rc = run(c, r);
-    rl_comm_set_inline(0);
-    pthread_mutex_lock(&c->q_mu);
-    c->running = 0;
-    /* Calls queued meanwhile (another thread's) were held back: let them run. */
-    if (c->q_head) pthread_cond_signal(&c->q_cv);
-    pthread_mutex_unlock(&c->q_mu);
-    return 1;
-}
-
-int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
-    pthread_mutex_lock(&c->q_mu);
-    /* A failed communicator's calls take the queue's way, which fails them as such. */
-    if (c->q_head || c->running || !c->progress_started || atomic_load(&c->failed)) {
+    if (c->q_head || c->running || !c->progress_started || (refuse_failed && atomic_load(&c->failed))) {
         pthread_mutex_unlock(&c->q_mu);
         return 0;
     }
@@ -176,12 +158,32 @@ int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
     r->seq = ++c->seq;
     if (r->seq_out) *r->seq_out = r->seq;
     pthread_mutex_unlock(&c->q_mu);
-    ringlet_result_t rc = rl_p2p_post(c, r);
-    if (rc) finish(c, r, rc);
+    return 1;
+}
+
+/* Gives back what claim_idle_queue took. Calls queued meanwhile (another thread's) were
+ * held back: let them run. */
+static void release_queue(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
     if (c->q_head) pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
+}
+
+int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
+    if (!claim_idle_queue(c, r, 0)) return 0;
+    rl_comm_set_inline(1);
+    *rc = run(c, r);
+    rl_comm_set_inline(0);
+    release_queue(c);
+    return 1;
+}
+
+int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
+    if (!claim_idle_queue(c, r, 1)) return 0;
+    ringlet_result_t rc = rl_p2p_post(c, r);
+    if (rc) finish(c, r, rc);
+    release_queue(c);
     return 1;
 }
 
