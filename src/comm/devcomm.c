@@ -363,7 +363,7 @@ ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_reque
      * for a flag that the operation, never queued, does not set: release them now. */
     for (int i = 0; i < r->nxstream && !rc; i++) rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], err);
     if (rc) {
-        if (r->event || r->xevent[0]) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
+        if (r->event || (r->nxstream && r->xevent[0])) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
         if (r->event) s->d->event_destroy(r->event), r->event = NULL;
         for (int i = 0; i < r->nxstream; i++)
             if (r->xevent[i]) s->d->event_destroy(r->xevent[i]), r->xevent[i] = NULL;
