@@ -83,10 +83,27 @@ static _Thread_local struct {
     int n, cap;
 } t_group;
 
+/* A stream being captured into a CUDA graph (stream capture) would capture what the call
+ * does on it, and the host side of the call (sockets, the peers) cannot be in a graph:
+ * refused before anything touches the stream, so that the capture stays valid. */
+static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, void *stream) {
+    const rl_device_ops *d = stream ? rl_device() : NULL;
+    int capturing = 0;
+    if (!d) return RINGLET_SUCCESS;
+    if (d->stream_capturing((rl_dev_stream_t)stream, &capturing) != RL_DEV_OK)
+        return rl_error(c, RINGLET_ERR_CUDA, "%s: %s", fn, rl_dev_error());
+    if (capturing)
+        return rl_error(c, RINGLET_ERR_INVALID_USAGE,
+                        "%s: the stream is capturing a CUDA graph (stream capture); ringlet's calls cannot be "
+                        "captured: make the call outside the capture",
+                        fn);
+    return RINGLET_SUCCESS;
+}
+
 static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
-    if (rc) return rc;
+    if (rc || (rc = check_capture(c, fn, a->stream))) return rc;
     if (a->kind == RL_OP_BARRIER) return RINGLET_SUCCESS;
     size_t es = ringlet_datatype_size(a->dtype);
     if (!es) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: datatype %d is not a ringlet_datatype_t", fn, (int)a->dtype);

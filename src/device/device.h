@@ -100,6 +100,12 @@ typedef struct rl_device_ops {
     /* Blocks the calling thread until the stream's work is done (tests and tools; the
      * core polls events instead, within its deadlines). */
     int (*stream_sync)(rl_dev_stream_t s);
+    /* Whether work enqueued on s now would be captured into a CUDA graph (stream
+     * capture) rather than run; and, for tests, a capture's begin (global mode) and end
+     * (its graph destroyed). */
+    int (*stream_capturing)(rl_dev_stream_t s, int *yes);
+    int (*stream_begin_capture)(rl_dev_stream_t s);
+    int (*stream_end_capture)(rl_dev_stream_t s);
 
     /* Events mark a point in a stream: query says whether everything enqueued on the
      * stream before the last record is done (an event never recorded is done). */

@@ -32,7 +32,15 @@
  *   - copies to or from pageable host memory return once done (synchronous with respect
  *     to their stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
- *     blocking stream of its device, and they wait for its.
+ *     blocking stream of its device, and they wait for its;
+ *   - stream capture (global mode): a stream being captured runs nothing of what is
+ *     enqueued on it (it goes into a graph); an event recorded there is a node of the
+ *     capture, and a stream that waits for it joins the capture. Synchronising a
+ *     capturing stream, querying such an event, or a call that can synchronise the device
+ *     while a capture is active fails (capture unsupported) and invalidates the capture;
+ *     work on the legacy stream, or asking it whether it captures, while a blocking stream
+ *     of its device captures fails (capture implicit; the work also invalidates it). The capture's end fails when it was invalidated, or
+ *     (stricter than CUDA, which allows a rejoin) when another stream joined it.
  */
 #ifndef RINGLET_DEVICE_RT_H
 #define RINGLET_DEVICE_RT_H
@@ -57,11 +65,17 @@ enum rl_rt_err {
     RL_RT_ERR_INVALID_DEVICE = 101,
     RL_RT_ERR_MAP_FAILED = 205,
     RL_RT_ERR_INVALID_HANDLE = 400,
+    RL_RT_ERR_ILLEGAL_STATE = 401,
     RL_RT_ERR_NOT_READY = 600,
     RL_RT_ERR_ILLEGAL_ADDRESS = 700,
     RL_RT_ERR_MISALIGNED_ADDRESS = 716,
     RL_RT_ERR_NOT_PERMITTED = 800,
     RL_RT_ERR_NOT_SUPPORTED = 801,
+    RL_RT_ERR_CAPTURE_UNSUPPORTED = 900, /* cudaErrorStreamCaptureUnsupported */
+    RL_RT_ERR_CAPTURE_INVALIDATED = 901,
+    RL_RT_ERR_CAPTURE_UNMATCHED = 903,
+    RL_RT_ERR_CAPTURE_UNJOINED = 904,
+    RL_RT_ERR_CAPTURE_IMPLICIT = 906,
     RL_RT_ERR_UNKNOWN = 999,
     /* The simulator refused a call that would never return on a GPU. */
     RL_RT_ERR_SIM_DEADLOCK = 10001,
@@ -94,6 +108,11 @@ typedef struct rl_rt {
     int (*stream_destroy)(rl_dev_stream_t s);
     int (*stream_synchronize)(rl_dev_stream_t s);
     int (*stream_get_device)(rl_dev_stream_t s, int *dev);
+    /* cudaStreamBeginCapture (global mode); cudaStreamEndCapture, the graph made
+     * destroyed at once; cudaStreamIsCapturing: yes while active or invalidated. */
+    int (*stream_begin_capture)(rl_dev_stream_t s);
+    int (*stream_end_capture)(rl_dev_stream_t s);
+    int (*stream_is_capturing)(rl_dev_stream_t s, int *yes);
     int (*event_create)(rl_dev_event_t *e); /* timing disabled */
     int (*event_destroy)(rl_dev_event_t e);
     int (*event_record)(rl_dev_event_t e, rl_dev_stream_t s);

@@ -32,6 +32,12 @@ _Static_assert(RL_RT_ERR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "codes
 _Static_assert(RL_RT_ERR_MISALIGNED_ADDRESS == (int)cudaErrorMisalignedAddress, "codes");
 _Static_assert(RL_RT_ERR_NOT_PERMITTED == (int)cudaErrorNotPermitted, "codes");
 _Static_assert(RL_RT_ERR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "codes");
+_Static_assert(RL_RT_ERR_ILLEGAL_STATE == (int)cudaErrorIllegalState, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_UNMATCHED == (int)cudaErrorStreamCaptureUnmatched, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_UNJOINED == (int)cudaErrorStreamCaptureUnjoined, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_IMPLICIT == (int)cudaErrorStreamCaptureImplicit, "codes");
 _Static_assert(RL_RT_ERR_UNKNOWN == (int)cudaErrorUnknown, "codes");
 
 #define CS(s) ((cudaStream_t)(s))
@@ -102,6 +108,24 @@ static int stream_get_device(rl_dev_stream_t s, int *dev) {
     /* The legacy stream (NULL, or 0x1) is the current device's. */
     if (!s || s == RL_RT_STREAM_LEGACY) return (int)cudaGetDevice(dev);
     return (int)cudaStreamGetDevice(CS(s), dev);
+}
+
+static int stream_begin_capture(rl_dev_stream_t s) {
+    return (int)cudaStreamBeginCapture(CS(s), cudaStreamCaptureModeGlobal);
+}
+
+static int stream_end_capture(rl_dev_stream_t s) {
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(CS(s), &g);
+    if (g) cudaGraphDestroy(g);
+    return (int)e;
+}
+
+static int stream_is_capturing(rl_dev_stream_t s, int *yes) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(CS(s), &st);
+    *yes = e == cudaSuccess && st != cudaStreamCaptureStatusNone;
+    return (int)e;
 }
 
 static int event_create(rl_dev_event_t *e) {
@@ -245,6 +269,9 @@ const rl_rt rl_rt_cuda = {
     .stream_destroy = stream_destroy,
     .stream_synchronize = stream_synchronize,
     .stream_get_device = stream_get_device,
+    .stream_begin_capture = stream_begin_capture,
+    .stream_end_capture = stream_end_capture,
+    .stream_is_capturing = stream_is_capturing,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .event_record = event_record,

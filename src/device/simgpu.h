@@ -70,6 +70,9 @@ int sim_ipc_close(void *p);
  * queued or running work; RL_RT_ERR_SIM_DEADLOCK (with the thread's error set) when a
  * stream is held by a flag wait that is not met, since on a GPU the wait would not end. */
 int sim_device_sync(const char *what);
+/* The same without stream capture's rule (a kernel loaded lazily at its launch, which
+ * CUDA allows during a capture). Everything else refuses while a capture is active. */
+int sim_device_sync_loading(const char *what);
 
 /* One operation of a stream. */
 enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_SCALE, OP_CONVERT, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT,
@@ -110,6 +113,9 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what);
 int sim_stream_create(rl_dev_stream_t *s, int blocking);
 int sim_stream_destroy(rl_dev_stream_t s);
 int sim_stream_synchronize(rl_dev_stream_t s);
+int sim_stream_begin_capture(rl_dev_stream_t s);
+int sim_stream_end_capture(rl_dev_stream_t s);
+int sim_stream_is_capturing(rl_dev_stream_t s, int *yes);
 int sim_event_create(rl_dev_event_t *e);
 int sim_event_destroy(rl_dev_event_t e);
 int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s);

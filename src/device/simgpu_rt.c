@@ -74,11 +74,17 @@ static const char *error_string(int e) {
     case RL_RT_ERR_INVALID_DEVICE: return "invalid device ordinal";
     case RL_RT_ERR_MAP_FAILED: return "mapping of buffer object failed";
     case RL_RT_ERR_INVALID_HANDLE: return "invalid resource handle";
+    case RL_RT_ERR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";
     case RL_RT_ERR_NOT_READY: return "device not ready";
     case RL_RT_ERR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
     case RL_RT_ERR_MISALIGNED_ADDRESS: return "misaligned address";
     case RL_RT_ERR_NOT_PERMITTED: return "operation not permitted";
     case RL_RT_ERR_NOT_SUPPORTED: return "operation not supported";
+    case RL_RT_ERR_CAPTURE_UNSUPPORTED: return "operation not permitted when stream is capturing";
+    case RL_RT_ERR_CAPTURE_INVALIDATED: return "operation failed due to a previous error during capture";
+    case RL_RT_ERR_CAPTURE_UNMATCHED: return "capture was not initiated in this stream";
+    case RL_RT_ERR_CAPTURE_UNJOINED: return "capturing stream has unjoined work";
+    case RL_RT_ERR_CAPTURE_IMPLICIT: return "operation would make the legacy stream depend on a capturing blocking stream";
     case RL_RT_ERR_SIM_DEADLOCK: return "deadlock on a GPU (refused by the simulator)";
     default: return "unknown error";
     }
@@ -133,7 +139,7 @@ int sim_kernel_loaded(int kernel, const char *name) {
     if (g_eager || kernel < 0 || kernel >= SIM_KERNELS || atomic_load(&g_loaded[dev][kernel])) return RL_RT_SUCCESS;
     char what[96];
     snprintf(what, sizeof what, "loading kernel %s at its first launch (CUDA_MODULE_LOADING=LAZY)", name);
-    int rc = sim_device_sync(what);
+    int rc = sim_device_sync_loading(what);
     if (rc) return rc;
     atomic_store(&g_loaded[dev][kernel], 1);
     return RL_RT_SUCCESS;
@@ -165,6 +171,9 @@ const rl_rt rl_rt_sim = {
     .stream_destroy = sim_stream_destroy,
     .stream_synchronize = sim_stream_synchronize,
     .stream_get_device = sim_stream_device,
+    .stream_begin_capture = sim_stream_begin_capture,
+    .stream_end_capture = sim_stream_end_capture,
+    .stream_is_capturing = sim_stream_is_capturing,
     .event_create = sim_event_create,
     .event_destroy = sim_event_destroy,
     .event_record = sim_event_record,

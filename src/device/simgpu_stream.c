@@ -12,7 +12,11 @@
  * queues (round robin, in the order they were made), and an operation does not start while
  * a wait queued before it on the same queue (a flag wait, or a wait for an event) is not
  * met, as a waiting stream blocks the hardware queue it heads on a GPU. Unset, every stream
- * has a queue of its own (a GPU has 8, and which streams share one is the driver's choice). */
+ * has a queue of its own (a GPU has 8, and which streams share one is the driver's choice).
+ *
+ * Stream capture (global mode; rt.h): work enqueued on a capturing stream is dropped at
+ * once, as if it went into a graph that is never launched; an event recorded there keeps
+ * the capture it belongs to, and a stream that waits for it joins that capture. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -36,6 +40,7 @@ struct rl_dev_event_s {
     uint64_t recorded, done; /* records made, and the last one reached */
     atomic_int refs;         /* the handle + operations that still name it */
     int device;
+    struct rl_dev_stream_s *capture; /* its last record was in this capture (the origin stream), else NULL */
 };
 
 static void event_unref(rl_dev_event_t e) {
@@ -59,6 +64,10 @@ struct rl_dev_stream_s {
     pthread_t thread;
     uint64_t rng;
     int users; /* sim_device_sync calls looking at it (g_streams_mu) */
+    /* Stream capture (g_capture_mu): the stream that began the capture this one is in
+     * (itself for that one), NULL when none; whether that capture was invalidated. */
+    struct rl_dev_stream_s *capture;
+    int capture_invalid;
     struct rl_dev_stream_s *next_all;
 };
 
@@ -70,6 +79,9 @@ static long g_jitter_us = -1;
 static int g_nqueues = -1;       /* CUDA_DEVICE_MAX_CONNECTIONS, 0 when unset */
 static int g_queue_next[64];     /* per device: the queue of the next stream made */
 static atomic_ullong g_queue_seq; /* the order in which operations were queued */
+/* Capture state (streams' capture and capture_invalid, events' capture). Taken after
+ * g_streams_mu where both are held, never before. */
+static pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static unsigned long long rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -329,7 +341,118 @@ static const sim_op *any_held(rl_dev_stream_t *list, size_t n, rl_dev_stream_t *
     return NULL;
 }
 
-int sim_device_sync(const char *what) {
+/* ---- stream capture ---- */
+
+static rl_dev_stream_t capture_of(rl_dev_stream_t s) {
+    pthread_mutex_lock(&g_capture_mu);
+    rl_dev_stream_t c = s->capture;
+    pthread_mutex_unlock(&g_capture_mu);
+    return c;
+}
+
+/* What CUDA does on an operation a capture does not allow: the capture is invalidated
+ * (its end fails), and the call fails. origin: the capture's stream. */
+static int capture_refuse(rl_dev_stream_t origin, const char *fmt, const char *what) {
+    pthread_mutex_lock(&g_capture_mu);
+    if (origin->capture == origin) origin->capture_invalid = 1;
+    pthread_mutex_unlock(&g_capture_mu);
+    return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, fmt, what);
+}
+
+/* A stream of the list (of device dev, blocking ones only when blocking) that captures. */
+static rl_dev_stream_t capturing_among(rl_dev_stream_t *list, size_t n, int dev, int blocking) {
+    rl_dev_stream_t found = NULL;
+    pthread_mutex_lock(&g_capture_mu);
+    for (size_t i = 0; i < n && !found; i++)
+        if (list[i]->capture && (dev < 0 || (list[i]->device == dev && (!blocking || list[i]->blocking))))
+            found = list[i]->capture;
+    pthread_mutex_unlock(&g_capture_mu);
+    return found;
+}
+
+static int capture_active(const char *what) {
+    size_t n;
+    rl_dev_stream_t *list = snapshot(&n);
+    if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
+    rl_dev_stream_t origin = capturing_among(list, n, -1, 0);
+    snapshot_drop(list, n);
+    return origin ? capture_refuse(origin, "%s: not allowed while a stream capture (global mode) is active", what)
+                  : RL_RT_SUCCESS;
+}
+
+static int resolve(rl_dev_stream_t *s);
+
+int sim_stream_begin_capture(rl_dev_stream_t s) {
+    int rc = sim_sticky_check();
+    if (rc || (rc = resolve(&s))) return rc;
+    if (s->legacy) return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_begin_capture: the legacy stream cannot be captured");
+    pthread_mutex_lock(&g_capture_mu);
+    int busy = s->capture != NULL;
+    if (!busy) s->capture = s, s->capture_invalid = 0;
+    pthread_mutex_unlock(&g_capture_mu);
+    return busy ? sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_begin_capture: the stream is capturing already") : RL_RT_SUCCESS;
+}
+
+int sim_stream_end_capture(rl_dev_stream_t s) {
+    int rc = resolve(&s);
+    if (rc) return rc;
+    size_t n;
+    rl_dev_stream_t *list = snapshot(&n);
+    if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "stream_end_capture: out of memory");
+    int joined = 0, invalid = 0;
+    rl_dev_stream_t origin;
+    pthread_mutex_lock(&g_capture_mu);
+    origin = s->capture;
+    if (origin == s) {
+        for (size_t i = 0; i < n; i++)
+            if (list[i] != s && list[i]->capture == s) list[i]->capture = NULL, joined++;
+        invalid = s->capture_invalid;
+        s->capture = NULL;
+    }
+    pthread_mutex_unlock(&g_capture_mu);
+    snapshot_drop(list, n);
+    if (!origin) return sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_end_capture: the stream is not capturing");
+    if (origin != s)
+        return sim_fail(RL_RT_ERR_CAPTURE_UNMATCHED, "stream_end_capture: the capture was begun on another stream");
+    if (invalid)
+        return sim_fail(RL_RT_ERR_CAPTURE_INVALIDATED,
+                        "stream_end_capture: an operation the capture does not allow invalidated it");
+    if (joined)
+        return sim_fail(RL_RT_ERR_CAPTURE_UNJOINED,
+                        "stream_end_capture: %d other stream(s) joined the capture (the simulator has no rejoin)", joined);
+    return RL_RT_SUCCESS;
+}
+
+int sim_stream_is_capturing(rl_dev_stream_t s, int *yes) {
+    *yes = 0;
+    int rc = resolve(&s);
+    if (rc) return rc;
+    if (s->legacy) {
+        size_t n;
+        rl_dev_stream_t *list = snapshot(&n);
+        if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "stream_is_capturing: out of memory");
+        rl_dev_stream_t origin = capturing_among(list, n, s->device, 1);
+        snapshot_drop(list, n);
+        if (origin)
+            return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
+                            "stream_is_capturing: the legacy stream, while a blocking stream of device %d captures",
+                            s->device);
+    }
+    *yes = capture_of(s) != NULL;
+    return RL_RT_SUCCESS;
+}
+
+static int device_sync(const char *what, int check_capture);
+
+int sim_device_sync(const char *what) { return device_sync(what, 1); }
+
+int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
+
+static int device_sync(const char *what, int check_capture) {
+    if (check_capture) {
+        int crc = capture_active(what);
+        if (crc) return crc;
+    }
     size_t n;
     rl_dev_stream_t *list = snapshot(&n);
     if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
@@ -372,6 +495,8 @@ int sim_device_sync(const char *what) {
 int sim_stream_synchronize(rl_dev_stream_t s) {
     int rc = sim_sticky_check();
     if (rc || (rc = resolve(&s))) return rc;
+    rl_dev_stream_t cap = capture_of(s);
+    if (cap) return capture_refuse(cap, "%s: the stream is capturing", "stream_synchronize");
     wait_idle(s);
     return sim_sticky_check();
 }
@@ -447,6 +572,15 @@ static int legacy_order(rl_dev_stream_t s) {
         size_t n;
         rl_dev_stream_t *list = snapshot(&n);
         if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "out of memory");
+        rl_dev_stream_t origin = capturing_among(list, n, s->device, 1);
+        if (origin) {
+            snapshot_drop(list, n);
+            pthread_mutex_lock(&g_capture_mu);
+            origin->capture_invalid = 1;
+            pthread_mutex_unlock(&g_capture_mu);
+            return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
+                            "work on the legacy stream while a blocking stream of device %d captures", s->device);
+        }
         int rc = RL_RT_SUCCESS;
         for (size_t i = 0; i < n && !rc; i++)
             if (list[i] != s && list[i]->blocking && !list[i]->legacy && list[i]->device == s->device)
@@ -464,6 +598,13 @@ static int legacy_order(rl_dev_stream_t s) {
 int sim_enqueue(rl_dev_stream_t s, sim_op *o, const char *what) {
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
     int rc = resolve(&s);
+    if (!rc && capture_of(s)) {
+        /* Captured: into the graph, not run. */
+        if (o->ev) event_unref(o->ev);
+        free(o->owned);
+        free(o);
+        return RL_RT_SUCCESS;
+    }
     if (!rc) rc = legacy_order(s);
     if (rc) {
         if (o->ev) event_unref(o->ev);
@@ -521,6 +662,11 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
                         "event_record: the event belongs to device %d, the stream to device %d (an event is made on the "
                         "device current when it is created)",
                         e->device, s->device);
+    pthread_mutex_lock(&g_capture_mu);
+    rl_dev_stream_t cap = s->capture;
+    e->capture = cap; /* a node of the capture, or a record that runs */
+    pthread_mutex_unlock(&g_capture_mu);
+    if (cap) return RL_RT_SUCCESS;
     pthread_mutex_lock(&e->mu);
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->mu);
@@ -531,6 +677,10 @@ int sim_event_query(rl_dev_event_t e) {
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_query: invalid event");
+    pthread_mutex_lock(&g_capture_mu);
+    rl_dev_stream_t cap = e->capture;
+    pthread_mutex_unlock(&g_capture_mu);
+    if (cap) return capture_refuse(cap, "%s: the event was recorded in a stream capture", "event_query");
     pthread_mutex_lock(&e->mu);
     int done = e->done >= e->recorded;
     pthread_mutex_unlock(&e->mu);
@@ -542,6 +692,12 @@ int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_wait_event: invalid event");
+    if ((rc = resolve(&s))) return rc;
+    pthread_mutex_lock(&g_capture_mu);
+    int joins = e->capture && !s->capture;
+    if (joins) s->capture = e->capture; /* waits for a node of the capture: joins it */
+    pthread_mutex_unlock(&g_capture_mu);
+    if (joins) return RL_RT_SUCCESS;
     pthread_mutex_lock(&e->mu);
     uint64_t gen = e->recorded;
     pthread_mutex_unlock(&e->mu);
@@ -552,6 +708,8 @@ int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
 int sim_stream_reached(rl_dev_stream_t s, const char *what) {
     int rc = resolve(&s);
     if (rc) return rc;
+    rl_dev_stream_t cap = capture_of(s);
+    if (cap) return capture_refuse(cap, "%s: waits for a capturing stream's work (pageable host memory)", what);
     rl_dev_event_t e;
     if ((rc = event_new(&e, s->device))) return rc;
     pthread_mutex_lock(&e->mu);

@@ -33,6 +33,10 @@
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
+ * capture: an all-reduce on a stream that is capturing a CUDA graph is refused with
+ *   RINGLET_ERR_INVALID_USAGE, before it touches the stream: the capture still ends
+ *   cleanly (an event recorded in it, or a wait for one, would have invalidated it or
+ *   pulled ringlet's own stream in), and the communicator works on that stream after.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -278,7 +282,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|legacy [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|legacy|capture [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -401,6 +405,35 @@ int main(int argc, char **argv) {
         DEV(D->stream_destroy(s));
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK devices: device 1's stream and buffers, called with device 0 current\n", g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "capture")) {
+        rl_dev_stream_t s;
+        void *din, *dout;
+        DEV(D->stream_create(&s));
+        DEV(D->mem_alloc(&din, n * 4)); /* before the capture: an allocation during it fails */
+        DEV(D->mem_alloc(&dout, n * 4));
+        DEV(D->stream_begin_capture(s));
+        int yes = 0;
+        DEV(D->stream_capturing(s, &yes));
+        if (!yes) FAIL("the stream does not say it is capturing");
+        ringlet_result_t rc = ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s);
+        const char *msg = ringlet_comm_last_error(comm);
+        if (rc != RINGLET_ERR_INVALID_USAGE || !strstr(msg, "capturing a CUDA graph"))
+            FAIL("an all-reduce on a capturing stream returned %d (%s), want %d naming the capture",
+                 (int)rc, msg, (int)RINGLET_ERR_INVALID_USAGE);
+        if (D->stream_end_capture(s) != RL_DEV_OK) FAIL("the capture did not end cleanly: %s", rl_dev_error());
+        char refused[512];
+        snprintf(refused, sizeof refused, "%s", msg);
+        DEV(D->mem_free(din));
+        DEV(D->mem_free(dout));
+        checked_allreduce(comm, P, n, s, g_rank % ndev, "the stream after its capture");
+        DEV(D->stream_destroy(s));
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK capture: refused (%s), the capture ended cleanly, then all-reduces on the stream "
+               "as before\n",
+               g_rank, refused);
         return 0;
     }
 

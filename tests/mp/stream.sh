@@ -11,6 +11,8 @@
 #   async  the peer leaves: the stream call fails, the stream goes on, get_async_error names it
 #   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
+#   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
+#          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -86,6 +88,8 @@ for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     run_case "$tr" order CUDA_DEVICE_MAX_CONNECTIONS=1
 done
 WANT_HOLD=
+# A capturing stream (CUDA graphs) is refused, and the capture survives.
+run_case shm capture
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done

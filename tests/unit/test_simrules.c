@@ -17,6 +17,12 @@
  *   queues      with CUDA_DEVICE_MAX_CONNECTIONS set, streams share that many hardware
  *               queues, and work queued behind another stream's unmet wait on the same
  *               queue does not run
+ *   capture     stream capture (global mode): a capturing stream runs nothing enqueued on
+ *               it; synchronising it, querying an event recorded in it, or an allocation
+ *               while it captures fails and invalidates the capture (its end fails); a
+ *               stream that waits for such an event joins the capture; the legacy stream
+ *               asked while a blocking stream captures fails; the device layer's
+ *               stream_capturing says so
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
  *               hold kind (none by default: sync; RINGLET_STREAM_HOLD=memop|kernel,
  *               memop refused with RINGLET_SIM_MEMOPS=0)
@@ -396,6 +402,109 @@ static void rule_legacy(void) {
     RT_OK(R->stream_destroy(nonblocking));
 }
 
+/* ---- stream capture ---- */
+
+#define RT_IS(call, code)                                                                                              \
+    do {                                                                                                               \
+        int e_ = (call);                                                                                               \
+        CHECK(e_ == (code), "%s: %d (%s), want %d", #call, e_, R->error_detail(), (int)(code));                        \
+        R->get_last_error();                                                                                           \
+    } while (0)
+
+static void rule_capture(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t a, b, blk;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->stream_create(&b, 0));
+    RT_OK(R->stream_create(&blk, 1));
+    rl_dev_event_t e;
+    RT_OK(R->event_create(&e));
+    const size_t n = 4096;
+    void *x = NULL, *p = NULL;
+    int32_t *h = NULL;
+    RT_OK(R->malloc(&x, n * 4));
+    RT_OK(R->host_alloc((void **)&h, n * 4));
+    RT_OK(R->memset_async(x, 0x11, n * 4, a));
+    RT_OK(R->stream_synchronize(a));
+    int yes = -1;
+
+    /* A clean capture: nothing it holds runs, and it ends without error. */
+    RT_OK(R->stream_begin_capture(a));
+    RT_OK(R->stream_is_capturing(a, &yes));
+    CHECK(yes == 1, "a capturing stream says %d", yes);
+    RT_OK(R->stream_is_capturing(b, &yes));
+    CHECK(yes == 0, "a stream that does not capture says %d", yes);
+    DEV_OK(D->stream_capturing(a, &yes));
+    CHECK(yes == 1, "the device layer says %d for a capturing stream", yes);
+    RT_OK(R->memset_async(x, 0x5a, n * 4, a));
+    RT_OK(R->launch_reduce(x, x, x, n, RINGLET_INT32, RINGLET_SUM, a));
+    RT_IS(R->stream_begin_capture(a), RL_RT_ERR_ILLEGAL_STATE);
+    RT_OK(R->stream_end_capture(a));
+    RT_OK(R->stream_is_capturing(a, &yes));
+    CHECK(yes == 0, "the stream still captures after its end (%d)", yes);
+    RT_OK(R->memcpy_async(h, x, n * 4, a));
+    RT_OK(R->stream_synchronize(a));
+    size_t ran = 0;
+    for (size_t i = 0; i < n; i++) ran += h[i] != 0x11111111;
+    CHECK(ran == 0, "work enqueued on a capturing stream ran (%zu elements changed)", ran);
+    RT_IS(R->stream_end_capture(a), RL_RT_ERR_ILLEGAL_STATE);
+    RT_IS(R->stream_begin_capture(RL_RT_STREAM_LEGACY), RL_RT_ERR_CAPTURE_UNSUPPORTED);
+
+    /* What a capture does not allow fails and invalidates it. */
+    struct {
+        const char *what;
+        int step;
+    } bad[] = {{"stream_synchronize", 0}, {"event_query", 1}, {"cudaMalloc", 2}, {"cudaHostAlloc", 3}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        RT_OK(R->stream_begin_capture(a));
+        int rc = -1;
+        switch (bad[k].step) {
+        case 0: rc = R->stream_synchronize(a); break;
+        case 1:
+            RT_OK(R->event_record(e, a));
+            rc = R->event_query(e);
+            break;
+        case 2: rc = R->malloc(&p, 4096); break;
+        case 3: rc = R->host_alloc(&p, 4096); break;
+        }
+        CHECK(rc == RL_RT_ERR_CAPTURE_UNSUPPORTED, "%s during a capture returned %d, not capture-unsupported",
+              bad[k].what, rc);
+        R->get_last_error();
+        RT_IS(R->stream_end_capture(a), RL_RT_ERR_CAPTURE_INVALIDATED);
+    }
+    /* An event recorded outside a capture again is an ordinary one. */
+    RT_OK(R->event_record(e, a));
+    RT_OK(R->stream_synchronize(a));
+    CHECK(event_done(e), "an event recorded after the capture is not done");
+
+    /* A stream that waits for an event recorded in a capture joins it. */
+    RT_OK(R->stream_begin_capture(a));
+    RT_OK(R->event_record(e, a));
+    RT_OK(R->stream_wait_event(b, e));
+    RT_OK(R->stream_is_capturing(b, &yes));
+    CHECK(yes == 1, "a stream that waited for a captured event does not capture (%d)", yes);
+    RT_IS(R->stream_end_capture(b), RL_RT_ERR_CAPTURE_UNMATCHED);
+    RT_IS(R->stream_end_capture(a), RL_RT_ERR_CAPTURE_UNJOINED);
+    RT_OK(R->stream_is_capturing(b, &yes));
+    CHECK(yes == 0, "the joined stream still captures after the capture's end (%d)", yes);
+
+    /* The legacy stream, asked while a blocking stream captures. */
+    RT_OK(R->stream_begin_capture(blk));
+    RT_IS(R->stream_is_capturing(RL_RT_STREAM_LEGACY, &yes), RL_RT_ERR_CAPTURE_IMPLICIT);
+    RT_OK(R->stream_end_capture(blk));
+    RT_OK(R->stream_is_capturing(RL_RT_STREAM_LEGACY, &yes));
+    CHECK(yes == 0, "the legacy stream says it captures (%d)", yes);
+
+    RT_OK(R->event_record(e, a));
+    RT_OK(R->stream_synchronize(a));
+    RT_OK(R->event_destroy(e));
+    RT_OK(R->free(x));
+    RT_OK(R->free_host(h));
+    RT_OK(R->stream_destroy(a));
+    RT_OK(R->stream_destroy(b));
+    RT_OK(R->stream_destroy(blk));
+}
+
 /* ---- stream memory operations, and the backend's hold kind ---- */
 
 static void rule_memops(void) {
@@ -488,6 +597,7 @@ int main(int argc, char **argv) {
     CHECK(run_child("devices", "RINGLET_SIM_DEVICES", "2") == 0, "current device per thread: the child failed");
     rule_pageable();
     rule_legacy();
+    rule_capture();
     rule_memops();
     rule_queues();
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
