@@ -40,7 +40,7 @@ struct rl_dev_event_s {
     uint64_t recorded, done; /* records made, and the last one reached */
     atomic_int refs;         /* the handle + operations that still name it */
     int device;
-    struct rl_dev_stream_s *capture; /* its last record was in this capture (the origin stream), else NULL */
+    uint64_t capture_id; /* its last record was a node of this capture (0: none; g_capture_mu) */
 };
 
 static void event_unref(rl_dev_event_t e) {
@@ -65,8 +65,10 @@ struct rl_dev_stream_s {
     uint64_t rng;
     int users; /* sim_device_sync calls looking at it (g_streams_mu) */
     /* Stream capture (g_capture_mu): the stream that began the capture this one is in
-     * (itself for that one), NULL when none; whether that capture was invalidated. */
+     * (itself for that one), NULL when none; that capture's number; whether it was
+     * invalidated (the origin's). A destroyed origin clears the streams that joined it. */
     struct rl_dev_stream_s *capture;
+    uint64_t capture_id;
     int capture_invalid;
     struct rl_dev_stream_s *next_all;
 };
@@ -82,6 +84,7 @@ static atomic_ullong g_queue_seq; /* the order in which operations were queued *
 /* Capture state (streams' capture and capture_invalid, events' capture). Taken after
  * g_streams_mu where both are held, never before. */
 static pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_capture_seq; /* captures begun (g_capture_mu) */
 
 static unsigned long long rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -382,13 +385,27 @@ static int capture_active(const char *what) {
 
 static int resolve(rl_dev_stream_t *s);
 
+static uint64_t event_capture_id(rl_dev_event_t e) {
+    pthread_mutex_lock(&g_capture_mu);
+    uint64_t id = e->capture_id;
+    pthread_mutex_unlock(&g_capture_mu);
+    return id;
+}
+
+/* g_streams_mu and g_capture_mu held: the stream whose capture number id is active. */
+static rl_dev_stream_t capture_origin_locked(uint64_t id) {
+    for (rl_dev_stream_t t = g_streams; t && id; t = t->next_all)
+        if (t->capture == t && t->capture_id == id) return t;
+    return NULL;
+}
+
 int sim_stream_begin_capture(rl_dev_stream_t s) {
     int rc = sim_sticky_check();
     if (rc || (rc = resolve(&s))) return rc;
     if (s->legacy) return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_begin_capture: the legacy stream cannot be captured");
     pthread_mutex_lock(&g_capture_mu);
     int busy = s->capture != NULL;
-    if (!busy) s->capture = s, s->capture_invalid = 0;
+    if (!busy) s->capture = s, s->capture_id = ++g_capture_seq, s->capture_invalid = 0;
     pthread_mutex_unlock(&g_capture_mu);
     return busy ? sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_begin_capture: the stream is capturing already") : RL_RT_SUCCESS;
 }
@@ -405,9 +422,10 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
     origin = s->capture;
     if (origin == s) {
         for (size_t i = 0; i < n; i++)
-            if (list[i] != s && list[i]->capture == s) list[i]->capture = NULL, joined++;
+            if (list[i] != s && list[i]->capture == s) list[i]->capture = NULL, list[i]->capture_id = 0, joined++;
         invalid = s->capture_invalid;
         s->capture = NULL;
+        s->capture_id = 0;
     }
     pthread_mutex_unlock(&g_capture_mu);
     snapshot_drop(list, n);
@@ -511,6 +529,10 @@ int sim_stream_destroy(rl_dev_stream_t s) {
             break;
         }
     while (s->users) pthread_cond_wait(&g_streams_cv, &g_streams_mu);
+    pthread_mutex_lock(&g_capture_mu); /* streams that joined its capture leave it */
+    for (rl_dev_stream_t t = g_streams; t; t = t->next_all)
+        if (t->capture == s) t->capture = NULL, t->capture_id = 0;
+    pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
@@ -663,10 +685,10 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
                         "device current when it is created)",
                         e->device, s->device);
     pthread_mutex_lock(&g_capture_mu);
-    rl_dev_stream_t cap = s->capture;
-    e->capture = cap; /* a node of the capture, or a record that runs */
+    int captured = s->capture != NULL;
+    e->capture_id = s->capture_id; /* a node of the capture, or (0) a record that runs */
     pthread_mutex_unlock(&g_capture_mu);
-    if (cap) return RL_RT_SUCCESS;
+    if (captured) return RL_RT_SUCCESS;
     pthread_mutex_lock(&e->mu);
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->mu);
@@ -677,10 +699,16 @@ int sim_event_query(rl_dev_event_t e) {
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_query: invalid event");
-    pthread_mutex_lock(&g_capture_mu);
-    rl_dev_stream_t cap = e->capture;
-    pthread_mutex_unlock(&g_capture_mu);
-    if (cap) return capture_refuse(cap, "%s: the event was recorded in a stream capture", "event_query");
+    rl_dev_stream_t origin = NULL;
+    if (event_capture_id(e)) { /* the list's lock only then: queries poll */
+        pthread_mutex_lock(&g_streams_mu);
+        pthread_mutex_lock(&g_capture_mu);
+        if ((origin = capture_origin_locked(e->capture_id))) origin->capture_invalid = 1;
+        pthread_mutex_unlock(&g_capture_mu);
+        pthread_mutex_unlock(&g_streams_mu);
+    }
+    if (origin)
+        return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "event_query: the event was recorded in an active stream capture");
     pthread_mutex_lock(&e->mu);
     int done = e->done >= e->recorded;
     pthread_mutex_unlock(&e->mu);
@@ -693,10 +721,16 @@ int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_wait_event: invalid event");
     if ((rc = resolve(&s))) return rc;
-    pthread_mutex_lock(&g_capture_mu);
-    int joins = e->capture && !s->capture;
-    if (joins) s->capture = e->capture; /* waits for a node of the capture: joins it */
-    pthread_mutex_unlock(&g_capture_mu);
+    int joins = 0;
+    if (event_capture_id(e)) {
+        pthread_mutex_lock(&g_streams_mu);
+        pthread_mutex_lock(&g_capture_mu);
+        rl_dev_stream_t origin = capture_origin_locked(e->capture_id);
+        joins = origin && !s->capture;
+        if (joins) s->capture = origin, s->capture_id = origin->capture_id; /* waits for a node of it: joins it */
+        pthread_mutex_unlock(&g_capture_mu);
+        pthread_mutex_unlock(&g_streams_mu);
+    }
     if (joins) return RL_RT_SUCCESS;
     pthread_mutex_lock(&e->mu);
     uint64_t gen = e->recorded;
