@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -354,33 +355,40 @@ static rl_dev_stream_t capture_of(rl_dev_stream_t s) {
 }
 
 /* What CUDA does on an operation a capture does not allow: the capture is invalidated
- * (its end fails), and the call fails. origin: the capture's stream. */
-static int capture_refuse(rl_dev_stream_t origin, const char *fmt, const char *what) {
+ * (its end fails), and the call fails with code. origin: the capture's stream. */
+static int capture_refuse(rl_dev_stream_t origin, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int capture_refuse(rl_dev_stream_t origin, int code, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     pthread_mutex_lock(&g_capture_mu);
     if (origin->capture == origin) origin->capture_invalid = 1;
     pthread_mutex_unlock(&g_capture_mu);
-    return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, fmt, what);
+    return sim_fail(code, "%s", msg);
 }
 
-/* A stream of the list (of device dev, blocking ones only when blocking) that captures. */
-static rl_dev_stream_t capturing_among(rl_dev_stream_t *list, size_t n, int dev, int blocking) {
+/* The origin of a capture that a stream takes part in: any stream (dev < 0), or one of
+ * device dev (a blocking one only, when blocking); NULL when none captures. */
+static rl_dev_stream_t capture_somewhere(int dev, int blocking) {
     rl_dev_stream_t found = NULL;
+    pthread_mutex_lock(&g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
-    for (size_t i = 0; i < n && !found; i++)
-        if (list[i]->capture && (dev < 0 || (list[i]->device == dev && (!blocking || list[i]->blocking))))
-            found = list[i]->capture;
+    for (rl_dev_stream_t t = g_streams; t && !found; t = t->next_all)
+        if (t->capture && (dev < 0 || (t->device == dev && (!blocking || t->blocking)))) found = t->capture;
     pthread_mutex_unlock(&g_capture_mu);
+    pthread_mutex_unlock(&g_streams_mu);
     return found;
 }
 
-static int capture_active(const char *what) {
-    size_t n;
-    rl_dev_stream_t *list = snapshot(&n);
-    if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
-    rl_dev_stream_t origin = capturing_among(list, n, -1, 0);
-    snapshot_drop(list, n);
-    return origin ? capture_refuse(origin, "%s: not allowed while a stream capture (global mode) is active", what)
-                  : RL_RT_SUCCESS;
+/* g_streams_mu and g_capture_mu held: the streams that joined origin's capture leave it;
+ * how many there were. */
+static int joined_leave_locked(rl_dev_stream_t origin) {
+    int n = 0;
+    for (rl_dev_stream_t t = g_streams; t; t = t->next_all)
+        if (t != origin && t->capture == origin) t->capture = NULL, t->capture_id = 0, n++;
+    return n;
 }
 
 static int resolve(rl_dev_stream_t *s);
@@ -413,22 +421,18 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
 int sim_stream_end_capture(rl_dev_stream_t s) {
     int rc = resolve(&s);
     if (rc) return rc;
-    size_t n;
-    rl_dev_stream_t *list = snapshot(&n);
-    if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "stream_end_capture: out of memory");
     int joined = 0, invalid = 0;
-    rl_dev_stream_t origin;
+    pthread_mutex_lock(&g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
-    origin = s->capture;
+    rl_dev_stream_t origin = s->capture;
     if (origin == s) {
-        for (size_t i = 0; i < n; i++)
-            if (list[i] != s && list[i]->capture == s) list[i]->capture = NULL, list[i]->capture_id = 0, joined++;
+        joined = joined_leave_locked(s);
         invalid = s->capture_invalid;
         s->capture = NULL;
         s->capture_id = 0;
     }
     pthread_mutex_unlock(&g_capture_mu);
-    snapshot_drop(list, n);
+    pthread_mutex_unlock(&g_streams_mu);
     if (!origin) return sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_end_capture: the stream is not capturing");
     if (origin != s)
         return sim_fail(RL_RT_ERR_CAPTURE_UNMATCHED, "stream_end_capture: the capture was begun on another stream");
@@ -445,17 +449,9 @@ int sim_stream_is_capturing(rl_dev_stream_t s, int *yes) {
     *yes = 0;
     int rc = resolve(&s);
     if (rc) return rc;
-    if (s->legacy) {
-        size_t n;
-        rl_dev_stream_t *list = snapshot(&n);
-        if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "stream_is_capturing: out of memory");
-        rl_dev_stream_t origin = capturing_among(list, n, s->device, 1);
-        snapshot_drop(list, n);
-        if (origin)
-            return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
-                            "stream_is_capturing: the legacy stream, while a blocking stream of device %d captures",
-                            s->device);
-    }
+    if (s->legacy && capture_somewhere(s->device, 1))
+        return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
+                        "stream_is_capturing: the legacy stream, while a blocking stream of device %d captures", s->device);
     *yes = capture_of(s) != NULL;
     return RL_RT_SUCCESS;
 }
@@ -467,10 +463,10 @@ int sim_device_sync(const char *what) { return device_sync(what, 1); }
 int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
 
 static int device_sync(const char *what, int check_capture) {
-    if (check_capture) {
-        int crc = capture_active(what);
-        if (crc) return crc;
-    }
+    rl_dev_stream_t origin = check_capture ? capture_somewhere(-1, 0) : NULL;
+    if (origin)
+        return capture_refuse(origin, RL_RT_ERR_CAPTURE_UNSUPPORTED,
+                              "%s: not allowed while a stream capture (global mode) is active", what);
     size_t n;
     rl_dev_stream_t *list = snapshot(&n);
     if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
@@ -514,7 +510,7 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
     int rc = sim_sticky_check();
     if (rc || (rc = resolve(&s))) return rc;
     rl_dev_stream_t cap = capture_of(s);
-    if (cap) return capture_refuse(cap, "%s: the stream is capturing", "stream_synchronize");
+    if (cap) return capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_synchronize: the stream is capturing");
     wait_idle(s);
     return sim_sticky_check();
 }
@@ -529,9 +525,8 @@ int sim_stream_destroy(rl_dev_stream_t s) {
             break;
         }
     while (s->users) pthread_cond_wait(&g_streams_cv, &g_streams_mu);
-    pthread_mutex_lock(&g_capture_mu); /* streams that joined its capture leave it */
-    for (rl_dev_stream_t t = g_streams; t; t = t->next_all)
-        if (t->capture == s) t->capture = NULL, t->capture_id = 0;
+    pthread_mutex_lock(&g_capture_mu);
+    joined_leave_locked(s);
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
     pthread_mutex_lock(&s->mu);
@@ -592,17 +587,12 @@ static int order_after(rl_dev_stream_t to, rl_dev_stream_t from) {
 static int legacy_order(rl_dev_stream_t s) {
     if (s->legacy) {
         size_t n;
+        rl_dev_stream_t origin = capture_somewhere(s->device, 1);
+        if (origin)
+            return capture_refuse(origin, RL_RT_ERR_CAPTURE_IMPLICIT,
+                                  "work on the legacy stream while a blocking stream of device %d captures", s->device);
         rl_dev_stream_t *list = snapshot(&n);
         if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "out of memory");
-        rl_dev_stream_t origin = capturing_among(list, n, s->device, 1);
-        if (origin) {
-            snapshot_drop(list, n);
-            pthread_mutex_lock(&g_capture_mu);
-            origin->capture_invalid = 1;
-            pthread_mutex_unlock(&g_capture_mu);
-            return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
-                            "work on the legacy stream while a blocking stream of device %d captures", s->device);
-        }
         int rc = RL_RT_SUCCESS;
         for (size_t i = 0; i < n && !rc; i++)
             if (list[i] != s && list[i]->blocking && !list[i]->legacy && list[i]->device == s->device)
@@ -743,7 +733,9 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what) {
     int rc = resolve(&s);
     if (rc) return rc;
     rl_dev_stream_t cap = capture_of(s);
-    if (cap) return capture_refuse(cap, "%s: waits for a capturing stream's work (pageable host memory)", what);
+    if (cap)
+        return capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED,
+                              "%s: waits for a capturing stream's work (pageable host memory)", what);
     rl_dev_event_t e;
     if ((rc = event_new(&e, s->device))) return rc;
     pthread_mutex_lock(&e->mu);
