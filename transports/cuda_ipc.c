@@ -33,7 +33,10 @@
  * Allocating, freeing and mapping device memory can synchronise the device, and so must
  * not happen while a stream is held (device.h): connect allocates and reachable maps in
  * the communicator's quiet sections (before an operation is queued), ready maps the
- * sender's slots in one of its own, and memory is freed with rl_dev_free_later.
+ * sender's slots in one of its own, and memory is freed with rl_dev_free_later. A
+ * sender's slots are freed only once the receiver unmapped them (CUDA calls freeing memory
+ * another process has open undefined): at fini every rank first closes its receiving
+ * ends, then waits for its peers to close theirs (cuda_ipc_conn.c, free_orphans).
  *
  * This file moves data; cuda_ipc_conn.c makes and ends connections (ipc_conn.h).
  */

@@ -26,9 +26,8 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
         return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_CUDA_IPC_DISABLE"), RINGLET_ERR_SYSTEM;
     ipc_ctx *x = calloc(1, sizeof *x);
     if (x) x->reach = calloc((size_t)in->nranks, 1);
-    if (x) x->probes = calloc((size_t)in->nranks, sizeof *x->probes);
-    if (!x || !x->reach || !x->probes) {
-        if (x) free(x->reach), free(x->probes);
+    if (!x || !x->reach) {
+        if (x) free(x->reach);
         free(x);
         return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
@@ -50,7 +49,6 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
         snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
         if (fd >= 0) shm_unlink(x->name), close(fd);
         free(x->reach);
-        free(x->probes);
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
@@ -127,14 +125,76 @@ static void link_conn(ipc_ctx *x, ipc_conn *k) {
     pthread_mutex_unlock(&x->mu);
 }
 
+/* A closed sender's slots, kept until its receiver has unmapped them (fini). */
+typedef struct ipc_orphan {
+    struct ipc_orphan *next;
+    char *slots;
+    ctl_t *ctl; /* the sender's block in the receiver's segment, still mapped */
+    void *ctl_map;
+    size_t ctl_map_len;
+    int peer, device;
+    int32_t peer_pid;
+} ipc_orphan;
+
 static void conn_free(ipc_conn *k) {
-    const rl_device_ops *d = k->ctx->d;
+    ipc_ctx *x = k->ctx;
+    const rl_device_ops *d = x->d;
     if (k->stream) d->stream_destroy(k->stream); /* after its copies ran */
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
-    if (k->slots) rl_dev_free_later(k->slots, k->sending ? RL_DEV_MEM_DEVICE : RL_DEV_MEM_IMPORTED);
+    if (!k->sending) {
+        /* Unmap now (a quiet section frees at once), then tell the sender it may free. */
+        int quiet = !k->slots || rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") == RL_DEV_OK;
+        if (k->slots) rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
+        if (k->slots && quiet) rl_dev_quiet_end();
+        if (quiet) atomic_store(&k->ctl->unmapped, 1);
+        else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, rl_dev_error());
+    } else if (k->slots && !atomic_load(&k->ctl->unmapped)) {
+        ipc_orphan *o = malloc(sizeof *o);
+        if (!o) {
+            /* The slots stay (a leak, never memory freed under the receiver). */
+            if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
+            free(k);
+            return;
+        }
+        *o = (ipc_orphan){x->orphans, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->peer, k->device, k->peer_pid};
+        x->orphans = o;
+        free(k);
+        return;
+    } else if (k->slots) {
+        rl_dev_free_later(k->slots, RL_DEV_MEM_DEVICE);
+    }
     if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
     free(k);
+}
+
+/* fini: each closed sender's slots once its receiver unmapped them or exited. Every
+ * rank closes its receiving ends before it waits here, so two ranks never wait for each
+ * other. A receiver that does neither by the deadline (1 s after a failure) keeps them:
+ * they stay allocated (a leak, never memory freed under another process). */
+static void free_orphans(ipc_ctx *x) {
+    int failed = x->in.failed && atomic_load(x->in.failed);
+    double until = rl_now() + (failed ? 1.0 : x->in.timeout_s);
+    while (x->orphans) {
+        ipc_orphan *o = x->orphans;
+        int done = atomic_load(&o->ctl->unmapped) || process_gone(o->peer_pid);
+        if (!done && rl_now() <= until) {
+            rl_sleep_ms(1);
+            continue;
+        }
+        x->orphans = o->next;
+        if (done) {
+            int cur = -1;
+            if (x->d->get_device(&cur) == RL_DEV_OK && cur != o->device) x->d->set_device(o->device);
+            rl_dev_free_later(o->slots, RL_DEV_MEM_DEVICE);
+            if (cur >= 0 && cur != o->device) x->d->set_device(cur);
+        } else {
+            RL_WARN(x->in.rank, "cuda_ipc: rank %d did not unmap this rank's slots by the deadline: they stay allocated",
+                    o->peer);
+        }
+        munmap(o->ctl_map, o->ctl_map_len);
+        free(o);
+    }
 }
 
 ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bloblen, void **out, char *err) {
@@ -182,6 +242,8 @@ ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bl
         }
     }
     if (rc) {
+        /* Never published: no receiver maps the slots. */
+        if (k->slots) rl_dev_free_later(k->slots, RL_DEV_MEM_DEVICE), k->slots = NULL;
         conn_free(k);
         return rc;
     }
@@ -252,16 +314,19 @@ void rl_ipc_close(void *conn) {
 
 void rl_ipc_fini(void *ctx) {
     ipc_ctx *x = ctx;
-    while (x->conns) rl_ipc_close(x->conns);
-    for (int i = 0; i < x->in.nranks; i++)
-        if (x->probes[i]) rl_dev_free_later(x->probes[i], RL_DEV_MEM_IMPORTED);
+    /* Receiving ends first: a peer's fini waits for them (free_orphans). */
+    for (int sending = 0; sending < 2; sending++)
+        for (ipc_conn *k = x->conns, *next; k; k = next) {
+            next = k->next;
+            if (k->sending == sending) rl_ipc_close(k);
+        }
+    free_orphans(x);
     if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
     close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
     free(x->reach);
-    free(x->probes);
     free(x);
 }
 
@@ -281,7 +346,8 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
         } else {
-            x->probes[peer] = p;
+            /* Unmapped at once (a quiet section): the peer frees it at its fini. */
+            rl_dev_free_later(p, RL_DEV_MEM_IMPORTED);
             x->reach[peer] = 1;
         }
         if (!x->reach[peer]) x->reach[peer] = -1;

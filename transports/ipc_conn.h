@@ -46,6 +46,10 @@ typedef struct {
     int32_t device;
     int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
     rl_dev_handle handle; /* the sender's slots */
+    /* receiver: 1 once its close unmapped the sender's slots (or it never mapped them):
+     * the sender frees them only then (freeing memory another process has open through
+     * IPC is undefined in CUDA) */
+    atomic_int unmapped;
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
 
@@ -106,11 +110,9 @@ typedef struct ipc_ctx {
     uint64_t slot_bytes;
     void *probe; /* a page of device memory peers map once, to see whether they can */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
-    /* Peers' probes, mapped until fini: unmapping waits for every stream of the device,
-     * and a user's stream may be held by a call in flight (as cudaFree would). */
-    void **probes;
     pthread_mutex_t mu;
     ipc_conn *conns;
+    struct ipc_orphan *orphans; /* closed senders' slots a receiver had not unmapped yet */
 } ipc_ctx;
 
 /* Runs on the connection's device, restoring the thread's own afterwards (progress may

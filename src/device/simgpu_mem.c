@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,15 +33,22 @@ typedef struct alloc {
     int kind, device;
     int opens;    /* imported: ipc_open calls not yet closed (CUDA counts them) */
     uint8_t nonce[16];
+    struct header *hdr; /* device, imported: the memfd's header page */
 } alloc_t;
 
-/* The memfd's first page. */
+/* The memfd's first page, mapped by the owner and by every process that imports it. */
+#define IMPORTERS 32
 struct header {
     uint32_t magic;
     int32_t device;
     uint64_t bytes;
     uint8_t nonce[16];
+    /* The processes that have the memory open through IPC (pids, 0: free entry). CUDA
+     * calls freeing memory that another process has open undefined; the simulator stops
+     * the process that does it (sim_free). */
+    int32_t importers[IMPORTERS];
 };
+_Static_assert(sizeof(struct header) <= 4096, "header larger than its page");
 
 /* What mem_export hands out. */
 struct handle {
@@ -184,9 +192,47 @@ static void unmap(alloc_t *a) {
     } else {
         munmap(a->user, a->map);
         munmap(a->eng, a->map);
+        if (a->hdr) munmap(a->hdr, PAGE);
         close(a->fd);
     }
     free(a);
+}
+
+static int map_header(alloc_t *a, const char *what) {
+    void *h = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    if (h == MAP_FAILED) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: mmap: %s", what, strerror(errno));
+    a->hdr = h;
+    return RL_RT_SUCCESS;
+}
+
+/* This process as an importer of the allocation (its first open), or no longer (its last
+ * close). */
+static int add_importer(alloc_t *a) {
+    int32_t me = (int32_t)getpid();
+    for (int i = 0; i < IMPORTERS; i++) {
+        int32_t free_entry = 0;
+        if (__atomic_compare_exchange_n(&a->hdr->importers[i], &free_entry, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return RL_RT_SUCCESS;
+    }
+    return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: more than %d processes have this memory open", IMPORTERS);
+}
+
+static void drop_importer(alloc_t *a) {
+    int32_t me = (int32_t)getpid();
+    for (int i = 0; i < IMPORTERS; i++) {
+        int32_t mine = me;
+        if (__atomic_compare_exchange_n(&a->hdr->importers[i], &mine, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    }
+}
+
+/* A live process (not this one) that has the allocation open, or 0. One that exited
+ * without closing counts no more: its mappings went with it. */
+static int32_t live_importer(const alloc_t *a) {
+    for (int i = 0; i < IMPORTERS; i++) {
+        int32_t pid = __atomic_load_n(&a->hdr->importers[i], __ATOMIC_ACQUIRE);
+        if (pid > 0 && pid != (int32_t)getpid() && (kill(pid, 0) == 0 || errno == EPERM)) return pid;
+    }
+    return 0;
 }
 
 #define STICKY_GUARD()                                                                                                 \
@@ -210,7 +256,7 @@ int sim_malloc(void **p, size_t bytes) {
     a->bytes = bytes;
     a->map = round_page(bytes);
     a->fd = memfd_create("ringlet-sim-device", MFD_CLOEXEC);
-    struct header h = {HDR_MAGIC, a->device, bytes, {0}};
+    struct header h = {.magic = HDR_MAGIC, .device = a->device, .bytes = bytes};
     if (a->fd < 0) rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: memfd_create: %s", strerror(errno));
     else if (ftruncate(a->fd, (off_t)(PAGE + a->map)) != 0)
         rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: %zu bytes: %s", bytes, strerror(errno));
@@ -221,6 +267,7 @@ int sim_malloc(void **p, size_t bytes) {
         if (pwrite(a->fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
             rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: header: %s", strerror(errno));
     }
+    if (!rc) rc = map_header(a, "malloc");
     if (!rc) rc = map_twice(a, "malloc");
     if (!rc && insert(a) != 0) {
         munmap(a->user, a->map);
@@ -228,6 +275,7 @@ int sim_malloc(void **p, size_t bytes) {
         rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: out of memory");
     }
     if (rc) {
+        if (a->hdr) munmap(a->hdr, PAGE);
         if (a->fd >= 0) close(a->fd);
         free(a);
         return rc;
@@ -236,7 +284,9 @@ int sim_malloc(void **p, size_t bytes) {
     return RL_RT_SUCCESS;
 }
 
-/* cudaFree: synchronises the device first. */
+/* cudaFree: synchronises the device first. Freeing memory that another live process has
+ * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
+ * importer closes it first); the simulator stops the process there, as a sanitizer would. */
 int sim_free(void *p) {
     STICKY_GUARD();
     if (!p) return RL_RT_SUCCESS;
@@ -245,6 +295,13 @@ int sim_free(void *p) {
     alloc_t *a = take(p, KIND_DEVICE, NULL);
     if (!a)
         return sim_fail(RL_RT_ERR_INVALID_DEVICE_POINTER, "free: %p is not the start of a device allocation", p);
+    int32_t importer = live_importer(a);
+    if (importer) {
+        fprintf(stderr, "simulated GPU: cudaFree(%p) in pid %d while pid %d still has the memory open through IPC "
+                        "(undefined in CUDA: that process must call cudaIpcCloseMemHandle first)\n",
+                p, (int)getpid(), (int)importer);
+        abort();
+    }
     unmap(a);
     return RL_RT_SUCCESS;
 }
@@ -359,13 +416,18 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     a->bytes = x.bytes;
     a->map = round_page(x.bytes);
     memcpy(a->nonce, x.nonce, sizeof a->nonce);
-    rc = map_twice(a, "ipc_open");
+    rc = map_header(a, "ipc_open");
+    if (!rc) rc = add_importer(a);
+    int added = !rc;
+    if (!rc) rc = map_twice(a, "ipc_open");
     if (!rc && insert(a) != 0) {
         munmap(a->user, a->map);
         munmap(a->eng, a->map);
         rc = sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "ipc_open: out of memory");
     }
     if (rc) {
+        if (added) drop_importer(a);
+        if (a->hdr) munmap(a->hdr, PAGE);
         close(a->fd);
         free(a);
         return rc;
@@ -382,6 +444,6 @@ int sim_ipc_close(void *p) {
     int kept;
     alloc_t *a = take(p, KIND_IMPORTED, &kept);
     if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_close: %p is not memory this process opened", p);
-    if (!kept) unmap(a);
+    if (!kept) drop_importer(a), unmap(a);
     return RL_RT_SUCCESS;
 }

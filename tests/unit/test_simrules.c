@@ -23,6 +23,9 @@
  *               stream that waits for such an event joins the capture; the legacy stream
  *               asked while a blocking stream captures fails; the device layer's
  *               stream_capturing says so
+ *   ipc-free    freeing memory that another live process has open through IPC (CUDA:
+ *               undefined) stops the process that frees it; an importer that closed every
+ *               open of it, or exited, lets the free go
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
  *               hold kind (none by default: sync; RINGLET_STREAM_HOLD=memop|kernel,
  *               memop refused with RINGLET_SIM_MEMOPS=0)
@@ -32,6 +35,7 @@
  *   test_simrules --child NAME  (internal) one rule in a fresh process
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,6 +579,121 @@ static int child_hold_forced(void) {
     return 0;
 }
 
+/* ---- ipc-free ---- */
+
+static void handle_hex(const rl_dev_handle *h, char *out) {
+    for (int i = 0; i < RL_DEV_HANDLE_BYTES; i++) sprintf(out + 2 * i, "%02x", h->bytes[i]);
+}
+
+static void hex_handle(const char *s, rl_dev_handle *h) {
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < RL_DEV_HANDLE_BYTES && s[2 * i] && s[2 * i + 1]; i++) {
+        unsigned v = 0;
+        sscanf(s + 2 * i, "%2x", &v);
+        h->bytes[i] = (unsigned char)v;
+    }
+}
+
+/* The exporter: allocates, prints its handle, frees when told ('f' on stdin). */
+static int child_ipc_export(void) {
+    void *d = NULL;
+    rl_dev_handle h;
+    char hex[2 * RL_DEV_HANDLE_BYTES + 1];
+    if (D->mem_alloc(&d, 8192) != RL_DEV_OK || D->mem_export(d, &h) != RL_DEV_OK) return 2;
+    handle_hex(&h, hex);
+    printf("%s\n", hex);
+    fflush(stdout);
+    char c = 0;
+    if (read(0, &c, 1) != 1 || c != 'f') return 3;
+    if (D->mem_free(d) != RL_DEV_OK) return 4;
+    printf("freed\n");
+    return 0;
+}
+
+/* An importer that exits with the memory open. */
+static int child_ipc_import_exit(void) {
+    rl_dev_handle h;
+    void *p = NULL;
+    const char *hex = getenv("SIMRULES_HANDLE");
+    if (!hex) return 2;
+    hex_handle(hex, &h);
+    if (D->mem_import(&h, &p) != RL_DEV_OK) return 3;
+    _exit(0);
+}
+
+typedef struct {
+    pid_t pid;
+    int to, from; /* its stdin, its stdout and stderr */
+} exporter_t;
+
+static int exporter_start(exporter_t *x, rl_dev_handle *h) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) return -1;
+    fflush(stdout);
+    x->pid = fork();
+    if (x->pid == 0) {
+        dup2(in[0], 0), dup2(out[1], 1), dup2(out[1], 2);
+        close(in[1]), close(out[0]);
+        execl("/proc/self/exe", "test_simrules", "--child", "ipc-export", (char *)NULL);
+        _exit(99);
+    }
+    close(in[0]), close(out[1]);
+    x->to = in[1], x->from = out[0];
+    char line[2 * RL_DEV_HANDLE_BYTES + 2] = "";
+    size_t n = 0;
+    while (n < sizeof line - 1 && read(x->from, line + n, 1) == 1 && line[n] != '\n') n++;
+    line[n] = 0;
+    if (n != 2 * RL_DEV_HANDLE_BYTES) return -1;
+    hex_handle(line, h);
+    return 0;
+}
+
+/* Tells the exporter to free; its exit status (-SIGNAL if killed) and what it printed. */
+static int exporter_free(exporter_t *x, char *said, size_t len) {
+    char c = 'f';
+    ssize_t w = write(x->to, &c, 1);
+    (void)w;
+    size_t n = 0;
+    ssize_t r;
+    while (n < len - 1 && (r = read(x->from, said + n, len - 1 - n)) > 0) n += (size_t)r;
+    said[n] = 0;
+    int st = 0;
+    waitpid(x->pid, &st, 0);
+    close(x->to), close(x->from);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
+}
+
+static void rule_ipc_free(void) {
+    exporter_t x;
+    rl_dev_handle h;
+    void *p = NULL, *q = NULL;
+    char said[1024];
+    /* Opened twice, closed once: still open here; the exporter's free stops it. */
+    CHECK(exporter_start(&x, &h) == 0, "the exporter did not start");
+    DEV_OK(D->mem_import(&h, &p));
+    DEV_OK(D->mem_import(&h, &q));
+    CHECK(p == q, "a second open of a handle mapped it again (%p, %p)", p, q);
+    DEV_OK(D->mem_unimport(q));
+    int st = exporter_free(&x, said, sizeof said);
+    CHECK(st == -SIGABRT && strstr(said, "still has the memory open through IPC"),
+          "a free while this process has the memory open: exporter status %d, said: %s", st, said);
+    DEV_OK(D->mem_unimport(p));
+    /* Closed: the free goes. */
+    CHECK(exporter_start(&x, &h) == 0, "the exporter did not start");
+    DEV_OK(D->mem_import(&h, &p));
+    DEV_OK(D->mem_unimport(p));
+    st = exporter_free(&x, said, sizeof said);
+    CHECK(st == 0 && strstr(said, "freed"), "a free after the importer closed: exporter status %d, said: %s", st, said);
+    /* An importer that exited without closing: the free goes (this process survives it). */
+    void *d = NULL;
+    DEV_OK(D->mem_alloc(&d, 4096));
+    DEV_OK(D->mem_export(d, &h));
+    char hex[2 * RL_DEV_HANDLE_BYTES + 1];
+    handle_hex(&h, hex);
+    CHECK(run_child("ipc-import-exit", "SIMRULES_HANDLE", hex) == 0, "the importer that exits failed");
+    DEV_OK(D->mem_free(d));
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -583,6 +702,8 @@ static int child(const char *name) {
     else if (!strcmp(name, "hold")) child_hold();
     else if (!strcmp(name, "hold-forced")) child_hold_forced();
     else if (!strcmp(name, "queues")) child_queues();
+    else if (!strcmp(name, "ipc-export")) return child_ipc_export();
+    else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -600,6 +721,7 @@ int main(int argc, char **argv) {
     rule_capture();
     rule_memops();
     rule_queues();
+    rule_ipc_free();
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
