@@ -59,7 +59,7 @@ static int progress_send(ipc_conn *k) {
         fail_all(k, code, refused);
         return 1;
     }
-    int cur = dev_enter(k);
+    int saved = dev_enter(k);
     for (rl_posted *p = k->q.head; p; p = p->next) {
         ipc_op *o = (ipc_op *)p;
         while (o->started < o->npieces) {
@@ -69,7 +69,7 @@ static int progress_send(ipc_conn *k) {
             if (o->started == 0) o->first = f->head;
             if ((piece && d->memcpy_async(k->slots + (size_t)s * k->slot_bytes, p->buf + p->off, piece, k->stream) != RL_DEV_OK) ||
                 d->event_record(k->ev[s], k->stream) != RL_DEV_OK) {
-                dev_leave(k, cur);
+                dev_leave(k, saved);
                 char why[RL_ERR_MAX];
                 snprintf(why, sizeof why, "copy into a slot: %s", rl_dev_error());
                 fail_all(k, RINGLET_ERR_CUDA, why);
@@ -89,7 +89,7 @@ publish:
         int q = d->event_query(k->ev[s]);
         if (q == RL_DEV_NOT_READY) break;
         if (q != RL_DEV_OK) {
-            dev_leave(k, cur);
+            dev_leave(k, saved);
             char why[RL_ERR_MAX];
             snprintf(why, sizeof why, "copy into a slot: %s", rl_dev_error());
             fail_all(k, RINGLET_ERR_CUDA, why);
@@ -99,7 +99,7 @@ publish:
         k->ppos++;
         moved = 1;
     }
-    dev_leave(k, cur);
+    dev_leave(k, saved);
     if (moved) ring_peer(k);
     ipc_op *h;
     while ((h = first_op(k)) && h->started == h->npieces && k->ppos >= h->first + h->npieces) rl_posted_pop(&k->q);
@@ -120,7 +120,7 @@ static int check_fifo(const ipc_conn *k, char *why, size_t n) {
 static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
     if (!check_fifo(k, why, n)) return 0;
     void *p = NULL;
-    int cur = dev_enter(k);
+    int saved = dev_enter(k);
     if (k->ctx->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK) {
         snprintf(why, n, "mapping the sender's slots: %s", rl_dev_error());
         p = NULL;
@@ -128,7 +128,7 @@ static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
         k->ctx->d->mem_unimport(p);
         p = NULL;
     }
-    dev_leave(k, cur);
+    dev_leave(k, saved);
     if (!p) return 0;
     if (!locked) pthread_mutex_lock(&k->ctx->mu);
     k->slots = p;
@@ -213,7 +213,7 @@ static int progress_recv(ipc_conn *k) {
     rl_fifo *f = &k->fifo;
     int moved = 0;
     if (!k->q.head || !attach(k)) return 0;
-    int cur = dev_enter(k);
+    int saved = dev_enter(k);
     for (rl_posted *p = k->q.head; p; p = p->next) {
         ipc_op *o = (ipc_op *)p;
         if (!o->npieces) o->npieces = rl_fifo_npieces(p->len, k->slot_bytes);
@@ -224,7 +224,7 @@ static int progress_recv(ipc_conn *k) {
             if (got == 0) goto finish;
             if (got < 0) {
                 ring_peer(k);
-                dev_leave(k, cur);
+                dev_leave(k, saved);
                 fail_all(k, RINGLET_ERR_INVALID_USAGE, why);
                 return 1;
             }
@@ -237,7 +237,7 @@ static int progress_recv(ipc_conn *k) {
             } else {
                 if ((piece && d->memcpy_async(p->buf + p->off, src, piece, k->stream) != RL_DEV_OK) ||
                     d->event_record(k->ev[s], k->stream) != RL_DEV_OK) {
-                    dev_leave(k, cur);
+                    dev_leave(k, saved);
                     snprintf(why, sizeof why, "copy out of a slot: %s", rl_dev_error());
                     fail_all(k, RINGLET_ERR_CUDA, why);
                     return 1;
@@ -258,7 +258,7 @@ finish:
         int q = d->event_query(k->ev[s]);
         if (q == RL_DEV_NOT_READY) break;
         if (q != RL_DEV_OK) {
-            dev_leave(k, cur);
+            dev_leave(k, saved);
             char why[RL_ERR_MAX];
             snprintf(why, sizeof why, "copy out of a slot: %s", rl_dev_error());
             fail_all(k, RINGLET_ERR_CUDA, why);
@@ -268,7 +268,7 @@ finish:
         k->owner[s]->done++;
         moved = 1;
     }
-    dev_leave(k, cur);
+    dev_leave(k, saved);
     if (rl_fifo_hand_back(f)) ring_peer(k);
     ipc_op *h;
     while ((h = first_op(k)) && h->npieces && h->done == h->npieces) rl_posted_pop(&k->q);

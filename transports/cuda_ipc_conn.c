@@ -184,10 +184,10 @@ static void free_orphans(ipc_ctx *x) {
         }
         x->orphans = o->next;
         if (done) {
-            int cur = -1;
-            if (x->d->get_device(&cur) == RL_DEV_OK && cur != o->device) x->d->set_device(o->device);
+            int saved = -1;
+            x->d->device_enter(o->device, &saved);
             rl_dev_free_later(o->slots, RL_DEV_MEM_DEVICE);
-            if (cur >= 0 && cur != o->device) x->d->set_device(cur);
+            x->d->device_leave(saved);
         } else {
             RL_WARN(x->in.rank, "cuda_ipc: rank %d did not unmap this rank's slots by the deadline: they stay allocated",
                     o->peer);
@@ -307,9 +307,9 @@ void rl_ipc_close(void *conn) {
     rl_fifo_close(&k->ctl->fifo, k->sending);
     rl_bell *b = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, k->peer) : NULL;
     if (b) rl_bell_ring(b);
-    int cur = dev_enter(k);
+    int saved = dev_enter(k);
     conn_free(k);
-    if (cur >= 0) x->d->set_device(cur);
+    x->d->device_leave(saved);
 }
 
 void rl_ipc_fini(void *ctx) {

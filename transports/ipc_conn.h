@@ -115,17 +115,15 @@ typedef struct ipc_ctx {
     struct ipc_orphan *orphans; /* closed senders' slots a receiver had not unmapped yet */
 } ipc_ctx;
 
-/* Runs on the connection's device, restoring the thread's own afterwards (progress may
- * run on a user's thread). */
+/* Runs on the connection's device, restoring the thread's own afterwards where it has one
+ * (progress may run on a user's thread; device.h, device_enter). */
 static inline int dev_enter(ipc_conn *k) {
-    int cur = -1;
-    if (k->ctx->d->get_device(&cur) == RL_DEV_OK && cur != k->device) k->ctx->d->set_device(k->device);
-    return cur;
+    int saved = -1;
+    k->ctx->d->device_enter(k->device, &saved);
+    return saved;
 }
 
-static inline void dev_leave(ipc_conn *k, int cur) {
-    if (cur >= 0 && cur != k->device) k->ctx->d->set_device(cur);
-}
+static inline void dev_leave(ipc_conn *k, int saved) { k->ctx->d->device_leave(saved); }
 
 static inline void ring_peer(ipc_conn *k) {
     rl_bell *b = k->ctx->in.peer_bell ? k->ctx->in.peer_bell(k->ctx->in.bell_arg, k->peer) : NULL;

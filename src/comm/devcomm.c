@@ -293,10 +293,9 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
 
     pthread_mutex_lock(&s->prep_mu);
     const rl_device_ops *d = s->d;
-    int cur = -1, dev = need->device >= 0 ? need->device : need->stream_device;
+    int saved = -1, dev = need->device >= 0 ? need->device : need->stream_device;
     ringlet_result_t rc = RINGLET_SUCCESS;
-    if (d->get_device(&cur) != RL_DEV_OK || (cur != dev && d->set_device(dev) != RL_DEV_OK))
-        rc = rl_devcomm_error("selecting the device", err);
+    if (d->device_enter(dev, &saved) != RL_DEV_OK) rc = rl_devcomm_error("selecting the device", err);
     if (!rc) {
         if (rl_dev_quiet_begin(c->timeout_s, "preparing device memory") != RL_DEV_OK) {
             rc = rl_devcomm_error("device memory for the operation", err);
@@ -306,7 +305,7 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
         }
     }
     if (!rc) rc = ready_connections(c, s, need, err);
-    if (cur >= 0 && cur != dev) d->set_device(cur);
+    d->device_leave(saved);
     pthread_mutex_unlock(&s->prep_mu);
     return rc;
 }
@@ -335,10 +334,9 @@ static int not_held(const rl_device_ops *d, void *stream) {
 static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t seq, int later, void **event,
                                     char *err) {
     const rl_device_ops *d = s->d;
-    int cur = -1, dev = -1;
+    int saved = -1, dev = -1;
     if (d->stream_device(stream, &dev) != RL_DEV_OK) return rl_devcomm_error("the stream's device", err);
-    if (d->get_device(&cur) != RL_DEV_OK || (cur != dev && d->set_device(dev) != RL_DEV_OK))
-        return rl_devcomm_error("selecting the stream's device", err);
+    if (d->device_enter(dev, &saved) != RL_DEV_OK) return rl_devcomm_error("selecting the stream's device", err);
     ringlet_result_t rc = RINGLET_SUCCESS;
     rl_dev_event_t ev = NULL;
     if (d->event_create(&ev) != RL_DEV_OK) {
@@ -350,7 +348,7 @@ static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t
     }
     if (rc && ev) d->event_destroy(ev);
     if (!rc) *event = ev;
-    if (cur != dev) d->set_device(cur);
+    d->device_leave(saved);
     return rc;
 }
 
@@ -375,12 +373,11 @@ ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, i
     struct rl_devcomm *s = c->dev;
     const rl_device_ops *d = s->d;
     for (int i = 0; i < n; i++) {
-        int cur = -1, dev = -1;
-        if (d->stream_device(streams[i], &dev) != RL_DEV_OK || d->get_device(&cur) != RL_DEV_OK ||
-            (cur != dev && d->set_device(dev) != RL_DEV_OK))
+        int saved = -1, dev = -1;
+        if (d->stream_device(streams[i], &dev) != RL_DEV_OK || d->device_enter(dev, &saved) != RL_DEV_OK)
             return rl_devcomm_error("selecting the stream's device", err);
         int rc = not_held(d, streams[i]) ? RL_DEV_OK : d->wait_flag(s->flag, seq, streams[i]);
-        if (cur != dev) d->set_device(cur);
+        d->device_leave(saved);
         if (rc != RL_DEV_OK) return rl_devcomm_error("making the stream wait for the group", err);
     }
     return RINGLET_SUCCESS;

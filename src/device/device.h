@@ -75,6 +75,15 @@ typedef struct rl_device_ops {
     int (*stream_device)(rl_dev_stream_t s, int *dev);
     int (*set_device)(int dev);
     int (*get_device)(int *dev);
+    /* Passing through a device: device_enter makes dev the calling thread's current device
+     * and says in *saved what device_leave puts back (-1: nothing changed). device_leave
+     * restores the device only where its primary context exists: a thread that never
+     * chose a device reads as device 0, and selecting device 0 again would make a context
+     * there (GPU memory on a device the process never used); that thread stays on dev. */
+    int (*device_enter)(int dev, int *saved);
+    void (*device_leave)(int saved);
+    /* Whether dev's primary context exists in this process. */
+    int (*context_active)(int dev, int *active);
     /* The device whose memory p points into (device memory from mem_alloc or
      * mem_import), or -1 for host memory, pinned or not. Never fails. */
     int (*ptr_device)(const void *p);

@@ -88,8 +88,14 @@ typedef struct rl_rt {
     const char *name; /* "cuda", "sim" */
 
     int (*get_device_count)(int *n);
+    /* cudaSetDevice makes the device's primary context (CUDA 12: at once); cudaGetDevice
+     * does not, and on a thread that never chose a device it says 0. */
     int (*set_device)(int dev);
     int (*get_device)(int *dev);
+    /* Whether the device's primary context exists in this process
+     * (cuDevicePrimaryCtxGetState): a context costs GPU memory, so code that only passes
+     * through a device must not make one on another. */
+    int (*primary_ctx_active)(int dev, int *active);
     /* The device of p's memory (device memory, also a peer's mapped), or -1 for host
      * memory, pinned or not; never fails. */
     int (*pointer_device)(const void *p);

@@ -49,6 +49,31 @@ static int get_device_count(int *n) {
 static int set_device(int dev) { return (int)cudaSetDevice(dev); }
 static int get_device(int *dev) { return (int)cudaGetDevice(dev); }
 
+/* cuDevicePrimaryCtxGetState, from the driver (no link to libcuda). Without it a context
+ * reads as existing (the caller then restores the device as cudaSetDevice would). */
+typedef CUresult (*primary_state_fn)(CUdevice, unsigned int *, int *);
+static pthread_once_t g_primary_once = PTHREAD_ONCE_INIT;
+static primary_state_fn g_primary_state;
+
+static void find_primary_state(void) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        g_primary_state = (primary_state_fn)fn;
+    else
+        cudaGetLastError();
+}
+
+static int primary_ctx_active(int dev, int *active) {
+    *active = 1;
+    pthread_once(&g_primary_once, find_primary_state);
+    unsigned int flags = 0;
+    if (g_primary_state && g_primary_state((CUdevice)dev, &flags, active) != CUDA_SUCCESS) *active = 1;
+    return RL_RT_SUCCESS;
+}
+
 static int pointer_device(const void *p) {
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -257,6 +282,7 @@ const rl_rt rl_rt_cuda = {
     .get_device_count = get_device_count,
     .set_device = set_device,
     .get_device = get_device,
+    .primary_ctx_active = primary_ctx_active,
     .pointer_device = pointer_device,
     .malloc = rt_malloc,
     .free = rt_free,

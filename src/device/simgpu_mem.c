@@ -316,6 +316,7 @@ int sim_host_alloc(void **p, size_t bytes) {
     if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "host_alloc: out of memory");
     a->kind = KIND_PINNED;
     a->device = -1;
+    (void)sim_current_device(); /* page-locking needs a context on the current device */
     a->fd = -1;
     a->bytes = bytes;
     a->map = round_page(bytes);

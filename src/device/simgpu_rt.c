@@ -95,10 +95,23 @@ static const char *error_detail(void) { return t_detail; }
 /* ---- devices ---- */
 
 static _Thread_local int t_device;
+/* Devices whose primary context exists: made by set_device, or by the first call on a
+ * thread's current device that needs one (sim_current_device); not by get_device. */
+static atomic_uchar g_context[64];
 
 int sim_device_count(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
 
-int sim_current_device(void) { return t_device; }
+int sim_current_device(void) {
+    atomic_store(&g_context[t_device], 1);
+    return t_device;
+}
+
+static int primary_ctx_active(int dev, int *active) {
+    if (dev < 0 || dev >= sim_device_count())
+        return *active = 0, sim_fail(RL_RT_ERR_INVALID_DEVICE, "primary_ctx_active: device %d does not exist", dev);
+    *active = atomic_load(&g_context[dev]);
+    return RL_RT_SUCCESS;
+}
 
 static int get_device_count(int *n) {
     *n = sim_device_count();
@@ -112,6 +125,7 @@ static int set_device(int dev) {
         return sim_fail(RL_RT_ERR_INVALID_DEVICE, "set_device: device %d does not exist (RINGLET_SIM_DEVICES=%d)", dev,
                         sim_device_count());
     t_device = dev;
+    atomic_store(&g_context[dev], 1); /* CUDA 12: cudaSetDevice makes the context at once */
     return RL_RT_SUCCESS;
 }
 
@@ -135,7 +149,7 @@ static void read_loading_mode(void) {
 
 int sim_kernel_loaded(int kernel, const char *name) {
     pthread_once(&g_eager_once, read_loading_mode);
-    int dev = t_device;
+    int dev = sim_current_device();
     if (g_eager || kernel < 0 || kernel >= SIM_KERNELS || atomic_load(&g_loaded[dev][kernel])) return RL_RT_SUCCESS;
     char what[96];
     snprintf(what, sizeof what, "loading kernel %s at its first launch (CUDA_MODULE_LOADING=LAZY)", name);
@@ -150,7 +164,7 @@ int sim_load_all_kernels(void) {
     if (rc) return rc;
     pthread_once(&g_eager_once, read_loading_mode);
     if (!g_eager && (rc = sim_device_sync("load_kernels"))) return rc;
-    for (int k = 0; k < SIM_KERNELS; k++) atomic_store(&g_loaded[t_device][k], 1);
+    for (int k = 0; k < SIM_KERNELS; k++) atomic_store(&g_loaded[sim_current_device()][k], 1);
     return RL_RT_SUCCESS;
 }
 
@@ -159,6 +173,7 @@ const rl_rt rl_rt_sim = {
     .get_device_count = get_device_count,
     .set_device = set_device,
     .get_device = get_device,
+    .primary_ctx_active = primary_ctx_active,
     .pointer_device = sim_pointer_device,
     .malloc = sim_malloc,
     .free = sim_free,

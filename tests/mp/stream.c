@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|legacy [--count N]
+ *   stream --case order|abort|async|devices|fresh|legacy|capture [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -30,6 +30,11 @@
  *   calling thread's current device 0: the call makes its event and hold on the stream's
  *   device (CUDA refuses an event or a kernel on another device's stream), the progress
  *   thread works on device 1, and the caller's current device is still 0 afterwards.
+ * fresh: (two devices) the process uses device 1 only (chosen before init); the calls come
+ *   from a thread that never chose a device (it reads as device 0, where nothing was
+ *   made): the results must be right, and afterwards device 0 must have no context (a
+ *   call that put the thread "back" on device 0 makes one there: GPU memory on a device
+ *   the process never used).
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -40,6 +45,7 @@
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +257,52 @@ static void checked_allreduce(ringlet_comm_t comm, int P, size_t n, rl_dev_strea
     DEV(D->host_free(out));
 }
 
+/* fresh: one call from a new thread. */
+typedef struct {
+    ringlet_comm_t comm;
+    void *din, *dout;
+    size_t n;
+    rl_dev_stream_t s;
+    ringlet_result_t rc;
+} fresh_call;
+
+static void *fresh_thread(void *arg) {
+    fresh_call *f = arg;
+    f->rc = ringlet_allreduce(f->din, f->dout, f->n, RINGLET_UINT32, RINGLET_SUM, f->comm, f->s);
+    return NULL;
+}
+
+static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
+    uint32_t *in, *out;
+    fresh_call f = {.comm = comm, .n = n};
+    DEV(D->stream_create(&f.s));
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4));
+    DEV(D->mem_alloc(&f.din, n * 4));
+    DEV(D->mem_alloc(&f.dout, n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i), out[i] = 0xdeadbeefu;
+    for (int round = 0; round < 2; round++) { /* the first call prepares, the second only queues */
+        DEV(D->memcpy_async(f.din, in, n * 4, f.s));
+        pthread_t t;
+        pthread_create(&t, NULL, fresh_thread, &f);
+        pthread_join(t, NULL);
+        if (f.rc != RINGLET_SUCCESS) FAIL("fresh: allreduce from a new thread: %s", ringlet_comm_last_error(comm));
+        DEV(D->memcpy_async(out, f.dout, n * 4, f.s));
+        DEV(D->stream_sync(f.s));
+        if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("fresh: %s", ringlet_comm_last_error(comm));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t want = 0;
+            for (int r = 0; r < P; r++) want += input(r, i);
+            if (out[i] != want) FAIL("fresh: element %zu is 0x%08x, want 0x%08x", i, out[i], want);
+        }
+    }
+    DEV(D->mem_free(f.din));
+    DEV(D->mem_free(f.dout));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+    DEV(D->stream_destroy(f.s));
+}
+
 /* Both ranks: one all-reduce on device buffers with a stream, so that the device
  * connections exist (a first call waits for its peers to make theirs, within
  * RINGLET_TIMEOUT) and a later call only queues. */
@@ -282,7 +334,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|legacy|capture [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -292,6 +344,8 @@ int main(int argc, char **argv) {
         printf("SKIP: no device backend: %s\n", rl_device_unavailable());
         return 77;
     }
+    int fresh = !strcmp(cas, "fresh");
+    if (fresh) DEV(D->set_device(1)); /* this process uses device 1 only, from init on */
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("%s", ringlet_comm_last_error(NULL));
     int P;
@@ -300,7 +354,7 @@ int main(int argc, char **argv) {
     if (P != 2) FAIL("run with 2 ranks");
     int ndev = 1;
     DEV(D->count(&ndev));
-    g_dev = g_rank % ndev;
+    g_dev = fresh ? 1 : g_rank % ndev;
     DEV(D->set_device(g_dev));
     if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
     char path[4096];
@@ -405,6 +459,18 @@ int main(int argc, char **argv) {
         DEV(D->stream_destroy(s));
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK devices: device 1's stream and buffers, called with device 0 current\n", g_rank);
+        return 0;
+    }
+
+    if (fresh) {
+        if (ndev < 2) FAIL("the fresh case needs two devices (RINGLET_SIM_DEVICES=2), %d here", ndev);
+        fresh_case(comm, P, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        int active = -1;
+        DEV(D->context_active(0, &active));
+        if (active) FAIL("fresh: device 0 has a context, but this process used device 1 only");
+        printf("stream: rank %d: OK fresh: calls from a thread that never chose a device, no context on device 0\n",
+               g_rank);
         return 0;
     }
 

@@ -11,6 +11,8 @@
 #   async  the peer leaves: the stream call fails, the stream goes on, get_async_error names it
 #   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
+#   fresh  (simulator) a process on device 1 only, its calls from a thread that never chose a
+#          device: right results, and no context made on device 0
 #   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
@@ -93,6 +95,8 @@ run_case shm capture
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
+    # A device the process never uses gets no context from ringlet's calls.
+    run_case ipc fresh RINGLET_SIM_DEVICES=2
 fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }
 echo "stream: $fails failed"

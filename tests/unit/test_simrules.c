@@ -10,7 +10,10 @@
  *   sync        allocations, frees and IPC mappings wait for every stream, and fail while
  *               one is held
  *   devices     the current device per thread; events and launches on another device's
- *               stream refused, copies and waits allowed
+ *               stream refused, copies and waits allowed; a device's primary context made
+ *               by set_device or a call that needs one (malloc, a stream) on the current
+ *               device, not by get_device; the backend's device_enter / device_leave put a
+ *               thread back on its device only where that device has a context
  *   pageable    copies to and from pageable memory return once done
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
@@ -303,20 +306,57 @@ static void *other_thread(void *arg) {
     return NULL;
 }
 
+static int context(int dev) {
+    int active = -1;
+    RT_OK(R->primary_ctx_active(dev, &active));
+    return active;
+}
+
+/* A thread that never chose a device passes through device 1 (the backend's enter and
+ * leave) and allocates there; *arg in: whether device 0 has a context (then the thread
+ * goes back to it), out: 0 if all went as it should. */
+static void *pass_through(void *arg) {
+    int *io = arg, back = *io, saved = -2, cur = -1;
+    void *p = NULL;
+    *io = 1;
+    if (D->device_enter(1, &saved) != RL_DEV_OK || saved != 0) return NULL;
+    if (D->mem_alloc(&p, 64) != RL_DEV_OK || D->ptr_device(p) != 1) return NULL;
+    D->device_leave(saved);
+    if (D->get_device(&cur) != RL_DEV_OK || cur != (back ? 0 : 1)) return NULL;
+    if (D->mem_free(p) != RL_DEV_OK) return NULL; /* on device 1 (stays) or 0: either frees */
+    *io = 0;
+    return NULL;
+}
+
 static int child_devices(void) {
+    int d0 = -1;
+    RT_OK(R->get_device(&d0));
+    CHECK(d0 == 0 && !context(0) && !context(1), "a fresh process: device %d, contexts %d %d (want 0, none)", d0,
+          context(0), context(1));
     RT_OK(R->set_device(1));
+    CHECK(context(1) && !context(0), "set_device(1): contexts on 0 and 1: %d %d, want 0 1", context(0), context(1));
+    pthread_t t;
+    int io = 0;
+    pthread_create(&t, NULL, pass_through, &io);
+    pthread_join(t, NULL);
+    CHECK(io == 0, "a thread passing through device 1 (device 0 without a context) did not stay there");
+    CHECK(!context(0), "a thread that passed through device 1 made a context on device 0");
     RT_OK(R->load_kernels());
     rl_dev_stream_t s1;
     RT_OK(R->stream_create(&s1, 0));
     void *x1 = NULL;
     RT_OK(R->malloc(&x1, 4096));
     CHECK(R->pointer_device(x1) == 1, "memory allocated on device 1 is on device %d", R->pointer_device(x1));
-    pthread_t t;
     int seen = -1;
     pthread_create(&t, NULL, other_thread, &seen);
     pthread_join(t, NULL);
     CHECK(seen == 0, "another thread's current device is %d, not 0 (the current device is per thread)", seen);
+    CHECK(!context(0), "get_device on a new thread made a context on device 0");
     RT_OK(R->set_device(0));
+    io = 1;
+    pthread_create(&t, NULL, pass_through, &io);
+    pthread_join(t, NULL);
+    CHECK(io == 0, "a thread passing through device 1 did not go back to device 0 (which has a context)");
     RT_OK(R->load_kernels());
     rl_dev_event_t e0;
     RT_OK(R->event_create(&e0));
