@@ -171,7 +171,10 @@ ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend
  * RINGLET_STREAM_DEFAULT: the default stream) and return at once; on host memory they run
  * now. ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
- * float32; rounded to nearest even; float16/bfloat16 widen exactly). */
+ * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
+ * device of the buffers' memory (on the default stream: that device's, whatever device is
+ * current); buffers of two devices, or a stream of another device, are
+ * RINGLET_ERR_INVALID_ARGUMENT. */
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,

@@ -53,8 +53,25 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
         rl_convert_host(dst, dt, src, st, n, scale);
         return RINGLET_SUCCESS;
     }
-    if (d->convert(dst, dt, src, st, n, scale, stream) != RL_DEV_OK)
-        return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async of %zu elements: %s", n, rl_dev_error());
+    /* A kernel runs on its stream's device and reaches only that device's memory (ringlet
+     * enables no peer access): on the default stream, the memory's device; on a stream of
+     * another device, refused here rather than an illegal access that poisons the context. */
+    int dd = rl_dev_ptr_device(dst), sd = rl_dev_ptr_device(src), dev = dd >= 0 ? dd : sd, on = dev;
+    if (dd >= 0 && sd >= 0 && dd != sd)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "convert_async: dst is memory of device %d, src of device %d (a conversion runs on one device)",
+                        dd, sd);
+    if (stream && stream != RINGLET_STREAM_DEFAULT && d->stream_device(stream, &on) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async: the stream's device: %s", rl_dev_error());
+    if (on != dev)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "convert_async: the buffers are memory of device %d, the stream belongs to device %d", dev, on);
+    int saved = -1;
+    if (d->device_enter(dev, &saved) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async: selecting device %d: %s", dev, rl_dev_error());
+    int rc = d->convert(dst, dt, src, st, n, scale, stream);
+    d->device_leave(saved);
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async of %zu elements: %s", n, rl_dev_error());
     return RINGLET_SUCCESS;
 }
 

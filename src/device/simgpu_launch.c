@@ -68,6 +68,14 @@ static int operand(sim_op *o, const char *kernel, const char *name, const void *
                  why);
         return 0;
     }
+    int owner = k == SIM_MEM_DEVICE ? sim_peer_denied(p, sim_current_device()) : -1;
+    if (owner >= 0) {
+        o->fault = RL_RT_ERR_ILLEGAL_ADDRESS;
+        snprintf(o->msg, sizeof o->msg, "an illegal memory access was encountered: %s operand %s at %p is memory of "
+                 "device %d, the kernel runs on device %d (no peer access)", kernel, name, p, owner,
+                 sim_current_device());
+        return 0;
+    }
     if ((uintptr_t)p % align) {
         o->fault = RL_RT_ERR_MISALIGNED_ADDRESS;
         snprintf(o->msg, sizeof o->msg, "misaligned address: %s operand %s at %p is not aligned to %zu bytes", kernel,

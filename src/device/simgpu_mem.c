@@ -163,6 +163,14 @@ int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t why
     return kind;
 }
 
+int sim_peer_denied(const void *p, int dev) {
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    int owner = a && a->kind == KIND_DEVICE && a->device != dev ? a->device : -1;
+    pthread_rwlock_unlock(&g_mu);
+    return owner;
+}
+
 int sim_pointer_device(const void *p) {
     pthread_rwlock_rdlock(&g_mu);
     alloc_t *a = find(p);

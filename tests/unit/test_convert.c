@@ -3,7 +3,10 @@
  * ringlet_memset_async, ringlet_host_alloc) on host memory and on the simulated GPU's
  * device memory. Random inputs (fixed seed) with the special values mixed in (zeros of
  * both signs, infinities, NaN, subnormals, values that overflow float16); every result is
- * compared bit for bit with a reference built from the scalar conversions of reduce.h. */
+ * compared bit for bit with a reference built from the scalar conversions of reduce.h.
+ * With two simulated devices: buffers of device 1 converted with device 0 current (the
+ * kernel must run on device 1: one on device 0 cannot reach them), and refused on a stream
+ * of device 0. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "device.h"
 #include "reduce.h"
 #include "ringlet.h"
 
@@ -86,8 +90,50 @@ static int same(const void *a, const void *b, ringlet_datatype_t t, size_t i) {
     return isnan(x) && isnan(y);
 }
 
+static void other_device(void *src, void *got, void *want) {
+    enum { M = 1031 };
+    void *a = NULL, *b = NULL;
+    CHECK(ringlet_set_device(1) == RINGLET_SUCCESS, "set_device 1: %s", ringlet_comm_last_error(NULL));
+    CHECK(ringlet_mem_alloc(&a, M * 4) == RINGLET_SUCCESS && ringlet_mem_alloc(&b, M * 2) == RINGLET_SUCCESS,
+          "device 1 memory: %s", ringlet_comm_last_error(NULL));
+    if (!a || !b) return;
+    fill(src, RINGLET_FLOAT32, M);
+    reference(want, RINGLET_BFLOAT16, src, RINGLET_FLOAT32, M, 0.5);
+    CHECK(ringlet_memcpy_async(a, src, M * 4, NULL) == RINGLET_SUCCESS, "copy in");
+    CHECK(ringlet_stream_synchronize(NULL) == RINGLET_SUCCESS, "sync");
+    ringlet_set_device(0);
+    CHECK(ringlet_convert_async(b, RINGLET_BFLOAT16, a, RINGLET_FLOAT32, M, 0.5, NULL) == RINGLET_SUCCESS,
+          "convert_async of device 1's memory with device 0 current: %s", ringlet_comm_last_error(NULL));
+    int cur = -1;
+    CHECK(ringlet_get_device(&cur) == RINGLET_SUCCESS && cur == 0, "the call left device %d current, not 0", cur);
+    ringlet_set_device(1);
+    memset(got, 0, M * 2);
+    CHECK(ringlet_memcpy_async(got, b, M * 2, NULL) == RINGLET_SUCCESS, "copy out");
+    CHECK(ringlet_stream_synchronize(NULL) == RINGLET_SUCCESS, "sync on device 1: %s", ringlet_comm_last_error(NULL));
+    size_t bad = M;
+    for (size_t i = 0; i < M && bad == M; i++)
+        if (!same(got, want, RINGLET_BFLOAT16, i)) bad = i;
+    CHECK(bad == M, "device 1's conversion: element %zu differs", bad);
+    /* A stream of device 0: refused, saying so. */
+    ringlet_set_device(0);
+    const rl_device_ops *d = rl_device();
+    rl_dev_stream_t s0 = NULL;
+    CHECK(d && d->stream_create(&s0) == RL_DEV_OK, "a stream of device 0");
+    if (s0) {
+        ringlet_result_t rc = ringlet_convert_async(b, RINGLET_BFLOAT16, a, RINGLET_FLOAT32, M, 0.5, s0);
+        CHECK(rc == RINGLET_ERR_INVALID_ARGUMENT && strstr(ringlet_comm_last_error(NULL), "stream belongs to device 0"),
+              "device 1's buffers on device 0's stream: %d (%s)", (int)rc, ringlet_comm_last_error(NULL));
+        d->stream_destroy(s0);
+    }
+    CHECK(ringlet_stream_synchronize(NULL) == RINGLET_SUCCESS, "nothing went wrong on device 0: %s",
+          ringlet_comm_last_error(NULL));
+    ringlet_mem_free(a);
+    ringlet_mem_free(b);
+}
+
 int main(void) {
     setenv("RINGLET_DEVICE", "sim", 1);
+    setenv("RINGLET_SIM_DEVICES", "2", 1);
     setenv("RINGLET_SIM_JITTER", "50", 1);
     enum { N = 4133 }; /* not a multiple of any vector width */
     void *src = malloc(N * 8), *got = malloc(N * 8), *want = malloc(N * 8), *dsrc = NULL, *ddst = NULL;
@@ -147,6 +193,7 @@ int main(void) {
         CHECK(w == v, "pinned memory holds %llx", (unsigned long long)w);
     }
     ringlet_host_free(pin);
+    if (dsrc) other_device(src, got, want);
     ringlet_mem_free(dsrc);
     ringlet_mem_free(ddst);
     free(src), free(got), free(want);
