@@ -34,9 +34,10 @@
  * not happen while a stream is held (device.h): connect allocates and reachable maps in
  * the communicator's quiet sections (before an operation is queued), ready maps the
  * sender's slots in one of its own, and memory is freed with rl_dev_free_later. A
- * sender's slots are freed only once the receiver unmapped them (CUDA calls freeing memory
- * another process has open undefined): at fini every rank first closes its receiving
- * ends, then waits for its peers to close theirs (cuda_ipc_conn.c, free_orphans).
+ * sender's slots are freed only once the receiver unmapped them or never will (CUDA calls
+ * freeing memory another process has open undefined): until then they wait, process-wide,
+ * for a later init or fini of the transport (cuda_ipc_conn.c, sweep_orphans); nothing
+ * waits for a peer.
  *
  * This file moves data; cuda_ipc_conn.c makes and ends connections (ipc_conn.h).
  */
@@ -119,6 +120,11 @@ static int check_fifo(const ipc_conn *k, char *why, size_t n) {
  * the reason in why on failure. locked: the caller holds the context's lock. */
 static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
     if (!check_fifo(k, why, n)) return 0;
+    /* OPEN before the sender's state is read again (both sequentially consistent): a
+     * sender that closes and then still reads NONE frees its slots at once, and this
+     * rank must then see its close (conn_free). */
+    atomic_store(&k->ctl->fifo.receiver, RL_FIFO_OPEN);
+    if (atomic_load(&k->ctl->fifo.sender) != RL_FIFO_OPEN) return snprintf(why, n, "the sender closed the connection"), 0;
     void *p = NULL;
     int saved = dev_enter(k);
     if (k->ctx->d->mem_import(&k->ctl->handle, &p) != RL_DEV_OK) {

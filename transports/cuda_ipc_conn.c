@@ -15,6 +15,8 @@
 #include "shmseg.h"
 #include "util.h"
 
+static void sweep_orphans(const rl_device_ops *d);
+
 static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32]) {
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
 }
@@ -33,6 +35,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     }
     x->in = *in;
     x->d = d;
+    sweep_orphans(d);
     memcpy(x->secret, in->secret, 32);
     pthread_mutex_init(&x->mu, NULL);
     x->slot_bytes = (uint64_t)rl_env_int("RINGLET_CUDA_IPC_SLOT_SIZE", 1 << 20, 4096, 1LL << 30);
@@ -125,16 +128,78 @@ static void link_conn(ipc_ctx *x, ipc_conn *k) {
     pthread_mutex_unlock(&x->mu);
 }
 
-/* A closed sender's slots, kept until its receiver has unmapped them (fini). */
+/* A closed sender's slots that its receiver may still have mapped: kept, with the
+ * sender's view of the receiver's control block, until the receiver says it unmapped them
+ * or exits. A clean end of the communicator waits for that (within the deadline: its
+ * peers are ending too); an abort does not. Those left are process-wide: every init and
+ * fini of the transport frees those that are done (a process that ends frees the rest). */
 typedef struct ipc_orphan {
     struct ipc_orphan *next;
+    const ipc_ctx *owner; /* the context whose fini may still wait for it, or NULL */
     char *slots;
-    ctl_t *ctl; /* the sender's block in the receiver's segment, still mapped */
+    ctl_t *ctl;
     void *ctl_map;
     size_t ctl_map_len;
-    int peer, device;
+    int device;
     int32_t peer_pid;
 } ipc_orphan;
+
+static pthread_mutex_t g_orphans_mu = PTHREAD_MUTEX_INITIALIZER;
+static ipc_orphan *g_orphans;
+
+static int orphan_done(const ipc_orphan *o) { return atomic_load(&o->ctl->unmapped) || process_gone(o->peer_pid); }
+
+/* fini: the context's orphans leave it, once done if wait (a communicator that did not
+ * fail: its deadline at most). */
+static void release_orphans(const ipc_ctx *x, int wait) {
+    double until = rl_now() + x->in.timeout_s;
+    for (int pending = wait; pending;) {
+        pending = 0;
+        pthread_mutex_lock(&g_orphans_mu);
+        for (ipc_orphan *o = g_orphans; o && !pending; o = o->next) pending = o->owner == x && !orphan_done(o);
+        pthread_mutex_unlock(&g_orphans_mu);
+        if (pending && rl_now() > until) {
+            RL_WARN(x->in.rank, "cuda_ipc: a peer did not unmap this rank's slots by the deadline: they are freed "
+                    "later, once it did");
+            break;
+        }
+        if (pending) rl_sleep_ms(1);
+    }
+    pthread_mutex_lock(&g_orphans_mu);
+    for (ipc_orphan *o = g_orphans; o; o = o->next)
+        if (o->owner == x) o->owner = NULL;
+    pthread_mutex_unlock(&g_orphans_mu);
+}
+
+static void free_slots(const rl_device_ops *d, char *slots, int device) {
+    int saved = -1;
+    d->device_enter(device, &saved);
+    rl_dev_free_later(slots, RL_DEV_MEM_DEVICE);
+    d->device_leave(saved);
+}
+
+/* Frees the orphans whose receivers let go of them. */
+static void sweep_orphans(const rl_device_ops *d) {
+    pthread_mutex_lock(&g_orphans_mu);
+    ipc_orphan *done = NULL;
+    for (ipc_orphan **p = &g_orphans; *p;) {
+        ipc_orphan *o = *p;
+        if (orphan_done(o)) {
+            *p = o->next;
+            o->next = done, done = o;
+        } else {
+            p = &o->next;
+        }
+    }
+    pthread_mutex_unlock(&g_orphans_mu);
+    while (done) {
+        ipc_orphan *o = done;
+        done = o->next;
+        free_slots(d, o->slots, o->device);
+        munmap(o->ctl_map, o->ctl_map_len);
+        free(o);
+    }
+}
 
 static void conn_free(ipc_conn *k) {
     ipc_ctx *x = k->ctx;
@@ -143,58 +208,36 @@ static void conn_free(ipc_conn *k) {
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
     if (!k->sending) {
-        /* Unmap now (a quiet section frees at once), then tell the sender it may free. */
-        int quiet = !k->slots || rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") == RL_DEV_OK;
+        /* Unmap now (a quiet section frees at once), then tell the sender it may free. An
+         * abort does not wait for other communicators' held streams: unmapped later, and
+         * the sender's slots stay until this process ends. */
+        int failed = x->in.failed && atomic_load(x->in.failed);
+        int quiet = !k->slots || (failed ? rl_dev_quiet_try()
+                                         : rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") ==
+                                               RL_DEV_OK);
         if (k->slots) rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
         if (k->slots && quiet) rl_dev_quiet_end();
         if (quiet) atomic_store(&k->ctl->unmapped, 1);
         else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, rl_dev_error());
-    } else if (k->slots && !atomic_load(&k->ctl->unmapped)) {
-        ipc_orphan *o = malloc(sizeof *o);
-        if (!o) {
-            /* The slots stay (a leak, never memory freed under the receiver). */
-            if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
+    } else if (k->slots) {
+        /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
+         * slots never will (map_sender); one that has must unmap them first. */
+        int never = atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE;
+        ipc_orphan *o = never || atomic_load(&k->ctl->unmapped) ? NULL : malloc(sizeof *o);
+        if (o) {
+            *o = (ipc_orphan){NULL, x, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->device, k->peer_pid};
+            pthread_mutex_lock(&g_orphans_mu);
+            o->next = g_orphans, g_orphans = o;
+            pthread_mutex_unlock(&g_orphans_mu);
             free(k);
             return;
         }
-        *o = (ipc_orphan){x->orphans, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->peer, k->device, k->peer_pid};
-        x->orphans = o;
-        free(k);
-        return;
-    } else if (k->slots) {
-        rl_dev_free_later(k->slots, RL_DEV_MEM_DEVICE);
+        if (never || atomic_load(&k->ctl->unmapped)) free_slots(d, k->slots, k->device);
+        /* else out of memory for the note: the slots stay (a leak, never memory freed under
+         * the receiver) */
     }
     if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
     free(k);
-}
-
-/* fini: each closed sender's slots once its receiver unmapped them or exited. Every
- * rank closes its receiving ends before it waits here, so two ranks never wait for each
- * other. A receiver that does neither by the deadline (1 s after a failure) keeps them:
- * they stay allocated (a leak, never memory freed under another process). */
-static void free_orphans(ipc_ctx *x) {
-    int failed = x->in.failed && atomic_load(x->in.failed);
-    double until = rl_now() + (failed ? 1.0 : x->in.timeout_s);
-    while (x->orphans) {
-        ipc_orphan *o = x->orphans;
-        int done = atomic_load(&o->ctl->unmapped) || process_gone(o->peer_pid);
-        if (!done && rl_now() <= until) {
-            rl_sleep_ms(1);
-            continue;
-        }
-        x->orphans = o->next;
-        if (done) {
-            int saved = -1;
-            x->d->device_enter(o->device, &saved);
-            rl_dev_free_later(o->slots, RL_DEV_MEM_DEVICE);
-            x->d->device_leave(saved);
-        } else {
-            RL_WARN(x->in.rank, "cuda_ipc: rank %d did not unmap this rank's slots by the deadline: they stay allocated",
-                    o->peer);
-        }
-        munmap(o->ctl_map, o->ctl_map_len);
-        free(o);
-    }
 }
 
 ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bloblen, void **out, char *err) {
@@ -314,13 +357,14 @@ void rl_ipc_close(void *conn) {
 
 void rl_ipc_fini(void *ctx) {
     ipc_ctx *x = ctx;
-    /* Receiving ends first: a peer's fini waits for them (free_orphans). */
+    /* Receiving ends first: peers' slots unmapped as early as can be. */
     for (int sending = 0; sending < 2; sending++)
         for (ipc_conn *k = x->conns, *next; k; k = next) {
             next = k->next;
             if (k->sending == sending) rl_ipc_close(k);
         }
-    free_orphans(x);
+    release_orphans(x, !(x->in.failed && atomic_load(x->in.failed)));
+    sweep_orphans(x->d);
     if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);

@@ -47,8 +47,9 @@ typedef struct {
     int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
     rl_dev_handle handle; /* the sender's slots */
     /* receiver: 1 once its close unmapped the sender's slots (or it never mapped them):
-     * the sender frees them only then (freeing memory another process has open through
-     * IPC is undefined in CUDA) */
+     * the sender frees them only then, or when fifo.receiver is still NONE once it closed
+     * (map_sender: the receiver sets OPEN before it maps). Freeing memory another process
+     * has open through IPC is undefined in CUDA. */
     atomic_int unmapped;
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
@@ -112,7 +113,6 @@ typedef struct ipc_ctx {
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
     pthread_mutex_t mu;
     ipc_conn *conns;
-    struct ipc_orphan *orphans; /* closed senders' slots a receiver had not unmapped yet */
 } ipc_ctx;
 
 /* Runs on the connection's device, restoring the thread's own afterwards where it has one

@@ -85,7 +85,9 @@ void rl_conn_close_all(struct ringlet_comm *c) {
         if (!busy || rl_now() > until) break;
         rl_sleep_ms(1);
     }
-    rl_conn *tables[4] = {c->send_conns, c->recv_conns, c->send_conns_dev, c->recv_conns_dev};
+    /* Receiving ends first: a sender may keep memory for a receiver until it lets go
+     * (cuda_ipc's slots). */
+    rl_conn *tables[4] = {c->recv_conns, c->recv_conns_dev, c->send_conns, c->send_conns_dev};
     for (int t = 0; t < 4; t++)
         for (int p = 0; p < c->nranks && tables[t]; p++) {
             if (tables[t][p].h) tables[t][p].tp->close(tables[t][p].h);

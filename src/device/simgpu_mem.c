@@ -213,16 +213,31 @@ static int map_header(alloc_t *a, const char *what) {
     return RL_RT_SUCCESS;
 }
 
+/* Whether a process still runs (a zombie, exited but not yet reaped, has no mappings). */
+static int process_alive(int32_t pid) {
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
+    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
 /* This process as an importer of the allocation (its first open), or no longer (its last
- * close). */
+ * close). An entry of a process that exited without closing is taken over. */
 static int add_importer(alloc_t *a) {
     int32_t me = (int32_t)getpid();
     for (int i = 0; i < IMPORTERS; i++) {
-        int32_t free_entry = 0;
-        if (__atomic_compare_exchange_n(&a->hdr->importers[i], &free_entry, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        int32_t was = __atomic_load_n(&a->hdr->importers[i], __ATOMIC_ACQUIRE);
+        if ((was == 0 || (was != me && !process_alive(was))) &&
+            __atomic_compare_exchange_n(&a->hdr->importers[i], &was, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             return RL_RT_SUCCESS;
     }
-    return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: more than %d processes have this memory open", IMPORTERS);
+    return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: more than %d live processes have this memory open", IMPORTERS);
 }
 
 static void drop_importer(alloc_t *a) {
@@ -238,7 +253,7 @@ static void drop_importer(alloc_t *a) {
 static int32_t live_importer(const alloc_t *a) {
     for (int i = 0; i < IMPORTERS; i++) {
         int32_t pid = __atomic_load_n(&a->hdr->importers[i], __ATOMIC_ACQUIRE);
-        if (pid > 0 && pid != (int32_t)getpid() && (kill(pid, 0) == 0 || errno == EPERM)) return pid;
+        if (pid > 0 && pid != (int32_t)getpid() && process_alive(pid)) return pid;
     }
     return 0;
 }

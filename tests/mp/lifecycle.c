@@ -5,7 +5,9 @@
  *       of C int32 (default 256; so that every transport connects); with --reduce-workers,
  *       W threads named ringlet-reduce must be running after each all-reduce (the
  *       communicator's reduction threads started; RINGLET_REDUCE_THREADS=W+1 and C large
- *       enough to split). Before (after one warm-up cycle) and after:
+ *       enough to split), then one more init/destroy cycle (an abort does not wait for
+ *       peers: GPU memory they still map is freed by a later init or end). Before (after
+ *       one warm-up cycle) and after:
  *       open descriptors, threads, /dev/shm segments of this process, memory mappings
  *       must be the same, and the resident set may grow by at most 16 MiB (the
  *       allocator keeps some). Prints the figures.
@@ -307,6 +309,10 @@ int main(int argc, char **argv) {
     double t0 = now();
     for (long k = 1; k <= ncycles && !g_failed; k++) cycle(0, (int)k);
     for (long k = 1; k <= naborts && !g_failed; k++) cycle(1, (int)(ncycles + k));
+    /* An abort does not wait for peers: GPU memory a peer still had mapped (cuda_ipc's
+     * slots) is freed by a later init or end. One clean cycle, after every peer's last
+     * abort (its init needs theirs), frees what the aborts left. */
+    if (naborts && !g_failed) cycle(0, (int)(ncycles + naborts + 1));
     usage_t b = usage();
     /* Under a sanitizer its allocator maps and keeps memory of its own (quarantine):
      * there LeakSanitizer checks the memory, at exit. */
