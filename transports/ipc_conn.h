@@ -20,6 +20,7 @@
 #include "posted.h"
 #include "slot_fifo.h"
 #include "transport.h"
+#include "util.h"
 
 #define IPC_MAGIC 0x43504952u /* "RIPC" */
 #define IPC_PAGE 4096u
@@ -139,21 +140,8 @@ static inline int conn_streams(ipc_conn *k, char *err) {
     return 0;
 }
 
-/* A process that exited (or was killed): gone, or a zombie not reaped yet (its memory
- * and descriptors are already released). */
-static inline int process_gone(int32_t pid) {
-    if (pid <= 0) return 0;
-    if (kill(pid, 0) != 0) return errno == ESRCH;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')'); /* the state follows the command name */
-    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
-}
+/* A process that exited (or was killed): gone, or a zombie not reaped yet (util.h). */
+static inline int process_gone(int32_t pid) { return rl_process_gone((int)pid); }
 
 static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why) { rl_posted_fail(&k->q, code, why); }
 

@@ -2,8 +2,10 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "log.h"
@@ -18,6 +20,20 @@ void rl_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+int rl_process_gone(int pid) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* the state follows the command name */
+    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
 int rl_parse_int(const char *s, long long lo, long long hi, long long *out) {

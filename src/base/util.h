@@ -15,6 +15,9 @@ static inline void rl_cpu_relax(void) {
 #endif
 }
 void rl_sleep_ms(int ms);
+/* Whether the process exited (or was killed): gone, or a zombie not reaped yet (its memory
+ * and descriptors are already released). 0 for pid <= 0. */
+int rl_process_gone(int pid);
 /* Integer from the environment, def when unset; a value that does not parse or is out
  * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. Init
  * refuses such values of every RINGLET_* variable first (src/comm/envcheck.c, with the same

@@ -214,18 +214,7 @@ static int map_header(alloc_t *a, const char *what) {
 }
 
 /* Whether a process still runs (a zombie, exited but not yet reaped, has no mappings). */
-static int process_alive(int32_t pid) {
-    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return 0;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
-    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
+static int process_alive(int32_t pid) { return pid > 0 && !rl_process_gone((int)pid); }
 
 /* This process as an importer of the allocation (its first open), or no longer (its last
  * close). An entry of a process that exited without closing is taken over. */
