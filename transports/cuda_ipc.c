@@ -35,9 +35,10 @@
  * the communicator's quiet sections (before an operation is queued), ready maps the
  * sender's slots in one of its own, and memory is freed with rl_dev_free_later. A
  * sender's slots are freed only once the receiver unmapped them or never will (CUDA calls
- * freeing memory another process has open undefined): until then they wait, process-wide,
- * for a later init or fini of the transport (cuda_ipc_conn.c, sweep_orphans); nothing
- * waits for a peer.
+ * freeing memory another process has open undefined): a clean end of the communicator
+ * waits for that within its deadline (its peers are ending too); after an abort, or past
+ * the deadline, they wait process-wide for a later init or fini of the transport
+ * (cuda_ipc_conn.c, release_orphans and sweep_orphans).
  *
  * This file moves data; cuda_ipc_conn.c makes and ends connections (ipc_conn.h).
  */
