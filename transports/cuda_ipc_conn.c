@@ -222,19 +222,21 @@ static void conn_free(ipc_conn *k) {
     } else if (k->slots) {
         /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
          * slots never will (map_sender); one that has must unmap them first. */
-        int never = atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE;
-        ipc_orphan *o = never || atomic_load(&k->ctl->unmapped) ? NULL : malloc(sizeof *o);
-        if (o) {
-            *o = (ipc_orphan){NULL, x, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->device, k->peer_pid};
-            pthread_mutex_lock(&g_orphans_mu);
-            o->next = g_orphans, g_orphans = o;
-            pthread_mutex_unlock(&g_orphans_mu);
-            free(k);
-            return;
+        if (atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE || atomic_load(&k->ctl->unmapped)) {
+            free_slots(d, k->slots, k->device);
+        } else {
+            ipc_orphan *o = malloc(sizeof *o);
+            if (o) {
+                *o = (ipc_orphan){NULL, x, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->device, k->peer_pid};
+                pthread_mutex_lock(&g_orphans_mu);
+                o->next = g_orphans, g_orphans = o;
+                pthread_mutex_unlock(&g_orphans_mu);
+                free(k);
+                return;
+            }
+            /* out of memory for the note: the slots stay (a leak, never memory freed under
+             * the receiver) */
         }
-        if (never || atomic_load(&k->ctl->unmapped)) free_slots(d, k->slots, k->device);
-        /* else out of memory for the note: the slots stay (a leak, never memory freed under
-         * the receiver) */
     }
     if (k->ctl_map) munmap(k->ctl_map, k->ctl_map_len);
     free(k);
@@ -357,12 +359,7 @@ void rl_ipc_close(void *conn) {
 
 void rl_ipc_fini(void *ctx) {
     ipc_ctx *x = ctx;
-    /* Receiving ends first: peers' slots unmapped as early as can be. */
-    for (int sending = 0; sending < 2; sending++)
-        for (ipc_conn *k = x->conns, *next; k; k = next) {
-            next = k->next;
-            if (k->sending == sending) rl_ipc_close(k);
-        }
+    while (x->conns) rl_ipc_close(x->conns); /* rl_conn_close_all closed them already, receivers first */
     release_orphans(x, !(x->in.failed && atomic_load(x->in.failed)));
     sweep_orphans(x->d);
     if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
