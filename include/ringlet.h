@@ -173,8 +173,8 @@ ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is
- * current); buffers of two devices, or a stream of another device, are
- * RINGLET_ERR_INVALID_ARGUMENT. */
+ * current); buffers of two devices, a stream of another device, or a buffer not aligned
+ * to its element size are RINGLET_ERR_INVALID_ARGUMENT. */
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,
@@ -209,7 +209,9 @@ ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scal
 ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t comm);
 
 /* ---- collectives (blocking on host buffers) ----
- * sendbuf == recvbuf is the in-place form. Counts are in elements. */
+ * sendbuf == recvbuf is the in-place form. Counts are in elements. The buffers of a
+ * reduction (allreduce, reduce, reduce_scatter) are aligned to their element size, else
+ * RINGLET_ERR_INVALID_ARGUMENT; the other calls take any alignment. */
 ringlet_result_t ringlet_allreduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                    ringlet_op_t op, ringlet_comm_t comm, void *stream);
 /* root's sendbuf goes to every rank's recvbuf (root's recvbuf too). sendbuf is read on root only. */

@@ -26,6 +26,11 @@ int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &
     using M = typename std::conditional<std::is_same<S, F64>::value, double, float>::type;
     void (*const kernel)(typename D::Bits *, const typename S::Bits *, size_t, M) = convert_kernel<S, D, M>;
     if (go.load) return static_cast<int>(load_kernel(kernel));
+    /* Element-aligned operands only (a misaligned load is a sticky fault): refused, as
+     * reduce_cuda.cu's launchers refuse them. */
+    if (reinterpret_cast<uintptr_t>(dst) % sizeof(typename D::Bits) ||
+        reinterpret_cast<uintptr_t>(src) % sizeof(typename S::Bits))
+        return cudaErrorInvalidValue;
     size_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
     typename D::Bits *pd = static_cast<typename D::Bits *>(dst);

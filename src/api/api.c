@@ -135,6 +135,19 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     int needs_recv = a->kind != RL_OP_SEND && ((a->kind != RL_OP_REDUCE && a->kind != RL_OP_GATHER) || is_root);
     if (needs_send && !a->sendbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
     if (needs_recv && !a->recvbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
+    /* The reduction kernels load whole elements (reduce.h): on a GPU a misaligned operand is
+     * a "misaligned address" fault that leaves the device unusable, on the CPU undefined. */
+    if (reduces) {
+        const char *bad = needs_send && (uintptr_t)a->sendbuf % es ? "sendbuf"
+                          : needs_recv && (uintptr_t)a->recvbuf % es ? "recvbuf"
+                                                                      : NULL;
+        if (bad)
+            return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                            "%s: %s at %p is not aligned to its %zu-byte %s elements (a reduction needs "
+                            "element-aligned buffers)",
+                            fn, bad, bad[0] == 's' ? a->sendbuf : (const void *)a->recvbuf, es,
+                            rl_dtype_name(a->dtype));
+    }
     return RINGLET_SUCCESS;
 }
 

@@ -1,12 +1,14 @@
 /* The public memory operations (ringlet.h): copies, fills and conversions that go to the
  * device layer when a pointer is device memory and run at once on host memory; pinned
  * host memory; a stream's synchronisation. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "convert.h"
 #include "device.h"
 #include "failure.h"
+#include "names.h"
 #include "util.h"
 
 /* The backend when either pointer is device memory; NULL for host memory. */
@@ -48,6 +50,14 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
                         (int)st);
     if (!n) return RINGLET_SUCCESS;
     if (!dst || !src) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: %s is NULL", dst ? "src" : "dst");
+    /* Whole elements are loaded and stored: a misaligned operand is a fault on a GPU that
+     * leaves the device unusable, undefined on the CPU. */
+    size_t ds = ringlet_datatype_size(dt), ss = ringlet_datatype_size(st);
+    if ((uintptr_t)dst % ds || (uintptr_t)src % ss) {
+        int bad_dst = (uintptr_t)dst % ds != 0;
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: %s at %p is not aligned to its %zu-byte %s elements",
+                        bad_dst ? "dst" : "src", bad_dst ? dst : src, bad_dst ? ds : ss, rl_dtype_name(bad_dst ? dt : st));
+    }
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
         rl_convert_host(dst, dt, src, st, n, scale);

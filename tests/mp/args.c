@@ -437,6 +437,46 @@ static int run_init(void) {
 
 /* ---------------------------------------------------------------- p2 mode */
 
+/* With a device (RINGLET_DEVICE=sim, or a GPU): a reduction or a conversion of misaligned
+ * device memory is refused before any kernel sees it (on a GPU a misaligned load is a
+ * sticky fault: the device would be unusable afterwards), and the device still works. */
+static void device_checks(ringlet_comm_t comm) {
+    int ndev = 0;
+    if (ringlet_device_count(&ndev) != RINGLET_SUCCESS || ndev < 1) {
+        printf("args p2: rank %d: no device, device checks skipped\n", g_rank);
+        return;
+    }
+    enum { N = 515 };
+    char *dbuf = NULL;
+    static float hv[N], hw[N];
+    if (ringlet_mem_alloc((void **)&dbuf, 2 * N * sizeof(float) + 64) != RINGLET_SUCCESS) {
+        fail(__LINE__, "ringlet_mem_alloc: %s", msg_of(NULL));
+        return;
+    }
+    float *dv = (float *)(dbuf + 64);
+    CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, "sendbuf",
+          ringlet_allreduce(dbuf + 2, dv, N, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL));
+    CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, "recvbuf",
+          ringlet_reduce_scatter(dv, dbuf + 2, 1, RINGLET_FLOAT32, RINGLET_MAX, comm, NULL));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "src",
+          ringlet_convert_async(dv, RINGLET_FLOAT32, dbuf + 1, RINGLET_BFLOAT16, 4, 1.0, NULL));
+    for (int i = 0; i < N; i++) hv[i] = (float)((i * 7 + g_rank * 13) % 101) - 50.0f;
+    ringlet_result_t rc = ringlet_memcpy_async(dv, hv, sizeof hv, NULL);
+    if (rc == RINGLET_SUCCESS) rc = ringlet_allreduce(dv, dv, N, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
+    if (rc == RINGLET_SUCCESS) rc = ringlet_memcpy_async(hw, dv, sizeof hw, NULL);
+    if (rc == RINGLET_SUCCESS) rc = ringlet_stream_synchronize(NULL);
+    int ok = rc == RINGLET_SUCCESS;
+    for (int i = 0; ok && i < N; i++) {
+        float want = 0; /* small integers: exact in any order */
+        for (int r = 0; r < g_P; r++) want += (float)((i * 7 + r * 13) % 101) - 50.0f;
+        ok = hw[i] == want;
+    }
+    if (rc != RINGLET_SUCCESS) printf("rank %d: device allreduce: %d (%s)\n", g_rank, (int)rc, msg_of(comm));
+    EXPECT(ok, "a device all-reduce after the misaligned calls failed or gave a wrong result");
+    EXPECT(ringlet_mem_free(dbuf) == RINGLET_SUCCESS, "ringlet_mem_free of the device buffer");
+    printf("args p2: rank %d: device checks done\n", g_rank);
+}
+
 static int run_p2(void) {
     ringlet_comm_t comm = NULL;
     ringlet_result_t rc = ringlet_comm_init_env(&comm);
@@ -566,6 +606,31 @@ static int run_p2(void) {
                    "count SIZE_MAX/nranks+1 of int8 (nranks*count overflows)", __LINE__);
     }
 
+    /* buffers not aligned to their elements: refused by the calls that reduce (reduce.h's
+     * kernels load whole elements); misaligned by a byte for float16, by 2 for float32 */
+    for (int k = 0; k < 3; k++) {
+        for (int h = 0; h < 2; h++) {
+            const size_t skew = h ? 1 : 2;
+            char d[96];
+            a = valid_args();
+            if (h) a.dt = RINGLET_FLOAT16;
+            a.s = (const char *)g_s + skew;
+            snprintf(d, sizeof d, "sendbuf %zu bytes past a %s element", skew, h ? "float16" : "float32");
+            check_call(reducing[k], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "sendbuf", d, __LINE__);
+            a.s = g_s;
+            a.r = (char *)g_r + skew;
+            snprintf(d, sizeof d, "recvbuf %zu bytes past a %s element", skew, h ? "float16" : "float32");
+            check_call(reducing[k], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "recvbuf", d, __LINE__);
+        }
+    }
+    {
+        uint16_t hv[4] = {0};
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "dst",
+              ringlet_convert_async((char *)g_r + 2, RINGLET_FLOAT32, hv, RINGLET_FLOAT16, 2, 1.0, NULL));
+        CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "src",
+              ringlet_convert_async(g_r, RINGLET_FLOAT32, (char *)hv + 1, RINGLET_FLOAT16, 2, 1.0, NULL));
+    }
+
     /* NULL request pointer for the i-forms */
     for (int k = 0; k < K_NUM; k++) {
         char what[96];
@@ -614,7 +679,23 @@ static int run_p2(void) {
               ringlet_reduce_scatter(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL));
         rc = ringlet_barrier(comm, NULL);
         EXPECT(rc == RINGLET_SUCCESS, "barrier after the argument errors");
+        /* where nothing reduces, any alignment is fine: an all-gather a byte off */
+        static int32_t g[N + 1], *gall;
+        gall = malloc(((size_t)P * N + 1) * sizeof *gall);
+        memcpy((char *)g + 1, v, sizeof v);
+        rc = gall ? ringlet_allgather((char *)g + 1, (char *)gall + 1, N, RINGLET_INT32, comm, NULL) : RINGLET_ERR_SYSTEM;
+        ok = rc == RINGLET_SUCCESS;
+        for (int r = 0; ok && r < P; r++) {
+            int32_t x;
+            for (int i = 0; ok && i < N; i++) {
+                memcpy(&x, (char *)gall + 1 + ((size_t)r * N + (size_t)i) * sizeof x, sizeof x);
+                ok = x == i * 3 + P - 1;
+            }
+        }
+        free(gall);
+        EXPECT(ok, "an all-gather of buffers a byte off their alignment failed or gave a wrong result");
     }
+    device_checks(comm);
 
     /* abort: every call afterwards is an INVALID_USAGE naming the abort; destroy succeeds */
     {

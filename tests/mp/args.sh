@@ -5,7 +5,8 @@
 #      ids, broken launcher environments, ringlet_comm_init_rank_config's bad settings and
 #      its own deadline: 1 s against RINGLET_TIMEOUT=10), a 1-rank communicator afterwards.
 #   2. "args p2" under ringlet-run -n 2: every argument error of every call on a live
-#      communicator, blocking and non-blocking, then a real all-reduce on it, then abort.
+#      communicator, blocking and non-blocking, then a real all-reduce on it, then abort;
+#      2b. the same with RINGLET_DEVICE=sim, which adds misaligned device buffers.
 #   3. every RINGLET_* variable of the README's tables has a bad-value case in 1.
 #   4. WORLD_SIZE=3 on one rank of 2 (rank 1, then rank 0): both ranks' inits fail naming
 #      the mismatch.
@@ -48,6 +49,20 @@ if [ $rc = 0 ] && [ "$n" = 2 ]; then
 else
     echo "FAIL: args p2: launcher exit status $rc, $n of 2 ranks passed"
     tail -n 80 "$TMP/p2.out"
+    fails=$((fails + 1))
+fi
+
+# 2b. the same over the simulated GPU: also misaligned device buffers, refused before a kernel
+#     sees them (a GPU's misaligned load is a sticky fault), then a device all-reduce
+RINGLET_DEVICE=sim RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2dev.out" 2>&1
+rc=$?
+n=$(grep -cE '^\[[01]\] args p2: rank [01]: [0-9]+ checks, 0 failed$' "$TMP/p2dev.out")
+d=$(grep -cE '^\[[01]\] args p2: rank [01]: device checks done$' "$TMP/p2dev.out")
+if [ $rc = 0 ] && [ "$n" = 2 ] && [ "$d" = 2 ]; then
+    grep -E '^\[[01]\] args p2: rank [01]: [0-9]+ checks' "$TMP/p2dev.out" | sed 's/^/ok:   (simulated GPU) /'
+else
+    echo "FAIL: args p2 on the simulated GPU: launcher exit status $rc, $n of 2 ranks passed, $d did the device checks"
+    tail -n 80 "$TMP/p2dev.out"
     fails=$((fails + 1))
 fi
 
