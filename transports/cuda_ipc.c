@@ -27,11 +27,8 @@
  * GPU when a peer dies or the communicator aborts.
  *
  * Whether a peer's memory can be mapped at all (another container, two GPUs without peer
- * access) is tried once per peer with a probe allocation each rank exports at its first
- * operation on device buffers, on their device, through its segment's header (await_probe,
- * reachable: not at init, so that a process that never uses the GPU, or chooses its device
- * after init, gets no context from ringlet); the communicator then falls back to staging
- * through host memory.
+ * access) is tried once per peer with a probe allocation each rank exports at init
+ * (reachable); the communicator then falls back to staging through host memory.
  *
  * Allocating, freeing and mapping device memory can synchronise the device, and so must
  * not happen while a stream is held (device.h): connect allocates and reachable maps in
@@ -374,6 +371,5 @@ const rl_transport_ops rl_transport_cuda_ipc = {
     .irecv_map = ipc_irecv_map,
     .release = ipc_release,
     .reachable = rl_ipc_reachable,
-    .await_probe = rl_ipc_await_probe,
     .ready = ipc_ready,
 };

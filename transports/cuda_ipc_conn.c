@@ -1,6 +1,6 @@
 /* The CUDA IPC transport's connections (cuda_ipc.c says how the transport works): each
  * rank's control segment in /dev/shm with one block per possible sender, the probe
- * allocation peers map once (await_probe, reachable), connect (the sender's slots in its GPU memory,
+ * allocation peers map once (reachable), connect (the sender's slots in its GPU memory,
  * exported through its block in the receiver's segment), accept, and close and fini.
  * Allocating, exporting and mapping happen in quiet sections (device.h); memory is freed
  * with rl_dev_free_later. */
@@ -27,13 +27,9 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     if (rl_env_int("RINGLET_CUDA_IPC_DISABLE", 0, 0, 1))
         return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_CUDA_IPC_DISABLE"), RINGLET_ERR_SYSTEM;
     ipc_ctx *x = calloc(1, sizeof *x);
-    if (x) {
-        x->reach = calloc((size_t)in->nranks, 1);
-        x->peer_probe_state = calloc((size_t)in->nranks, 1);
-        x->peer_probe = calloc((size_t)in->nranks, sizeof *x->peer_probe);
-    }
-    if (!x || !x->reach || !x->peer_probe_state || !x->peer_probe) {
-        if (x) free(x->reach), free(x->peer_probe_state), free(x->peer_probe);
+    if (x) x->reach = calloc((size_t)in->nranks, 1);
+    if (!x || !x->reach) {
+        if (x) free(x->reach);
         free(x);
         return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     }
@@ -55,7 +51,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     if (e) {
         snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
         if (fd >= 0) shm_unlink(x->name), close(fd);
-        free(x->reach), free(x->peer_probe_state), free(x->peer_probe);
+        free(x->reach);
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
@@ -68,56 +64,53 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     x->seg->ctl_stride = x->ctl_stride;
     seg_tag(x->secret, x->name, x->seg->tag);
 
-    atomic_store(&x->seg->probe_state, IPC_PROBE_NOT_YET); /* the probe: rl_ipc_await_probe */
     blob_t b;
     memset(&b, 0, sizeof b);
     memcpy(b.name, x->name, sizeof b.name);
+    if (rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
+        if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK)
+            b.has_probe = 1;
+        rl_dev_quiet_end();
+    }
+    if (!b.has_probe)
+        RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
+                rl_dev_error());
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *out = x;
     return RINGLET_SUCCESS;
 }
 
-/* The peer's segment header, mapped read-only (munmap IPC_PAGE), after checking that the
- * segment is the peer's and this job's; *fd stays open for the caller. NULL on error. */
-static seg_hdr *peer_header(ipc_ctx *x, const char *name, int peer, int *fd, char *err) {
-    *fd = shm_open(name, O_RDWR, 0);
-    if (*fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's control segment %s: %s", peer, name, strerror(errno)), NULL;
-    seg_hdr *h = mmap(NULL, IPC_PAGE, PROT_READ, MAP_SHARED, *fd, 0);
-    uint8_t tag[32];
-    seg_tag(x->secret, name, tag);
-    if (h == MAP_FAILED) {
-        snprintf(err, RL_ERR_MAX, "mapping rank %d's control segment: %s", peer, strerror(errno));
-    } else if (h->magic != IPC_MAGIC || h->rank != peer || memcmp(h->tag, tag, 32) != 0 || h->ctl_stride != x->ctl_stride) {
-        snprintf(err, RL_ERR_MAX, "control segment %s is not rank %d's of this job (refused)", name, peer);
-        munmap(h, IPC_PAGE);
-    } else {
-        return h;
-    }
-    close(*fd);
-    *fd = -1;
-    return NULL;
-}
-
 /* Maps len bytes at off of the peer's segment, after checking it is the peer's and this
  * job's. */
 static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t off, size_t len, void **out,
                                  int32_t *pid, char *err) {
-    int fd = -1;
-    seg_hdr *h = peer_header(x, name, peer, &fd, err);
-    if (!h) return RINGLET_ERR_SYSTEM;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's control segment %s: %s", peer, name, strerror(errno)), RINGLET_ERR_SYSTEM;
     ringlet_result_t rc = RINGLET_SUCCESS;
-    /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later. */
-    int e = posix_fallocate(fd, (off_t)off, (off_t)len);
-    void *m = e ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
-    if (m == MAP_FAILED) {
+    seg_hdr *h = mmap(NULL, IPC_PAGE, PROT_READ, MAP_SHARED, fd, 0);
+    uint8_t tag[32];
+    seg_tag(x->secret, name, tag);
+    if (h == MAP_FAILED) {
+        h = NULL;
         rc = RINGLET_ERR_SYSTEM;
-        snprintf(err, RL_ERR_MAX, "control block for rank %d: %s", peer, strerror(e ? e : errno));
+        snprintf(err, RL_ERR_MAX, "mapping rank %d's control segment: %s", peer, strerror(errno));
+    } else if (h->magic != IPC_MAGIC || h->rank != peer || memcmp(h->tag, tag, 32) != 0 || h->ctl_stride != x->ctl_stride) {
+        rc = RINGLET_ERR_SYSTEM;
+        snprintf(err, RL_ERR_MAX, "control segment %s is not rank %d's of this job (refused)", name, peer);
     } else {
-        *out = m;
-        *pid = h->pid;
+        /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later. */
+        int e = posix_fallocate(fd, (off_t)off, (off_t)len);
+        void *m = e ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+        if (m == MAP_FAILED) {
+            rc = RINGLET_ERR_SYSTEM;
+            snprintf(err, RL_ERR_MAX, "control block for rank %d: %s", peer, strerror(e ? e : errno));
+        } else {
+            *out = m;
+            *pid = h->pid;
+        }
     }
-    munmap(h, IPC_PAGE);
+    if (h) munmap(h, IPC_PAGE);
     close(fd);
     return rc;
 }
@@ -374,93 +367,24 @@ void rl_ipc_fini(void *ctx) {
     shm_unlink(x->name);
     close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
-    free(x->reach), free(x->peer_probe_state), free(x->peer_probe);
+    free(x->reach);
     free(x);
-}
-
-/* This rank's probe, exported once, on the current device (the operation's: the caller
- * selected it), in a quiet section of its own; peers see IPC_PROBE_NONE when it fails. */
-static void export_probe(ipc_ctx *x) {
-    if (x->probe_tried) return;
-    x->probe_tried = 1;
-    int ok = 0;
-    if (rl_dev_quiet_begin(x->in.timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
-        ok = x->d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && x->d->mem_export(x->probe, &x->seg->probe) == RL_DEV_OK;
-        rl_dev_quiet_end();
-    }
-    if (!ok)
-        RL_INFO(x->in.rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
-                rl_dev_error());
-    atomic_store_explicit(&x->seg->probe_state, ok ? IPC_PROBE_READY : IPC_PROBE_NONE, memory_order_release);
-}
-
-/* Before the first operation on device buffers with peer (outside quiet sections; the
- * communicator's preparation): exports this rank's probe (once), then waits until deadline
- * for the peer's, which it exports at its own first such operation (the same call). */
-ringlet_result_t rl_ipc_await_probe(void *ctx, int peer, const void *blob, size_t bloblen, double deadline, char *err) {
-    ipc_ctx *x = ctx;
-    if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t))
-        return snprintf(err, RL_ERR_MAX, "internal: cuda_ipc probe of rank %d", peer), RINGLET_ERR_INTERNAL;
-    export_probe(x);
-    pthread_mutex_lock(&x->mu);
-    int known = x->reach[peer] != 0 || x->peer_probe_state[peer] != IPC_PROBE_NOT_YET;
-    pthread_mutex_unlock(&x->mu);
-    if (known) return RINGLET_SUCCESS;
-    blob_t b;
-    memcpy(&b, blob, sizeof b);
-    b.name[sizeof b.name - 1] = '\0';
-    int fd = -1;
-    seg_hdr *h = peer_header(x, b.name, peer, &fd, err);
-    if (!h) return RINGLET_ERR_SYSTEM;
-    ringlet_result_t rc = RINGLET_SUCCESS;
-    /* A rank of this process (ncclCommInitAll, threads) may not even have begun its first
-     * call, and CUDA IPC opens only another process's memory: nothing to wait for. */
-    unsigned st = h->pid == (int32_t)getpid() ? IPC_PROBE_SAME_PROCESS : IPC_PROBE_NOT_YET;
-    while (st == IPC_PROBE_NOT_YET &&
-           (st = atomic_load_explicit(&h->probe_state, memory_order_acquire)) == IPC_PROBE_NOT_YET) {
-        if (atomic_load(x->in.stop)) {
-            rc = RINGLET_ERR_REMOTE;
-            snprintf(err, RL_ERR_MAX, "stopped (the communicator failed) waiting for rank %d's cuda_ipc probe", peer);
-        } else if (process_gone(h->pid)) {
-            rc = RINGLET_ERR_REMOTE;
-            snprintf(err, RL_ERR_MAX, "rank %d (pid %d) exited before it exported its cuda_ipc probe", peer, (int)h->pid);
-        } else if (rl_now() > deadline) {
-            rc = RINGLET_ERR_TIMEOUT;
-            snprintf(err, RL_ERR_MAX,
-                     "rank %d exported no cuda_ipc probe within RINGLET_TIMEOUT: it made no call on device buffers "
-                     "(ranks that share cuda_ipc must pass the same kind of memory to a call, unless RINGLET_TRANSPORT "
-                     "names one)", peer);
-        }
-        if (rc) break;
-        rl_sleep_ms(1);
-    }
-    if (!rc) {
-        pthread_mutex_lock(&x->mu);
-        if (st == IPC_PROBE_READY) memcpy(&x->peer_probe[peer], &h->probe, sizeof x->peer_probe[peer]);
-        x->peer_probe_state[peer] = (unsigned char)st;
-        pthread_mutex_unlock(&x->mu);
-    }
-    munmap(h, IPC_PAGE);
-    close(fd);
-    return rc;
 }
 
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
     ipc_ctx *x = ctx;
-    (void)blob;
     if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
     pthread_mutex_lock(&x->mu);
-    if (!x->reach[peer] && (!rl_dev_in_quiet() || x->peer_probe_state[peer] == IPC_PROBE_NOT_YET)) {
-        /* Mapping can synchronise the device: only in the communicator's preparation, after
-         * rl_ipc_await_probe. */
+    if (!x->reach[peer] && !rl_dev_in_quiet()) {
+        /* Mapping can synchronise the device: only in the communicator's preparation. */
         snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);
     } else if (!x->reach[peer]) {
+        blob_t b;
+        memcpy(&b, blob, sizeof b);
         void *p = NULL;
-        if (x->peer_probe_state[peer] == IPC_PROBE_SAME_PROCESS) {
-            snprintf(why, RL_ERR_MAX, "rank %d is in this process (CUDA IPC maps another process's memory)", peer);
-        } else if (x->peer_probe_state[peer] != IPC_PROBE_READY) {
+        if (!b.has_probe) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
-        } else if (x->d->mem_import(&x->peer_probe[peer], &p) != RL_DEV_OK) {
+        } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
         } else {
             /* Unmapped at once (a quiet section): the peer frees it at its fini. */

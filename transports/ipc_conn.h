@@ -4,7 +4,7 @@
  *                    sender's slots (ready, attach), the ops table; its comment says how
  *                    the transport works
  *   cuda_ipc_conn.c  the connections' life: the control segment, init, connect, accept,
- *                    the probe (await_probe, reachable), close, fini
+ *                    the probe (reachable), close, fini
  */
 #ifndef RINGLET_IPC_CONN_H
 #define RINGLET_IPC_CONN_H
@@ -27,22 +27,12 @@
 #define IPC_MAX_SLOTS 64
 #define IPC_NAME_MAX 64
 
-/* A probe's state in its rank's segment header; SAME_PROCESS only in peer_probe_state. */
-enum { IPC_PROBE_NOT_YET = 0, IPC_PROBE_READY = 1, IPC_PROBE_NONE = 2, IPC_PROBE_SAME_PROCESS = 3 };
-
 typedef struct {
     uint32_t magic;
     int32_t rank, nranks, pid;
     uint64_t ctl_stride;
     uint8_t tag[32]; /* HMAC(secret, name) */
-    /* A page of device memory peers map once, to see whether they can (reachable): exported
-     * at the rank's first operation on device buffers, on their device (not at init: a
-     * process that never uses the GPU, or chooses its device later, gets no context from
-     * ringlet). probe_state IPC_PROBE_* (release after probe is written). */
-    atomic_uint probe_state;
-    rl_dev_handle probe;
 } seg_hdr;
-_Static_assert(sizeof(seg_hdr) <= IPC_PAGE, "segment header larger than its page");
 
 /* A slot's record, on a cache line of its own. */
 typedef struct {
@@ -65,9 +55,11 @@ typedef struct {
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
 
-/* What a rank publishes at init: its segment's name. */
+/* What a rank publishes: its segment, and a probe allocation peers try to map. */
 typedef struct {
     char name[IPC_NAME_MAX];
+    uint32_t has_probe;
+    rl_dev_handle probe;
 } blob_t;
 _Static_assert(sizeof(blob_t) <= RL_BLOB_MAX, "blob too large");
 
@@ -118,12 +110,8 @@ typedef struct ipc_ctx {
     size_t seg_len, ctl_stride;
     uint32_t nslots;
     uint64_t slot_bytes;
-    void *probe;        /* this rank's probe (seg_hdr), once exported */
-    int probe_tried;    /* whether this rank tried to export it (only the preparing thread) */
+    void *probe; /* a page of device memory peers map once, to see whether they can */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
-    /* per peer: its probe's state (IPC_PROBE_*) and handle, as rl_ipc_await_probe read them */
-    unsigned char *peer_probe_state;
-    rl_dev_handle *peer_probe;
     pthread_mutex_t mu;
     ipc_conn *conns;
 } ipc_ctx;
@@ -165,6 +153,5 @@ ringlet_result_t rl_ipc_accept(void *ctx, int peer, void **out, char *err);
 void rl_ipc_close(void *conn);
 void rl_ipc_fini(void *ctx);
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why);
-ringlet_result_t rl_ipc_await_probe(void *ctx, int peer, const void *blob, size_t bloblen, double deadline, char *err);
 
 #endif

@@ -128,14 +128,8 @@ typedef struct rl_transport_ops {
      * then maps the sender's memory in a quiet section. Called by the communicator before
      * the operation that first uses the connection is queued; isend / irecv on a
      * connection that is not ready fail. reachable must be called in a quiet section, too,
-     * the first time for a peer, after await_probe. */
+     * the first time for a peer. */
     ringlet_result_t (*ready)(void *conn, double deadline, char *err);
-    /* Optional, with reachable: before the first operation on device buffers with peer,
-     * outside quiet sections, on the operation's device: offers this rank's memory to be
-     * probed (once), then waits until deadline (or stop) for the peer to offer its own, as it
-     * does at its first such operation. Only then can reachable try the peer. */
-    ringlet_result_t (*await_probe)(void *ctx, int peer, const void *peer_blob, size_t bloblen, double deadline,
-                                    char *err);
 } rl_transport_ops;
 
 enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4, RL_PROGRESS_THREADED = 8 };

@@ -15,30 +15,17 @@ int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b) {
     return RL_TP_TCP;
 }
 
-/* Whether device buffers with peer would go over cuda_ipc if the peer's memory maps here. */
-static int device_ipc_candidate(const struct ringlet_comm *c, int peer) {
-    const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
-    return c->forced_tp < 0 && !memcmp(me->hostid, them->hostid, 16) && me->bloblen[RL_TP_CUDA_IPC] &&
-           them->bloblen[RL_TP_CUDA_IPC];
-}
-
-ringlet_result_t rl_conn_await_device_pick(struct ringlet_comm *c, int peer, double deadline, char *err) {
-    const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
-    if (peer == c->rank || !device_ipc_candidate(c, peer) || !ipc->await_probe) return RINGLET_SUCCESS;
-    return ipc->await_probe(c->tctx[RL_TP_CUDA_IPC], peer, c->infos[peer].blob[RL_TP_CUDA_IPC],
-                            c->infos[peer].bloblen[RL_TP_CUDA_IPC], deadline, err);
-}
-
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
+    const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
     if (c->forced_tp >= 0) {
         *tp = c->forced_tp;
-        if (c->infos[peer].bloblen[*tp]) return RINGLET_SUCCESS;
+        if (them->bloblen[*tp]) return RINGLET_SUCCESS;
         snprintf(err, RL_ERR_MAX, "RINGLET_TRANSPORT=%s, but rank %d does not have it", rl_transports[*tp]->name, peer);
         return RINGLET_ERR_INVALID_USAGE;
     }
-    if (device && device_ipc_candidate(c, peer)) {
+    int same_host = !memcmp(me->hostid, them->hostid, 16);
+    if (device && same_host && me->bloblen[RL_TP_CUDA_IPC] && them->bloblen[RL_TP_CUDA_IPC]) {
         const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
-        const rl_rank_info *them = &c->infos[peer];
         char why[RL_ERR_MAX] = "";
         if (!ipc->reachable ||
             ipc->reachable(c->tctx[RL_TP_CUDA_IPC], peer, them->blob[RL_TP_CUDA_IPC], them->bloblen[RL_TP_CUDA_IPC], why)) {

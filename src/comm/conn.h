@@ -10,9 +10,6 @@
  * host and this rank can map the peer's memory; else shared memory on one host, IB
  * between hosts that both have it, TCP otherwise. Both ends compute the same answer. */
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err);
-/* Before picking the transport of device buffers with peer, outside quiet sections: waits
- * (until deadline) for what deciding it needs from the peer (cuda_ipc's probe). */
-ringlet_result_t rl_conn_await_device_pick(struct ringlet_comm *c, int peer, double deadline, char *err);
 /* The transport host buffers take between ranks a and b (either way), from what both
  * published and RINGLET_TRANSPORT: the same answer on every rank; -1 where a forced
  * transport is missing on one of them. */

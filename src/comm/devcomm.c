@@ -244,24 +244,18 @@ static int device_receiving(const struct ringlet_comm *c, const rl_dev_needs *ne
     return 0;
 }
 
-/* In a quiet section: the stream flag (pinned), once. */
-static ringlet_result_t make_flag(struct rl_devcomm *s, char *err) {
-    if (s->flag) return RINGLET_SUCCESS;
-    void *flag = NULL;
-    if (s->d->host_alloc(&flag, 64) != RL_DEV_OK) return rl_devcomm_error("pinned memory for the stream flag", err);
-    *(volatile uint64_t *)flag = 0;
-    pthread_mutex_lock(&s->mu);
-    s->flag = flag;
-    pthread_mutex_unlock(&s->mu);
-    return RINGLET_SUCCESS;
-}
-
 /* In a quiet section, on the device: everything but the receiving ends' mappings. */
 static ringlet_result_t prepare_quiet(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need, int dev,
                                       char *err) {
     const rl_device_ops *d = s->d;
-    ringlet_result_t frc = make_flag(s, err);
-    if (frc) return frc;
+    if (!s->flag) {
+        void *flag = NULL;
+        if (d->host_alloc(&flag, 64) != RL_DEV_OK) return rl_devcomm_error("pinned memory for the stream flag", err);
+        *(volatile uint64_t *)flag = 0;
+        pthread_mutex_lock(&s->mu);
+        s->flag = flag;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (d->device_ready(dev) != RL_DEV_OK) return rl_devcomm_error("making the device ready", err);
     if (dev < RL_DEV_MAX_READY) mark(s, &s->ready_devices[dev]);
     if (need->device < 0) return RINGLET_SUCCESS;
@@ -302,24 +296,6 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
     int saved = -1, dev = need->device >= 0 ? need->device : need->stream_device;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (d->device_enter(dev, &saved) != RL_DEV_OK) rc = rl_devcomm_error("selecting the device", err);
-    /* What picking the peers' transports needs from them (cuda_ipc's probes), waited for
-     * outside the quiet section; the stream flag first, so that a call that meets a failed
-     * peer here can still be queued and fail as queued calls do (progress.c). */
-    if (!rc && need->device >= 0 && !rl_devcomm_can_hold(c)) {
-        if (rl_dev_quiet_begin(c->timeout_s, "the stream flag") != RL_DEV_OK) {
-            rc = rl_devcomm_error("the stream flag", err);
-        } else {
-            rc = make_flag(s, err);
-            rl_dev_quiet_end();
-        }
-    }
-    double until = rl_now() + c->timeout_s;
-    for (int q = 0; !rc && need->device >= 0 && q < c->nranks; q++) {
-        if (!(need->send_to && need->send_to[q]) && !(need->recv_from && need->recv_from[q])) continue;
-        char cerr[RL_ERR_MAX] = "";
-        if ((rc = rl_conn_await_device_pick(c, q, until, cerr)))
-            snprintf(err, RL_MSG_MAX, "device buffers with rank %d: %s", q, cerr);
-    }
     if (!rc) {
         if (rl_dev_quiet_begin(c->timeout_s, "preparing device memory") != RL_DEV_OK) {
             rc = rl_devcomm_error("device memory for the operation", err);

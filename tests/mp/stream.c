@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|late|legacy|capture [--count N]
+ *   stream --case order|abort|async|devices|fresh|legacy|capture [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -35,10 +35,6 @@
  *   made): the results must be right, and afterwards device 0 must have no context (a
  *   call that put the thread "back" on device 0 makes one there: GPU memory on a device
  *   the process never used).
- * late: as fresh, but device 1 is chosen after init, on a thread that had chosen none:
- *   init must make no context on any device (a host-only job on a GPU machine gets none;
- *   cuda_ipc's probe is exported at the first call on device buffers, on their device),
- *   and afterwards device 0 has none either.
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -338,7 +334,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|late|legacy|capture [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -348,15 +344,10 @@ int main(int argc, char **argv) {
         printf("SKIP: no device backend: %s\n", rl_device_unavailable());
         return 77;
     }
-    int late = !strcmp(cas, "late"), fresh = late || !strcmp(cas, "fresh");
-    if (fresh && !late) DEV(D->set_device(1)); /* this process uses device 1 only, from init on */
+    int fresh = !strcmp(cas, "fresh");
+    if (fresh) DEV(D->set_device(1)); /* this process uses device 1 only, from init on */
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("%s", ringlet_comm_last_error(NULL));
-    for (int dev = 0; late && dev < 2; dev++) {
-        int active = -1;
-        DEV(D->context_active(dev, &active));
-        if (active) FAIL("late: ringlet_comm_init made a context on device %d (no device chosen yet)", dev);
-    }
     int P;
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &P);
@@ -477,9 +468,9 @@ int main(int argc, char **argv) {
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         int active = -1;
         DEV(D->context_active(0, &active));
-        if (active) FAIL("%s: device 0 has a context, but this process used device 1 only", cas);
-        printf("stream: rank %d: OK %s: %scalls from a thread that never chose a device, no context on device 0\n",
-               g_rank, cas, late ? "device 1 chosen after init, " : "");
+        if (active) FAIL("fresh: device 0 has a context, but this process used device 1 only");
+        printf("stream: rank %d: OK fresh: calls from a thread that never chose a device, no context on device 0\n",
+               g_rank);
         return 0;
     }
 

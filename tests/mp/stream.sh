@@ -13,7 +13,6 @@
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
 #   fresh  (simulator) a process on device 1 only, its calls from a thread that never chose a
 #          device: right results, and no context made on device 0
-#   late   (simulator) as fresh, with device 1 chosen after init: init makes no context at all
 #   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
@@ -98,8 +97,6 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
     # A device the process never uses gets no context from ringlet's calls.
     run_case ipc fresh RINGLET_SIM_DEVICES=2
-    # Nor from init: the device chosen after it (cuda_ipc's probe is made at the first call).
-    run_case ipc late RINGLET_SIM_DEVICES=2
 fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }
 echo "stream: $fails failed"
