@@ -28,7 +28,9 @@
  *
  * Whether a peer's memory can be mapped at all (another container, two GPUs without peer
  * access) is tried once per peer with a probe allocation each rank exports at init
- * (reachable); the communicator then falls back to staging through host memory.
+ * (reachable); the communicator then falls back to staging through host memory. Where only one
+ * rank of the pair can map the other's memory, the one that cannot marks the pair declined in
+ * both control blocks (cuda_ipc_conn.c, decline_peer), and the other's ends fail at once.
  *
  * Allocating, freeing and mapping device memory can synchronise the device, and so must
  * not happen while a stream is held (device.h): connect allocates and reachable maps in
@@ -59,6 +61,12 @@ static int progress_send(ipc_conn *k) {
     const char *refused = rl_fifo_refused(f, &code);
     if (refused) {
         fail_all(k, code, refused);
+        return 1;
+    }
+    if (atomic_load(&k->ctl->declined)) {
+        char why[RL_ERR_MAX];
+        declined_why(k, why);
+        fail_all(k, RINGLET_ERR_REMOTE, why);
         return 1;
     }
     int saved = dev_enter(k);
@@ -163,6 +171,7 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     ipc_ctx *x = k->ctx;
     int st;
     while ((st = atomic_load_explicit(&k->ctl->fifo.sender, memory_order_acquire)) == RL_FIFO_NONE) {
+        if (atomic_load(&k->ctl->declined)) return declined_why(k, err), RINGLET_ERR_REMOTE;
         if (atomic_load(x->in.stop))
             return snprintf(err, RL_ERR_MAX, "stopped (the communicator failed) waiting for rank %d to connect over "
                             "cuda_ipc", k->peer), RINGLET_ERR_REMOTE;

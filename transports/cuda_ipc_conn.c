@@ -69,7 +69,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     memcpy(b.name, x->name, sizeof b.name);
     if (rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
         if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK)
-            b.has_probe = 1;
+            b.has_probe = x->has_probe = 1;
         rl_dev_quiet_end();
     }
     if (!b.has_probe)
@@ -371,6 +371,25 @@ void rl_ipc_fini(void *ctx) {
     free(x);
 }
 
+/* This rank will not use cuda_ipc with peer: says so in the pair's two control blocks
+ * (ctl_t.declined), its own for the peer as sender and the peer's for this rank as sender,
+ * so that the peer, if it can map this rank's memory, fails at once instead of waiting. */
+static void decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
+    size_t own = IPC_PAGE + (size_t)peer * x->ctl_stride;
+    if (posix_fallocate(x->lock_fd, (off_t)own, (off_t)x->ctl_stride) == 0)
+        atomic_store(&((ctl_t *)((char *)x->seg + own))->declined, 1);
+    void *m = NULL;
+    int32_t pid = 0;
+    char err[RL_ERR_MAX];
+    if (map_peer(x, b->name, peer, IPC_PAGE + (size_t)x->in.rank * x->ctl_stride, x->ctl_stride, &m, &pid, err) ==
+        RINGLET_SUCCESS) {
+        atomic_store(&((ctl_t *)m)->declined, 1);
+        munmap(m, x->ctl_stride);
+    }
+    rl_bell *bell = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, peer) : NULL;
+    if (bell) rl_bell_ring_sleeper(bell);
+}
+
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
     ipc_ctx *x = ctx;
     if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
@@ -382,7 +401,11 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         blob_t b;
         memcpy(&b, blob, sizeof b);
         void *p = NULL;
-        if (!b.has_probe) {
+        b.name[IPC_NAME_MAX - 1] = 0;
+        if (!x->has_probe) {
+            /* Peers cannot map this rank's memory: the pair stages, on both ends. */
+            snprintf(why, RL_ERR_MAX, "this rank exported no device memory of its own (its probe allocation failed)");
+        } else if (!b.has_probe) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
         } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
@@ -391,7 +414,10 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
             rl_dev_free_later(p, RL_DEV_MEM_IMPORTED);
             x->reach[peer] = 1;
         }
-        if (!x->reach[peer]) x->reach[peer] = -1;
+        if (!x->reach[peer]) {
+            x->reach[peer] = -1;
+            decline_peer(x, peer, &b);
+        }
     } else if (x->reach[peer] < 0) {
         snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here (tried before)", peer);
     }

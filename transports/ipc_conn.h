@@ -52,6 +52,11 @@ typedef struct {
      * (map_sender: the receiver sets OPEN before it maps). Freeing memory another process
      * has open through IPC is undefined in CUDA. */
     atomic_int unmapped;
+    /* 1: one of the pair's two ranks found it cannot map the other's memory (reachable) and
+     * sends and receives the pair's device buffers through host memory: if the other one
+     * can map (CUDA IPC allowed one way only), its cuda_ipc ends fail at once with that
+     * cause, not at RINGLET_TIMEOUT. Set in both of the pair's blocks by the one who cannot. */
+    atomic_int declined;
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
 
@@ -111,6 +116,7 @@ typedef struct ipc_ctx {
     uint32_t nslots;
     uint64_t slot_bytes;
     void *probe; /* a page of device memory peers map once, to see whether they can */
+    int has_probe; /* whether it was exported (else no peer maps this rank's memory) */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
     pthread_mutex_t mu;
     ipc_conn *conns;
@@ -144,6 +150,14 @@ static inline int conn_streams(ipc_conn *k, char *err) {
 static inline int process_gone(int32_t pid) { return rl_process_gone((int)pid); }
 
 static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why) { rl_posted_fail(&k->q, code, why); }
+
+/* Why the peer will not use cuda_ipc with this rank (ctl_t.declined), in why (RL_ERR_MAX). */
+static inline void declined_why(const ipc_conn *k, char *why) {
+    snprintf(why, RL_ERR_MAX,
+             "rank %d cannot map this rank's device memory, while this rank can map its own: CUDA IPC works one way "
+             "only between these two processes, and rank %d moves their device buffers through host memory "
+             "(RINGLET_TRANSPORT=shm makes every rank do so)", k->peer, k->peer);
+}
 
 /* ---- cuda_ipc_conn.c ---- */
 

@@ -258,6 +258,27 @@ run_plan() {
         fi
     done <<<"$plan"
 }
+# CUDA IPC one way only (simulator: RINGLET_SIM_IPC_DENY on rank 1 alone): rank 1 cannot map
+# rank 0's memory and stages, rank 0 could use cuda_ipc. That cannot work; it must fail at
+# once naming the cause (rank 1 marks the pair declined), not at RINGLET_TIMEOUT (60 s here)
+# with "did not connect".
+one_way_ipc() {
+    local t rc n
+    t=$(now_ms)
+    RINGLET_DEVICE=sim RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 180 sh -c \
+        '[ "$RANK" = 1 ] && export RINGLET_SIM_IPC_DENY=1; exec "$0" --seed 1 --memory device --max-count 1007 --quick' \
+        "$PROG" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    n=$(cat "$TMP/out" "$TMP/err" | grep -c "CUDA IPC works one way only between these two processes")
+    if [ "$rc" != 0 ] && [ "$n" -gt 0 ] && ! grep -q "did not connect" "$TMP/out" "$TMP/err"; then
+        echo "ok:   ipc sim P=2, CUDA IPC one way only (rank 1 cannot map rank 0's memory): fails naming it," \
+            "$(($(now_ms) - t)) ms"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: ipc sim P=2, CUDA IPC one way only: exit status $rc, $n lines name the cause"
+        tail -n 20 "$TMP/out" "$TMP/err"
+    fi
+}
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
         for tr in $TRANSPORTS; do run_plan "$tr" "" "" "$PLAN"; done
@@ -268,6 +289,8 @@ for mem in $MEMORY; do
         if [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ]; then
             for tr in $TRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "" "$MIXPLAN"; done
         fi
+        [ "$DEVICE" = sim ] && [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ] &&
+            one_way_ipc
     fi
 done
 dt=$(($(now_ms) - t_all))
