@@ -154,9 +154,9 @@ static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why)
 /* Why the peer will not use cuda_ipc with this rank (ctl_t.declined), in why (RL_ERR_MAX). */
 static inline void declined_why(const ipc_conn *k, char *why) {
     snprintf(why, RL_ERR_MAX,
-             "rank %d cannot map this rank's device memory, while this rank can map its own: CUDA IPC works one way "
-             "only between these two processes, and rank %d moves their device buffers through host memory "
-             "(RINGLET_TRANSPORT=shm makes every rank do so)", k->peer, k->peer);
+             "rank %d cannot map this rank's device memory, though this rank maps its: CUDA IPC works one way only "
+             "between these two processes (it stages through host memory; RINGLET_TRANSPORT=shm stages everywhere)",
+             k->peer);
 }
 
 /* ---- cuda_ipc_conn.c ---- */
