@@ -30,7 +30,8 @@
  * access) is tried once per peer with a probe allocation each rank exports at init
  * (reachable); the communicator then falls back to staging through host memory. Where only one
  * rank of the pair can map the other's memory, the one that cannot marks the pair declined in
- * both control blocks (cuda_ipc_conn.c, decline_peer), and the other's ends fail at once.
+ * both control blocks (cuda_ipc_conn.c, decline_peer), and the other's ends fail at once (or,
+ * where the other connected first, the one that cannot fails: its reachable says -1).
  *
  * Allocating, freeing and mapping device memory can synchronise the device, and so must
  * not happen while a stream is held (device.h): connect allocates and reachable maps in

@@ -284,6 +284,11 @@ ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bl
         if (rl_fifo_claim(&k->ctl->fifo) != 0) {
             rc = RINGLET_ERR_INTERNAL;
             snprintf(err, RL_ERR_MAX, "cuda_ipc control block to rank %d is already in use", peer);
+        } else if (atomic_load(&k->ctl->declined)) {
+            /* Read after the claim, as decline_peer reads the claim after its mark: one of the
+             * two sees the other (both sequentially consistent). The peer never maps these. */
+            rc = RINGLET_ERR_REMOTE;
+            declined_why(k, err);
         }
     }
     if (rc) {
@@ -373,11 +378,19 @@ void rl_ipc_fini(void *ctx) {
 
 /* This rank will not use cuda_ipc with peer: says so in the pair's two control blocks
  * (ctl_t.declined), its own for the peer as sender and the peer's for this rank as sender,
- * so that the peer, if it can map this rank's memory, fails at once instead of waiting. */
-static void decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
+ * so that the peer, if it can map this rank's memory, fails at once instead of waiting.
+ * 0, or -1 when the peer already connected to this rank over cuda_ipc (it could map: the
+ * pair cannot work, and a send of the peer's may already be done on its side). */
+static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
     size_t own = IPC_PAGE + (size_t)peer * x->ctl_stride;
-    if (posix_fallocate(x->lock_fd, (off_t)own, (off_t)x->ctl_stride) == 0)
-        atomic_store(&((ctl_t *)((char *)x->seg + own))->declined, 1);
+    int committed = 0;
+    if (posix_fallocate(x->lock_fd, (off_t)own, (off_t)x->ctl_stride) == 0) {
+        ctl_t *mine = (ctl_t *)((char *)x->seg + own);
+        atomic_store(&mine->declined, 1);
+        committed = atomic_load(&mine->fifo.sender) != RL_FIFO_NONE; /* after the mark: see rl_ipc_connect */
+    } else {
+        RL_WARN(x->in.rank, "cuda_ipc: cannot mark rank %d's control block declined: %s", peer, strerror(errno));
+    }
     void *m = NULL;
     int32_t pid = 0;
     char err[RL_ERR_MAX];
@@ -385,13 +398,17 @@ static void decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
         RINGLET_SUCCESS) {
         atomic_store(&((ctl_t *)m)->declined, 1);
         munmap(m, x->ctl_stride);
+    } else {
+        RL_WARN(x->in.rank, "cuda_ipc: cannot mark the pair with rank %d declined: %s", peer, err);
     }
     rl_bell *bell = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, peer) : NULL;
     if (bell) rl_bell_ring_sleeper(bell);
+    return committed ? -1 : 0;
 }
 
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
     ipc_ctx *x = ctx;
+    int broken = 0;
     if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
     pthread_mutex_lock(&x->mu);
     if (!x->reach[peer] && !rl_dev_in_quiet()) {
@@ -416,12 +433,18 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         }
         if (!x->reach[peer]) {
             x->reach[peer] = -1;
-            decline_peer(x, peer, &b);
+            if (decline_peer(x, peer, &b) < 0) {
+                broken = 1;
+                snprintf(why, RL_ERR_MAX,
+                         "rank %d sends to this rank over cuda_ipc, but this rank cannot map its device memory: CUDA "
+                         "IPC works one way only between these two processes (RINGLET_CUDA_IPC_DISABLE=1 stages all)",
+                         peer);
+            }
         }
     } else if (x->reach[peer] < 0) {
         snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here (tried before)", peer);
     }
-    int ok = x->reach[peer] > 0;
+    int ok = broken ? -1 : x->reach[peer] > 0;
     pthread_mutex_unlock(&x->mu);
     return ok;
 }

@@ -155,7 +155,7 @@ static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why)
 static inline void declined_why(const ipc_conn *k, char *why) {
     snprintf(why, RL_ERR_MAX,
              "rank %d cannot map this rank's device memory, though this rank maps its: CUDA IPC works one way only "
-             "between these two processes (it stages through host memory; RINGLET_TRANSPORT=shm stages everywhere)",
+             "between these two processes (it stages through host memory; RINGLET_CUDA_IPC_DISABLE=1 stages all)",
              k->peer);
 }
 

@@ -120,7 +120,8 @@ typedef struct rl_transport_ops {
     void (*release)(void *conn, rl_treq *req);
     /* Optional: whether this rank can reach peer over this transport at all (tried once,
      * e.g. mapping the peer's memory); 0 with the reason in why (RL_ERR_MAX) makes the
-     * communicator use another transport for the pair. */
+     * communicator use another transport for the pair; -1 (once): the pair can use neither,
+     * since the peer already uses this transport toward this rank (the call fails, why). */
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
     /* Optional, for a transport that maps a peer's memory: makes a connection ready to
      * move data with no call that can synchronise the device afterwards (device.h's

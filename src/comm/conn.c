@@ -27,11 +27,14 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int de
     if (device && same_host && me->bloblen[RL_TP_CUDA_IPC] && them->bloblen[RL_TP_CUDA_IPC]) {
         const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
         char why[RL_ERR_MAX] = "";
-        if (!ipc->reachable ||
-            ipc->reachable(c->tctx[RL_TP_CUDA_IPC], peer, them->blob[RL_TP_CUDA_IPC], them->bloblen[RL_TP_CUDA_IPC], why)) {
+        int reach = ipc->reachable ? ipc->reachable(c->tctx[RL_TP_CUDA_IPC], peer, them->blob[RL_TP_CUDA_IPC],
+                                                    them->bloblen[RL_TP_CUDA_IPC], why)
+                                   : 1;
+        if (reach > 0) {
             *tp = RL_TP_CUDA_IPC;
             return RINGLET_SUCCESS;
         }
+        if (reach < 0) return snprintf(err, RL_ERR_MAX, "%s", why), RINGLET_ERR_REMOTE;
         /* Said once per peer (reachable caches its answer and says so). */
         if (!strstr(why, "tried before"))
             RL_INFO(c->rank, "device buffers with rank %d: not over cuda_ipc (%s); staged through host memory", peer, why);
