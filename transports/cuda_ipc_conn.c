@@ -383,13 +383,13 @@ void rl_ipc_fini(void *ctx) {
  * pair cannot work, and a send of the peer's may already be done on its side). */
 static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
     size_t own = IPC_PAGE + (size_t)peer * x->ctl_stride;
-    int committed = 0;
-    if (posix_fallocate(x->lock_fd, (off_t)own, (off_t)x->ctl_stride) == 0) {
+    int committed = 0, e = posix_fallocate(x->lock_fd, (off_t)own, (off_t)x->ctl_stride); /* returns, not errno */
+    if (e == 0) {
         ctl_t *mine = (ctl_t *)((char *)x->seg + own);
         atomic_store(&mine->declined, 1);
         committed = atomic_load(&mine->fifo.sender) != RL_FIFO_NONE; /* after the mark: see rl_ipc_connect */
     } else {
-        RL_WARN(x->in.rank, "cuda_ipc: cannot mark rank %d's control block declined: %s", peer, strerror(errno));
+        RL_WARN(x->in.rank, "cuda_ipc: cannot mark rank %d's control block declined: %s", peer, strerror(e));
     }
     void *m = NULL;
     int32_t pid = 0;
