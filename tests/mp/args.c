@@ -679,17 +679,21 @@ static int run_p2(void) {
               ringlet_reduce_scatter(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL));
         rc = ringlet_barrier(comm, NULL);
         EXPECT(rc == RINGLET_SUCCESS, "barrier after the argument errors");
-        /* where nothing reduces, any alignment is fine: an all-gather a byte off */
+        /* where nothing reduces, any alignment is fine: an all-gather a byte off, each rank's
+         * block its own */
         static int32_t g[N + 1], *gall;
         gall = malloc(((size_t)P * N + 1) * sizeof *gall);
-        memcpy((char *)g + 1, v, sizeof v);
+        for (int i = 0; i < N; i++) {
+            int32_t x = i * 5 + me * 100003;
+            memcpy((char *)g + 1 + (size_t)i * sizeof x, &x, sizeof x);
+        }
         rc = gall ? ringlet_allgather((char *)g + 1, (char *)gall + 1, N, RINGLET_INT32, comm, NULL) : RINGLET_ERR_SYSTEM;
         ok = rc == RINGLET_SUCCESS;
         for (int r = 0; ok && r < P; r++) {
             int32_t x;
             for (int i = 0; ok && i < N; i++) {
                 memcpy(&x, (char *)gall + 1 + ((size_t)r * N + (size_t)i) * sizeof x, sizeof x);
-                ok = x == i * 3 + P - 1;
+                ok = x == i * 5 + r * 100003;
             }
         }
         free(gall);
