@@ -24,7 +24,7 @@ int rl_dev_fail(const char *fmt, ...) {
 }
 
 static const rl_device_ops *g_dev;
-static char g_why[256];
+static char g_why[320]; /* a backend name and rl_dev_error (256) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* A backend whose count works and finds a device, else NULL with the reason. */
