@@ -214,9 +214,10 @@ int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request
     if (r->kind != RL_OP_ALLREDUCE || r->count == 0 || c->algo == RL_ALGO_RING || c->algo == RL_ALGO_ONESHOT ||
         c->algo == RL_ALGO_HALVING || c->algo == RL_ALGO_DOUBLING || c->algo == RL_ALGO_STAR)
         return 0;
+    /* The size first: the shape's test divides, and small calls come here too. */
+    if (c->algo != RL_ALGO_HIER && r->count * ringlet_datatype_size(r->dtype) < c->hier_min_bytes) return 0;
     shape_t sh;
-    if (!get_shape(c, &sh)) return 0;
-    return c->algo == RL_ALGO_HIER || r->count * ringlet_datatype_size(r->dtype) >= c->hier_min_bytes;
+    return get_shape(c, &sh);
 }
 
 static int size_class(size_t bytes) {
