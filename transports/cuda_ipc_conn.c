@@ -401,8 +401,7 @@ static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
     } else {
         RL_WARN(x->in.rank, "cuda_ipc: cannot mark the pair with rank %d declined: %s", peer, err);
     }
-    rl_bell *bell = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, peer) : NULL;
-    if (bell) rl_bell_ring_sleeper(bell);
+    ring_rank(x, peer);
     return committed ? -1 : 0;
 }
 

@@ -132,10 +132,13 @@ static inline int dev_enter(ipc_conn *k) {
 
 static inline void dev_leave(ipc_conn *k, int saved) { k->ctx->d->device_leave(saved); }
 
-static inline void ring_peer(ipc_conn *k) {
-    rl_bell *b = k->ctx->in.peer_bell ? k->ctx->in.peer_bell(k->ctx->in.bell_arg, k->peer) : NULL;
+/* Wakes rank peer if it sleeps on its bell (what it waits for is published before). */
+static inline void ring_rank(ipc_ctx *x, int peer) {
+    rl_bell *b = x->in.peer_bell ? x->in.peer_bell(x->in.bell_arg, peer) : NULL;
     if (b) rl_bell_ring_sleeper(b);
 }
+
+static inline void ring_peer(ipc_conn *k) { ring_rank(k->ctx, k->peer); }
 
 /* Stream and events of a connection, on the current device. */
 static inline int conn_streams(ipc_conn *k, char *err) {
