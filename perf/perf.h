@@ -104,6 +104,7 @@ typedef struct {
     int average;      /* -a: time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max */
     int average_given;
     int per_iter;     /* -I 1: time every iteration */
+    double target_s;  /* -T: seconds of timed calls per size and form (0: -n calls) */
     const char *json; /* -J: rank 0 writes the results there */
     int memory;       /* -M: 0 host, 1 device, -1 not given (device when a device backend runs) */
 } opts_t;
@@ -134,6 +135,7 @@ typedef struct {
     double *iter_red; /* the same reduced across ranks (-a) */
     FILE *json;       /* -J, rank 0 only */
     int json_rows;
+    int row_iters[2]; /* the timed calls of the current row, out of place and in place */
     /* current test */
     ringlet_datatype_t dt;
     ringlet_op_t op;

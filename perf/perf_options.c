@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  -i stepbytes  add this many bytes per step (default 1M; used when no -f > 1)\n"
             "  -n iters      timed iterations per size (default 20)\n"
             "  -w iters      warm-up iterations per size and form (default 5)\n"
+            "  -T seconds    time about this long per size and form: the timed calls are as many as\n"
+            "                the slowest rank's time of 10 says (at least -n; blocking calls, no -I)\n"
             "  -c 0|1        check results (default 1)\n"
             "  -d type       int8 uint8 int32 uint32 int64 uint64 half|float16 bfloat16\n"
             "                float|float32 double|float64 all (default float)\n"
@@ -154,6 +156,12 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
             bad = parse_int(v, 0, INT_MAX, &l);
             o->warmup = (int)l;
             break;
+        case 'T': {
+            char *end;
+            o->target_s = strtod(v, &end);
+            bad = *end != '\0' || !(o->target_s > 0 && o->target_s <= 3600);
+            break;
+        }
         case 'c':
             bad = parse_int(v, 0, INT_MAX, &l);
             if (!bad && l > 1) { /* nccl-tests' number of checked iterations */
@@ -259,6 +267,10 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
     if (!kColl[o->coll].has_op && o->op_given && (o->all_ops || o->op != RINGLET_SUM)) {
         fprintf(stderr, "ringlet-perf: %s does not reduce; -o %s is not supported with it\n", kColl[o->coll].name,
                 o->all_ops ? "all" : op_name(o->op));
+        return 1;
+    }
+    if (o->target_s > 0 && (!o->blocking || o->per_iter)) {
+        fprintf(stderr, "ringlet-perf: -T times blocking calls without -I (their request and time arrays are -n long)\n");
         return 1;
     }
     /* -r with a collective that has no root is ignored (root column -1), as in nccl-tests,

@@ -74,10 +74,10 @@ void json_begin(ctx_t *c, const rankinfo_t *info) {
     fprintf(f,
             "  \"settings\": {\"min_bytes\": %zu, \"max_bytes\": %zu, \"step_%s\": %zu, \"warmup\": %d, "
             "\"iters\": %d, \"check\": %d, \"blocking\": %d, \"average\": %d, \"average_name\": \"%s\", "
-            "\"per_iteration\": %d, \"memory\": \"%s\"},\n",
+            "\"per_iteration\": %d, \"target_s\": %g, \"memory\": \"%s\"},\n",
             o->minb, o->maxb, o->stepfactor > 1 ? "factor" : "bytes",
             o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes, o->warmup, o->iters, o->check, o->blocking,
-            o->average, kAverageName[o->average], o->per_iter, info[0].memory);
+            o->average, kAverageName[o->average], o->per_iter, o->target_s, info[0].memory);
     fprintf(f, "  \"env\": {");
     int first = 1;
     for (char **e = environ; e && *e; e++) {
@@ -116,6 +116,7 @@ static void json_row(ctx_t *c, const layout_t *L, const double sec[2], const dou
         json_num(f, bw[ip][0]);
         fputs(", \"busbw\": ", f);
         json_num(f, bw[ip][1]);
+        fprintf(f, ", \"iters\": %d", c->row_iters[ip]);
         if (c->o.check)
             fprintf(f, ", \"wrong\": %lld", (long long)wrong[ip]);
         else
@@ -193,6 +194,9 @@ void print_header(ctx_t *c, const rankinfo_t *info) {
            "blocking: %d\n",
            c->nranks, o->minb, o->maxb, o->stepfactor > 1 ? (size_t)o->stepfactor : o->stepbytes,
            o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check, o->blocking);
+    if (o->target_s > 0)
+        printf("# -T %g: the timed calls of each size and form take about %g s (at least %d; \"iters\" in -J)\n",
+               o->target_s, o->target_s, o->iters);
     if (o->average_given || o->per_iter || o->json) /* only with the new flags: the header stays nccl-tests' */
         printf("# time across ranks: %s (-a %d)  per-iteration: %d  json: %s\n", kAverageName[o->average], o->average,
                o->per_iter, o->json ? o->json : "-");

@@ -163,6 +163,16 @@ static void reduce_times(ctx_t *c, const double *in, double *out, size_t n) {
         for (size_t i = 0; i < n; i++) out[i] /= c->nranks;
 }
 
+/* -T: as many calls as take target_s at the slowest rank's time of 10 (the same number on
+ * every rank: the all-reduce's result is), at least -n, at most 10 million. */
+static int timed_iters(ctx_t *c, const layout_t *L, int inplace) {
+    double est = run_loop(c, L, inplace, 10, 1, NULL), worst = 0;
+    CHECK_RL(c, "ringlet_allreduce (-T estimate)", ringlet_allreduce(&est, &worst, 1, RINGLET_FLOAT64, RINGLET_MAX, c->comm, NULL));
+    double want = c->o.target_s / (worst > 1e-9 ? worst : 1e-9);
+    if (want > 1e7) want = 1e7;
+    return want > c->o.iters ? (int)want : c->o.iters;
+}
+
 /* One size: out-of-place then in-place, timed then checked. */
 void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
     layout_t L = make_layout(c, reqbytes);
@@ -175,7 +185,8 @@ void run_size(ctx_t *c, size_t reqbytes, totals_t *tot) {
         fill(ip ? c->rbuf + L.in_off_ip * c->ts : c->sbuf, c->dt, &pat, c->rank, 0, L.in_elems);
         copy_across(c, 1, (L.in_elems + L.in_off_ip) * c->ts);
         if (c->o.warmup > 0) run_loop(c, &L, ip, c->o.warmup, 0, NULL);
-        t[ip] = run_loop(c, &L, ip, c->o.iters, 1, c->iter_s ? c->iter_s + (size_t)ip * c->o.iters : NULL);
+        c->row_iters[ip] = c->o.target_s > 0 ? timed_iters(c, &L, ip) : c->o.iters;
+        t[ip] = run_loop(c, &L, ip, c->row_iters[ip], 1, c->iter_s ? c->iter_s + (size_t)ip * c->o.iters : NULL);
         if (c->o.check) w[ip] = check_once(c, &L, ip);
     }
     reduce_times(c, t, tred, 2);

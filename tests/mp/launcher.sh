@@ -346,6 +346,35 @@ else
     fail "$PERF not found (build first)"
 fi
 
+# ringlet-perf -T: each form's timed calls are counted from an estimate, the same on every
+# rank (else the ranks' loops would not meet: a hang, caught by the timeout); the count is
+# in -J, at least -n; non-blocking calls are refused (their requests are -n long).
+if [ -x "$PERF" ]; then
+    if RINGLET_TIMEOUT=30 L -n 2 "$PERF" allreduce -b 8 -e 64 -f 8 -n 10 -w 10 -T 0.02 -J "$TMP/T.json" >"$TMP/T.out" 2>&1 &&
+        /usr/bin/python3 - "$TMP/T.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["settings"]["target_s"] == 0.02, d["settings"]
+rows = d["results"]
+assert len(rows) == 2, rows
+for row in rows:
+    for form in ("out_of_place", "in_place"):
+        f = row[form]
+        assert f["iters"] >= 10 and f["wrong"] == 0, (row["size"], form, f)
+PY
+    then
+        pass "ringlet-perf -T: each form timed over the counted calls, the count in -J, results right"
+    else
+        fail "ringlet-perf -T: $(tail -5 "$TMP/T.out")"
+    fi
+    L -n 2 "$PERF" allreduce -b 8 -e 8 -z 0 -T 0.02 >"$TMP/T.out" 2>&1
+    if grep -q -- "-T times blocking calls without -I" "$TMP/T.out"; then
+        pass "ringlet-perf -T -z 0: refused, saying why"
+    else
+        fail "ringlet-perf -T -z 0: $(tail -3 "$TMP/T.out")"
+    fi
+fi
+
 if [ $fails = 0 ]; then
     echo "launcher: all passed"
     exit 0
