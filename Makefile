@@ -22,9 +22,11 @@ comma := ,
 # binds the calls between files inside the library at link time instead of through the
 # PLT, and on x86-64 TLS descriptors make a thread-local variable's address a short
 # call instead of __tls_get_addr (the library has 8 KiB of TLS, too much for the
-# initial-exec model of a library Python dlopens). The sanitizer builds keep their usual
-# compile flags (they link alike).
-FAST_CALLS := -fno-semantic-interposition $(if $(findstring x86_64,$(shell $(CC) -dumpmachine 2>/dev/null)),-mtls-dialect=gnu2)
+# initial-exec model of a library Python dlopens). Each flag only where $(CC) takes it
+# (clang 14 has no -mtls-dialect; other CPUs, other dialects). The sanitizer builds keep
+# their usual compile flags (they link alike).
+cc_takes = $(shell $(CC) $(1) -Werror -x c -c /dev/null -o /dev/null >/dev/null 2>&1 && echo $(1))
+FAST_CALLS := $(call cc_takes,-fno-semantic-interposition) $(call cc_takes,-mtls-dialect=gnu2)
 SO_LDFLAGS := -Wl,-Bsymbolic-functions
 
 SOVERSION := 0
