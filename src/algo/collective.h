@@ -19,8 +19,9 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
                            char *err, char *partner_err);
 
 /* Calling thread, before r is queued: makes what r's device work will need (devneeds.c,
- * devcomm.h); r on device buffers or with a stream. */
-ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+ * devcomm.h); r on device buffers or with a stream. wait 0: all but what waits for a
+ * peer (receiving ends whose sender has not connected yet), left for a later call. */
+ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, int wait, char *err);
 
 /* The ring (ring.c). */
 ringlet_result_t rl_run_ring(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);

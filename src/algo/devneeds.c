@@ -47,10 +47,11 @@ static void mark_all(const struct ringlet_comm *c, rl_dev_needs *n) {
         if (q != c->rank) n->send_to[q] = n->recv_from[q] = 1;
 }
 
-ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_request *r, int wait, char *err) {
     rl_dev_needs n;
     memset(&n, 0, sizeof n);
     n.device = r->device;
+    n.no_wait = !wait;
     n.stream_device = -1;
     if (r->device < 0) {
         /* Host buffers with a stream: the flag, and the stream's device made ready. */

@@ -11,6 +11,7 @@
 #include "devcomm.h"
 #include "device.h"
 #include "failure.h"
+#include "group_aside.h"
 #include "names.h"
 #include "p2p.h"
 #include "progress.h"
@@ -307,6 +308,14 @@ static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
     return RINGLET_SUCCESS;
 }
 
+int rl_group_set_aside(void) {
+    int depth = t_group.depth;
+    t_group.depth = 0;
+    return depth;
+}
+
+void rl_group_restore(int depth) { t_group.depth = depth; }
+
 ringlet_result_t ringlet_group_start(void) {
     t_group.depth++;
     return RINGLET_SUCCESS;
@@ -387,6 +396,39 @@ static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *op
     return RINGLET_SUCCESS;
 }
 
+/* Ranks of one process in one group (several communicators) on device memory: each
+ * communicator's connections made before any submission waits for a peer's. A receiving
+ * end over a transport that maps its sender's memory waits for the sender to connect, and
+ * that sender may be a rank of another process whose thread is itself waiting, in its
+ * first communicator, for the rank this thread would submit second. Failures are left
+ * to the submission, which meets them again and reports them. */
+static void connect_early(const grouped_t *ops, int n) {
+    int ncomms = 0;
+    for (int i = 0; i < n && ncomms < 2; i++) ncomms += i == 0 || ops[i].c != ops[0].c;
+    if (ncomms < 2) return;
+    rl_subop *sub = calloc((size_t)n, sizeof *sub);
+    if (!sub) return;
+    for (int i = 0; i < n; i++) {
+        struct ringlet_comm *c = ops[i].c;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == c;
+        if (seen || ops[i].op.device < 0 || check_comm(c, "group_end")) continue;
+        int m = 0;
+        for (int j = i; j < n; j++)
+            if (ops[j].c == c && ops[j].op.device == ops[i].op.device) sub[m++] = ops[j].op;
+        struct ringlet_request r;
+        memset(&r, 0, sizeof r);
+        r.comm = c;
+        r.kind = RL_OP_GROUP;
+        r.device = ops[i].op.device;
+        r.sub = sub;
+        r.nsub = m;
+        char err[RL_MSG_MAX];
+        (void)rl_comm_prepare_early(c, &r, err);
+    }
+    free(sub);
+}
+
 ringlet_result_t ringlet_group_end(void) {
     if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_end: no group_start before it");
     if (--t_group.depth) return RINGLET_SUCCESS;
@@ -396,6 +438,7 @@ ringlet_result_t ringlet_group_end(void) {
     t_group.n = t_group.cap = 0;
     /* Per communicator, in the order of their first call; every submission before any
      * wait, so that ranks of one process (several communicators) progress together. */
+    connect_early(ops, n);
     ringlet_result_t first = RINGLET_SUCCESS;
     ringlet_request_t *waits = calloc((size_t)(n ? n : 1), sizeof *waits);
     grouped_t *mine = calloc((size_t)(n ? n : 1), sizeof *mine);

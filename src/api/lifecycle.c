@@ -12,6 +12,7 @@
 #include "comm_open.h"
 #include "envcheck.h"
 #include "failure.h"
+#include "group_aside.h"
 #include "progress.h"
 #include "util.h"
 
@@ -161,6 +162,8 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
         free(all), free(ids);
         return rl_error(c, RINGLET_ERR_SYSTEM, "split: out of memory");
     }
+    /* Inside a group: run now (the group would record the exchanges, not run them). */
+    int group = rl_group_set_aside();
     ringlet_result_t rc = ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL);
     /* This rank's new rank: members of its color before it in (key, rank) order. */
     int newrank = 0, size = 0, leader = -1;
@@ -177,6 +180,7 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
+    rl_group_restore(group);
     free(all);
     free(ids);
     if (rc) return rl_error(c, rc, "split (color %d, key %d): %s", color, key, ringlet_comm_last_error(*newcomm ? *newcomm : NULL));

@@ -304,7 +304,7 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
             rl_dev_quiet_end();
         }
     }
-    if (!rc) rc = ready_connections(c, s, need, err);
+    if (!rc && !need->no_wait) rc = ready_connections(c, s, need, err);
     d->device_leave(saved);
     pthread_mutex_unlock(&s->prep_mu);
     return rc;

@@ -44,6 +44,9 @@ typedef struct rl_dev_needs {
     /* Device connections (over a transport that maps peer memory, where one reaches the
      * peer): to and from each rank marked (arrays of nranks, NULL: none). */
     unsigned char *send_to, *recv_from;
+    /* Make only what needs no peer: the receiving ends that wait for their senders are
+     * left for a later call (a group over several communicators of one thread). */
+    int no_wait;
 } rl_dev_needs;
 
 #define RL_DEV_MAX_READY 64

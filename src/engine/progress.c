@@ -218,6 +218,10 @@ void rl_comm_free_live(struct ringlet_comm *c) {
     }
 }
 
+ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+    return r->device >= 0 ? rl_op_prepare_device(c, r, 0, err) : RINGLET_SUCCESS;
+}
+
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     /* Device memory and streams first (devcomm.h): nothing of that kind may be made once
      * a stream is held, and the stream is held below. The hold section keeps another
@@ -226,7 +230,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
      * for. */
     int holds = r->stream != NULL;
     if (r->device >= 0 || holds) {
-        ringlet_result_t rc = rl_op_prepare_device(c, r, err);
+        ringlet_result_t rc = rl_op_prepare_device(c, r, 1, err);
         /* A peer that died, aborted or never came while the call made its connections:
          * the call is queued anyway, so that its failure reaches the caller as a queued
          * call's does (a stream call's asynchronously, its stream released), as long as

@@ -12,6 +12,11 @@ void rl_progress_stop(struct ringlet_comm *c);
 /* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
  * stream call, makes the stream wait for it). */
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+/* Of what r's device work needs, all that waits for no peer (rl_comm_enqueue makes the
+ * rest): for a thread that queues several communicators' operations at once (a group
+ * over ranks of one process), so that queuing one never waits for a peer's connection
+ * that this thread has yet to make on another. */
+ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 /* Runs a blocking host collective on the caller's thread when nothing is queued or
  * running. Returns 0 (not run; queue it) when busy, else 1 with the result in *rc and
  * r->err. */

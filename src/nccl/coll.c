@@ -121,17 +121,20 @@ ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t d, int peer, ncclComm_t 
     return ISSUE(c, st, K_RECV, "ncclRecv", NULL, r, n, d, ncclSum, peer);
 }
 
+int shim_group_depth(void) { return t_group_depth; }
+
 ncclResult_t ncclGroupStart(void) {
     t_group_depth++;
     return shim_check(NULL, ringlet_group_start());
 }
 
-/* Runs the group: on host memory its results are in place when this returns, on device
- * memory they are queued on their streams. */
+/* Runs the group: its communicators' inits end first; on host memory its results are in
+ * place when this returns, on device memory they are queued on their streams. */
 ncclResult_t ncclGroupEnd(void) {
     if (!t_group_depth) return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart before it");
-    t_group_depth--;
-    return shim_check(NULL, ringlet_group_end());
+    ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
+    ncclResult_t rc = shim_check(NULL, ringlet_group_end());
+    return inits != ncclSuccess && inits != ncclInProgress ? inits : rc != ncclSuccess ? rc : inits;
 }
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {

@@ -225,6 +225,27 @@ ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
     return ncclSuccess;
 }
 
+/* Inits and splits called inside a group on this thread: each runs on a thread of its own
+ * from the call on (one thread making several ranks must not wait in the first for the
+ * others); ncclGroupEnd waits for the blocking inits and for every split
+ * (shim_group_inits_end). */
+static _Thread_local struct {
+    struct ncclComm **c;
+    int n, cap;
+} t_group_inits;
+
+static int group_init_add(struct ncclComm *c) {
+    if (t_group_inits.n == t_group_inits.cap) {
+        int cap = t_group_inits.cap ? 2 * t_group_inits.cap : 8;
+        struct ncclComm **m = realloc(t_group_inits.c, sizeof *m * (size_t)cap);
+        if (!m) return -1;
+        t_group_inits.c = m;
+        t_group_inits.cap = cap;
+    }
+    t_group_inits.c[t_group_inits.n++] = c;
+    return 0;
+}
+
 static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank, int blocking,
                               const char *fn) {
     if (!out) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
@@ -241,7 +262,13 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     a->c = c;
     memcpy(&a->id, id, sizeof a->id);
     a->device = -1;
-    if (blocking) {
+    int grouped = shim_group_depth() > 0;
+    if (grouped && group_init_add(c)) {
+        free(a);
+        comm_free(c);
+        return shim_fail(NULL, ncclSystemError, "%s: out of memory", fn);
+    }
+    if (blocking && !grouped) {
         init_run(a);
         free(a);
         if (c->init_rc != ncclSuccess) {
@@ -252,17 +279,19 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
         *out = c;
         return ncclSuccess;
     }
-    /* Non-blocking: the init runs on a thread of its own, on the caller's device. */
+    /* Non-blocking, or in a group: the init runs on a thread of its own, on the caller's
+     * device. */
     ringlet_get_device(&a->device);
     atomic_store(&c->init_done, 0);
     c->init_joined = 0;
     if (pthread_create(&c->init_thread, NULL, init_thread, a) != 0) {
+        if (grouped) t_group_inits.n--;
         free(a);
         comm_free(c);
         return shim_fail(NULL, ncclSystemError, "%s: cannot start the init thread", fn);
     }
     *out = c;
-    return ncclInProgress;
+    return blocking ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
@@ -385,6 +414,111 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     return ncclSuccess;
 }
 
+ncclResult_t shim_group_inits_end(void) {
+    struct ncclComm **cs = t_group_inits.c;
+    int n = t_group_inits.n;
+    t_group_inits.c = NULL;
+    t_group_inits.n = t_group_inits.cap = 0;
+    if (!n) return ncclSuccess;
+    /* Ranks one thread made together are destroyed together, as ncclCommInitAll's: ringlet's
+     * destroy is collective, and that thread destroys them one after another. */
+    int kept = 0;
+    for (int i = 0; i < n; i++) kept += !cs[i]->nocolor;
+    struct initall_set *s = kept > 1 ? calloc(1, sizeof *s) : NULL;
+    if (s && !(s->members = calloc((size_t)kept, sizeof *s->members))) free(s), s = NULL;
+    if (s) {
+        pthread_mutex_init(&s->mu, NULL);
+        for (int i = 0; i < n; i++)
+            if (!cs[i]->nocolor) s->members[s->n++] = cs[i], cs[i]->set = s;
+        s->left = s->n;
+    } else if (kept > 1) {
+        shim_info("ncclGroupEnd: out of memory: the %d communicators made in the group must be destroyed from "
+                  "threads of their own", kept);
+    }
+    ncclResult_t rc = ncclSuccess;
+    int running = 0;
+    for (int i = 0; i < n; i++) {
+        struct ncclComm *c = cs[i];
+        if (!c->blocking && !c->split_parent) { /* a non-blocking init: ncclCommGetAsyncError follows it */
+            running |= !atomic_load(&c->init_done);
+            continue;
+        }
+        join_init(c);
+        if (c->init_rc && !rc) {
+            if (c->rank >= 0)
+                rc = shim_fail(NULL, c->init_rc, "ncclGroupEnd: the init of rank %d of %d failed: %.400s", c->rank,
+                               c->nranks, c->err);
+            else
+                rc = shim_fail(NULL, c->init_rc, "ncclGroupEnd: a split failed: %.400s", c->err);
+        }
+    }
+    /* Only once every split is over: a later split's thread may still wait for a stand-in. */
+    for (int i = 0; i < n; i++)
+        if (cs[i]->nocolor) comm_free(cs[i]); /* the caller holds NULL */
+    free(cs);
+    return rc ? rc : running ? ncclInProgress : ncclSuccess;
+}
+
+typedef struct {
+    struct ncclComm *c, *parent;
+    struct ncclComm *after; /* the group's previous split of the same parent, or NULL */
+    int color, key, device;
+} split_arg;
+
+static void *split_thread(void *p) {
+    split_arg *a = p;
+    struct ncclComm *c = a->c;
+    ringlet_comm_t nrc = NULL;
+    if (a->after) join_init(a->after);
+    ringlet_result_t rc = a->device >= 0 ? ringlet_set_device(a->device) : RINGLET_SUCCESS;
+    if (!rc) rc = ringlet_comm_split(a->parent->rc, a->color, a->key, &nrc);
+    c->init_rc = shim_check(c, rc);
+    if (!rc && nrc) {
+        c->rc = nrc;
+        ringlet_comm_size(nrc, &c->nranks);
+        ringlet_comm_rank(nrc, &c->rank);
+        ringlet_comm_device(nrc, &c->device);
+    }
+    atomic_store(&c->init_done, 1);
+    free(a);
+    return NULL;
+}
+
+/* A split inside a group: on a thread of its own (see t_group_inits), on the caller's
+ * current device; the handle is returned at once (NULL where color is NCCL_SPLIT_NOCOLOR:
+ * the split still runs, as every rank of comm takes part, and ncclGroupEnd frees its
+ * stand-in). ncclGroupEnd waits for it, blocking or not, before the group's calls run
+ * (they may use the parent too). */
+static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, int blocking, ncclComm_t *newcomm) {
+    struct ncclComm *c = comm_new(-1, -1, blocking);
+    split_arg *a = calloc(1, sizeof *a);
+    if (!c || !a || group_init_add(c)) {
+        free(a);
+        if (c) comm_free(c);
+        return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
+    }
+    /* Splits of one parent run one after another, each thread waiting for the one before
+     * (not this thread: it may have the parent's other ranks still to split): their
+     * exchanges over the parent must come in the same order on every rank. */
+    struct ncclComm *after = NULL;
+    for (int i = 0; i < t_group_inits.n - 1; i++)
+        if (t_group_inits.c[i]->split_parent == comm) after = t_group_inits.c[i];
+    c->nocolor = color == NCCL_SPLIT_NOCOLOR;
+    c->split_parent = comm;
+    *a = (split_arg){c, comm, after, color, key, -1};
+    ringlet_get_device(&a->device);
+    atomic_store(&c->init_done, 0);
+    c->init_joined = 0;
+    if (pthread_create(&c->init_thread, NULL, split_thread, a) != 0) {
+        t_group_inits.n--;
+        free(a);
+        comm_free(c);
+        return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
+    }
+    if (!c->nocolor) *newcomm = c;
+    return ncclSuccess;
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
     if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     *newcomm = NULL;
@@ -393,6 +527,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (rc || (rc = read_config(config, "ncclCommSplit", &blocking))) return rc;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
+    if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);
     /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
     ringlet_comm_t nrc = NULL;
     if ((rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc)))) return rc;

@@ -32,6 +32,10 @@ struct ncclComm {
     int npending, cap;
     ncclResult_t async;
     struct initall_set *set; /* ncclCommInitAll's communicators are destroyed together */
+    /* Made by a split inside a group (joined at ncclGroupEnd): its parent; nocolor: only a
+     * stand-in, where the caller gave no color. */
+    struct ncclComm *split_parent;
+    int nocolor;
     char err[SHIM_MSG_MAX];
 };
 #define SHIM_MAGIC 0x6e63636cu
@@ -49,6 +53,13 @@ ncclResult_t shim_ready(struct ncclComm *c, const char *fn);
 ncclResult_t shim_poll(struct ncclComm *c);
 /* Tracks a non-blocking request. */
 ncclResult_t shim_track(struct ncclComm *c, ringlet_request_t r);
+/* The depth of this thread's ncclGroupStart nesting. */
+int shim_group_depth(void);
+/* At the outermost ncclGroupEnd: waits for the blocking inits and every split called
+ * inside the group (they ran on threads of their own), and makes the communicators one set,
+ * destroyed together; the first failed one's error, else ncclInProgress while a
+ * non-blocking one runs. */
+ncclResult_t shim_group_inits_end(void);
 /* Logs a line when NCCL_DEBUG is INFO or TRACE (or ringlet's RINGLET_LOG is). */
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -13,7 +13,8 @@
  *   deadlocks unless the group runs them at once), a group of two all-reduces and a
  *   broadcast (run in order), a group that uses two streams (device);
  *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
- *   RINGLET_SPLIT_NOCOLOR; an all-reduce on the new communicators checks membership;
+ *   RINGLET_SPLIT_NOCOLOR, also inside a group; an all-gather on the new communicators
+ *   checks membership;
  *   pre-multiplied sum with a host scalar and (device) a device scalar: all-reduce,
  *   reduce, reduce-scatter;
  *   argument errors: a group_end without group_start, a non-blocking call inside a group,
@@ -313,11 +314,13 @@ static void test_premul(size_t n, int k) {
     buf_free(&a), buf_free(&r);
 }
 
-static void test_split(void) {
+static void test_split(int in_group) {
     /* by parity, keys reversed; rank 0 stays out */
     int color = g_rank == 0 ? RINGLET_SPLIT_NOCOLOR : g_rank % 2, key = -g_rank;
     ringlet_comm_t sub = NULL;
+    if (in_group) check_rc("group_start", ringlet_group_start());
     check_rc("comm_split", ringlet_comm_split(g_comm, color, key, &sub));
+    if (in_group) check_rc("group_end", ringlet_group_end());
     g_checks++;
     if (color == RINGLET_SPLIT_NOCOLOR) {
         if (sub) FAIL("split with RINGLET_SPLIT_NOCOLOR gave a communicator");
@@ -401,7 +404,8 @@ int main(int argc, char **argv) {
         test_group_colls(n, 10 * ci + 2, st2);
         test_premul(n, 10 * ci + 5);
     }
-    test_split();
+    test_split(0);
+    test_split(1); /* inside a group: runs at the call */
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;

@@ -4,7 +4,8 @@
 # and on device memory over the device layer's backend RINGLET_TEST_DEVICE (default sim,
 # with RINGLET_SIM_JITTER=100 so that a missing stream wait shows); a peer that aborts
 # (P = 2, 3); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
-# of them sharing one); host memory again at P = 2 with the device backend present.
+# of them sharing one); two ranks per process made and driven by one thread through groups
+# (P = 2, and on the simulator P = 3 over 2 devices); host memory again at P = 2 with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
 set -u
 BUILD=${BUILD:-build}
@@ -49,8 +50,11 @@ for mem in host device; do
     for P in 2 3; do one "$mem fault P=$P" "$P" --case fault --memory $mem; done
     if [ $mem = device ] && [ "$RINGLET_DEVICE" = sim ]; then
         RINGLET_SIM_DEVICES=2 one "$mem initall (3 ranks, 2 devices)" 0 --case initall --memory $mem
+        one "$mem pairs P=2 (2 ranks per process, one device)" 2 --case pairs --memory $mem
+        RINGLET_SIM_DEVICES=2 one "$mem pairs P=3 (2 ranks per process on 2 devices)" 3 --case pairs --memory $mem
     else
         one "$mem initall" 0 --case initall --memory $mem
+        one "$mem pairs P=2 (2 ranks per process)" 2 --case pairs --memory $mem
     fi
 done
 # Host buffers in a process with a device backend (as on a GPU machine): the communicator

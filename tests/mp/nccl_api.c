@@ -5,7 +5,7 @@
  * read through the device layer; calls use stream 0. Random inputs (small integers, so
  * that every float result is exact); every result is checked byte for byte.
  *
- *   nccl_api --case all|fault|initall [--memory host|device] [--count N] [--dir D]
+ *   nccl_api --case all|fault|initall|pairs [--memory host|device] [--count N] [--dir D]
  *
  *   all      a non-blocking communicator (init polled through ncclCommGetAsyncError) and
  *            a blocking one from ncclCommSplit: all-reduce in every datatype with sum,
@@ -21,6 +21,10 @@
  *            and ncclGetLastError names rank 1.
  *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
  *            destroyed one by one.
+ *   pairs    two ranks per process, both made by one thread (ncclCommInitRank in a
+ *            group); grouped all-reduce, broadcast and sends over both; split in a group
+ *            (by parity, keys reversed; then with NCCL_SPLIT_NOCOLOR) and an all-reduce
+ *            over the halves; everything destroyed one by one.
  *   abortinit one process: a non-blocking init as rank 0 of 2 whose rank 1 never comes;
  *            ncclCommGetAsyncError says ncclInProgress, then ncclCommAbort must stop the
  *            init and return (within 5 s; RINGLET_TIMEOUT is far longer in the test).
@@ -642,6 +646,149 @@ static void case_initall(void) {
     free(want), free(got);
 }
 
+/* Two ranks per process (ranks 2p and 2p+1 of 2P), both made by this thread with
+ * ncclCommInitRank inside a group, as NCCL documents for several devices per thread: a
+ * grouped all-reduce, broadcast and ring of sends over both, results checked; split in
+ * groups; destroyed one by one, also by this thread. On the simulator with 2 devices: rank k of a process on
+ * device k. */
+static void case_pairs(void) {
+    enum { K = 2 };
+    ncclUniqueId id;
+    if (share_id(g_dir, &id)) {
+        FAIL("pairs: no unique id");
+        return;
+    }
+    const int N = K * g_P;
+    ncclComm_t comms[K] = {NULL, NULL};
+    int ndev = 0;
+    if (D) ringlet_device_count(&ndev);
+#define ON_DEVICE(k) (D ? (void)ringlet_set_device((k) % ndev) : (void)0)
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) {
+        ON_DEVICE(k);
+        OK(ncclCommInitRank(&comms[k], N, id, K * g_rank + k));
+    }
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        int n = -1, r = -1;
+        OK(ncclCommCount(comms[k], &n));
+        OK(ncclCommUserRank(comms[k], &r));
+        g_checks++;
+        if (n != N || r != K * g_rank + k) FAIL("pairs: comm %d is rank %d of %d, expected %d of %d", k, r, n, K * g_rank + k, N);
+    }
+    if (g_rank == 0) { /* every rank has joined */
+        char path[512];
+        snprintf(path, sizeof path, "%s/nccl-id", g_dir);
+        unlink(path);
+    }
+    size_t n = g_N;
+    int32_t *h[K], *want = malloc(n * 4), *got = malloc(n * 4);
+    void *sb[K], *rb[K];
+    for (int k = 0; k < K; k++) {
+        ON_DEVICE(k);
+        h[k] = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) h[k][i] = val(K * g_rank + k, 600, i, ncclInt32);
+        sb[k] = balloc(n * 4), rb[k] = balloc(n * 4);
+        put(sb[k], h[k], n * 4);
+    }
+    /* all-reduce */
+    for (size_t i = 0; i < n; i++) {
+        want[i] = 0;
+        for (int r = 0; r < N; r++) want[i] += val(r, 600, i, ncclInt32);
+    }
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) OK(ncclAllReduce(sb[k], rb[k], n, ncclInt32, ncclSum, comms[k], NULL));
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        ON_DEVICE(k);
+        get(got, rb[k], n * 4);
+        check_bytes("pairs allreduce", got, want, n, 4);
+    }
+    /* broadcast from the last rank, in place */
+    for (size_t i = 0; i < n; i++) want[i] = val(N - 1, 600, i, ncclInt32);
+    for (int k = 0; k < K; k++) ON_DEVICE(k), put(rb[k], h[k], n * 4);
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) OK(ncclBroadcast(rb[k], rb[k], n, ncclInt32, N - 1, comms[k], NULL));
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        ON_DEVICE(k);
+        get(got, rb[k], n * 4);
+        check_bytes("pairs broadcast", got, want, n, 4);
+    }
+    /* a ring of sends: rank r sends to r + 1, receives from r - 1 */
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) {
+        int r = K * g_rank + k;
+        OK(ncclSend(sb[k], n, ncclInt32, (r + 1) % N, comms[k], NULL));
+        OK(ncclRecv(rb[k], n, ncclInt32, (r + N - 1) % N, comms[k], NULL));
+    }
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        int from = (K * g_rank + k + N - 1) % N;
+        for (size_t i = 0; i < n; i++) want[i] = val(from, 600, i, ncclInt32);
+        ON_DEVICE(k);
+        get(got, rb[k], n * 4);
+        check_bytes("pairs send/recv", got, want, n, 4);
+    }
+    /* Split in a group: rank 2p + k takes color k, keys reversed (new rank P - 1 - p); an
+     * all-reduce over both halves; then a split where the odd ranks give no color. */
+    ncclComm_t half[K] = {NULL, NULL}, evens = NULL, none = (ncclComm_t)&none;
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) OK(ncclCommSplit(comms[k], k, -(K * g_rank + k), &half[k], NULL));
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        int hn = -1, hr = -1;
+        OK(ncclCommCount(half[k], &hn));
+        OK(ncclCommUserRank(half[k], &hr));
+        g_checks++;
+        if (hn != g_P || hr != g_P - 1 - g_rank)
+            FAIL("pairs: split %d is rank %d of %d, expected %d of %d", k, hr, hn, g_P - 1 - g_rank, g_P);
+        ON_DEVICE(k);
+        for (size_t i = 0; i < n; i++) h[k][i] = val(K * g_rank + k, 601, i, ncclInt32);
+        put(sb[k], h[k], n * 4);
+    }
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) OK(ncclAllReduce(sb[k], rb[k], n, ncclInt32, ncclSum, half[k], NULL));
+    OK(ncclGroupEnd());
+    for (int k = 0; k < K; k++) {
+        for (size_t i = 0; i < n; i++) {
+            want[i] = 0;
+            for (int q = 0; q < g_P; q++) want[i] += val(K * q + k, 601, i, ncclInt32);
+        }
+        ON_DEVICE(k);
+        get(got, rb[k], n * 4);
+        check_bytes("pairs split allreduce", got, want, n, 4);
+    }
+    /* Two splits of the communicator in one group (they must not mix): the even ranks
+     * (comms[0]) together, then by their process's parity; the odd ranks give no color. */
+    ncclComm_t byproc = NULL, none2 = (ncclComm_t)&none2;
+    OK(ncclGroupStart());
+    ON_DEVICE(0);
+    OK(ncclCommSplit(comms[0], 0, K * g_rank, &evens, NULL));
+    OK(ncclCommSplit(comms[0], g_rank % 2, 0, &byproc, NULL));
+    ON_DEVICE(1);
+    OK(ncclCommSplit(comms[1], NCCL_SPLIT_NOCOLOR, 0, &none, NULL));
+    OK(ncclCommSplit(comms[1], NCCL_SPLIT_NOCOLOR, 0, &none2, NULL));
+    OK(ncclGroupEnd());
+    int en = -1, bn = -1, br = -1;
+    OK(ncclCommCount(evens, &en));
+    OK(ncclCommCount(byproc, &bn));
+    OK(ncclCommUserRank(byproc, &br));
+    g_checks += 3;
+    if (en != g_P) FAIL("pairs: the split of the even ranks has %d ranks, expected %d", en, g_P);
+    if (bn != (g_P + 1 - g_rank % 2) / 2 || br != g_rank / 2)
+        FAIL("pairs: the split by process parity gave rank %d of %d, expected %d of %d", br, bn, g_rank / 2,
+             (g_P + 1 - g_rank % 2) / 2);
+    if (none || none2) FAIL("pairs: a split with NCCL_SPLIT_NOCOLOR gave a communicator");
+    OK(ncclCommDestroy(evens));
+    OK(ncclCommDestroy(byproc));
+    for (int k = 0; k < K; k++) OK(ncclCommDestroy(half[k]));  /* one thread, one by one */
+    for (int k = 0; k < K; k++) OK(ncclCommDestroy(comms[k]));
+    for (int k = 0; k < K; k++) ON_DEVICE(k), bfree(sb[k]), bfree(rb[k]), free(h[k]);
+#undef ON_DEVICE
+    free(want), free(got);
+}
+
 static void case_abortinit(void) {
     ncclUniqueId id;
     OK(ncclGetUniqueId(&id));
@@ -673,7 +820,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) g_dir = dir = argv[++i];
-        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall|abortinit [--memory host|device] [--count N] [--dir D]\n"), 2;
+        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall|pairs|abortinit [--memory host|device] [--count N] [--dir D]\n"), 2;
     }
     if (device && !(D = rl_device())) {
         printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
@@ -697,6 +844,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cas, "initall")) {
         g_P = 1;
         case_initall();
+    } else if (!strcmp(cas, "pairs")) {
+        case_pairs();
     } else if (!strcmp(cas, "abortinit")) {
         g_P = 1;
         case_abortinit();

@@ -1,0 +1,12 @@
+/* The calling thread's group (ringlet_group_start .. end, api.c), set aside while a call
+ * of the library's own runs collectives of its own at once: ringlet_comm_split inside a
+ * group exchanges colors and ids over its communicator, which a group would record
+ * instead of running. */
+#ifndef RINGLET_GROUP_ASIDE_H
+#define RINGLET_GROUP_ASIDE_H
+
+/* Leaves the thread outside any group; returns the depth to restore. */
+int rl_group_set_aside(void);
+void rl_group_restore(int depth);
+
+#endif
