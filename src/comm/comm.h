@@ -185,6 +185,7 @@ struct ringlet_comm {
     atomic_int failed;
     atomic_int aborted;
     ringlet_result_t fail_code;
+    int fail_remote; /* the failure is another rank's, which the monitor relayed */
     char fail_msg[RL_MSG_MAX];
     pthread_mutex_t fail_mu;
 

@@ -39,20 +39,40 @@ const char *ringlet_comm_last_error(ringlet_comm_t c) {
     return t_last_error;
 }
 
-void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, const char *fmt, va_list ap) {
     pthread_mutex_lock(&c->fail_mu);
     if (!atomic_load(&c->failed)) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
-        va_end(ap);
         c->fail_code = code;
+        c->fail_remote = remote;
         atomic_store(&c->failed, 1);
         if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
     }
     pthread_mutex_unlock(&c->fail_mu);
     atomic_store(&c->stop, 1);
     rl_comm_notify(c);
+}
+
+void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, 0, fmt, ap);
+    va_end(ap);
+}
+
+void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, 1, fmt, ap);
+    va_end(ap);
+}
+
+int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len) {
+    pthread_mutex_lock(&c->fail_mu);
+    int own = atomic_load(&c->failed) && !c->fail_remote;
+    if (own) snprintf(msg, len, "%s", c->fail_msg);
+    pthread_mutex_unlock(&c->fail_mu);
+    return own;
 }
 
 ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) {

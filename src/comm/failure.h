@@ -18,6 +18,13 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
  * later call returns code. */
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for a failure this rank learned of from the monitor (another rank's death,
+ * silence, or own failure): not repeated to the other ranks as this rank's own. */
+void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether the communicator failed for a reason of this rank's own (not rl_comm_fail_remote);
+ * then its message in msg. */
+int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len);
 /* The failure that broke the communicator: its code, and (msg not NULL) its message. */
 ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
 /* A connection broke or stalled: give the monitor a moment to name the real cause (a

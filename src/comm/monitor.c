@@ -16,6 +16,11 @@
  * rank 0. A stall in a collective starts no earlier than the fault that caused it, and
  * a timed-out call first gives the monitor a moment (failure.h), so every rank names
  * the silent rank, not the neighbour it happened to wait for.
+ *
+ * Why: a rank whose communicator fails for a reason of its own (a deadline, a refused
+ * mapping, an abort) says so to rank 0 (within a poll slice, and at the latest when the
+ * communicator is torn down), which tells everybody; when that rank's process then exits,
+ * every rank's message that it failed quotes what it said.
  */
 #include <errno.h>
 #include <poll.h>
@@ -35,13 +40,14 @@
 
 #define MON_MAGIC 0x314d4c52u    /* "RLM1" */
 
-enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6 };
+enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6, MON_WHY = 7 };
+#define MON_WHY_MAX 240 /* bytes of a failure's reason that travel (MON_WHY: len, then the text) */
 
 struct mon_frame {
     uint32_t magic;
     int32_t type;
     int32_t rank;
-    int32_t pad;
+    int32_t len; /* MON_WHY: bytes of text after the frame; else 0 */
 };
 
 struct rl_monitor {
@@ -62,6 +68,9 @@ struct rl_monitor {
     int *ready;         /* root: per rank (monitor thread only) */
     atomic_int nready;
     atomic_int go;
+    int nranks;
+    char **why;  /* per rank: what its communicator's own failure was, as it said (monitor thread) */
+    int why_said; /* this rank's own failure has been said */
     pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
 };
 
@@ -75,9 +84,56 @@ static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double 
     return r;
 }
 
+/* MON_WHY to connection i: rank's failure, text. */
+static rl_io_t mon_send_why(struct rl_monitor *m, int i, int rank, const char *text, double timeout_s) {
+    size_t len = strnlen(text, MON_WHY_MAX);
+    char buf[sizeof(struct mon_frame) + MON_WHY_MAX];
+    struct mon_frame f = {MON_MAGIC, MON_WHY, rank, (int32_t)len};
+    memcpy(buf, &f, sizeof f);
+    memcpy(buf + sizeof f, text, len);
+    pthread_mutex_lock(&m->send_mu);
+    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], buf, sizeof f + len, rl_now() + timeout_s, NULL) : RL_IO_ERR;
+    pthread_mutex_unlock(&m->send_mu);
+    return r;
+}
+
+/* Says this rank's own failure, once: to rank 0, or (rank 0) to everybody. */
+static void say_why(struct ringlet_comm *c, struct rl_monitor *m) {
+    char msg[RL_MSG_MAX];
+    if (m->why_said || !atomic_load(&c->failed)) return;
+    m->why_said = 1;
+    if (!rl_comm_own_failure(c, msg, sizeof msg)) return;
+    for (int i = m->is_root ? 1 : 0; i < (m->is_root ? m->nfds : 1); i++)
+        if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, 0.5);
+}
+
+/* "; it had said: ..." when rank r said why its communicator failed, else "". */
+static const char *why_of(const struct rl_monitor *m, int r, char *buf, size_t len) {
+    buf[0] = 0;
+    if (r >= 0 && r < m->nranks && m->why && m->why[r]) snprintf(buf, len, "; before, it said: \"%s\"", m->why[r]);
+    return buf;
+}
+
+/* A MON_WHY frame's text (f.len bytes) from connection i, about rank r: kept, and (rank 0)
+ * passed on to everybody else. */
+static rl_io_t take_why(struct rl_monitor *m, int i, int r, const struct mon_frame *f) {
+    char text[MON_WHY_MAX + 1];
+    if (f->len < 0 || f->len > MON_WHY_MAX || r < 0 || r >= m->nranks) return RL_IO_ERR;
+    rl_io_t io = rl_sock_recv_all(m->fds[i], text, (size_t)f->len, rl_now() + 2.0, NULL);
+    if (io != RL_IO_OK) return io;
+    text[f->len] = 0;
+    if (m->why && !m->why[r]) m->why[r] = strdup(text);
+    if (m->is_root)
+        for (int k = 1; k < m->nfds; k++)
+            if (k != i && m->fds[k] >= 0) (void)mon_send_why(m, k, r, text, 0.5);
+    return RL_IO_OK;
+}
+
 static void *monitor_thread(void *arg);
 
 static void mon_free(struct rl_monitor *m) {
+    for (int r = 0; m->why && r < m->nranks; r++) free(m->why[r]);
+    free(m->why);
     free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m);
 }
 
@@ -125,6 +181,8 @@ void rl_monitor_close(struct rl_monitor *m) { mon_close(m); }
 
 ringlet_result_t rl_monitor_start(struct ringlet_comm *c, struct rl_monitor *m, char *err) {
     atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
+    m->nranks = c->nranks;
+    m->why = calloc((size_t)c->nranks, sizeof *m->why); /* none: failures go without their reasons */
     m->beat_s = c->timeout_s < 4.0 ? c->timeout_s / 4 : 1.0;
     m->next_beat = rl_now();
     for (int i = 0; i < m->nfds; i++) m->heard[i] = m->next_beat;
@@ -149,8 +207,10 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     for (int i = 1; i < m->nfds; i++)
         if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, 1.0) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
-    rl_comm_fail(c, RINGLET_ERR_REMOTE, "rank %d failed (its process exited or aborted without destroying the communicator)",
-                 r);
+    char why[MON_WHY_MAX + 32];
+    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                        "rank %d failed (its process exited or aborted without destroying the communicator%s)", r,
+                        why_of(m, r, why, sizeof why));
 }
 
 #define SILENT_WHY "stopped, hung, or cut off by the network"
@@ -177,9 +237,9 @@ static void check_silence(struct ringlet_comm *c, struct rl_monitor *m) {
                 if (k != i && m->fds[k] >= 0 && !m->silent[k] && mon_send(m, k, MON_SILENT, i, 1.0) != RL_IO_OK)
                     RL_WARN(0, "monitor: could not tell rank %d that rank %d is unresponsive", k, i);
         }
-        rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
-                     "rank %d is unresponsive: nothing heard from it for %.0f s (RINGLET_TIMEOUT; " SILENT_WHY ")",
-                     m->is_root ? i : 0, c->timeout_s);
+        rl_comm_fail_remote(c, RINGLET_ERR_TIMEOUT,
+                            "rank %d is unresponsive: nothing heard from it for %.0f s (RINGLET_TIMEOUT; " SILENT_WHY ")",
+                            m->is_root ? i : 0, c->timeout_s);
     }
 }
 
@@ -221,7 +281,10 @@ static void *monitor_thread(void *arg) {
             struct mon_frame f;
             rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + 2.0, NULL);
             if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
+            /* rank 0 knows a rank by its connection; the others, by what rank 0 says */
+            if (r == RL_IO_OK && f.type == MON_WHY) r = take_why(m, i, m->is_root ? i : f.rank, &f);
             if (r == RL_IO_OK) m->heard[i] = rl_now();
+            char why[MON_WHY_MAX + 32];
             if (m->is_root) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
@@ -235,21 +298,23 @@ static void *monitor_thread(void *arg) {
                 atomic_store(&m->go, 1);
                 rl_comm_notify(c);
             } else if (r == RL_IO_OK && f.type == MON_FAILED) {
-                rl_comm_fail(c, RINGLET_ERR_REMOTE,
-                             "rank %d failed (its process exited or aborted without destroying the communicator)",
-                             f.rank);
+                rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                    "rank %d failed (its process exited or aborted without destroying the communicator%s)",
+                                    f.rank, why_of(m, f.rank, why, sizeof why));
             } else if (r == RL_IO_OK && f.type == MON_SILENT) {
-                rl_comm_fail(c, RINGLET_ERR_TIMEOUT,
-                             "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
-                             SILENT_WHY ")", f.rank, c->timeout_s);
+                rl_comm_fail_remote(c, RINGLET_ERR_TIMEOUT,
+                                    "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
+                                    SILENT_WHY ")", f.rank, c->timeout_s);
             } else if (r != RL_IO_OK) {
                 mon_drop(m, 0);
                 if (!atomic_load(&m->leaving))
-                    rl_comm_fail(c, RINGLET_ERR_REMOTE,
-                                 "rank 0 failed (its process exited or aborted without destroying the communicator)");
+                    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                        "rank 0 failed (its process exited or aborted without destroying the "
+                                        "communicator%s)", why_of(m, 0, why, sizeof why));
             }
         }
         check_silence(c, m);
+        if (!atomic_load(&m->leaving)) say_why(c, m);
     }
     free(pf);
     free(who);
@@ -272,6 +337,7 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
         }
     }
     pthread_join(m->thread, NULL);
+    if (!clean) say_why(c, m); /* an abort, or a failure the thread had no time to say */
     if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, 2.0);
     mon_close(m);
     c->mon = NULL;

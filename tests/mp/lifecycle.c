@@ -20,6 +20,11 @@
  *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
  *       --abort-thread), run with RINGLET_TIMEOUT=5: it must fail with
  *       RINGLET_ERR_TIMEOUT, naming rank 1 and the all-reduce, within 30 s.
+ *   lifecycle --peer-why   (3 ranks)
+ *       rank 1 aborts its communicator, then destroys it and leaves; ranks 0 and 2 call an
+ *       all-reduce: it must fail with RINGLET_ERR_REMOTE within 30 s (RINGLET_TIMEOUT is 60
+ *       s in the test), naming rank 1 and quoting what rank 1 said of its failure (its
+ *       abort), on rank 0 (which heard it) and on rank 2 (told by rank 0).
  *   lifecycle --abort-init
  *       one process, no launcher: inits that wait for peers who never come are stopped
  *       from another thread through a stop token (ringlet_comm_init_rank_stoppable): a
@@ -235,9 +240,36 @@ static void stop_one_init(const char *label, int rank, int fire_early) {
     ringlet_stop_token_destroy(a.token);
 }
 
+/* --peer-why: rank 1 aborts and leaves; the others' all-reduce must quote its reason. */
+static int peer_says_why(void) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    int32_t x[64];
+    for (int i = 0; i < 64; i++) x[i] = g_rank * 64 + i;
+    if (ringlet_allreduce(x, x, 64, RINGLET_INT32, RINGLET_SUM, c, NULL)) /* every link made */
+        return printf("FAIL rank %d: the first all-reduce: %s\n", g_rank, ringlet_comm_last_error(c)), 1;
+    if (g_rank == 1) {
+        ringlet_comm_abort(c);
+        ringlet_comm_destroy(c);
+        printf("lifecycle: rank 1: OK (aborted and left)\n");
+        return 0;
+    }
+    double t0 = now();
+    ringlet_result_t rc = ringlet_allreduce(x, x, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    double dt = now() - t0;
+    const char *msg = ringlet_comm_last_error(c);
+    if (rc != RINGLET_ERR_REMOTE || !strstr(msg, "rank 1 failed") || !strstr(msg, "it said") ||
+        !strstr(msg, "aborted") || dt > 30)
+        FAIL("an all-reduce after rank 1 aborted: %s after %.1f s: %s", ringlet_strerror(rc), dt, msg);
+    else
+        printf("lifecycle: rank %d: OK an all-reduce after rank 1 aborted failed after %.3f s: %s\n", g_rank, dt, msg);
+    ringlet_comm_destroy(c);
+    return g_failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
-    int abort_thread = 0, late_peer = 0;
+    int abort_thread = 0, late_peer = 0, peer_why = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
@@ -250,6 +282,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
+        else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reduce-workers") && i + 1 < argc) g_workers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
@@ -257,13 +290,14 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --abort-init\n"),
+                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --peer-why | --abort-init\n"),
                    2;
         }
     }
     if (g_count < 1) return fprintf(stderr, "lifecycle: --count must be at least 1\n"), 2;
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (peer_why) return peer_says_why();
     if (abort_thread || late_peer) {
         ringlet_comm_t c;
         if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
