@@ -167,6 +167,22 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     return c;
 }
 
+/* FNV-1a over bytes, then mixed: a communicator's key (shim.h). */
+static uint64_t key_of(const void *p, size_t n, uint64_t h) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    h ^= h >> 31;
+    return h * 0x9E3779B97F4A7C15ull;
+}
+#define KEY_SEED 0xcbf29ce484222325ull
+
+/* A split's child: the same key on each of its ranks (every rank of the parent splits it
+ * the same number of times). */
+static uint64_t child_key(struct ncclComm *parent, int color) {
+    uint64_t v[3] = {parent->key, (uint64_t)(uint32_t)color, parent->nsplits++};
+    return key_of(v, sizeof v, KEY_SEED);
+}
+
 static void comm_free(struct ncclComm *c) {
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
@@ -243,8 +259,13 @@ static int group_init_add(struct ncclComm *c) {
         t_group_inits.cap = cap;
     }
     t_group_inits.c[t_group_inits.n++] = c;
+    c->group_held = 1; /* not shared yet: the handle goes to the caller after this */
     return 0;
 }
+
+/* group_held, release_later, and the set of communicators made in a group: another thread
+ * may destroy or abort a handle while the ncclGroupEnd of the thread that made it runs. */
+static pthread_mutex_t g_group_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank, int blocking,
                               const char *fn) {
@@ -262,6 +283,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     a->c = c;
     memcpy(&a->id, id, sizeof a->id);
     a->device = -1;
+    c->key = key_of(id, sizeof *id, KEY_SEED);
     int grouped = shim_group_depth() > 0;
     if (grouped && group_init_add(c)) {
         free(a);
@@ -374,6 +396,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     for (int i = 0; i < ndev && !rc; i++) {
         if (!(s->members[i] = comm_new(ndev, i, 1))) rc = ncclSystemError;
         args[i] = (init_arg){s->members[i], id, -1};
+        if (s->members[i]) s->members[i]->key = key_of(&id, sizeof id, KEY_SEED);
         /* Several ranks may share a device: without a devlist, rank i takes device i
          * when there is one, else device i mod the count. */
         if (ndevices > 0) args[i].device = devlist ? devlist[i] : i % ndevices;
@@ -414,27 +437,57 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     return ncclSuccess;
 }
 
+/* Frees a handle its user let go of (destroy, abort), or leaves that to the ncclGroupEnd
+ * that still holds it; a member of a set goes with the set. */
+static void release_handle(struct ncclComm *c) {
+    pthread_mutex_lock(&g_group_mu);
+    int held = c->group_held;
+    if (held) c->release_later = 1;
+    struct initall_set *set = c->set;
+    pthread_mutex_unlock(&g_group_mu);
+    if (held) return;
+    if (set) set_release(c);
+    else comm_free(c);
+}
+
+static struct initall_set *set_of(struct ncclComm *c) {
+    pthread_mutex_lock(&g_group_mu);
+    struct initall_set *s = c->set;
+    pthread_mutex_unlock(&g_group_mu);
+    return s;
+}
+
+/* Ranks of one communicator that this thread made in the group (same key), when there are
+ * several: one set, destroyed together (ringlet's destroy is collective, and this thread
+ * destroys them one after another). Caller holds g_group_mu. */
+static void make_sets(struct ncclComm **cs, int n) {
+    for (int i = 0; i < n; i++) {
+        struct ncclComm *c = cs[i];
+        if (c->nocolor || c->release_later || c->set) continue;
+        int same = 0;
+        for (int k = i; k < n; k++) same += !cs[k]->nocolor && !cs[k]->release_later && cs[k]->key == c->key;
+        if (same < 2) continue;
+        struct initall_set *s = calloc(1, sizeof *s);
+        if (s && !(s->members = calloc((size_t)same, sizeof *s->members))) free(s), s = NULL;
+        if (!s) {
+            fprintf(stderr, "ringlet (NCCL layer) WARN: ncclGroupEnd: out of memory: the %d ranks of one "
+                            "communicator made in the group must be destroyed from threads of their own\n", same);
+            continue;
+        }
+        pthread_mutex_init(&s->mu, NULL);
+        for (int k = i; k < n; k++)
+            if (!cs[k]->nocolor && !cs[k]->release_later && cs[k]->key == c->key) s->members[s->n++] = cs[k], cs[k]->set = s;
+        s->left = s->n;
+    }
+}
+
 ncclResult_t shim_group_inits_end(void) {
     struct ncclComm **cs = t_group_inits.c;
     int n = t_group_inits.n;
     t_group_inits.c = NULL;
     t_group_inits.n = t_group_inits.cap = 0;
     if (!n) return ncclSuccess;
-    /* Ranks one thread made together are destroyed together, as ncclCommInitAll's: ringlet's
-     * destroy is collective, and that thread destroys them one after another. */
-    int kept = 0;
-    for (int i = 0; i < n; i++) kept += !cs[i]->nocolor;
-    struct initall_set *s = kept > 1 ? calloc(1, sizeof *s) : NULL;
-    if (s && !(s->members = calloc((size_t)kept, sizeof *s->members))) free(s), s = NULL;
-    if (s) {
-        pthread_mutex_init(&s->mu, NULL);
-        for (int i = 0; i < n; i++)
-            if (!cs[i]->nocolor) s->members[s->n++] = cs[i], cs[i]->set = s;
-        s->left = s->n;
-    } else if (kept > 1) {
-        shim_info("ncclGroupEnd: out of memory: the %d communicators made in the group must be destroyed from "
-                  "threads of their own", kept);
-    }
+    /* The handles stay valid (group_held) until the end of this function. */
     ncclResult_t rc = ncclSuccess;
     int running = 0;
     for (int i = 0; i < n; i++) {
@@ -453,8 +506,15 @@ ncclResult_t shim_group_inits_end(void) {
         }
     }
     /* Only once every split is over: a later split's thread may still wait for a stand-in. */
-    for (int i = 0; i < n; i++)
-        if (cs[i]->nocolor) comm_free(cs[i]); /* the caller holds NULL */
+    pthread_mutex_lock(&g_group_mu);
+    make_sets(cs, n);
+    int nfree = 0;
+    for (int i = 0; i < n; i++) {
+        cs[i]->group_held = 0;
+        if (cs[i]->nocolor || cs[i]->release_later) cs[nfree++] = cs[i]; /* the caller holds NULL, or let go */
+    }
+    pthread_mutex_unlock(&g_group_mu);
+    for (int i = 0; i < nfree; i++) comm_free(cs[i]);
     free(cs);
     return rc ? rc : running ? ncclInProgress : ncclSuccess;
 }
@@ -505,6 +565,7 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
         if (t_group_inits.c[i]->split_parent == comm) after = t_group_inits.c[i];
     c->nocolor = color == NCCL_SPLIT_NOCOLOR;
     c->split_parent = comm;
+    c->key = child_key(comm, color);
     *a = (split_arg){c, comm, after, color, key, -1};
     ringlet_get_device(&a->device);
     atomic_store(&c->init_done, 0);
@@ -529,6 +590,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);
     /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
+    uint64_t ckey = child_key(comm, color);
     ringlet_comm_t nrc = NULL;
     if ((rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc)))) return rc;
     if (!nrc) return ncclSuccess;
@@ -542,6 +604,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
     }
     c->rc = nrc;
+    c->key = ckey;
     ringlet_comm_device(nrc, &c->device);
     *newcomm = c;
     return ncclSuccess;
@@ -567,13 +630,14 @@ static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
-    if (comm->set) {
+    if (set_of(comm)) {
         set_release(comm);
         return ncclSuccess;
     }
     ringlet_result_t r = comm->rc ? ringlet_comm_destroy(comm->rc) : RINGLET_SUCCESS;
+    comm->rc = NULL;
     rc = r ? shim_check(NULL, r) : ncclSuccess;
-    comm_free(comm);
+    release_handle(comm);
     return rc;
 }
 
@@ -590,8 +654,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
         ringlet_comm_destroy(comm->rc);
     }
     comm->rc = NULL;
-    if (comm->set) set_release(comm);
-    else comm_free(comm);
+    release_handle(comm);
     return ncclSuccess;
 }
 

@@ -36,6 +36,13 @@ struct ncclComm {
      * stand-in, where the caller gave no color. */
     struct ncclComm *split_parent;
     int nocolor;
+    /* Which communicator this is a rank of, the same on its every rank: a hash of the
+     * unique id, or of the parent's key, the color and the parent's split count. */
+    uint64_t key;
+    unsigned nsplits;
+    /* Made inside a group whose ncclGroupEnd has not finished: destroy and abort leave the
+     * freeing to it (release_later). Both under the layer's group lock. */
+    int group_held, release_later;
     char err[SHIM_MSG_MAX];
 };
 #define SHIM_MAGIC 0x6e63636cu

@@ -659,16 +659,36 @@ static void case_pairs(void) {
         return;
     }
     const int N = K * g_P;
-    ncclComm_t comms[K] = {NULL, NULL};
+    ncclComm_t comms[K] = {NULL, NULL}, other = NULL;
     int ndev = 0;
     if (D) ringlet_device_count(&ndev);
 #define ON_DEVICE(k) (D ? (void)ringlet_set_device((k) % ndev) : (void)0)
+    /* In the same group: another communicator, one rank per process (its own id), except
+     * on rank 0, which makes its rank of it alone after the group. */
+    ncclUniqueId id2;
+    char path2[512];
+    snprintf(path2, sizeof path2, "%s/other-id", g_dir);
+    if (g_rank == 0) {
+        OK(ncclGetUniqueId(&id2));
+        FILE *f = fopen(path2, "wb");
+        if (!f || fwrite(&id2, sizeof id2, 1, f) != 1 || fclose(f)) FAIL("pairs: cannot write %s", path2);
+    } else {
+        size_t got = 0;
+        for (double t0 = now(); got != 1 && now() - t0 < 60; usleep(2000)) {
+            FILE *f = fopen(path2, "rb");
+            if (f) got = fread(&id2, sizeof id2, 1, f), fclose(f);
+        }
+        if (got != 1) FAIL("pairs: no id in %s", path2);
+    }
     OK(ncclGroupStart());
     for (int k = 0; k < K; k++) {
         ON_DEVICE(k);
         OK(ncclCommInitRank(&comms[k], N, id, K * g_rank + k));
     }
+    ON_DEVICE(0);
+    if (g_rank != 0) OK(ncclCommInitRank(&other, g_P, id2, g_rank));
     OK(ncclGroupEnd());
+    if (g_rank == 0) OK(ncclCommInitRank(&other, g_P, id2, 0));
     for (int k = 0; k < K; k++) {
         int n = -1, r = -1;
         OK(ncclCommCount(comms[k], &n));
@@ -782,6 +802,25 @@ static void case_pairs(void) {
     if (none || none2) FAIL("pairs: a split with NCCL_SPLIT_NOCOLOR gave a communicator");
     OK(ncclCommDestroy(evens));
     OK(ncclCommDestroy(byproc));
+    /* The other communicator goes first and alone: it is not one of the ranks of comms[],
+     * so its destroy must not wait for theirs. Rank 0 (its root, whose destroy waits for
+     * everybody's) says when it is done, and nobody destroys anything else before that: a
+     * destroy held back until comms[] go (the group's comms made one set) would keep rank
+     * 0 waiting until its deadline. */
+    double t0 = now();
+    OK(ncclCommDestroy(other));
+    double dt = now() - t0;
+    char gone[512];
+    snprintf(gone, sizeof gone, "%s/other-gone", g_dir);
+    if (g_rank == 0) {
+        g_checks++;
+        if (dt > 15) FAIL("pairs: destroying the other communicator took %.1f s (a rank held it back)", dt);
+        FILE *f = fopen(gone, "w");
+        if (f) fclose(f);
+        unlink(path2);
+    } else {
+        for (double w = now(); access(gone, F_OK) != 0 && now() - w < 90;) usleep(2000);
+    }
     for (int k = 0; k < K; k++) OK(ncclCommDestroy(half[k]));  /* one thread, one by one */
     for (int k = 0; k < K; k++) OK(ncclCommDestroy(comms[k]));
     for (int k = 0; k < K; k++) ON_DEVICE(k), bfree(sb[k]), bfree(rb[k]), free(h[k]);
