@@ -103,7 +103,7 @@ static void say_why(struct ringlet_comm *c, struct rl_monitor *m) {
     if (m->why_said || !atomic_load(&c->failed)) return;
     m->why_said = 1;
     if (!rl_comm_own_failure(c, msg, sizeof msg)) return;
-    for (int i = m->is_root ? 1 : 0; i < (m->is_root ? m->nfds : 1); i++)
+    for (int i = 0; i < m->nfds; i++) /* rank 0's own entry is -1; the others have rank 0's only */
         if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, 0.5);
 }
 
