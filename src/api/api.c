@@ -402,20 +402,30 @@ static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *op
  * that sender may be a rank of another process whose thread is itself waiting, in its
  * first communicator, for the rank this thread would submit second. Failures are left
  * to the submission, which meets them again and reports them. */
+/* The calls of the group on ops[i]'s communicator, in order, into out (device < -1: all
+ * of them; else those on that device); -1 when an earlier call had that communicator
+ * (its calls were gathered there). */
+static int calls_of_comm(const grouped_t *ops, int n, int i, int device, grouped_t *out) {
+    for (int j = 0; j < i; j++)
+        if (ops[j].c == ops[i].c) return -1;
+    int m = 0;
+    for (int j = i; j < n; j++)
+        if (ops[j].c == ops[i].c && (device < -1 || ops[j].op.device == device)) out[m++] = ops[j];
+    return m;
+}
+
 static void connect_early(const grouped_t *ops, int n) {
     int ncomms = 0;
     for (int i = 0; i < n && ncomms < 2; i++) ncomms += i == 0 || ops[i].c != ops[0].c;
     if (ncomms < 2) return;
+    grouped_t *mine = calloc((size_t)n, sizeof *mine);
     rl_subop *sub = calloc((size_t)n, sizeof *sub);
-    if (!sub) return;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && mine && sub; i++) {
         struct ringlet_comm *c = ops[i].c;
-        int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == c;
-        if (seen || ops[i].op.device < 0 || check_comm(c, "group_end")) continue;
-        int m = 0;
-        for (int j = i; j < n; j++)
-            if (ops[j].c == c && ops[j].op.device == ops[i].op.device) sub[m++] = ops[j].op;
+        if (ops[i].op.device < 0) continue;
+        int m = calls_of_comm(ops, n, i, ops[i].op.device, mine);
+        if (m < 0 || check_comm(c, "group_end")) continue;
+        for (int j = 0; j < m; j++) sub[j] = mine[j].op;
         struct ringlet_request r;
         memset(&r, 0, sizeof r);
         r.comm = c;
@@ -426,6 +436,7 @@ static void connect_early(const grouped_t *ops, int n) {
         char err[RL_MSG_MAX];
         (void)rl_comm_prepare_early(c, &r, err);
     }
+    free(mine);
     free(sub);
 }
 
@@ -446,14 +457,9 @@ ringlet_result_t ringlet_group_end(void) {
     int nw = 0, nh = 0;
     if (!waits || !mine || !held) first = rl_error(NULL, RINGLET_ERR_SYSTEM, "group_end: out of memory");
     for (int i = 0; i < n && waits && mine && held; i++) {
-        struct ringlet_comm *c = ops[i].c;
-        int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == c;
-        if (seen) continue;
-        int m = 0;
-        for (int j = i; j < n; j++)
-            if (ops[j].c == c) mine[m++] = ops[j];
-        ringlet_result_t rc = group_submit(c, mine, m, &waits[nw], &held[nh]);
+        int m = calls_of_comm(ops, n, i, -2, mine);
+        if (m < 0) continue;
+        ringlet_result_t rc = group_submit(ops[i].c, mine, m, &waits[nw], &held[nh]);
         if (rc && !first) first = rc;
         if (waits[nw]) nw++;
         if (held[nh].n) nh++;

@@ -267,6 +267,20 @@ static int group_init_add(struct ncclComm *c) {
  * may destroy or abort a handle while the ncclGroupEnd of the thread that made it runs. */
 static pthread_mutex_t g_group_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Starts c's init or split on a thread of its own (fn(a)), on the caller's current device
+ * (into *device, a's field); on failure frees a and c (and takes c out of this thread's
+ * group: the last one added). */
+static int start_init_thread(struct ncclComm *c, void *(*fn)(void *), void *a, int *device, int grouped) {
+    ringlet_get_device(device);
+    atomic_store(&c->init_done, 0);
+    c->init_joined = 0;
+    if (pthread_create(&c->init_thread, NULL, fn, a) == 0) return 0;
+    if (grouped) t_group_inits.n--;
+    free(a);
+    comm_free(c);
+    return -1;
+}
+
 static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank, int blocking,
                               const char *fn) {
     if (!out) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
@@ -303,15 +317,8 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     }
     /* Non-blocking, or in a group: the init runs on a thread of its own, on the caller's
      * device. */
-    ringlet_get_device(&a->device);
-    atomic_store(&c->init_done, 0);
-    c->init_joined = 0;
-    if (pthread_create(&c->init_thread, NULL, init_thread, a) != 0) {
-        if (grouped) t_group_inits.n--;
-        free(a);
-        comm_free(c);
+    if (start_init_thread(c, init_thread, a, &a->device, grouped))
         return shim_fail(NULL, ncclSystemError, "%s: cannot start the init thread", fn);
-    }
     *out = c;
     return blocking ? ncclSuccess : ncclInProgress;
 }
@@ -567,15 +574,8 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
     c->split_parent = comm;
     c->key = child_key(comm, color);
     *a = (split_arg){c, comm, after, color, key, -1};
-    ringlet_get_device(&a->device);
-    atomic_store(&c->init_done, 0);
-    c->init_joined = 0;
-    if (pthread_create(&c->init_thread, NULL, split_thread, a) != 0) {
-        t_group_inits.n--;
-        free(a);
-        comm_free(c);
+    if (start_init_thread(c, split_thread, a, &a->device, 1))
         return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
-    }
     if (!c->nocolor) *newcomm = c;
     return ncclSuccess;
 }
