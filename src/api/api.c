@@ -396,12 +396,6 @@ static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *op
     return RINGLET_SUCCESS;
 }
 
-/* Ranks of one process in one group (several communicators) on device memory: each
- * communicator's connections made before any submission waits for a peer's. A receiving
- * end over a transport that maps its sender's memory waits for the sender to connect, and
- * that sender may be a rank of another process whose thread is itself waiting, in its
- * first communicator, for the rank this thread would submit second. Failures are left
- * to the submission, which meets them again and reports them. */
 /* The calls of the group on ops[i]'s communicator, in order, into out (device < -1: all
  * of them; else those on that device); -1 when an earlier call had that communicator
  * (its calls were gathered there). */
@@ -414,6 +408,12 @@ static int calls_of_comm(const grouped_t *ops, int n, int i, int device, grouped
     return m;
 }
 
+/* Ranks of one process in one group (several communicators) on device memory: each
+ * communicator's connections made before any submission waits for a peer's. A receiving
+ * end over a transport that maps its sender's memory waits for the sender to connect, and
+ * that sender may be a rank of another process whose thread is itself waiting, in its
+ * first communicator, for the rank this thread would submit second. Failures are left
+ * to the submission, which meets them again and reports them. */
 static void connect_early(const grouped_t *ops, int n) {
     int ncomms = 0;
     for (int i = 0; i < n && ncomms < 2; i++) ncomms += i == 0 || ops[i].c != ops[0].c;
