@@ -37,15 +37,15 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
 
 /* A collective on one host's algorithms, by size (the same choice on every rank):
  * RINGLET_ALGO=halving forces recursive halving for all-reduce, =doubling recursive
- * doubling, =star the all-reduce through rank 0; else recursive doubling for small
- * all-reduces over TCP on a power of two of ranks, the star for other small all-reduces
- * over TCP where a host has more ranks than cores, the one-shot path for other small
+ * doubling, =star the all-reduce through rank 0; else the star for small all-reduces over
+ * TCP where a host has more ranks than cores, recursive doubling for other small
+ * all-reduces over TCP on a power of two of ranks, the one-shot path for other small
  * calls, recursive halving for middle-sized all-reduces on a power of two of ranks, the
  * ring otherwise. */
 static ringlet_result_t run_collective(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
     if (c->algo == RL_ALGO_HALVING && rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
-    if (rl_doubling_fits(c, r)) return rl_run_doubling(c, r, mem, err);
     if (rl_star_fits(c, r)) return rl_run_star(c, r, mem, err);
+    if (rl_doubling_fits(c, r)) return rl_run_doubling(c, r, mem, err);
     if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
     if (rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
     return rl_run_ring(c, r, mem, err);

@@ -196,7 +196,8 @@ int rl_doubling_fits(const struct ringlet_comm *c, const struct ringlet_request 
     if (c->algo != RL_ALGO_AUTO) return 0;
     /* Where some ranks talk over TCP, whose every message costs system calls on both ends
      * and in the kernel between: on a power of two of at least 4 ranks, log2(P) messages
-     * per rank instead of the one-shot path's P - 1. Nothing of this rank's own decides
+     * per rank instead of the one-shot path's P - 1 (auto takes the star before this where
+     * a host has more ranks than cores: rl_star_fits). Nothing of this rank's own decides
      * (device or host buffers: ranks of one call may differ there), else they would part. */
     int P = c->nranks;
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);

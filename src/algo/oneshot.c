@@ -378,8 +378,9 @@ int rl_star_fits(const struct ringlet_comm *c, const struct ringlet_request *r) 
      * outnumber its cores, the work of all messages together is the call's time: the
      * one-shot path's P(P-1) messages against the star's 2(P-1) (on 2 cores, 8 B to 64
      * KiB: 0.55-0.9x the time at 3 and 5 ranks). At 2 ranks the one-shot path's two
-     * messages cross at once. Recursive doubling (P log2 P messages) is taken before this
-     * where it fits: at 4 ranks up to 4 KiB it was as fast or faster. */
+     * messages cross at once. This goes before recursive doubling too, whose P log2 P
+     * messages of the whole buffer are more work in all (at 4 ranks on 2 cores, alternated:
+     * 8 B to 4 KiB as fast or faster, 32 and 64 KiB 0.75-0.9x doubling's time). */
     size_t bytes = r->count * ringlet_datatype_size(r->dtype);
     return c->tcp_peers && c->crowded && P >= 3 && P <= c->oneshot_max_ranks && bytes <= c->oneshot_bytes;
 }

@@ -179,11 +179,12 @@ DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
 
 # Host and device buffers in one call (--memory odd-device: odd ranks on the device), over
 # each of TRANSPORTS, after DPLAN: every rank must choose the same algorithm whatever its
-# own buffers' kind (at 3 ranks over tcp on a 2-core machine auto takes the star, at 4
-# recursive doubling; before, a rank on the device took the one-shot path there and the
-# call hung).
+# own buffers' kind (at 3 and 4 ranks over tcp on a 2-core machine auto takes the star;
+# before, a rank on the device took the one-shot path there and the call hung); recursive
+# doubling, which auto takes where the ranks have cores of their own, forced at 4.
 MIXPLAN="3||--memory odd-device --max-count 4099 --quick
-4||--memory odd-device --max-count 4099 --quick"
+4||--memory odd-device --max-count 4099 --quick
+4|RINGLET_ALGO=doubling|--memory odd-device --max-count 4099 --quick"
 
 # The GPU suite's short runs (tests/gpu/run.sh) name a plan in RINGLET_COLLECTIVES_PLAN that
 # takes the place of DPLAN and IPCPLAN: device memory, every collective, --quick (two ops per
