@@ -115,6 +115,11 @@ typedef struct rl_device_ops {
     int (*stream_capturing)(rl_dev_stream_t s, int *yes);
     int (*stream_begin_capture)(rl_dev_stream_t s);
     int (*stream_end_capture)(rl_dev_stream_t s);
+    /* For tests: the calling thread's stream capture mode (cudaThreadExchangeStreamCaptureMode:
+     * 0 global, 1 thread-local, 2 relaxed) becomes *mode, and *mode the one it had. The
+     * layer's own queries, synchronisations, allocations and frees run in thread-local mode
+     * whatever the thread's (backend_ops.inc: local_mode_begin). */
+    int (*thread_capture_mode)(int *mode);
 
     /* Events mark a point in a stream: query says whether everything enqueued on the
      * stream before the last record is done (an event never recorded is done). */

@@ -36,8 +36,12 @@
  *   - stream capture (global mode): a stream being captured runs nothing of what is
  *     enqueued on it (it goes into a graph); an event recorded there is a node of the
  *     capture, and a stream that waits for it joins the capture. Synchronising a
- *     capturing stream, querying such an event, or a call that can synchronise the device
- *     while a capture is active fails (capture unsupported) and invalidates the capture;
+ *     capturing stream or querying such an event fails (capture unsupported) and
+ *     invalidates the capture; so does a call CUDA counts as potentially unsafe (a query,
+ *     a synchronisation, a call that can synchronise the device) while a capture forbids
+ *     it by the calling thread's capture mode: in global mode (a thread's default) any
+ *     capture, another thread's too; in thread-local mode the thread's own; in relaxed
+ *     mode none;
  *     work on the legacy stream, or asking it whether it captures, while a blocking stream
  *     of its device captures fails (capture implicit; the work also invalidates it). The capture's end fails when it was invalidated, or
  *     (stricter than CUDA, which allows a rejoin) when another stream joined it.
@@ -84,6 +88,9 @@ enum rl_rt_err {
 /* cudaStreamLegacy: the legacy default stream, as RINGLET_STREAM_DEFAULT is. */
 #define RL_RT_STREAM_LEGACY ((rl_dev_stream_t)1)
 
+/* CUDA's stream capture modes (cudaStreamCaptureMode; rt_cuda.c checks them). */
+enum rl_rt_capture_mode { RL_RT_CAPTURE_GLOBAL = 0, RL_RT_CAPTURE_THREAD_LOCAL = 1, RL_RT_CAPTURE_RELAXED = 2 };
+
 typedef struct rl_rt {
     const char *name; /* "cuda", "sim" */
 
@@ -119,6 +126,9 @@ typedef struct rl_rt {
     int (*stream_begin_capture)(rl_dev_stream_t s);
     int (*stream_end_capture)(rl_dev_stream_t s);
     int (*stream_is_capturing)(rl_dev_stream_t s, int *yes);
+    /* cudaThreadExchangeStreamCaptureMode: the calling thread's mode (rl_rt_capture_mode)
+     * becomes *mode, and *mode the one it had. */
+    int (*thread_exchange_capture_mode)(int *mode);
     int (*event_create)(rl_dev_event_t *e); /* timing disabled */
     int (*event_destroy)(rl_dev_event_t e);
     int (*event_record)(rl_dev_event_t e, rl_dev_stream_t s);

@@ -153,6 +153,18 @@ static int stream_is_capturing(rl_dev_stream_t s, int *yes) {
     return (int)e;
 }
 
+_Static_assert(RL_RT_CAPTURE_GLOBAL == (int)cudaStreamCaptureModeGlobal &&
+                   RL_RT_CAPTURE_THREAD_LOCAL == (int)cudaStreamCaptureModeThreadLocal &&
+                   RL_RT_CAPTURE_RELAXED == (int)cudaStreamCaptureModeRelaxed,
+               "capture modes");
+
+static int thread_exchange_capture_mode(int *mode) {
+    enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)*mode;
+    cudaError_t e = cudaThreadExchangeStreamCaptureMode(&m);
+    *mode = (int)m;
+    return (int)e;
+}
+
 static int event_create(rl_dev_event_t *e) {
     cudaEvent_t ce = NULL;
     cudaError_t r = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
@@ -298,6 +310,7 @@ const rl_rt rl_rt_cuda = {
     .stream_begin_capture = stream_begin_capture,
     .stream_end_capture = stream_end_capture,
     .stream_is_capturing = stream_is_capturing,
+    .thread_exchange_capture_mode = thread_exchange_capture_mode,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .event_record = event_record,

@@ -120,6 +120,7 @@ int sim_stream_synchronize(rl_dev_stream_t s);
 int sim_stream_begin_capture(rl_dev_stream_t s);
 int sim_stream_end_capture(rl_dev_stream_t s);
 int sim_stream_is_capturing(rl_dev_stream_t s, int *yes);
+int sim_thread_exchange_capture_mode(int *mode);
 int sim_event_create(rl_dev_event_t *e);
 int sim_event_destroy(rl_dev_event_t e);
 int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s);

@@ -189,6 +189,7 @@ const rl_rt rl_rt_sim = {
     .stream_begin_capture = sim_stream_begin_capture,
     .stream_end_capture = sim_stream_end_capture,
     .stream_is_capturing = sim_stream_is_capturing,
+    .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
     .event_create = sim_event_create,
     .event_destroy = sim_event_destroy,
     .event_record = sim_event_record,

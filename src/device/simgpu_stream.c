@@ -71,6 +71,7 @@ struct rl_dev_stream_s {
     struct rl_dev_stream_s *capture;
     uint64_t capture_id;
     int capture_invalid;
+    const void *capture_thread; /* the origin's: the thread that began it (t_thread_token) */
     struct rl_dev_stream_s *next_all;
 };
 
@@ -86,6 +87,11 @@ static atomic_ullong g_queue_seq; /* the order in which operations were queued *
  * g_streams_mu where both are held, never before. */
 static pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_capture_seq; /* captures begun (g_capture_mu) */
+static atomic_int g_captures;   /* captures active: a query looks further only when some are */
+/* The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode; global until it
+ * changes it), and a byte whose address names the thread. */
+static _Thread_local int t_capture_mode = RL_RT_CAPTURE_GLOBAL;
+static _Thread_local char t_thread_token;
 
 static unsigned long long rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -369,6 +375,43 @@ static int capture_refuse(rl_dev_stream_t origin, int code, const char *fmt, ...
     return sim_fail(code, "%s", msg);
 }
 
+int sim_thread_exchange_capture_mode(int *mode) {
+    if (*mode != RL_RT_CAPTURE_GLOBAL && *mode != RL_RT_CAPTURE_THREAD_LOCAL && *mode != RL_RT_CAPTURE_RELAXED)
+        return sim_fail(RL_RT_ERR_INVALID_VALUE, "thread_exchange_stream_capture_mode: mode %d", *mode);
+    int old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return RL_RT_SUCCESS;
+}
+
+/* The origin of an active capture that forbids this thread the calls CUDA calls
+ * potentially unsafe (a query, a synchronisation, an allocation), by the thread's capture
+ * mode: global, any capture (the simulator's are all begun in global mode), also another
+ * thread's; thread-local, one this thread began; relaxed, none. NULL when none does. */
+static rl_dev_stream_t capture_forbidding(int *other_thread) {
+    if (t_capture_mode == RL_RT_CAPTURE_RELAXED || !atomic_load(&g_captures)) return NULL;
+    rl_dev_stream_t found = NULL;
+    pthread_mutex_lock(&g_streams_mu);
+    pthread_mutex_lock(&g_capture_mu);
+    for (rl_dev_stream_t t = g_streams; t && !found; t = t->next_all)
+        if (t->capture == t && (t_capture_mode == RL_RT_CAPTURE_GLOBAL || t->capture_thread == &t_thread_token))
+            found = t, *other_thread = t->capture_thread != &t_thread_token;
+    pthread_mutex_unlock(&g_capture_mu);
+    pthread_mutex_unlock(&g_streams_mu);
+    return found;
+}
+
+/* what (a call) fails if a capture forbids it to this thread (capture_forbidding), and
+ * invalidates that capture, as CUDA does; else RL_RT_SUCCESS. */
+static int refuse_if_forbidden(const char *what) {
+    int other = 0;
+    rl_dev_stream_t origin = capture_forbidding(&other);
+    if (!origin) return RL_RT_SUCCESS;
+    return capture_refuse(origin, RL_RT_ERR_CAPTURE_UNSUPPORTED,
+                          "%s: not allowed while a stream capture (global mode) is active%s", what,
+                          other ? " on another thread, and this thread's capture mode is global" : "");
+}
+
 /* The origin of a capture that a stream takes part in: any stream (dev < 0), or one of
  * device dev (a blocking one only, when blocking); NULL when none captures. */
 static rl_dev_stream_t capture_somewhere(int dev, int blocking) {
@@ -413,7 +456,11 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
     if (s->legacy) return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_begin_capture: the legacy stream cannot be captured");
     pthread_mutex_lock(&g_capture_mu);
     int busy = s->capture != NULL;
-    if (!busy) s->capture = s, s->capture_id = ++g_capture_seq, s->capture_invalid = 0;
+    if (!busy) {
+        s->capture = s, s->capture_id = ++g_capture_seq, s->capture_invalid = 0;
+        s->capture_thread = &t_thread_token;
+        atomic_fetch_add(&g_captures, 1);
+    }
     pthread_mutex_unlock(&g_capture_mu);
     return busy ? sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_begin_capture: the stream is capturing already") : RL_RT_SUCCESS;
 }
@@ -430,6 +477,7 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
         invalid = s->capture_invalid;
         s->capture = NULL;
         s->capture_id = 0;
+        atomic_fetch_sub(&g_captures, 1);
     }
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
@@ -463,14 +511,11 @@ int sim_device_sync(const char *what) { return device_sync(what, 1); }
 int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
 
 static int device_sync(const char *what, int check_capture) {
-    rl_dev_stream_t origin = check_capture ? capture_somewhere(-1, 0) : NULL;
-    if (origin)
-        return capture_refuse(origin, RL_RT_ERR_CAPTURE_UNSUPPORTED,
-                              "%s: not allowed while a stream capture (global mode) is active", what);
+    int rc = check_capture ? refuse_if_forbidden(what) : RL_RT_SUCCESS;
+    if (rc) return rc;
     size_t n;
     rl_dev_stream_t *list = snapshot(&n);
     if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
-    int rc = RL_RT_SUCCESS;
     for (;;) {
         /* Looked at again on every round: a flag wait enqueued after the call began holds
          * a stream as surely, and a stream may wait for an event behind a held one. */
@@ -511,6 +556,7 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
     if (rc || (rc = resolve(&s))) return rc;
     rl_dev_stream_t cap = capture_of(s);
     if (cap) return capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_synchronize: the stream is capturing");
+    if ((rc = refuse_if_forbidden("stream_synchronize"))) return rc;
     wait_idle(s);
     return sim_sticky_check();
 }
@@ -527,6 +573,7 @@ int sim_stream_destroy(rl_dev_stream_t s) {
     while (s->users) pthread_cond_wait(&g_streams_cv, &g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
     joined_leave_locked(s);
+    if (s->capture == s) atomic_fetch_sub(&g_captures, 1);
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
     pthread_mutex_lock(&s->mu);
@@ -699,6 +746,7 @@ int sim_event_query(rl_dev_event_t e) {
     }
     if (origin)
         return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "event_query: the event was recorded in an active stream capture");
+    if ((rc = refuse_if_forbidden("event_query"))) return rc;
     pthread_mutex_lock(&e->mu);
     int done = e->done >= e->recorded;
     pthread_mutex_unlock(&e->mu);

@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|legacy|capture [--count N]
+ *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -42,6 +42,13 @@
  *   RINGLET_ERR_INVALID_USAGE, before it touches the stream: the capture still ends
  *   cleanly (an event recorded in it, or a wait for one, would have invalidated it or
  *   pulled ringlet's own stream in), and the communicator works on that stream after.
+ * capture-other: another thread of the process captures a CUDA graph (global mode, as
+ *   torch.cuda.graph does) on a stream of its own from before the calls until after them;
+ *   the calling thread, in thread-local mode as a careful user's would be, runs checked
+ *   all-reduces on a stream of its own. ringlet's threads must keep out of the capture:
+ *   a query, synchronisation or allocation of theirs in global mode fails (capture
+ *   unsupported) and invalidates it. The results must be right and the capture must end
+ *   cleanly.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -257,6 +264,68 @@ static void checked_allreduce(ringlet_comm_t comm, int P, size_t n, rl_dev_strea
     DEV(D->host_free(out));
 }
 
+/* capture-other: a thread that holds a capture open until told to end it. */
+typedef struct {
+    rl_dev_stream_t t;
+    int phase; /* 1 capturing (or -1: the begin failed), 2 told to end it */
+    int end_rc;
+    char err[512];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} capturer;
+
+static void capturer_set(capturer *k, int phase) {
+    pthread_mutex_lock(&k->mu);
+    k->phase = phase;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void capturer_wait(capturer *k, int phase) {
+    pthread_mutex_lock(&k->mu);
+    while (k->phase != phase && k->phase >= 0) pthread_cond_wait(&k->cv, &k->mu);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void *capturer_main(void *arg) {
+    capturer *k = arg;
+    if (D->set_device(g_dev) != RL_DEV_OK || D->stream_begin_capture(k->t) != RL_DEV_OK) {
+        snprintf(k->err, sizeof k->err, "%s", rl_dev_error());
+        capturer_set(k, -1);
+        return NULL;
+    }
+    capturer_set(k, 1);
+    capturer_wait(k, 2);
+    k->end_rc = D->stream_end_capture(k->t);
+    if (k->end_rc != RL_DEV_OK) snprintf(k->err, sizeof k->err, "%s", rl_dev_error());
+    return NULL;
+}
+
+static void capture_other_case(ringlet_comm_t comm, int P, size_t n) {
+    int mode = 1; /* this thread: thread-local, as a user beside a capturing thread sets it */
+    DEV(D->thread_capture_mode(&mode));
+    capturer k = {.phase = 0};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_cond_init(&k.cv, NULL);
+    rl_dev_stream_t s;
+    DEV(D->stream_create(&s));
+    DEV(D->stream_create(&k.t));
+    pthread_t th;
+    if (pthread_create(&th, NULL, capturer_main, &k) != 0) FAIL("cannot start the capturing thread");
+    capturer_wait(&k, 1);
+    if (k.phase < 0) FAIL("the capture did not begin: %s", k.err);
+    /* The first call prepares the communicator's device side (allocations), the second
+     * only queues: both while the other thread's capture is open. */
+    checked_allreduce(comm, P, n, s, g_dev, "all-reduces while another thread captures");
+    capturer_set(&k, 2);
+    pthread_join(th, NULL);
+    if (k.end_rc != RL_DEV_OK) FAIL("the other thread's capture did not end cleanly: %s", k.err);
+    DEV(D->stream_destroy(k.t));
+    DEV(D->stream_destroy(s));
+    pthread_mutex_destroy(&k.mu);
+    pthread_cond_destroy(&k.cv);
+}
+
 /* fresh: one call from a new thread. */
 typedef struct {
     ringlet_comm_t comm;
@@ -334,7 +403,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other [--count N] "
+                            "[--dir D]\n");
             return 2;
         }
     }
@@ -500,6 +570,15 @@ int main(int argc, char **argv) {
         printf("stream: rank %d: OK capture: refused (%s), the capture ended cleanly, then all-reduces on the stream "
                "as before\n",
                g_rank, refused);
+        return 0;
+    }
+
+    if (!strcmp(cas, "capture-other")) {
+        capture_other_case(comm, P, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK capture-other: all-reduces right while another thread captured, and its capture "
+               "ended cleanly\n",
+               g_rank);
         return 0;
     }
 

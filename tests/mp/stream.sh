@@ -15,6 +15,8 @@
 #          device: right results, and no context made on device 0
 #   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
+#   capture-other  another thread's capture (global mode) open across all-reduces on another
+#          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -90,8 +92,10 @@ for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     run_case "$tr" order CUDA_DEVICE_MAX_CONNECTIONS=1
 done
 WANT_HOLD=
-# A capturing stream (CUDA graphs) is refused, and the capture survives.
+# A capturing stream (CUDA graphs) is refused, and the capture survives; another thread's
+# capture survives calls on other streams (ringlet's threads keep out of it).
 run_case shm capture
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-other; done
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done

@@ -26,6 +26,11 @@
  *               stream that waits for such an event joins the capture; the legacy stream
  *               asked while a blocking stream captures fails; the device layer's
  *               stream_capturing says so
+ *   capture-modes  a thread's capture mode: in global mode (the default) a query,
+ *               synchronisation or allocation fails while another thread captures, and
+ *               invalidates that capture; in thread-local mode only the thread's own
+ *               capture forbids them; in relaxed mode none; the device layer's own calls
+ *               run in thread-local mode whatever the thread's
  *   ipc-free    freeing memory that another live process has open through IPC (CUDA:
  *               undefined) stops the process that frees it; an importer that closed every
  *               open of it, or exited, lets the free go
@@ -549,6 +554,119 @@ static void rule_capture(void) {
     RT_OK(R->stream_destroy(blk));
 }
 
+/* capture-modes: a thread that holds a capture on its stream open until told to end it. */
+typedef struct {
+    rl_dev_stream_t s;
+    int phase, end_rc; /* phase: 1 capturing, 2 told to end */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} capture_thread;
+
+static void ct_set(capture_thread *k, int phase) {
+    pthread_mutex_lock(&k->mu);
+    k->phase = phase;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void ct_wait(capture_thread *k, int phase) {
+    pthread_mutex_lock(&k->mu);
+    while (k->phase != phase) pthread_cond_wait(&k->cv, &k->mu);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void *ct_main(void *arg) {
+    capture_thread *k = arg;
+    k->end_rc = R->stream_begin_capture(k->s);
+    ct_set(k, 1);
+    ct_wait(k, 2);
+    if (k->end_rc == RL_RT_SUCCESS) k->end_rc = R->stream_end_capture(k->s);
+    return NULL;
+}
+
+/* Begins a capture on s in another thread; ct_end ends it and returns the end's code. */
+static void ct_begin(capture_thread *k, rl_dev_stream_t s, pthread_t *th) {
+    k->s = s;
+    k->phase = 0;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    if (pthread_create(th, NULL, ct_main, k) != 0) CHECK(0, "cannot start a thread");
+    ct_wait(k, 1);
+}
+
+static int ct_end(capture_thread *k, pthread_t th) {
+    ct_set(k, 2);
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    return k->end_rc;
+}
+
+static void rule_capture_modes(void) {
+    rl_dev_stream_t a, b;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->stream_create(&b, 0));
+    rl_dev_event_t e;
+    RT_OK(R->event_create(&e));
+    RT_OK(R->event_record(e, b));
+    RT_OK(R->stream_synchronize(b));
+    void *p = NULL;
+    capture_thread k;
+    pthread_t th;
+    /* Global mode (this thread's default): another thread's capture forbids the calls,
+     * and each failure invalidates that capture. */
+    for (int step = 0; step < 3; step++) {
+        ct_begin(&k, a, &th);
+        int rc = step == 0 ? R->event_query(e) : step == 1 ? R->stream_synchronize(b) : R->malloc(&p, 4096);
+        CHECK(rc == RL_RT_ERR_CAPTURE_UNSUPPORTED, "global mode, step %d, during another thread's capture: %d", step, rc);
+        R->get_last_error();
+        rc = ct_end(&k, th);
+        CHECK(rc == RL_RT_ERR_CAPTURE_INVALIDATED, "global mode, step %d: the other thread's capture ended with %d", step,
+              rc);
+    }
+    /* Thread-local and relaxed: another thread's capture is not this thread's business. */
+    for (int mode = RL_RT_CAPTURE_THREAD_LOCAL; mode <= RL_RT_CAPTURE_RELAXED; mode++) {
+        int old = mode;
+        RT_OK(R->thread_exchange_capture_mode(&old));
+        CHECK(old == RL_RT_CAPTURE_GLOBAL, "the mode before was %d, not global", old);
+        ct_begin(&k, a, &th);
+        RT_OK(R->event_query(e));
+        RT_OK(R->stream_synchronize(b));
+        RT_OK(R->malloc(&p, 4096));
+        RT_OK(R->free(p));
+        CHECK(ct_end(&k, th) == RL_RT_SUCCESS, "mode %d: the other thread's capture was invalidated", mode);
+        /* The thread's own capture: forbids them in thread-local mode, not in relaxed. */
+        RT_OK(R->stream_begin_capture(a));
+        int rc = R->event_query(e);
+        R->get_last_error();
+        CHECK(rc == (mode == RL_RT_CAPTURE_RELAXED ? RL_RT_SUCCESS : RL_RT_ERR_CAPTURE_UNSUPPORTED),
+              "mode %d, during this thread's own capture: a query returned %d", mode, rc);
+        rc = R->stream_end_capture(a);
+        R->get_last_error();
+        CHECK(rc == (mode == RL_RT_CAPTURE_RELAXED ? RL_RT_SUCCESS : RL_RT_ERR_CAPTURE_INVALIDATED),
+              "mode %d: this thread's capture ended with %d", mode, rc);
+        int back = RL_RT_CAPTURE_GLOBAL;
+        RT_OK(R->thread_exchange_capture_mode(&back));
+        CHECK(back == mode, "the mode read back %d, set %d", back, mode);
+    }
+    int bad = 7;
+    RT_IS(R->thread_exchange_capture_mode(&bad), RL_RT_ERR_INVALID_VALUE);
+    /* The device layer's own calls, from a thread in global mode, keep out of another
+     * thread's capture. */
+    ct_begin(&k, a, &th);
+    DEV_OK(D->event_query(e));
+    DEV_OK(D->stream_sync(b));
+    DEV_OK(D->mem_alloc(&p, 4096));
+    DEV_OK(D->mem_free(p));
+    CHECK(ct_end(&k, th) == RL_RT_SUCCESS, "the device layer's calls invalidated another thread's capture");
+    int cur = RL_RT_CAPTURE_GLOBAL;
+    RT_OK(R->thread_exchange_capture_mode(&cur));
+    CHECK(cur == RL_RT_CAPTURE_GLOBAL, "the device layer left this thread in mode %d", cur);
+    RT_OK(R->event_destroy(e));
+    RT_OK(R->stream_destroy(a));
+    RT_OK(R->stream_destroy(b));
+}
+
 /* ---- stream memory operations, and the backend's hold kind ---- */
 
 static void rule_memops(void) {
@@ -759,6 +877,7 @@ int main(int argc, char **argv) {
     rule_pageable();
     rule_legacy();
     rule_capture();
+    rule_capture_modes();
     rule_memops();
     rule_queues();
     rule_ipc_free();
