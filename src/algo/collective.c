@@ -12,26 +12,37 @@
 #include "util.h"
 
 /* Host buffers with a stream: the stream's earlier work must be done before the host
- * reads them. */
-static ringlet_result_t wait_user_event(struct ringlet_comm *c, void *event, char *err) {
+ * reads them. Queried on the event's device: the runtime makes a context on the thread's
+ * current device for the call, and the progress thread may never have chosen one. */
+static ringlet_result_t wait_user_event(struct ringlet_comm *c, void *event, int dev, char *err) {
     const rl_device_ops *d = c->dev->d;
+    int saved = -1;
+    if (d->device_enter(dev, &saved) != RL_DEV_OK) return rl_devcomm_error("selecting the stream's device", err);
     double t0 = rl_now();
+    ringlet_result_t rc = RINGLET_SUCCESS;
     int q;
     while ((q = d->event_query(event)) == RL_DEV_NOT_READY) {
-        if (atomic_load(&c->stop)) return snprintf(err, RL_MSG_MAX, "stopped: the communicator failed"), RINGLET_ERR_REMOTE;
-        if (rl_now() - t0 > c->timeout_s)
-            return snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s",
-                            c->timeout_s),
-                   RINGLET_ERR_TIMEOUT;
+        if (atomic_load(&c->stop)) {
+            rc = RINGLET_ERR_REMOTE;
+            snprintf(err, RL_MSG_MAX, "stopped: the communicator failed");
+            break;
+        }
+        if (rl_now() - t0 > c->timeout_s) {
+            rc = RINGLET_ERR_TIMEOUT;
+            snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s", c->timeout_s);
+            break;
+        }
         rl_sleep_ms(rl_now() - t0 < 1e-3 ? 0 : 1);
     }
-    return q == RL_DEV_OK ? RINGLET_SUCCESS : rl_devcomm_error("the stream", err);
+    if (!rc && q != RL_DEV_OK) rc = rl_devcomm_error("the stream", err);
+    d->device_leave(saved);
+    return rc;
 }
 
 /* Every stream of the request (a group has several). */
 static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
-    ringlet_result_t rc = r->event ? wait_user_event(c, r->event, err) : RINGLET_SUCCESS;
-    for (int i = 0; i < r->nxstream && !rc; i++) rc = wait_user_event(c, r->xevent[i], err);
+    ringlet_result_t rc = r->event ? wait_user_event(c, r->event, r->event_device, err) : RINGLET_SUCCESS;
+    for (int i = 0; i < r->nxstream && !rc; i++) rc = wait_user_event(c, r->xevent[i], r->xevent_device[i], err);
     return rc;
 }
 

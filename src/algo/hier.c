@@ -108,6 +108,7 @@ static void slice_request(const plan_t *pl, int s, struct ringlet_request *out) 
     slice_of(pl->r->count, pl->ns, s, &off, &len);
     rl_request_shadow(out, pl->r);
     out->event = pl->r->event;
+    out->event_device = pl->r->event_device;
     out->sendbuf = (const char *)pl->r->sendbuf + off * pl->es;
     out->recvbuf = (char *)pl->r->recvbuf + off * pl->es;
     out->count = len;
@@ -119,6 +120,7 @@ static void segment_request(const plan_t *pl, const struct ringlet_request *slic
     rl_geom_chunk(&g, seg, 0, &off, &len);
     rl_request_shadow(out, pl->r);
     out->event = pl->r->event;
+    out->event_device = pl->r->event_device;
     out->sendbuf = (char *)slice->recvbuf + off * pl->es;
     out->recvbuf = (char *)slice->recvbuf + off * pl->es;
     out->count = g.base + ((size_t)seg < g.rem);

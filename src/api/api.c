@@ -89,10 +89,15 @@ static _Thread_local struct {
  * refused before anything touches the stream, so that the capture stays valid. */
 static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, void *stream) {
     const rl_device_ops *d = stream ? rl_device() : NULL;
-    int capturing = 0;
+    int capturing = 0, dev = -1, saved = -1;
     if (!d) return RINGLET_SUCCESS;
-    if (d->stream_capturing((rl_dev_stream_t)stream, &capturing) != RL_DEV_OK)
-        return rl_error(c, RINGLET_ERR_CUDA, "%s: %s", fn, rl_dev_error());
+    /* Asked on the stream's device: the runtime makes a context on the thread's current
+     * device for the call, and a thread that never chose one is on device 0. */
+    int rc = d->stream_device((rl_dev_stream_t)stream, &dev) == RL_DEV_OK && d->device_enter(dev, &saved) == RL_DEV_OK
+                 ? d->stream_capturing((rl_dev_stream_t)stream, &capturing)
+                 : RL_DEV_ERR;
+    if (dev >= 0) d->device_leave(saved);
+    if (rc != RL_DEV_OK) return rl_error(c, RINGLET_ERR_CUDA, "%s: %s", fn, rl_dev_error());
     if (capturing)
         return rl_error(c, RINGLET_ERR_INVALID_USAGE,
                         "%s: the stream is capturing a CUDA graph (stream capture); ringlet's calls cannot be "
@@ -491,10 +496,12 @@ ringlet_result_t ringlet_group_end(void) {
 /* blocking() clears a request's fields around its message: the field after it is device. */
 _Static_assert(offsetof(struct ringlet_request, device) == offsetof(struct ringlet_request, err) + RL_MSG_MAX,
                "struct ringlet_request: device must follow err");
-/* ... and between device and treq1 it leaves out a group's streams only. */
+/* ... and between device and treq1 it leaves out a group's streams only (their events and
+ * the events' devices: set where the events are). */
 _Static_assert(offsetof(struct ringlet_request, premul) - offsetof(struct ringlet_request, xstream) ==
-                   sizeof(((struct ringlet_request *)0)->xstream) + sizeof(((struct ringlet_request *)0)->xevent),
-               "struct ringlet_request: xevent must follow xstream, and premul xevent");
+                   sizeof(((struct ringlet_request *)0)->xstream) + sizeof(((struct ringlet_request *)0)->xevent) +
+                       sizeof(((struct ringlet_request *)0)->xevent_device),
+               "struct ringlet_request: xevent must follow xstream, xevent_device xevent, and premul xevent_device");
 
 /* RINGLET_STREAM_DEFAULT without a device backend means no stream. */
 static void *stream_of(void *st) { return st == RINGLET_STREAM_DEFAULT && !rl_device() ? NULL : st; }

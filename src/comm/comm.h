@@ -110,6 +110,7 @@ struct ringlet_request {
     int device;
     void *stream;
     void *event;
+    int event_device; /* the device of event (the stream's): a query or destroy runs there */
     int detached;
     int hold_later;     /* rl_devcomm_hold holds its streams (a group) */
     /* Its preparation failed on a peer's failure (devcomm.h): queued all the same, the
@@ -122,6 +123,7 @@ struct ringlet_request {
     int nsub;
     int nxstream;
     void *xstream[RL_GROUP_MAX_STREAMS], *xevent[RL_GROUP_MAX_STREAMS];
+    int xevent_device[RL_GROUP_MAX_STREAMS];
     /* A pre-multiplied sum: the op as it was at the call (op is a user op id). */
     rl_userop premul;
     /* Point to point on host memory: the progress thread posts the pieces' transport

@@ -332,7 +332,7 @@ static int not_held(const rl_device_ops *d, void *stream) {
  * until the flag reaches seq. Both on the stream's device: an event records only on a stream of
  * the device it was made on, and a kernel launches only on the current device. */
 static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t seq, int later, void **event,
-                                    char *err) {
+                                    int *event_device, char *err) {
     const rl_device_ops *d = s->d;
     int saved = -1, dev = -1;
     if (d->stream_device(stream, &dev) != RL_DEV_OK) return rl_devcomm_error("the stream's device", err);
@@ -347,24 +347,35 @@ static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t
         rc = rl_devcomm_error("making the stream wait for the operation", err);
     }
     if (rc && ev) d->event_destroy(ev);
-    if (!rc) *event = ev;
+    if (!rc) *event = ev, *event_device = dev;
     d->device_leave(saved);
     return rc;
+}
+
+/* Destroys a request's event on its device (the runtime makes a context on the thread's
+ * current device for the call: a progress thread that never chose one is on device 0). */
+static void event_drop(const rl_device_ops *d, void **event, int dev) {
+    if (!*event) return;
+    int saved = -1;
+    int entered = d->device_enter(dev, &saved) == RL_DEV_OK;
+    d->event_destroy(*event);
+    if (entered) d->device_leave(saved);
+    *event = NULL;
 }
 
 ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     struct rl_devcomm *s = c->dev;
     if (!s || !s->flag)
         return snprintf(err, RL_MSG_MAX, "internal: a stream call that was not prepared"), RINGLET_ERR_INTERNAL;
-    ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, err);
+    ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, &r->event_device, err);
     /* A group's other streams. A failure here leaves the streams already held waiting
      * for a flag that the operation, never queued, does not set: release them now. */
-    for (int i = 0; i < r->nxstream && !rc; i++) rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], err);
+    for (int i = 0; i < r->nxstream && !rc; i++)
+        rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], &r->xevent_device[i], err);
     if (rc) {
         if (r->event || (r->nxstream && r->xevent[0])) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
-        if (r->event) s->d->event_destroy(r->event), r->event = NULL;
-        for (int i = 0; i < r->nxstream; i++)
-            if (r->xevent[i]) s->d->event_destroy(r->xevent[i]), r->xevent[i] = NULL;
+        event_drop(s->d, &r->event, r->event_device);
+        for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
     }
     return rc;
 }
@@ -467,12 +478,8 @@ ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err) {
 void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r) {
     struct rl_devcomm *s = c->dev;
     if (!s) return;
-    if (r->event) {
-        s->d->event_destroy(r->event);
-        r->event = NULL;
-    }
-    for (int i = 0; i < r->nxstream; i++)
-        if (r->xevent[i]) s->d->event_destroy(r->xevent[i]), r->xevent[i] = NULL;
+    event_drop(s->d, &r->event, r->event_device);
+    for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
     /* Operations finish in issue order, so the flag only grows. */
     if (r->stream && s->flag) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
 }

@@ -28,7 +28,9 @@
  *     all at once;
  *   - the current device is per thread; streams and events belong to the device current
  *     when they were made; recording an event on a stream of another device, or
- *     launching a kernel on a stream of a device that is not current, fails;
+ *     launching a kernel on a stream of a device that is not current, fails; a call that
+ *     names a stream, an event or memory makes a context on the thread's current device
+ *     (primary_ctx_active says so), whatever device the object is on;
  *   - copies to or from pageable host memory return once done (synchronous with respect
  *     to their stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every

@@ -299,6 +299,7 @@ int sim_malloc(void **p, size_t bytes) {
  * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
  * importer closes it first); the simulator stops the process there, as a sanitizer would. */
 int sim_free(void *p) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     STICKY_GUARD();
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFree");
@@ -347,6 +348,7 @@ int sim_host_alloc(void **p, size_t bytes) {
 
 /* cudaFreeHost: synchronises the device first. */
 int sim_free_host(void *p) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     STICKY_GUARD();
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFreeHost");
@@ -358,6 +360,7 @@ int sim_free_host(void *p) {
 }
 
 int sim_ipc_get_handle(rl_dev_handle *h, void *p) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     STICKY_GUARD();
     struct handle x;
     memset(&x, 0, sizeof x);
@@ -381,6 +384,7 @@ int sim_ipc_get_handle(rl_dev_handle *h, void *p) {
 
 /* cudaIpcOpenMemHandle: may synchronise the device. */
 int sim_ipc_open(void **p, const rl_dev_handle *h) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     *p = NULL;
     STICKY_GUARD();
     struct handle x;
@@ -450,6 +454,7 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
 
 /* cudaIpcCloseMemHandle: may synchronise the device; unmaps with the last open's close. */
 int sim_ipc_close(void *p) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     STICKY_GUARD();
     int rc = sim_device_sync("cudaIpcCloseMemHandle");
     if (rc) return rc;

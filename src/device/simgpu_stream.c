@@ -451,6 +451,7 @@ static rl_dev_stream_t capture_origin_locked(uint64_t id) {
 }
 
 int sim_stream_begin_capture(rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc || (rc = resolve(&s))) return rc;
     if (s->legacy) return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_begin_capture: the legacy stream cannot be captured");
@@ -466,6 +467,7 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_end_capture(rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = resolve(&s);
     if (rc) return rc;
     int joined = 0, invalid = 0;
@@ -494,6 +496,7 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_is_capturing(rl_dev_stream_t s, int *yes) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     *yes = 0;
     int rc = resolve(&s);
     if (rc) return rc;
@@ -552,6 +555,7 @@ static int device_sync(const char *what, int check_capture) {
 }
 
 int sim_stream_synchronize(rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc || (rc = resolve(&s))) return rc;
     rl_dev_stream_t cap = capture_of(s);
@@ -562,6 +566,7 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
 }
 
 int sim_stream_destroy(rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     if (!s || s == RL_RT_STREAM_LEGACY) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: the legacy stream");
     wait_idle(s);
     pthread_mutex_lock(&g_streams_mu);
@@ -696,6 +701,7 @@ int sim_event_create(rl_dev_event_t *out) {
 }
 
 int sim_event_destroy(rl_dev_event_t e) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_destroy: NULL");
     event_unref(e); /* operations that still name it keep it until they ran */
     return RL_RT_SUCCESS;
@@ -712,6 +718,7 @@ static sim_op *event_op(int kind, rl_dev_event_t e, uint64_t gen) {
 }
 
 int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_record: invalid event");
@@ -733,6 +740,7 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
 }
 
 int sim_event_query(rl_dev_event_t e) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_query: invalid event");
@@ -755,6 +763,7 @@ int sim_event_query(rl_dev_event_t e) {
 }
 
 int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_wait_event: invalid event");
@@ -806,6 +815,7 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what) {
  * it is done (the stream's earlier work first), a copy from it taking the bytes at the
  * call. Pinned and device memory are asynchronous both ways. */
 int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!bytes) return RL_RT_SUCCESS;
@@ -835,6 +845,7 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
 }
 
 int sim_memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s) {
+    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     int rc = sim_sticky_check();
     if (rc) return rc;
     if (!bytes) return RL_RT_SUCCESS;

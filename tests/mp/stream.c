@@ -32,9 +32,10 @@
  *   thread works on device 1, and the caller's current device is still 0 afterwards.
  * fresh: (two devices) the process uses device 1 only (chosen before init); the calls come
  *   from a thread that never chose a device (it reads as device 0, where nothing was
- *   made): the results must be right, and afterwards device 0 must have no context (a
- *   call that put the thread "back" on device 0 makes one there: GPU memory on a device
- *   the process never used).
+ *   made), on device buffers, then on host buffers with the stream, and the communicator
+ *   is destroyed from such a thread: the results must be right, and afterwards device 0
+ *   must have no context (a call that put the thread "back" on device 0, or a CUDA call
+ *   made there, makes one: GPU memory on a device the process never used).
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -349,6 +350,32 @@ static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
     DEV(D->host_alloc((void **)&out, n * 4));
     DEV(D->mem_alloc(&f.din, n * 4));
     DEV(D->mem_alloc(&f.dout, n * 4));
+    void *dscratch;
+    DEV(D->mem_alloc(&dscratch, 4));
+    /* Host buffers with the stream (the call waits for the stream's work before it, and
+     * the stream for the call), from a new thread: nothing of it runs on device 0. First:
+     * the progress thread has not yet been on device 1 for a device call. */
+    uint32_t *hin = malloc(n * 4), *hout = malloc(n * 4);
+    if (!hin || !hout) FAIL("fresh: out of memory");
+    for (size_t i = 0; i < n; i++) hin[i] = input(g_rank, i), hout[i] = 0xdeadbeefu;
+    fresh_call h = f;
+    h.din = hin, h.dout = hout;
+    DEV(D->memset_async(dscratch, 0, 4, f.s)); /* work on the stream before the call */
+    pthread_t th;
+    pthread_create(&th, NULL, fresh_thread, &h);
+    pthread_join(th, NULL);
+    if (h.rc != RINGLET_SUCCESS) FAIL("fresh: host all-reduce with a stream from a new thread: %s",
+                                      ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(f.s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("fresh: %s", ringlet_comm_last_error(comm));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < P; r++) want += input(r, i);
+        if (hout[i] != want) FAIL("fresh: host buffers: element %zu is 0x%08x, want 0x%08x", i, hout[i], want);
+    }
+    free(hin);
+    free(hout);
+    DEV(D->mem_free(dscratch));
     for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i), out[i] = 0xdeadbeefu;
     for (int round = 0; round < 2; round++) { /* the first call prepares, the second only queues */
         DEV(D->memcpy_async(f.din, in, n * 4, f.s));
@@ -370,6 +397,18 @@ static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
     DEV(D->host_free(in));
     DEV(D->host_free(out));
     DEV(D->stream_destroy(f.s));
+}
+
+/* fresh: the communicator destroyed from a new thread (on device 0, where nothing was made). */
+typedef struct {
+    ringlet_comm_t comm;
+    ringlet_result_t rc;
+} fresh_destroy;
+
+static void *destroy_thread(void *arg) {
+    fresh_destroy *f = arg;
+    f->rc = ringlet_comm_destroy(f->comm);
+    return NULL;
 }
 
 /* Both ranks: one all-reduce on device buffers with a stream, so that the device
@@ -535,7 +574,11 @@ int main(int argc, char **argv) {
     if (fresh) {
         if (ndev < 2) FAIL("the fresh case needs two devices (RINGLET_SIM_DEVICES=2), %d here", ndev);
         fresh_case(comm, P, n);
-        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        fresh_destroy fd = {comm, RINGLET_ERR_INTERNAL};
+        pthread_t t;
+        pthread_create(&t, NULL, destroy_thread, &fd);
+        pthread_join(t, NULL);
+        if (fd.rc != RINGLET_SUCCESS) FAIL("destroy from a new thread");
         int active = -1;
         DEV(D->context_active(0, &active));
         if (active) FAIL("fresh: device 0 has a context, but this process used device 1 only");
