@@ -201,13 +201,38 @@ static void sweep_orphans(const rl_device_ops *d) {
     }
 }
 
+/* Whether the connection's copies are done, waiting up to the communicator's deadline (each
+ * slot's event follows its last copy; one never recorded is done). A failure completes the
+ * requests while copies may still run, and CUDA's stream destroy returns at once with the
+ * work going on: the slots they read must stay mapped until then. */
+static int copies_done(ipc_conn *k) {
+    const rl_device_ops *d = k->ctx->d;
+    double until = rl_now() + k->ctx->in.timeout_s;
+    for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++) {
+        int q;
+        while (k->ev[i] && (q = d->event_query(k->ev[i])) == RL_DEV_NOT_READY) {
+            if (rl_now() > until) return 0;
+            rl_sleep_ms(1);
+        }
+        if (k->ev[i] && q != RL_DEV_OK) return 0;
+    }
+    return 1;
+}
+
 static void conn_free(ipc_conn *k) {
     ipc_ctx *x = k->ctx;
     const rl_device_ops *d = x->d;
-    if (k->stream) d->stream_destroy(k->stream); /* after its copies ran */
+    int copied = copies_done(k);
+    if (!copied)
+        RL_WARN(x->in.rank, "cuda_ipc: the copies of rank %d's connection failed or did not finish within %.0f s: "
+                "the slots they use are left as they are (mapped, not freed)", k->peer, x->in.timeout_s);
+    if (k->stream) d->stream_destroy(k->stream);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
-    if (!k->sending) {
+    /* Copies that may still run read or write the slots: then they stay, a leak, never
+     * memory unmapped or freed under them (the sender keeps its slots while this end has
+     * them mapped). */
+    if (copied && !k->sending) {
         /* Unmap now (a quiet section frees at once), then tell the sender it may free. An
          * abort does not wait for other communicators' held streams: unmapped later, and
          * the sender's slots stay until this process ends. */
@@ -219,7 +244,7 @@ static void conn_free(ipc_conn *k) {
         if (k->slots && quiet) rl_dev_quiet_end();
         if (quiet) atomic_store(&k->ctl->unmapped, 1);
         else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, rl_dev_error());
-    } else if (k->slots) {
+    } else if (copied && k->slots) {
         /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
          * slots never will (map_sender); one that has must unmap them first. */
         if (atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE || atomic_load(&k->ctl->unmapped)) {
