@@ -89,6 +89,10 @@ enum rl_rt_err {
 
 /* cudaStreamLegacy: the legacy default stream, as RINGLET_STREAM_DEFAULT is. */
 #define RL_RT_STREAM_LEGACY ((rl_dev_stream_t)1)
+/* cudaStreamPerThread: the calling thread's own default stream on its current device (a
+ * blocking one: it and the legacy stream wait for each other), another stream in every
+ * thread that names it. */
+#define RL_RT_STREAM_PER_THREAD ((rl_dev_stream_t)2)
 
 /* CUDA's stream capture modes (cudaStreamCaptureMode; rt_cuda.c checks them). */
 enum rl_rt_capture_mode { RL_RT_CAPTURE_GLOBAL = 0, RL_RT_CAPTURE_THREAD_LOCAL = 1, RL_RT_CAPTURE_RELAXED = 2 };

@@ -265,7 +265,18 @@ int sim_stream_create(rl_dev_stream_t *out, int blocking) {
 }
 
 /* NULL and RL_RT_STREAM_LEGACY: the current device's legacy default stream. */
+static _Thread_local rl_dev_stream_t t_per_thread[64]; /* RL_RT_STREAM_PER_THREAD, per device */
+
 static int resolve(rl_dev_stream_t *s) {
+    if (*s == RL_RT_STREAM_PER_THREAD) {
+        int dev = sim_current_device();
+        if (!t_per_thread[dev]) {
+            int rc = stream_new(&t_per_thread[dev], dev, 1, 0); /* lives as long as the process */
+            if (rc) return rc;
+        }
+        *s = t_per_thread[dev];
+        return RL_RT_SUCCESS;
+    }
     if (*s && *s != RL_RT_STREAM_LEGACY) return RL_RT_SUCCESS;
     int dev = sim_current_device();
     pthread_mutex_lock(&g_streams_mu);
@@ -567,7 +578,8 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
 
 int sim_stream_destroy(rl_dev_stream_t s) {
     (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    if (!s || s == RL_RT_STREAM_LEGACY) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: the legacy stream");
+    if (!s || s == RL_RT_STREAM_LEGACY || s == RL_RT_STREAM_PER_THREAD)
+        return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: a default stream (legacy or per-thread)");
     wait_idle(s);
     pthread_mutex_lock(&g_streams_mu);
     for (rl_dev_stream_t *p = &g_streams; *p; p = &(*p)->next_all)

@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other [--count N]
+ *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -50,6 +50,9 @@
  *   a query, synchronisation or allocation of theirs in global mode fails (capture
  *   unsupported) and invalidates it. The results must be right and the capture must end
  *   cleanly.
+ * per-thread: all-reduces on cudaStreamPerThread (the handle 0x2: each thread's own default
+ *   stream), from the main thread and from a second one at once, each checked: the handle
+ *   must be taken as the calling thread's stream (the user's, on the user's thread).
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -327,6 +330,22 @@ static void capture_other_case(ringlet_comm_t comm, int P, size_t n) {
     pthread_cond_destroy(&k.cv);
 }
 
+/* per-thread: a second thread's checked all-reduces on its own per-thread stream. */
+typedef struct {
+    ringlet_comm_t comm;
+    int P;
+    size_t n;
+} per_thread_arg;
+
+#define STREAM_PER_THREAD ((rl_dev_stream_t)2) /* cudaStreamPerThread */
+
+static void *per_thread_main(void *arg) {
+    per_thread_arg *a = arg;
+    DEV(D->set_device(g_dev));
+    checked_allreduce(a->comm, a->P, a->n, STREAM_PER_THREAD, g_dev, "cudaStreamPerThread, second thread");
+    return NULL;
+}
+
 /* fresh: one call from a new thread. */
 typedef struct {
     ringlet_comm_t comm;
@@ -442,8 +461,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other [--count N] "
-                            "[--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread "
+                            "[--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -622,6 +641,22 @@ int main(int argc, char **argv) {
         printf("stream: rank %d: OK capture-other: all-reduces right while another thread captured, and its capture "
                "ended cleanly\n",
                g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "per-thread")) {
+        /* Two communicators, one per thread (calls of one communicator from two threads at
+         * once are not ordered the same on both ranks). */
+        ringlet_comm_t second;
+        if (ringlet_comm_split(comm, 0, g_rank, &second) != RINGLET_SUCCESS) FAIL("split: %s", ringlet_comm_last_error(comm));
+        per_thread_arg a = {second, P, n};
+        pthread_t th;
+        if (pthread_create(&th, NULL, per_thread_main, &a) != 0) FAIL("cannot start a thread");
+        checked_allreduce(comm, P, n, STREAM_PER_THREAD, g_dev, "cudaStreamPerThread, main thread");
+        pthread_join(th, NULL);
+        if (ringlet_comm_destroy(second) != RINGLET_SUCCESS) FAIL("destroy");
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK per-thread: all-reduces on cudaStreamPerThread from two threads at once\n", g_rank);
         return 0;
     }
 

@@ -17,6 +17,7 @@
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
+#   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -96,6 +97,8 @@ WANT_HOLD=
 # capture survives calls on other streams (ringlet's threads keep out of it).
 run_case shm capture
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-other; done
+# cudaStreamPerThread: each calling thread's own default stream.
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" per-thread; done
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
