@@ -540,6 +540,13 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     struct rl_devcomm *s = c->dev;
     if (!s) return;
     const rl_device_ops *d = s->d;
+    /* On the communicator's device (that of its streams and memory; with host buffers only,
+     * the first stream's): the destroying thread may never have chosen one, and the runtime
+     * makes a context on the thread's current device for each call. */
+    int dev = s->device, saved = -1;
+    for (int i = 0; dev < 0 && i < RL_DEV_MAX_READY; i++)
+        if (s->ready_devices[i]) dev = i;
+    int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     /* Every queued operation released its stream already; this lets go of any stream
      * still waiting (an aborted communicator) before the flag's memory goes. */
     rl_devcomm_release_all(c);
@@ -575,4 +582,5 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     free(s->recv_ready);
     free(s);
     c->dev = NULL;
+    if (entered) d->device_leave(saved);
 }

@@ -150,9 +150,14 @@ static void gate_wait(void) {
     pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &ts);
 }
 
+/* Device memory is freed on its device: the runtime makes a context on the thread's
+ * current device for the call, and a thread that never chose one is on device 0. */
 static void free_now(const rl_device_ops *d, void *p, int kind) {
+    int dev = kind == RL_DEV_MEM_PINNED ? -1 : d->ptr_device(p), saved = -1;
+    int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
     if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
+    if (entered) d->device_leave(saved);
 }
 
 /* The deferred frees (the caller is the writer). */

@@ -30,7 +30,9 @@
  *     when they were made; recording an event on a stream of another device, or
  *     launching a kernel on a stream of a device that is not current, fails; a call that
  *     names a stream, an event or memory makes a context on the thread's current device
- *     (primary_ctx_active says so), whatever device the object is on;
+ *     (primary_ctx_active says so), whatever device the object is on, except
+ *     stream_get_device and pointer_device, which ringlet asks before it selects a device
+ *     (an assumption about CUDA that needs two GPUs to check);
  *   - copies to or from pageable host memory return once done (synchronous with respect
  *     to their stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every

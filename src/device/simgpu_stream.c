@@ -71,7 +71,7 @@ struct rl_dev_stream_s {
     struct rl_dev_stream_s *capture;
     uint64_t capture_id;
     int capture_invalid;
-    const void *capture_thread; /* the origin's: the thread that began it (t_thread_token) */
+    unsigned long capture_thread; /* the origin's: the thread that began it (thread_id) */
     struct rl_dev_stream_s *next_all;
 };
 
@@ -91,7 +91,14 @@ static atomic_int g_captures;   /* captures active: a query looks further only w
 /* The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode; global until it
  * changes it), and a byte whose address names the thread. */
 static _Thread_local int t_capture_mode = RL_RT_CAPTURE_GLOBAL;
-static _Thread_local char t_thread_token;
+static atomic_ulong g_thread_ids;
+static _Thread_local unsigned long t_thread_id;
+
+/* This thread's number, from 1: never another's, also after the thread ended. */
+static unsigned long thread_id(void) {
+    if (!t_thread_id) t_thread_id = atomic_fetch_add(&g_thread_ids, 1) + 1;
+    return t_thread_id;
+}
 
 static unsigned long long rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -405,8 +412,8 @@ static rl_dev_stream_t capture_forbidding(int *other_thread) {
     pthread_mutex_lock(&g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
     for (rl_dev_stream_t t = g_streams; t && !found; t = t->next_all)
-        if (t->capture == t && (t_capture_mode == RL_RT_CAPTURE_GLOBAL || t->capture_thread == &t_thread_token))
-            found = t, *other_thread = t->capture_thread != &t_thread_token;
+        if (t->capture == t && (t_capture_mode == RL_RT_CAPTURE_GLOBAL || t->capture_thread == thread_id()))
+            found = t, *other_thread = t->capture_thread != thread_id();
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
     return found;
@@ -418,9 +425,10 @@ static int refuse_if_forbidden(const char *what) {
     int other = 0;
     rl_dev_stream_t origin = capture_forbidding(&other);
     if (!origin) return RL_RT_SUCCESS;
-    return capture_refuse(origin, RL_RT_ERR_CAPTURE_UNSUPPORTED,
-                          "%s: not allowed while a stream capture (global mode) is active%s", what,
-                          other ? " on another thread, and this thread's capture mode is global" : "");
+    return capture_refuse(origin, RL_RT_ERR_CAPTURE_UNSUPPORTED, "%s: not allowed while %s", what,
+                          other ? "another thread's stream capture (global mode) is active, and this thread's capture "
+                                  "mode is global"
+                                : "this thread's stream capture is active");
 }
 
 /* The origin of a capture that a stream takes part in: any stream (dev < 0), or one of
@@ -470,7 +478,7 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
     int busy = s->capture != NULL;
     if (!busy) {
         s->capture = s, s->capture_id = ++g_capture_seq, s->capture_invalid = 0;
-        s->capture_thread = &t_thread_token;
+        s->capture_thread = thread_id();
         atomic_fetch_add(&g_captures, 1);
     }
     pthread_mutex_unlock(&g_capture_mu);

@@ -45,9 +45,9 @@
  *   pulled ringlet's own stream in), and the communicator works on that stream after.
  * capture-other: another thread of the process captures a CUDA graph (global mode, as
  *   torch.cuda.graph does) on a stream of its own from before the calls until after them;
- *   the calling thread, in thread-local mode as a careful user's would be, runs checked
- *   all-reduces on a stream of its own. ringlet's threads must keep out of the capture:
- *   a query, synchronisation or allocation of theirs in global mode fails (capture
+ *   the calling thread, in global mode too, runs checked all-reduces on a stream of its
+ *   own. ringlet's calls on it and on its progress thread must keep out of the capture: a
+ *   query, synchronisation, allocation or kernel load in global mode fails (capture
  *   unsupported) and invalidates it. The results must be right and the capture must end
  *   cleanly.
  * per-thread: all-reduces on cudaStreamPerThread (the handle 0x2: each thread's own default
@@ -306,8 +306,9 @@ static void *capturer_main(void *arg) {
 }
 
 static void capture_other_case(ringlet_comm_t comm, int P, size_t n) {
-    int mode = 1; /* this thread: thread-local, as a user beside a capturing thread sets it */
-    DEV(D->thread_capture_mode(&mode));
+    /* This thread stays in global mode, the default: ringlet's calls on it (the first
+     * prepares the device side: kernels loaded, memory allocated) and this test's own
+     * device calls, all through the device layer, switch to thread-local mode themselves. */
     capturer k = {.phase = 0};
     pthread_mutex_init(&k.mu, NULL);
     pthread_cond_init(&k.cv, NULL);
@@ -381,7 +382,7 @@ static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
     h.din = hin, h.dout = hout;
     DEV(D->memset_async(dscratch, 0, 4, f.s)); /* work on the stream before the call */
     pthread_t th;
-    pthread_create(&th, NULL, fresh_thread, &h);
+    if (pthread_create(&th, NULL, fresh_thread, &h) != 0) FAIL("fresh: cannot start a thread");
     pthread_join(th, NULL);
     if (h.rc != RINGLET_SUCCESS) FAIL("fresh: host all-reduce with a stream from a new thread: %s",
                                       ringlet_comm_last_error(comm));
@@ -595,7 +596,7 @@ int main(int argc, char **argv) {
         fresh_case(comm, P, n);
         fresh_destroy fd = {comm, RINGLET_ERR_INTERNAL};
         pthread_t t;
-        pthread_create(&t, NULL, destroy_thread, &fd);
+        if (pthread_create(&t, NULL, destroy_thread, &fd) != 0) FAIL("fresh: cannot start a thread");
         pthread_join(t, NULL);
         if (fd.rc != RINGLET_SUCCESS) FAIL("destroy from a new thread");
         int active = -1;
