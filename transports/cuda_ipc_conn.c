@@ -201,13 +201,15 @@ static void sweep_orphans(const rl_device_ops *d) {
     }
 }
 
-/* Whether the connection's copies are done, waiting up to the communicator's deadline (each
- * slot's event follows its last copy; one never recorded is done). A failure completes the
+/* Whether the connection's copies are done, waiting up to the communicator's deadline, or
+ * not at all where it failed (each of its connections would wait in turn) (each slot's
+ * event follows its last copy; one never recorded is done). A failure completes the
  * requests while copies may still run, and CUDA's stream destroy returns at once with the
  * work going on: the slots they read must stay mapped until then. */
 static int copies_done(ipc_conn *k) {
     const rl_device_ops *d = k->ctx->d;
-    double until = rl_now() + k->ctx->in.timeout_s;
+    int failed = k->ctx->in.failed && atomic_load(k->ctx->in.failed);
+    double until = rl_now() + (failed ? 0 : k->ctx->in.timeout_s);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++) {
         int q;
         while (k->ev[i] && (q = d->event_query(k->ev[i])) == RL_DEV_NOT_READY) {
@@ -224,8 +226,8 @@ static void conn_free(ipc_conn *k) {
     const rl_device_ops *d = x->d;
     int copied = copies_done(k);
     if (!copied)
-        RL_WARN(x->in.rank, "cuda_ipc: the copies of rank %d's connection failed or did not finish within %.0f s: "
-                "the slots they use are left as they are (mapped, not freed)", k->peer, x->in.timeout_s);
+        RL_WARN(x->in.rank, "cuda_ipc: the copies of rank %d's connection failed or were not finished: the slots "
+                "they use are left as they are (mapped, not freed)", k->peer);
     if (k->stream) d->stream_destroy(k->stream);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
