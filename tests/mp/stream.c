@@ -50,7 +50,7 @@
  *   query, synchronisation, allocation or kernel load in global mode fails (capture
  *   unsupported) and invalidates it. The results must be right and the capture must end
  *   cleanly.
- * per-thread: all-reduces on cudaStreamPerThread (the handle 0x2: each thread's own default
+ * per-thread: all-reduces on cudaStreamPerThread, the handle 0x2 (each thread's own default
  *   stream), from the main thread and from a second one at once, each checked: the handle
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
