@@ -89,7 +89,7 @@ static pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_capture_seq; /* captures begun (g_capture_mu) */
 static atomic_int g_captures;   /* captures active: a query looks further only when some are */
 /* The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode; global until it
- * changes it), and a byte whose address names the thread. */
+ * changes it), and the thread's number (thread_id). */
 static _Thread_local int t_capture_mode = RL_RT_CAPTURE_GLOBAL;
 static atomic_ulong g_thread_ids;
 static _Thread_local unsigned long t_thread_id;
@@ -271,9 +271,10 @@ int sim_stream_create(rl_dev_stream_t *out, int blocking) {
     return rc ? rc : stream_new(out, sim_current_device(), blocking, 0);
 }
 
-/* NULL and RL_RT_STREAM_LEGACY: the current device's legacy default stream. */
 static _Thread_local rl_dev_stream_t t_per_thread[64]; /* RL_RT_STREAM_PER_THREAD, per device */
 
+/* RL_RT_STREAM_PER_THREAD: the calling thread's own stream on its current device; NULL and
+ * RL_RT_STREAM_LEGACY: the current device's legacy default stream. */
 static int resolve(rl_dev_stream_t *s) {
     if (*s == RL_RT_STREAM_PER_THREAD) {
         int dev = sim_current_device();
