@@ -39,8 +39,13 @@ int sim_sticky(void);
 /* ---- devices and kernel loading (simgpu_rt.c) ---- */
 
 int sim_device_count(void);
-/* The calling thread's current device. */
+/* The calling thread's current device (a context on it: CUDA makes one there for any call
+ * that needs one, rt.h). */
 int sim_current_device(void);
+/* A runtime call's start: a context on the thread's current device, as CUDA makes one. */
+void sim_make_context(void);
+/* The same, then the sticky error as the thread's error (sim_sticky_check), or RL_RT_SUCCESS. */
+int sim_call_begin(void);
 /* Before a kernel's first launch: loads it (lazily, unless CUDA_MODULE_LOADING=EAGER),
  * which waits for the device to be idle. kernel: an index below SIM_KERNELS. */
 #define SIM_KERNELS 256

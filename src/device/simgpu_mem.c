@@ -246,16 +246,17 @@ static int32_t live_importer(const alloc_t *a) {
     return 0;
 }
 
-#define STICKY_GUARD()                                                                                                 \
+/* A call's start (sim_call_begin): returns the sticky error if there is one. */
+#define CALL_BEGIN()                                                                                                   \
     do {                                                                                                               \
-        int sticky_ = sim_sticky_check();                                                                              \
+        int sticky_ = sim_call_begin();                                                                                \
         if (sticky_) return sticky_;                                                                                   \
     } while (0)
 
 /* cudaMalloc: may synchronise the device (sim_device_sync). */
 int sim_malloc(void **p, size_t bytes) {
     *p = NULL;
-    STICKY_GUARD();
+    CALL_BEGIN();
     int rc = sim_device_sync("cudaMalloc");
     if (rc) return rc;
     if (bytes == 0) return RL_RT_SUCCESS; /* as cudaMalloc */
@@ -299,8 +300,7 @@ int sim_malloc(void **p, size_t bytes) {
  * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
  * importer closes it first); the simulator stops the process there, as a sanitizer would. */
 int sim_free(void *p) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    STICKY_GUARD();
+    CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFree");
     if (rc) return rc;
@@ -321,14 +321,13 @@ int sim_free(void *p) {
 /* cudaHostAlloc (a page-locked allocation: it may synchronise the device). */
 int sim_host_alloc(void **p, size_t bytes) {
     *p = NULL;
-    STICKY_GUARD();
+    CALL_BEGIN();
     int rc = sim_device_sync("cudaHostAlloc");
     if (rc) return rc;
     alloc_t *a = calloc(1, sizeof *a);
     if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "host_alloc: out of memory");
     a->kind = KIND_PINNED;
     a->device = -1;
-    (void)sim_current_device(); /* page-locking needs a context on the current device */
     a->fd = -1;
     a->bytes = bytes;
     a->map = round_page(bytes);
@@ -348,8 +347,7 @@ int sim_host_alloc(void **p, size_t bytes) {
 
 /* cudaFreeHost: synchronises the device first. */
 int sim_free_host(void *p) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    STICKY_GUARD();
+    CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;
     int rc = sim_device_sync("cudaFreeHost");
     if (rc) return rc;
@@ -360,8 +358,7 @@ int sim_free_host(void *p) {
 }
 
 int sim_ipc_get_handle(rl_dev_handle *h, void *p) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    STICKY_GUARD();
+    CALL_BEGIN();
     struct handle x;
     memset(&x, 0, sizeof x);
     pthread_rwlock_rdlock(&g_mu);
@@ -384,9 +381,8 @@ int sim_ipc_get_handle(rl_dev_handle *h, void *p) {
 
 /* cudaIpcOpenMemHandle: may synchronise the device. */
 int sim_ipc_open(void **p, const rl_dev_handle *h) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
     *p = NULL;
-    STICKY_GUARD();
+    CALL_BEGIN();
     struct handle x;
     memcpy(&x, h->bytes, sizeof x);
     if (x.magic != HANDLE_MAGIC || x.bytes == 0)
@@ -454,8 +450,7 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
 
 /* cudaIpcCloseMemHandle: may synchronise the device; unmaps with the last open's close. */
 int sim_ipc_close(void *p) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    STICKY_GUARD();
+    CALL_BEGIN();
     int rc = sim_device_sync("cudaIpcCloseMemHandle");
     if (rc) return rc;
     int kept;

@@ -106,6 +106,13 @@ int sim_current_device(void) {
     return t_device;
 }
 
+void sim_make_context(void) { (void)sim_current_device(); }
+
+int sim_call_begin(void) {
+    sim_make_context();
+    return sim_sticky_check();
+}
+
 static int primary_ctx_active(int dev, int *active) {
     if (dev < 0 || dev >= sim_device_count())
         return *active = 0, sim_fail(RL_RT_ERR_INVALID_DEVICE, "primary_ctx_active: device %d does not exist", dev);

@@ -471,8 +471,7 @@ static rl_dev_stream_t capture_origin_locked(uint64_t id) {
 }
 
 int sim_stream_begin_capture(rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc || (rc = resolve(&s))) return rc;
     if (s->legacy) return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_begin_capture: the legacy stream cannot be captured");
     pthread_mutex_lock(&g_capture_mu);
@@ -487,7 +486,7 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_end_capture(rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
+    sim_make_context();
     int rc = resolve(&s);
     if (rc) return rc;
     int joined = 0, invalid = 0;
@@ -516,7 +515,7 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_is_capturing(rl_dev_stream_t s, int *yes) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
+    sim_make_context();
     *yes = 0;
     int rc = resolve(&s);
     if (rc) return rc;
@@ -575,8 +574,7 @@ static int device_sync(const char *what, int check_capture) {
 }
 
 int sim_stream_synchronize(rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc || (rc = resolve(&s))) return rc;
     rl_dev_stream_t cap = capture_of(s);
     if (cap) return capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED, "stream_synchronize: the stream is capturing");
@@ -586,7 +584,7 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
 }
 
 int sim_stream_destroy(rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
+    sim_make_context();
     if (!s || s == RL_RT_STREAM_LEGACY || s == RL_RT_STREAM_PER_THREAD)
         return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: a default stream (legacy or per-thread)");
     wait_idle(s);
@@ -722,7 +720,7 @@ int sim_event_create(rl_dev_event_t *out) {
 }
 
 int sim_event_destroy(rl_dev_event_t e) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
+    sim_make_context();
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_destroy: NULL");
     event_unref(e); /* operations that still name it keep it until they ran */
     return RL_RT_SUCCESS;
@@ -739,8 +737,7 @@ static sim_op *event_op(int kind, rl_dev_event_t e, uint64_t gen) {
 }
 
 int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_record: invalid event");
     if ((rc = resolve(&s))) return rc;
@@ -761,8 +758,7 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
 }
 
 int sim_event_query(rl_dev_event_t e) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_query: invalid event");
     rl_dev_stream_t origin = NULL;
@@ -784,8 +780,7 @@ int sim_event_query(rl_dev_event_t e) {
 }
 
 int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_wait_event: invalid event");
     if ((rc = resolve(&s))) return rc;
@@ -836,8 +831,7 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what) {
  * it is done (the stream's earlier work first), a copy from it taking the bytes at the
  * call. Pinned and device memory are asynchronous both ways. */
 int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc) return rc;
     if (!bytes) return RL_RT_SUCCESS;
     if (!dst || !src)
@@ -866,8 +860,7 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
 }
 
 int sim_memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s) {
-    (void)sim_current_device(); /* a context on the thread's current device (rt.h) */
-    int rc = sim_sticky_check();
+    int rc = sim_call_begin();
     if (rc) return rc;
     if (!bytes) return RL_RT_SUCCESS;
     char why[160];
