@@ -105,9 +105,8 @@ typedef struct rl_device_ops {
 
     /* Streams run their work in order; streams of one device run concurrently. */
     int (*stream_create)(rl_dev_stream_t *s);
-    /* CUDA returns at once and the work queued goes on (the simulator waits for it, the
-     * stricter choice for held streams): a caller that frees or unmaps what the work
-     * touches synchronises the stream first. */
+    /* Returns at once and the work queued goes on (CUDA, and the simulator): a caller
+     * that frees or unmaps what the work touches waits for it first (an event). */
     int (*stream_destroy)(rl_dev_stream_t s);
     /* Blocks the calling thread until the stream's work is done (tests and tools; the
      * core polls events instead, within its deadlines). */

@@ -20,9 +20,13 @@
  * Rules the simulator holds, each as CUDA does (or stricter where CUDA may either wait or
  * not; see ../../shared/DESIGN.md):
  *   - calls that can synchronise the device (malloc, free, host_alloc, free_host,
- *     ipc_open, ipc_close) wait for every stream; one that would wait for a stream held
- *     by a flag wait (wait_flag launch, stream_wait_value64) fails with
- *     RL_RT_ERR_SIM_DEADLOCK, naming the call, where a GPU would hang;
+ *     ipc_open) wait for every stream; one that would wait for a stream held by a flag
+ *     wait (wait_flag launch, stream_wait_value64) fails with RL_RT_ERR_SIM_DEADLOCK,
+ *     naming the call, where a GPU would hang. ipc_close may synchronise and is not said
+ *     to wait: it fails where a held stream would hang it, waits for nothing, and stops
+ *     the process where queued or running work still uses the memory it unmaps;
+ *   - stream_destroy returns at once; the work queued on the stream still runs (and a
+ *     synchronisation of the device waits for it), so what that work uses must stay;
  *   - a kernel's first launch in the process loads it (CUDA_MODULE_LOADING=LAZY, the
  *     default): that waits for the device to be idle, as above; load_kernels loads them
  *     all at once;

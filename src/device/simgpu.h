@@ -82,6 +82,13 @@ int sim_device_sync(const char *what);
 /* The same without stream capture's rule (a kernel loaded lazily at its launch, which
  * CUDA allows during a capture). Everything else refuses while a capture is active. */
 int sim_device_sync_loading(const char *what);
+/* A call that may synchronise the device, and is not said to (CUDA's documentation): it
+ * fails as sim_device_sync would where that would hang (a held stream) or is forbidden (a
+ * capture), and waits for nothing. */
+int sim_device_may_sync(const char *what);
+/* Whether queued or running work of any stream uses memory in [eng, eng + bytes) (engine
+ * addresses); *device: that stream's device. */
+int sim_work_uses(const void *eng, size_t bytes, int *device);
 
 /* One operation of a stream. */
 enum { OP_COPY, OP_MEMSET, OP_REDUCE, OP_REDUCE_MANY, OP_SCALE, OP_CONVERT, OP_DIVIDE, OP_RECORD, OP_WAIT_EVENT,

@@ -448,13 +448,30 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     return RL_RT_SUCCESS;
 }
 
-/* cudaIpcCloseMemHandle: may synchronise the device; unmaps with the last open's close. */
+/* cudaIpcCloseMemHandle: unmaps with the last open's close. It is not said to wait for the
+ * work that uses the mapping: the simulator waits for nothing, and stops the process where
+ * work queued or running still uses what the close would unmap (on a GPU that work would
+ * touch unmapped memory), as a sanitizer would. It may synchronise the device: it fails
+ * where that would hang (sim_device_may_sync). */
 int sim_ipc_close(void *p) {
     CALL_BEGIN();
-    int rc = sim_device_sync("cudaIpcCloseMemHandle");
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    int last = a && a->kind == KIND_IMPORTED && a->user == p && a->opens == 1, dev = -1;
+    const void *eng = last ? a->eng : NULL;
+    size_t map = last ? a->map : 0;
+    pthread_rwlock_unlock(&g_mu);
+    if (last && sim_work_uses(eng, map, &dev)) {
+        fprintf(stderr, "simulated GPU: cudaIpcCloseMemHandle(%p) in pid %d while work queued on a stream of device %d "
+                        "still uses that memory (undefined in CUDA: the work would touch unmapped memory; wait for "
+                        "it first)\n",
+                p, (int)getpid(), dev);
+        abort();
+    }
+    int rc = sim_device_may_sync("cudaIpcCloseMemHandle");
     if (rc) return rc;
     int kept;
-    alloc_t *a = take(p, KIND_IMPORTED, &kept);
+    a = take(p, KIND_IMPORTED, &kept);
     if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_close: %p is not memory this process opened", p);
     if (!kept) drop_importer(a), unmap(a);
     return RL_RT_SUCCESS;

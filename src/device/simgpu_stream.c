@@ -59,7 +59,8 @@ struct rl_dev_stream_s {
     pthread_cond_t idle_cv; /* the queue emptied */
     sim_op *head, *tail;
     sim_op *running; /* the operation the thread runs now (held detection) */
-    int busy, quit;
+    int busy, quit;  /* quit: destroyed; the thread runs what is queued, then ends */
+    int reap_self;   /* destroyed with work queued: the thread ends the stream when it ran it */
     int device, blocking, legacy;
     int queue; /* its hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS set), else -1 */
     pthread_t thread;
@@ -198,6 +199,8 @@ static int queue_blocked(rl_dev_stream_t s, const sim_op *o) {
     return blocked;
 }
 
+static void stream_end(rl_dev_stream_t s);
+
 static void *stream_main(void *arg) {
     rl_dev_stream_t s = arg;
     for (;;) {
@@ -233,7 +236,32 @@ static void *stream_main(void *arg) {
         free(o->owned);
         free(o);
     }
+    pthread_mutex_lock(&s->mu);
+    int reap = s->reap_self;
+    pthread_mutex_unlock(&s->mu);
+    if (!reap) return NULL; /* destroyed idle: sim_stream_destroy ends it */
+    /* Destroyed with work queued, now run (sim_stream_destroy returned at once): the stream
+     * goes, once nobody looks at it (snapshot). Until then a device synchronisation waits
+     * for its work, as cudaDeviceSynchronize waits for the work of a destroyed stream. */
+    stream_end(s);
+    pthread_detach(pthread_self());
     return NULL;
+}
+
+/* Takes s off the list of streams, once nobody looks at it, and frees it. */
+static void stream_end(rl_dev_stream_t s) {
+    pthread_mutex_lock(&g_streams_mu);
+    for (rl_dev_stream_t *p = &g_streams; *p; p = &(*p)->next_all)
+        if (*p == s) {
+            *p = s->next_all;
+            break;
+        }
+    while (s->users) pthread_cond_wait(&g_streams_cv, &g_streams_mu);
+    pthread_mutex_unlock(&g_streams_mu);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
 }
 
 static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy) {
@@ -532,6 +560,55 @@ int sim_device_sync(const char *what) { return device_sync(what, 1); }
 
 int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
 
+/* A call that waits for every stream, while s is held by the flag wait h: it would hang. */
+static int held_fail(const char *what, rl_dev_stream_t s, const sim_op *h) {
+    return sim_fail(RL_RT_ERR_SIM_DEADLOCK,
+                    "%s waits for every stream, and a%s stream of device %d is held by a flag wait (word %p holds "
+                    "%llu, awaited %llu)",
+                    what, s->legacy ? " legacy default" : "", s->device, (void *)h->a,
+                    (unsigned long long)__atomic_load_n((const uint64_t *)h->a, __ATOMIC_ACQUIRE),
+                    (unsigned long long)h->gen);
+}
+
+int sim_device_may_sync(const char *what) {
+    int rc = refuse_if_forbidden(what);
+    if (rc) return rc;
+    size_t n;
+    rl_dev_stream_t *list = snapshot(&n);
+    if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
+    rl_dev_stream_t s = NULL;
+    const sim_op *h = any_held(list, n, &s);
+    if (h) rc = held_fail(what, s, h);
+    snapshot_drop(list, n);
+    return rc;
+}
+
+/* Whether o names an address in [lo, hi): each of its addresses starts a range that lies
+ * inside one allocation (checked when it was queued), so its first byte tells. */
+static int op_names(const sim_op *o, uintptr_t lo, uintptr_t hi) {
+    const void *p[3 + SIM_MAX_SOURCES] = {o->dst, o->a, o->b};
+    int k = 3;
+    for (int i = 0; i < o->nsrc && i < SIM_MAX_SOURCES; i++) p[k++] = o->srcs[i];
+    for (int i = 0; i < k; i++)
+        if ((uintptr_t)p[i] >= lo && (uintptr_t)p[i] < hi) return 1;
+    return 0;
+}
+
+int sim_work_uses(const void *eng, size_t bytes, int *device) {
+    uintptr_t lo = (uintptr_t)eng, hi = lo + bytes;
+    int found = 0;
+    pthread_mutex_lock(&g_streams_mu);
+    for (rl_dev_stream_t t = g_streams; t && !found; t = t->next_all) {
+        pthread_mutex_lock(&t->mu);
+        found = t->running && op_names(t->running, lo, hi);
+        for (const sim_op *o = t->head; o && !found; o = o->next) found = op_names(o, lo, hi);
+        if (found) *device = t->device;
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&g_streams_mu);
+    return found;
+}
+
 static int device_sync(const char *what, int check_capture) {
     int rc = check_capture ? refuse_if_forbidden(what) : RL_RT_SUCCESS;
     if (rc) return rc;
@@ -544,12 +621,7 @@ static int device_sync(const char *what, int check_capture) {
         rl_dev_stream_t s = NULL;
         const sim_op *h = any_held(list, n, &s);
         if (h) {
-            rc = sim_fail(RL_RT_ERR_SIM_DEADLOCK,
-                          "%s waits for every stream, and a%s stream of device %d is held by a flag wait (word %p "
-                          "holds %llu, awaited %llu)",
-                          what, s->legacy ? " legacy default" : "", s->device, (void *)h->a,
-                          (unsigned long long)__atomic_load_n((const uint64_t *)h->a, __ATOMIC_ACQUIRE),
-                          (unsigned long long)h->gen);
+            rc = held_fail(what, s, h);
             break;
         }
         rl_dev_stream_t busy = NULL;
@@ -583,32 +655,30 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
     return sim_sticky_check();
 }
 
+/* cudaStreamDestroy: returns at once; the work queued on the stream still runs, and the
+ * stream goes when it has (stream_main). Memory that work uses must stay until then. A
+ * stream with nothing queued goes at once (its thread joined: no thread outlives it). */
 int sim_stream_destroy(rl_dev_stream_t s) {
     sim_make_context();
     if (!s || s == RL_RT_STREAM_LEGACY || s == RL_RT_STREAM_PER_THREAD)
         return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: a default stream (legacy or per-thread)");
-    wait_idle(s);
     pthread_mutex_lock(&g_streams_mu);
-    for (rl_dev_stream_t *p = &g_streams; *p; p = &(*p)->next_all)
-        if (*p == s) {
-            *p = s->next_all;
-            break;
-        }
-    while (s->users) pthread_cond_wait(&g_streams_cv, &g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
     joined_leave_locked(s);
     if (s->capture == s) atomic_fetch_sub(&g_captures, 1);
+    s->capture = NULL, s->capture_id = 0;
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
+    s->reap_self = pending(s);
+    int idle = !s->reap_self;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    pthread_cond_destroy(&s->idle_cv);
-    free(s);
+    if (idle) {
+        pthread_join(s->thread, NULL);
+        stream_end(s);
+    }
     return RL_RT_SUCCESS;
 }
 

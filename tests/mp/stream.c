@@ -4,7 +4,8 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread [--count N]
+ *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread|pending-copies
+ *          [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -53,6 +54,17 @@
  * per-thread: all-reduces on cudaStreamPerThread, the handle 0x2 (each thread's own default
  *   stream), from the main thread and from a second one at once, each checked: the handle
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
+ * pending-copies: (simulated GPU, over cuda_ipc) rank 1's copies out of rank 0's slots
+ *   are still queued when its communicator fails and is destroyed, by construction: rank 1
+ *   runs with one hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1) and holds its
+ *   streams (RINGLET_STREAM_HOLD=memop), so its own hold keeps back its copies (the deadlock
+ *   README's "Holding streams" warns of) until the receive times out; then a spinning
+ *   kernel of the program's own on another stream (the runtime's flag wait, which the
+ *   device layer does not know of) keeps them back while the communicator is destroyed.
+ *   The destroy must not unmap the slots those copies read (the simulator stops a process
+ *   whose cudaIpcCloseMemHandle unmaps memory that queued work uses); after the program's
+ *   kernel ends, the copies run and the device synchronises cleanly. Rank 0 runs without
+ *   either setting, sends, and waits for rank 1 to finish.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -66,6 +78,7 @@
 
 #include "device.h"
 #include "ringlet.h"
+#include "rt.h"
 
 static int g_rank = -1;
 static int g_dev; /* this rank's device */
@@ -454,6 +467,71 @@ static void device_warmup(ringlet_comm_t comm, const char *dir) {
     file_wait(path, 60);
 }
 
+/* pending-copies (see the top): n uint32 from rank 0 to rank 1 over cuda_ipc. */
+static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) {
+    if (D != &rl_device_sim) {
+        printf("stream: rank %d: OK pending-copies: skipped (the simulated GPU's rule; a GPU would not stop the "
+               "process)\n",
+               g_rank);
+        ringlet_comm_destroy(comm);
+        return;
+    }
+    const rl_rt *R = &rl_rt_sim;
+    void *d;
+    rl_dev_stream_t s, spin;
+    volatile uint64_t *flag;
+    DEV(D->mem_alloc(&d, n * 4));
+    DEV(D->host_alloc((void **)&flag, 64)); /* allocations before any hold */
+    *flag = 0;
+    DEV(D->stream_create(&s));
+    DEV(D->stream_create(&spin));
+    /* Warm-up: the slots are made and mapped, nothing held. */
+    ringlet_result_t rc = g_rank == 0 ? ringlet_send(d, n, RINGLET_UINT32, 1, comm, s)
+                                      : ringlet_recv(d, n, RINGLET_UINT32, 0, comm, s);
+    if (rc != RINGLET_SUCCESS) FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
+        FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+    char held[4096], finished[4096];
+    snprintf(held, sizeof held, "%s/held", dir);
+    snprintf(finished, sizeof finished, "%s/finished", dir);
+    if (g_rank == 0) {
+        file_wait(held, 60);
+        /* Fails in time (rank 1 never takes the data), or finishes: either is fine here. */
+        ringlet_send(d, n, RINGLET_UINT32, 1, comm, s);
+        file_wait(finished, 120);
+        ringlet_comm_abort(comm);
+        ringlet_comm_destroy(comm);
+        printf("stream: rank 0: OK pending-copies (the sending side)\n");
+        return;
+    }
+    /* The program's own kernel spins on the one hardware queue: the device work queued
+     * after it (the receive's copies) does not start until the flag is set. */
+    if (R->launch_wait_flag(flag, 1, spin) != RL_RT_SUCCESS) FAIL("the program's own flag wait: %s", R->error_detail());
+    file_touch(held);
+    /* Without a stream: nothing of the call waits on the device before its copies. */
+    ringlet_result_t a = ringlet_recv(d, n, RINGLET_UINT32, 0, comm, NULL);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ringlet_comm_last_error(comm));
+    if (a == RINGLET_SUCCESS) FAIL("the receive whose copies cannot run succeeded");
+    ringlet_comm_destroy(comm); /* with the copies still queued behind the program's kernel */
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    DEV(D->stream_sync(spin));
+    DEV(D->stream_sync(s));
+    /* The queued copies ran, reading slots that were still mapped: nothing faulted. */
+    void *probe;
+    DEV(D->mem_alloc(&probe, 64)); /* waits for every stream; fails after a fault */
+    DEV(D->mem_free(probe));
+    file_touch(finished);
+    printf("stream: rank 1: OK pending-copies: the receive failed (%d: %.300s), the destroy left the slots of its "
+           "queued copies mapped, and they ran after\n",
+           (int)a, why);
+    DEV(D->stream_destroy(spin));
+    DEV(D->stream_destroy(s));
+    DEV(D->mem_free(d));
+    DEV(D->host_free((void *)flag));
+}
+
 int main(int argc, char **argv) {
     const char *cas = "order", *dir = ".";
     size_t n = 300007;
@@ -462,12 +540,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread "
-                            "[--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread"
+                            "|pending-copies [--count N] [--dir D]\n");
             return 2;
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    int pending = !strcmp(cas, "pending-copies");
+    if (pending && getenv("RANK") && !strcmp(getenv("RANK"), "0")) {
+        /* Only rank 1 shares one hardware queue (rank 0's copies must run). */
+        unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    }
     D = rl_device();
     if (!D) {
         printf("SKIP: no device backend: %s\n", rl_device_unavailable());
@@ -658,6 +741,11 @@ int main(int argc, char **argv) {
         if (ringlet_comm_destroy(second) != RINGLET_SUCCESS) FAIL("destroy");
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK per-thread: all-reduces on cudaStreamPerThread from two threads at once\n", g_rank);
+        return 0;
+    }
+
+    if (pending) {
+        pending_copies_case(comm, n, dir);
         return 0;
     }
 

@@ -18,6 +18,9 @@
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
+#   pending-copies (simulator, ipc) a receive whose copies cannot start (one hardware queue,
+#          held by the program's own spinning kernel) fails, and the destroy keeps the slots
+#          those copies read mapped; they run once the kernel ends
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -104,6 +107,11 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
+    # A communicator destroyed while the copies of a failed receive are still queued keeps
+    # the CUDA IPC slots they read mapped (the simulator stops a process that unmaps them).
+    case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
+        run_case ipc pending-copies RINGLET_TIMEOUT=3 CUDA_DEVICE_MAX_CONNECTIONS=1 ;;
+    esac
 fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }
 echo "stream: $fails failed"

@@ -7,8 +7,10 @@
  *   loading     a kernel's first launch waits for an idle device: behind a held stream it
  *               fails (where a GPU deadlocks); load_kernels / device_ready, or
  *               CUDA_MODULE_LOADING=EAGER, load them all first
- *   sync        allocations, frees and IPC mappings wait for every stream, and fail while
+ *   sync        allocations, frees and IPC opens wait for every stream, and fail while
  *               one is held
+ *   destroy     a stream's destroy returns at once, held or not; its queued work still
+ *               runs, and a device synchronisation waits for it
  *   devices     the current device per thread; events and launches on another device's
  *               stream refused, copies and waits allowed; a device's primary context made
  *               by set_device or a call that needs one (malloc, a stream) on the current
@@ -34,6 +36,9 @@
  *   ipc-free    freeing memory that another live process has open through IPC (CUDA:
  *               undefined) stops the process that frees it; an importer that closed every
  *               open of it, or exited, lets the free go
+ *   ipc-close   closing an IPC mapping waits for nothing: it stops the process where work
+ *               queued or running still uses the mapping, and else fails behind a held
+ *               stream (it may synchronise)
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
  *               hold kind (none by default: sync; RINGLET_STREAM_HOLD=memop|kernel,
  *               memop refused with RINGLET_SIM_MEMOPS=0)
@@ -44,6 +49,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +59,7 @@
 
 #include "device.h"
 #include "rt.h"
+#include "util.h"
 
 static const rl_rt *R = &rl_rt_sim;
 static const rl_device_ops *D = &rl_device_sim;
@@ -301,6 +308,64 @@ static void rule_sync(void) {
     RT_OK(R->free_host((void *)flag));
     RT_OK(R->event_destroy(e));
     RT_OK(R->stream_destroy(a));
+}
+
+/* ---- a stream's destroy ---- */
+
+typedef struct {
+    rl_dev_stream_t s;
+    atomic_int done;
+} destroy_arg;
+
+static void *destroy_thread(void *arg) {
+    destroy_arg *a = arg;
+    RT_OK(R->stream_destroy(a->s));
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* The first byte of device memory x, read through a stream of its own (into pageable
+ * memory: no allocation, which would wait for every stream). */
+static unsigned char first_byte(const void *x) {
+    rl_dev_stream_t b;
+    unsigned char v = 0xEE;
+    RT_OK(R->stream_create(&b, 0));
+    RT_OK(R->memcpy_async(&v, x, 1, b));
+    RT_OK(R->stream_synchronize(b));
+    RT_OK(R->stream_destroy(b));
+    return v;
+}
+
+static void rule_destroy(void) {
+    RT_OK(R->load_kernels());
+    volatile uint64_t *flag = new_flag();
+    void *x = NULL;
+    RT_OK(R->malloc(&x, 4096));
+    rl_dev_stream_t a;
+    RT_OK(R->stream_create(&a, 0));
+    RT_OK(R->memset_async(x, 0, 4096, a));
+    RT_OK(R->stream_synchronize(a));
+    RT_OK(R->launch_wait_flag(flag, 1, a));
+    RT_OK(R->memset_async(x, 7, 4096, a));
+    /* CUDA: the destroy returns at once, with the work still queued. Called on a thread of
+     * its own, so that a destroy that waits for the held work is seen (not a hang here). */
+    destroy_arg arg = {a, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, destroy_thread, &arg);
+    double until = rl_now() + 30;
+    while (!atomic_load(&arg.done) && rl_now() < until) rl_sleep_ms(1);
+    CHECK(atomic_load(&arg.done), "stream_destroy of a held stream did not return (in 30 s): it waited for its work");
+    CHECK(first_byte(x) == 0, "the held work of a destroyed stream ran before its flag was set");
+    release(flag, 1);
+    pthread_join(t, NULL);
+    /* Its work still runs, and a synchronisation of the device (cudaMalloc's) waits for it. */
+    void *y = NULL;
+    RT_OK(R->malloc(&y, 64));
+    CHECK(first_byte(x) == 7, "the work queued on a destroyed stream did not run (or the device's "
+                               "synchronisation did not wait for it): byte %d", first_byte(x));
+    RT_OK(R->free(y));
+    RT_OK(R->free(x));
+    RT_OK(R->free_host((void *)flag));
 }
 
 /* ---- current device per thread (child: two devices) ---- */
@@ -779,6 +844,64 @@ static int child_ipc_import_exit(void) {
     _exit(0);
 }
 
+/* An importer that closes the memory with a copy from it queued behind a held stream
+ * (SIMRULES_CLOSE=held: the close must stop this process), or after the copy ran (=done:
+ * the close fails while another stream is held, as a synchronisation would hang, then goes). */
+static int child_ipc_close(void) {
+    rl_dev_handle h;
+    void *p = NULL, *local = NULL;
+    const char *hex = getenv("SIMRULES_HANDLE"), *how = getenv("SIMRULES_CLOSE");
+    if (!hex || !how) return 2;
+    hex_handle(hex, &h);
+    if (D->mem_import(&h, &p) != RL_DEV_OK || R->malloc(&local, 4096) != RL_RT_SUCCESS) return 3;
+    rl_dev_stream_t a, b;
+    volatile uint64_t *flag = new_flag();
+    if (R->stream_create(&a, 0) != RL_RT_SUCCESS || R->stream_create(&b, 0) != RL_RT_SUCCESS ||
+        R->launch_wait_flag(flag, 1, a) != RL_RT_SUCCESS || R->memcpy_async(local, p, 4096, a) != RL_RT_SUCCESS)
+        return 4;
+    if (!strcmp(how, "held")) {
+        D->mem_unimport(p); /* stops this process */
+        return 5;
+    }
+    release(flag, 1);
+    if (R->stream_synchronize(a) != RL_RT_SUCCESS) return 6;
+    if (R->launch_wait_flag(flag, 2, b) != RL_RT_SUCCESS) return 7;
+    if (R->ipc_close(p) != RL_RT_ERR_SIM_DEADLOCK) return 8;
+    R->get_last_error();
+    release(flag, 2);
+    if (R->stream_synchronize(b) != RL_RT_SUCCESS) return 9;
+    if (D->mem_unimport(p) != RL_DEV_OK) return 10;
+    printf("closed\n");
+    return 0;
+}
+
+/* Runs the importer of child_ipc_close on handle h; its status (-SIGNAL if killed), what it said. */
+static int run_closer(const rl_dev_handle *h, const char *how, char *said, size_t len) {
+    char hex[2 * RL_DEV_HANDLE_BYTES + 1];
+    handle_hex(h, hex);
+    int out[2];
+    if (pipe(out) != 0) return -1000;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out[1], 1), dup2(out[1], 2);
+        close(out[0]);
+        setenv("SIMRULES_HANDLE", hex, 1);
+        setenv("SIMRULES_CLOSE", how, 1);
+        execl("/proc/self/exe", "test_simrules", "--child", "ipc-close", (char *)NULL);
+        _exit(99);
+    }
+    close(out[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n < len - 1 && (r = read(out[0], said + n, len - 1 - n)) > 0) n += (size_t)r;
+    said[n] = 0;
+    close(out[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
+}
+
 typedef struct {
     pid_t pid;
     int to, from; /* its stdin, its stdout and stderr */
@@ -852,6 +975,20 @@ static void rule_ipc_free(void) {
     DEV_OK(D->mem_free(d));
 }
 
+static void rule_ipc_close(void) {
+    exporter_t x;
+    rl_dev_handle h;
+    char said[1024], freed[256];
+    CHECK(exporter_start(&x, &h) == 0, "the exporter did not start");
+    int st = run_closer(&h, "held", said, sizeof said);
+    CHECK(st == -SIGABRT && strstr(said, "still uses that memory"),
+          "a close with a copy from the mapping still queued: importer status %d (want SIGABRT), said: %s", st, said);
+    st = run_closer(&h, "done", said, sizeof said);
+    CHECK(st == 0 && strstr(said, "closed"), "a close after the copy ran: importer status %d, said: %s", st, said);
+    st = exporter_free(&x, freed, sizeof freed);
+    CHECK(st == 0, "the exporter's free after its importers went: status %d, said: %s", st, freed);
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -862,6 +999,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "queues")) child_queues();
     else if (!strcmp(name, "ipc-export")) return child_ipc_export();
     else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
+    else if (!strcmp(name, "ipc-close")) return child_ipc_close();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -873,6 +1011,7 @@ int main(int argc, char **argv) {
     rule_last_error();
     rule_loading();
     rule_sync();
+    rule_destroy();
     CHECK(run_child("devices", "RINGLET_SIM_DEVICES", "2") == 0, "current device per thread: the child failed");
     rule_pageable();
     rule_legacy();
@@ -881,6 +1020,7 @@ int main(int argc, char **argv) {
     rule_memops();
     rule_queues();
     rule_ipc_free();
+    rule_ipc_close();
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
