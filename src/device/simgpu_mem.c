@@ -1,7 +1,8 @@
 /* The simulated GPU's memory (simgpu.h): device allocations as doubly mapped memfds,
  * pinned host memory, the table that tells them apart, and sharing with another process
- * as CUDA IPC does. Allocations, frees and IPC mappings may synchronise the device, as
- * CUDA's may: they wait for every stream, and fail where a flag holds one. */
+ * as CUDA IPC does. Allocations, frees and IPC opens may synchronise the device, as
+ * CUDA's may: they wait for every stream, and fail where a flag holds one; an IPC close
+ * waits for nothing (sim_ipc_close). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -65,7 +65,7 @@ struct rl_dev_stream_s {
     int queue; /* its hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS set), else -1 */
     pthread_t thread;
     uint64_t rng;
-    int users; /* sim_device_sync calls looking at it (g_streams_mu) */
+    int users; /* snapshots looking at it (g_streams_mu): stream_end waits until none */
     /* Stream capture (g_capture_mu): the stream that began the capture this one is in
      * (itself for that one), NULL when none; that capture's number; whether it was
      * invalidated (the origin's). A destroyed origin clears the streams that joined it. */
@@ -351,16 +351,23 @@ static void wait_idle(rl_dev_stream_t s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The unmet flag wait that holds s, or NULL. */
-static const sim_op *held_by(rl_dev_stream_t s) {
+/* An unmet flag wait: its word and the value it waits for (copied: the op goes once met). */
+typedef struct {
+    const void *word;
+    uint64_t value;
+} held_t;
+
+/* Whether an unmet flag wait holds s; *h: that wait. */
+static int held_by(rl_dev_stream_t s, held_t *h) {
     const sim_op *found = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->running && (s->running->kind == OP_WAIT_FLAG || s->running->kind == OP_WAIT_VALUE) && !flag_met(s->running))
         found = s->running;
     for (const sim_op *o = s->head; o && !found; o = o->next)
         if ((o->kind == OP_WAIT_FLAG || o->kind == OP_WAIT_VALUE) && !flag_met(o)) found = o;
+    if (found) *h = (held_t){found->a, found->gen};
     pthread_mutex_unlock(&s->mu);
-    return found;
+    return found != NULL;
 }
 
 /* The streams as they are now, each kept alive (users) while the caller looks at it
@@ -389,13 +396,11 @@ static void snapshot_drop(rl_dev_stream_t *list, size_t n) {
     free(list);
 }
 
-/* The first unmet flag wait among the streams, and its stream. */
-static const sim_op *any_held(rl_dev_stream_t *list, size_t n, rl_dev_stream_t *which) {
-    for (size_t i = 0; i < n; i++) {
-        const sim_op *h = held_by(list[i]);
-        if (h) return *which = list[i], h;
-    }
-    return NULL;
+/* Whether an unmet flag wait holds one of the streams: *h that wait, *which its stream. */
+static int any_held(rl_dev_stream_t *list, size_t n, rl_dev_stream_t *which, held_t *h) {
+    for (size_t i = 0; i < n; i++)
+        if (held_by(list[i], h)) return *which = list[i], 1;
+    return 0;
 }
 
 /* ---- stream capture ---- */
@@ -561,13 +566,13 @@ int sim_device_sync(const char *what) { return device_sync(what, 1); }
 int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
 
 /* A call that waits for every stream, while s is held by the flag wait h: it would hang. */
-static int held_fail(const char *what, rl_dev_stream_t s, const sim_op *h) {
+static int held_fail(const char *what, rl_dev_stream_t s, const held_t *h) {
     return sim_fail(RL_RT_ERR_SIM_DEADLOCK,
                     "%s waits for every stream, and a%s stream of device %d is held by a flag wait (word %p holds "
                     "%llu, awaited %llu)",
-                    what, s->legacy ? " legacy default" : "", s->device, (void *)h->a,
-                    (unsigned long long)__atomic_load_n((const uint64_t *)h->a, __ATOMIC_ACQUIRE),
-                    (unsigned long long)h->gen);
+                    what, s->legacy ? " legacy default" : "", s->device, h->word,
+                    (unsigned long long)__atomic_load_n((const uint64_t *)h->word, __ATOMIC_ACQUIRE),
+                    (unsigned long long)h->value);
 }
 
 int sim_device_may_sync(const char *what) {
@@ -577,8 +582,8 @@ int sim_device_may_sync(const char *what) {
     rl_dev_stream_t *list = snapshot(&n);
     if (!list) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", what);
     rl_dev_stream_t s = NULL;
-    const sim_op *h = any_held(list, n, &s);
-    if (h) rc = held_fail(what, s, h);
+    held_t h;
+    if (any_held(list, n, &s, &h)) rc = held_fail(what, s, &h);
     snapshot_drop(list, n);
     return rc;
 }
@@ -619,9 +624,9 @@ static int device_sync(const char *what, int check_capture) {
         /* Looked at again on every round: a flag wait enqueued after the call began holds
          * a stream as surely, and a stream may wait for an event behind a held one. */
         rl_dev_stream_t s = NULL;
-        const sim_op *h = any_held(list, n, &s);
-        if (h) {
-            rc = held_fail(what, s, h);
+        held_t h;
+        if (any_held(list, n, &s, &h)) {
+            rc = held_fail(what, s, &h);
             break;
         }
         rl_dev_stream_t busy = NULL;
@@ -688,13 +693,17 @@ sim_op *sim_new_op(int kind) {
     return o;
 }
 
-static void append(rl_dev_stream_t s, sim_op *o) {
-    pthread_mutex_lock(&s->mu);
+static void append_locked(rl_dev_stream_t s, sim_op *o) {
     o->qseq = atomic_fetch_add(&g_queue_seq, 1);
     if (s->tail) s->tail->next = o;
     else s->head = o;
     s->tail = o;
     pthread_cond_signal(&s->cv);
+}
+
+static void append(rl_dev_stream_t s, sim_op *o) {
+    pthread_mutex_lock(&s->mu);
+    append_locked(s, o);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -717,8 +726,19 @@ static int order_after(rl_dev_stream_t to, rl_dev_stream_t from) {
     atomic_fetch_add(&e->refs, 2);
     rec->ev = wait->ev = e;
     rec->gen = wait->gen = e->recorded = 1;
-    append(from, rec);
-    append(to, wait);
+    /* Looked at again with the record queued in the same hold of the lock: a destroyed
+     * stream's thread ends once its queue is empty, and would never run a record queued
+     * after that. */
+    pthread_mutex_lock(&from->mu);
+    busy = pending(from);
+    if (busy) append_locked(from, rec);
+    pthread_mutex_unlock(&from->mu);
+    if (busy) {
+        append(to, wait);
+    } else {
+        event_unref(e), event_unref(e);
+        free(rec), free(wait);
+    }
     event_unref(e);
     return RL_RT_SUCCESS;
 }

@@ -56,15 +56,15 @@
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
  * pending-copies: (simulated GPU, over cuda_ipc) rank 1's copies out of rank 0's slots
  *   are still queued when its communicator fails and is destroyed, by construction: rank 1
- *   runs with one hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1) and holds its
- *   streams (RINGLET_STREAM_HOLD=memop), so its own hold keeps back its copies (the deadlock
- *   README's "Holding streams" warns of) until the receive times out; then a spinning
- *   kernel of the program's own on another stream (the runtime's flag wait, which the
- *   device layer does not know of) keeps them back while the communicator is destroyed.
- *   The destroy must not unmap the slots those copies read (the simulator stops a process
- *   whose cudaIpcCloseMemHandle unmaps memory that queued work uses); after the program's
- *   kernel ends, the copies run and the device synchronises cleanly. Rank 0 runs without
- *   either setting, sends, and waits for rank 1 to finish.
+ *   runs with one hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1), and a spinning
+ *   kernel of the program's own (the runtime's flag wait, which the device layer does not
+ *   know of) heads it before rank 1 receives (device buffer, no stream: nothing of the call
+ *   waits on the device before its copies). The receive times out with its copies queued
+ *   (stream.sh checks ringlet's warning that it left their slots), and the destroy must not
+ *   unmap the slots those copies read (the simulator stops a process whose
+ *   cudaIpcCloseMemHandle unmaps memory that queued work uses); after the program's kernel
+ *   ends, the copies run and the device synchronises cleanly. Rank 0 runs with a queue per
+ *   stream, sends once rank 1's kernel is queued, and waits for rank 1 to finish.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>

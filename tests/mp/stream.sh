@@ -109,8 +109,15 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
     # A communicator destroyed while the copies of a failed receive are still queued keeps
     # the CUDA IPC slots they read mapped (the simulator stops a process that unmaps them).
+    # ringlet's warning that it left the slots shows the copies were queued at the destroy
+    # (else the case would pass without reaching its state).
     case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
-        run_case ipc pending-copies RINGLET_TIMEOUT=3 CUDA_DEVICE_MAX_CONNECTIONS=1 ;;
+        run_case ipc pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
+        if ! grep -q "copies of rank 0's connection failed or were not finished" "$TMP/err"; then
+            fails=$((fails + 1))
+            echo "FAIL: ipc pending-copies: rank 1 did not warn that its copies were still queued at the destroy"
+        fi
+        ;;
     esac
 fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }

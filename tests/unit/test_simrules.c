@@ -356,10 +356,13 @@ static void rule_destroy(void) {
     while (!atomic_load(&arg.done) && rl_now() < until) rl_sleep_ms(1);
     CHECK(atomic_load(&arg.done), "stream_destroy of a held stream did not return (in 30 s): it waited for its work");
     CHECK(first_byte(x) == 0, "the held work of a destroyed stream ran before its flag was set");
+    /* Its work is still the device's: a synchronisation (cudaMalloc's) sees the held wait. */
+    void *y = NULL;
+    CHECK(R->malloc(&y, 64) == RL_RT_ERR_SIM_DEADLOCK, "cudaMalloc did not see the held work of a destroyed stream");
+    R->get_last_error();
     release(flag, 1);
     pthread_join(t, NULL);
-    /* Its work still runs, and a synchronisation of the device (cudaMalloc's) waits for it. */
-    void *y = NULL;
+    /* Its work still runs, and a synchronisation of the device waits for it. */
     RT_OK(R->malloc(&y, 64));
     CHECK(first_byte(x) == 7, "the work queued on a destroyed stream did not run (or the device's "
                                "synchronisation did not wait for it): byte %d", first_byte(x));
