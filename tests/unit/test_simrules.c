@@ -878,6 +878,18 @@ static int child_ipc_close(void) {
     return 0;
 }
 
+/* A child's output (everything it writes to fd until it closes it) into said, then its
+ * exit status (-SIGNAL if killed). */
+static int child_output(pid_t pid, int fd, char *said, size_t len) {
+    size_t n = 0;
+    ssize_t r;
+    while (n < len - 1 && (r = read(fd, said + n, len - 1 - n)) > 0) n += (size_t)r;
+    said[n] = 0;
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
+}
+
 /* Runs the importer of child_ipc_close on handle h; its status (-SIGNAL if killed), what it said. */
 static int run_closer(const rl_dev_handle *h, const char *how, char *said, size_t len) {
     char hex[2 * RL_DEV_HANDLE_BYTES + 1];
@@ -895,14 +907,9 @@ static int run_closer(const rl_dev_handle *h, const char *how, char *said, size_
         _exit(99);
     }
     close(out[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n < len - 1 && (r = read(out[0], said + n, len - 1 - n)) > 0) n += (size_t)r;
-    said[n] = 0;
+    int st = child_output(pid, out[0], said, len);
     close(out[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
+    return st;
 }
 
 typedef struct {
@@ -937,14 +944,9 @@ static int exporter_free(exporter_t *x, char *said, size_t len) {
     char c = 'f';
     ssize_t w = write(x->to, &c, 1);
     (void)w;
-    size_t n = 0;
-    ssize_t r;
-    while (n < len - 1 && (r = read(x->from, said + n, len - 1 - n)) > 0) n += (size_t)r;
-    said[n] = 0;
-    int st = 0;
-    waitpid(x->pid, &st, 0);
+    int st = child_output(x->pid, x->from, said, len);
     close(x->to), close(x->from);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
+    return st;
 }
 
 static void rule_ipc_free(void) {
