@@ -225,7 +225,30 @@ table() {
         goal(sprintf("%d ranks, %s: worst %s / %s (at %s)%s", r, what, form(a, b), b, wsz == "" ? "-" : wsz, gaps ? ", gaps" : ""), w, lim, n ? 3 : 0)
     }' "$SUM"
 }
-table | tee "$OUT/table.txt"
+# Where the host had CPUs 0 and 1 (perf/core_rtt.c) just before each bandwidth run, if measured.
+placement_table() {
+    local f="$OUT/placement.csv"
+    [[ -f "$f" ]] && (($(wc -l <"$f") > 1)) || return 0
+    echo
+    echo "## placement: the round trip of a cache line between the first two CPUs (ns) just before each"
+    echo "#   bandwidth run (perf/core_rtt.c): tens of ns when they share a cache, hundreds when the host"
+    echo "#   put them apart (a VM's vCPUs move), and every copy between ranks on them slows down then"
+    awk -F, -v passes="$PASSES" 'NR > 1 { k = $2 SUBSEP $3; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+            v[k, $1] = ($4 == "" ? "-" : $4) }
+        END {
+            line = sprintf("ranks  %-14s", "run"); for (p = 1; p <= passes; p++) line = line sprintf("  pass %-3d", p)
+            sub(/ +$/, "", line); print line
+            for (i = 1; i <= n; i++) {
+                split(order[i], f, SUBSEP); line = sprintf("%-5s  %-14s", f[1], f[2])
+                for (p = 1; p <= passes; p++) line = line sprintf("  %-8s", ((order[i], p) in v) ? v[order[i], p] : "-")
+                sub(/ +$/, "", line); print line
+            }
+        }' "$f" | sort -s -k1,1n
+}
+{
+    table
+    placement_table
+} | tee "$OUT/table.txt"
 
 # ---------------------------------------------------------------- results.json ----------------------------
 jstr() { local s="$1"; s="${s//\\/\\\\}"; s="${s//\"/\\\"}"; printf '"%s"' "$s"; }
@@ -259,6 +282,10 @@ jstr() { local s="$1"; s="${s//\\/\\\\}"; s="${s//\"/\\\"}"; printf '"%s"' "$s";
     to_json "$SUM"
     printf '],\n  "results": ['
     to_json "$CSV"
+    if [[ -f "$OUT/placement.csv" ]]; then
+        printf '],\n  "placement": ['
+        to_json "$OUT/placement.csv"
+    fi
     printf ']\n}\n'
 } >"$OUT/results.json"
 
