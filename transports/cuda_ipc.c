@@ -357,6 +357,29 @@ static ringlet_result_t ipc_irecv_map(void *conn, size_t len, rl_treq *req) {
     return post(k, NULL, len, req, 1);
 }
 
+/* Copies into slots (sender) or out of them (receiver) enqueued on the connection's
+ * stream and not finished: the requests wait on this rank's device. */
+static int ipc_waits_on_device(void *conn, char *why, size_t n) {
+    ipc_conn *k = conn;
+    const rl_fifo *f = &k->fifo;
+    unsigned queued = 0;
+    pthread_mutex_lock(&k->ctx->mu);
+    if (k->sending) {
+        queued = (unsigned)(f->head - k->ppos);
+    } else {
+        for (uint64_t p = f->rtail; p < f->rpos; p++)
+            if (k->state[rl_fifo_slot(f, p)] == RL_FIFO_COPYING) queued++;
+    }
+    pthread_mutex_unlock(&k->ctx->mu);
+    if (!queued) return 0;
+    snprintf(why, n,
+             "%u device cop%s %s %s queued on this rank's device and not finished (work ahead on the device does "
+             "not end: a kernel waiting for something?)",
+             queued, queued == 1 ? "y" : "ies", k->sending ? "into the CUDA IPC slots it reads" : "out of its CUDA IPC slots",
+             queued == 1 ? "is" : "are");
+    return 1;
+}
+
 static void ipc_release(void *conn, rl_treq *req) {
     ipc_conn *k = conn;
     const rl_posted *p = (const rl_posted *)req->priv;
@@ -382,4 +405,5 @@ const rl_transport_ops rl_transport_cuda_ipc = {
     .release = ipc_release,
     .reachable = rl_ipc_reachable,
     .ready = ipc_ready,
+    .waits_on_device = ipc_waits_on_device,
 };

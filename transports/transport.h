@@ -131,6 +131,12 @@ typedef struct rl_transport_ops {
      * connection that is not ready fail. reachable must be called in a quiet section, too,
      * the first time for a peer. */
     ringlet_result_t (*ready)(void *conn, double deadline, char *err);
+    /* Optional, for a transport whose copies run on this rank's device: whether the
+     * requests on conn still running wait on this rank's device rather than on the peer
+     * (copies of theirs queued there and not finished: work ahead of them on the device
+     * does not end). 1 with what they wait for in why (n bytes), else 0. Safe from any
+     * thread; for the message of a request that timed out. */
+    int (*waits_on_device)(void *conn, char *why, size_t n);
 } rl_transport_ops;
 
 enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4, RL_PROGRESS_THREADED = 8 };

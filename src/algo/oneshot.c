@@ -106,8 +106,10 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
         first = waiting;
         if (now - last > c->timeout_s) {
             rc = RINGLET_ERR_TIMEOUT;
-            snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d", c->timeout_s,
-                     waiting < nr ? "receive from" : "send to", waiting < nr ? recvs[waiting].peer : sends[waiting - nr].peer);
+            const xfer *x = waiting < nr ? &recvs[waiting] : &sends[waiting - nr];
+            char stall[RL_ERR_MAX];
+            snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d%s", c->timeout_s,
+                     waiting < nr ? "receive from" : "send to", x->peer, rl_conn_stall(x->conn, stall, sizeof stall));
             break;
         }
         rl_comm_wait_peer(c, gen, 100);

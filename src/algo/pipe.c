@@ -409,10 +409,16 @@ ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {
                 run_t *s = &runs[i];
                 if (run_done(s)) continue;
                 int waiting_recv = s->done_r < s->posted_r || s->done_s >= s->p->nsend;
-                char what[160];
-                snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d",
+                char what[2 * RL_ERR_MAX], stall[RL_ERR_MAX];
+                if (run_device_pending(s))
+                    snprintf(stall, sizeof stall, ": this rank's device copies of its chunks are not finished either "
+                                                  "(work ahead on the device does not end: a kernel waiting for "
+                                                  "something?)");
+                else
+                    rl_conn_stall(waiting_recv ? s->rconn : s->sconn, stall, sizeof stall);
+                snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d%s",
                          c->timeout_s, waiting_recv ? "receive from" : "send to",
-                         waiting_recv ? s->p->recv_peer : s->p->send_peer);
+                         waiting_recv ? s->p->recv_peer : s->p->send_peer, stall);
                 fail_with(s, RINGLET_ERR_TIMEOUT, what);
                 failed = s;
                 break;

@@ -76,6 +76,14 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
     return get_conn(c, peer, 0, device, conn, err);
 }
 
+const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n) {
+    char why[RL_ERR_MAX];
+    buf[0] = 0;
+    if (conn && conn->tp->waits_on_device && conn->tp->waits_on_device(conn->h, why, sizeof why))
+        snprintf(buf, n, ": %s", why);
+    return buf;
+}
+
 void rl_conn_close_all(struct ringlet_comm *c) {
     /* An abort from another thread: a call may still be running on its caller's thread,
      * or a thread wait or test on a request, polling the transports. stop is set, so they

@@ -19,6 +19,9 @@ int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b);
  * Host and device buffers share a connection when they pick the same transport. */
 ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
 ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
+/* For the message of a request on conn that timed out: ": <what it waits for>" when it
+ * waits on this rank's device (the transport's waits_on_device), else "". Returns buf. */
+const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n);
 /* Closes every connection (teardown). */
 void rl_conn_close_all(struct ringlet_comm *c);
 

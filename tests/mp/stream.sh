@@ -19,8 +19,9 @@
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
 #   pending-copies (simulator, ipc) a receive whose copies cannot start (one hardware queue,
-#          held by the program's own spinning kernel) fails, and the destroy keeps the slots
-#          those copies read mapped; they run once the kernel ends
+#          held by the program's own spinning kernel) fails, saying that it waits on its own
+#          device, and the destroy keeps the slots those copies read mapped; they run once
+#          the kernel ends
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -110,12 +111,18 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     # A communicator destroyed while the copies of a failed receive are still queued keeps
     # the CUDA IPC slots they read mapped (the simulator stops a process that unmaps them).
     # ringlet's warning that it left the slots shows the copies were queued at the destroy
-    # (else the case would pass without reaching its state).
+    # (else the case would pass without reaching its state). The receive's error must say
+    # that it waits on this rank's own device, not on rank 0 (whose data arrived).
     case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
         run_case ipc pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
         if ! grep -q "copies of rank 0's connection failed or were not finished" "$TMP/err"; then
             fails=$((fails + 1))
             echo "FAIL: ipc pending-copies: rank 1 did not warn that its copies were still queued at the destroy"
+        fi
+        if ! grep -qE "waiting to receive from rank 0: [0-9]+ device cop(y|ies) out of its CUDA IPC slots (is|are) queued on this rank's device and not finished" "$TMP/out"; then
+            fails=$((fails + 1))
+            echo "FAIL: ipc pending-copies: rank 1's error does not say that its own device copies were not finished:"
+            grep -m1 "pending-copies: the receive failed" "$TMP/out"
         fi
         ;;
     esac
