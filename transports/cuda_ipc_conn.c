@@ -225,9 +225,11 @@ static void conn_free(ipc_conn *k) {
     ipc_ctx *x = k->ctx;
     const rl_device_ops *d = x->d;
     int copied = copies_done(k);
-    if (!copied)
+    if (!copied) {
         RL_WARN(x->in.rank, "cuda_ipc: the copies of rank %d's connection failed or were not finished: the slots "
                 "they use are left as they are (mapped, not freed)", k->peer);
+        if (k->stream) rl_dev_note_stuck(k->stream); /* and other frees wait for them too */
+    }
     if (k->stream) d->stream_destroy(k->stream);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);

@@ -536,22 +536,40 @@ void rl_devcomm_release_all(struct ringlet_comm *c) {
     if (s && s->flag) __atomic_store_n(s->flag, RL_DEVCOMM_RELEASE_ALL, __ATOMIC_RELEASE);
 }
 
-void rl_devcomm_fini(struct ringlet_comm *c) {
-    struct rl_devcomm *s = c->dev;
-    if (!s) return;
-    const rl_device_ops *d = s->d;
-    /* On the communicator's device (that of its streams and memory; with host buffers only,
-     * the first stream's): the destroying thread may never have chosen one, and the runtime
-     * makes a context on the thread's current device for each call. */
-    int dev = s->device, saved = -1;
+/* Enters the communicator's device (that of its streams and memory; with host buffers
+ * only, the first stream's): the destroying thread may never have chosen one, and the
+ * runtime makes a context on the thread's current device for each call. */
+static int teardown_enter(const struct rl_devcomm *s, int *saved) {
+    int dev = s->device;
     for (int i = 0; dev < 0 && i < RL_DEV_MAX_READY; i++)
         if (s->ready_devices[i]) dev = i;
-    int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
+    return dev >= 0 && s->d->device_enter(dev, saved) == RL_DEV_OK;
+}
+
+void rl_devcomm_settle(struct ringlet_comm *c) {
+    struct rl_devcomm *s = c->dev;
+    if (!s || s->settled) return;
+    s->settled = 1;
+    int saved = -1, entered = teardown_enter(s, &saved);
     /* Every queued operation released its stream already; this lets go of any stream
      * still waiting (an aborted communicator) before the flag's memory goes. */
     rl_devcomm_release_all(c);
     char err[RL_MSG_MAX];
-    if (rl_devcomm_drain(c, err) != RINGLET_SUCCESS) RL_WARN(c->rank, "device teardown: %s", err);
+    if (rl_devcomm_drain(c, err) != RINGLET_SUCCESS) {
+        /* Its copies may still run, behind work that does not end: every free waits. */
+        RL_WARN(c->rank, "device teardown: %s; its memory is freed once they are done", err);
+        rl_dev_note_stuck(s->s_send);
+        rl_dev_note_stuck(s->s_recv);
+    }
+    if (entered) s->d->device_leave(saved);
+}
+
+void rl_devcomm_fini(struct ringlet_comm *c) {
+    struct rl_devcomm *s = c->dev;
+    if (!s) return;
+    const rl_device_ops *d = s->d;
+    rl_devcomm_settle(c);
+    int saved = -1, entered = teardown_enter(s, &saved);
     /* Memory goes when no stream of the process is held (another communicator may hold
      * one now): rl_dev_free_later. */
     for (int i = 0; i < RL_DEV_MAX_LANES; i++) {

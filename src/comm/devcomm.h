@@ -60,6 +60,7 @@ struct rl_devcomm {
     rl_dev_stream_t s_send;  /* copies into the pinned send slots */
     rl_dev_stream_t s_recv;  /* reductions and copies out of the pinned receive slots */
     rl_dev_event_t ev_drain[2], ev_misc;
+    int settled;             /* rl_devcomm_settle ran */
     size_t slot_bytes;
     int nslots;
     /* RINGLET_DEVICE_REDUCE=copy: a received chunk is first copied into device memory
@@ -125,7 +126,12 @@ void *rl_devcomm_pinned(struct ringlet_comm *c, size_t bytes, char *err);
 void *rl_devcomm_scratch2(struct ringlet_comm *c, size_t bytes, char *err);
 /* Lets go of every user stream still held (teardown, before anything is freed). */
 void rl_devcomm_release_all(struct ringlet_comm *c);
-/* Releases every stream still waiting, then frees everything (teardown). */
+/* Teardown, before connections close and transports free memory: releases every stream
+ * still waiting and waits (the deadline at most) for the communicator's device copies;
+ * where they did not finish, notes them stuck (rl_dev_note_stuck), so that no free hangs
+ * behind them. Once per communicator. */
+void rl_devcomm_settle(struct ringlet_comm *c);
+/* Settles, then frees everything (teardown). */
 void rl_devcomm_fini(struct ringlet_comm *c);
 
 /* The buffers' device of the communicator, or -1 before its first device operation. */

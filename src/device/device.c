@@ -105,6 +105,15 @@ static hold_t *g_holds;
 static size_t g_nholds, g_holds_cap;
 static deferred_t *g_deferred;
 
+/* Work noted stuck (rl_dev_note_stuck): an event after it, on its stream's device. */
+typedef struct stuck {
+    rl_dev_event_t ev;
+    int dev;
+    struct stuck *next;
+} stuck_t;
+static stuck_t *g_stuck;  /* the notes not found done yet (gate lock) */
+static size_t g_nstuck;   /* ... and those a thread is looking at now */
+
 static int hold_released(const hold_t *h) {
     uint64_t v = __atomic_load_n(h->flag, __ATOMIC_ACQUIRE);
     return h->cyclic ? (int64_t)(v - h->value) >= 0 : v >= h->value;
@@ -160,8 +169,69 @@ static void free_now(const rl_device_ops *d, void *p, int kind) {
     if (entered) d->device_leave(saved);
 }
 
-/* The deferred frees (the caller is the writer). */
+void rl_dev_note_stuck(rl_dev_stream_t s) {
+    const rl_device_ops *d = rl_device();
+    int dev = 0, saved = -1;
+    if (!d || !s || d->stream_device(s, &dev) != RL_DEV_OK) return;
+    stuck_t *x = malloc(sizeof *x);
+    if (!x) return;
+    int entered = d->device_enter(dev, &saved) == RL_DEV_OK;
+    x->ev = NULL;
+    x->dev = dev;
+    int ok = d->event_create(&x->ev) == RL_DEV_OK && d->event_record(x->ev, s) == RL_DEV_OK;
+    if (!ok) {
+        /* Frees stay possible: on a device that fails this, they would fail, not hang. */
+        RL_WARN(-1, "noting work that did not finish: %s", rl_dev_error());
+        if (x->ev) d->event_destroy(x->ev);
+        free(x);
+    } else {
+        pthread_mutex_lock(&g_gate_mu);
+        x->next = g_stuck;
+        g_stuck = x;
+        g_nstuck++;
+        pthread_mutex_unlock(&g_gate_mu);
+    }
+    if (entered) d->device_leave(saved);
+}
+
+/* How many notes of stuck work are not done: each is queried (never waited for) outside
+ * the gate's lock, and one that is done is dropped. */
+static size_t work_stuck(void) {
+    pthread_mutex_lock(&g_gate_mu);
+    stuck_t *list = g_stuck;
+    g_stuck = NULL;
+    size_t n = g_nstuck;
+    pthread_mutex_unlock(&g_gate_mu);
+    if (!list) return n; /* none, or another thread is looking at them (still counted) */
+    const rl_device_ops *d = rl_device();
+    stuck_t *left = NULL, *last = NULL;
+    size_t done = 0;
+    while (list) {
+        stuck_t *next = list->next;
+        int saved = -1, entered = d->device_enter(list->dev, &saved) == RL_DEV_OK;
+        if (d->event_query(list->ev) == RL_DEV_NOT_READY) {
+            list->next = left;
+            if (!left) last = list;
+            left = list;
+        } else { /* done, or the device failed (then frees fail too: none hangs) */
+            d->event_destroy(list->ev);
+            free(list);
+            done++;
+        }
+        if (entered) d->device_leave(saved);
+        list = next;
+    }
+    pthread_mutex_lock(&g_gate_mu);
+    if (left) last->next = g_stuck, g_stuck = left;
+    g_nstuck -= done;
+    n = g_nstuck;
+    pthread_mutex_unlock(&g_gate_mu);
+    return n;
+}
+
+/* The deferred frees (the caller is the writer); none while noted work is stuck. */
 static void flush_deferred(void) {
+    if (work_stuck()) return;
     pthread_mutex_lock(&g_gate_mu);
     deferred_t *list = g_deferred;
     g_deferred = NULL;
@@ -243,18 +313,20 @@ void rl_dev_hold_end(void) {
 void rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
     if (!p || !d) return;
-    if (t_quiet_depth) {
+    int stuck = work_stuck() > 0;
+    if (t_quiet_depth && !stuck) {
         free_now(d, p, kind);
         return;
     }
     pthread_mutex_lock(&g_gate_mu);
-    int now = !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
+    int now = !stuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;
     deferred_t *x = now ? NULL : malloc(sizeof *x);
     if (x) *x = (deferred_t){p, kind, g_deferred}, g_deferred = x;
     pthread_mutex_unlock(&g_gate_mu);
     if (!now) {
-        /* Out of memory for the note: the memory stays (a leak, never a deadlock). */
+        /* Kept for later (out of memory for the note: the memory stays, a leak, never a
+         * deadlock). */
         return;
     }
     t_quiet_depth = 1;

@@ -193,9 +193,16 @@ void rl_dev_hold_end(void);
 void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic);
 /* The holds not released yet (their flag below their value). */
 int rl_dev_holds_active(void);
-/* Frees memory (RL_DEV_MEM_*) now when no stream is held, else at the next quiet section. */
+/* Frees memory (RL_DEV_MEM_*) now when no stream is held and no work noted stuck is
+ * pending, else at the next quiet section after that. */
 enum { RL_DEV_MEM_DEVICE = 0, RL_DEV_MEM_PINNED = 1, RL_DEV_MEM_IMPORTED = 2 };
 void rl_dev_free_later(void *p, int kind);
+/* Work of ours queued on stream s did not finish by its deadline: something ahead of it
+ * on the device does not end (a kernel of the program's own that waits, say). A free
+ * waits for the whole device on CUDA and would hang behind it, so until the work queued
+ * on s so far is done, rl_dev_free_later keeps every free for later (a leak if it never
+ * ends, never a hang). */
+void rl_dev_note_stuck(rl_dev_stream_t s);
 
 extern const rl_device_ops rl_device_sim;
 #ifdef RINGLET_CUDA

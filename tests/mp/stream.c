@@ -54,16 +54,20 @@
  * per-thread: all-reduces on cudaStreamPerThread, the handle 0x2 (each thread's own default
  *   stream), from the main thread and from a second one at once, each checked: the handle
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
- * pending-copies: (simulated GPU, over cuda_ipc) rank 1's copies out of rank 0's slots
- *   are still queued when its communicator fails and is destroyed, by construction: rank 1
+ * pending-copies: (simulated GPU, over cuda_ipc, or shm staging through host memory) rank
+ *   1's copies out of rank 0's slots (its staging slots) are still queued when its
+ *   communicator fails and is destroyed, by construction: rank 1
  *   runs with one hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1), and a spinning
  *   kernel of the program's own (the runtime's flag wait, which the device layer does not
  *   know of) heads it before rank 1 receives (device buffer, no stream: nothing of the call
  *   waits on the device before its copies). The receive times out with its copies queued
- *   (stream.sh checks ringlet's warning that it left their slots), and the destroy must not
- *   unmap the slots those copies read (the simulator stops a process whose
- *   cudaIpcCloseMemHandle unmaps memory that queued work uses); after the program's kernel
- *   ends, the copies run and the device synchronises cleanly. Rank 0 runs with a queue per
+ *   (stream.sh checks ringlet's warning that it left their slots, and that the error says
+ *   the receive waits on this rank's device), and the destroy must neither unmap nor free
+ *   the slots those copies use, nor free anything behind the program's kernel (the
+ *   simulator stops a process whose cudaIpcCloseMemHandle unmaps memory that queued work
+ *   uses, and refuses a free behind a held stream as a deadlock: stream.sh fails on that
+ *   message); after the program's kernel ends, the copies run and the device synchronises
+ *   cleanly. Rank 0 runs with a queue per
  *   stream, sends once rank 1's kernel is queued, and waits for rank 1 to finish.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
@@ -467,7 +471,7 @@ static void device_warmup(ringlet_comm_t comm, const char *dir) {
     file_wait(path, 60);
 }
 
-/* pending-copies (see the top): n uint32 from rank 0 to rank 1 over cuda_ipc. */
+/* pending-copies (see the top): n uint32 from rank 0 to rank 1 over cuda_ipc or shm. */
 static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) {
     if (D != &rl_device_sim) {
         printf("stream: rank %d: OK pending-copies: skipped (the simulated GPU's rule; a GPU would not stop the "

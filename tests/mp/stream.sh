@@ -18,7 +18,7 @@
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
-#   pending-copies (simulator, ipc) a receive whose copies cannot start (one hardware queue,
+#   pending-copies (simulator, ipc and shm) a receive whose copies cannot start (one hardware queue,
 #          held by the program's own spinning kernel) fails, saying that it waits on its own
 #          device, and the destroy keeps the slots those copies read mapped; they run once
 #          the kernel ends
@@ -103,6 +103,19 @@ run_case shm capture
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-other; done
 # cudaStreamPerThread: each calling thread's own default stream.
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" per-thread; done
+# pending_checks transport pattern: the pending-copies case's messages (after run_case).
+pending_checks() {
+    if ! grep -qE "waiting to receive from rank 0: $2" "$TMP/out"; then
+        fails=$((fails + 1))
+        echo "FAIL: $1 pending-copies: rank 1's error does not say that its own device copies were not finished:"
+        grep -m1 "pending-copies: the receive failed" "$TMP/out"
+    fi
+    if grep -q "refused by the simulator" "$TMP/err"; then
+        fails=$((fails + 1))
+        echo "FAIL: $1 pending-copies: a call that would wait behind the program's kernel on a GPU:"
+        grep -m3 "refused by the simulator" "$TMP/err"
+    fi
+}
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
@@ -112,18 +125,22 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     # the CUDA IPC slots they read mapped (the simulator stops a process that unmaps them).
     # ringlet's warning that it left the slots shows the copies were queued at the destroy
     # (else the case would pass without reaching its state). The receive's error must say
-    # that it waits on this rank's own device, not on rank 0 (whose data arrived).
+    # that it waits on this rank's own device, not on rank 0 (whose data arrived), and the
+    # destroy must make no call that would wait behind the program's kernel on a GPU (a
+    # free: the simulator refuses it as a deadlock). Over shm the same with the chunks
+    # staged through host memory.
     case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
         run_case ipc pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
         if ! grep -q "copies of rank 0's connection failed or were not finished" "$TMP/err"; then
             fails=$((fails + 1))
             echo "FAIL: ipc pending-copies: rank 1 did not warn that its copies were still queued at the destroy"
         fi
-        if ! grep -qE "waiting to receive from rank 0: [0-9]+ device cop(y|ies) out of its CUDA IPC slots (is|are) queued on this rank's device and not finished" "$TMP/out"; then
-            fails=$((fails + 1))
-            echo "FAIL: ipc pending-copies: rank 1's error does not say that its own device copies were not finished:"
-            grep -m1 "pending-copies: the receive failed" "$TMP/out"
-        fi
+        pending_checks ipc "[0-9]+ device cop(y|ies) out of its CUDA IPC slots (is|are) queued on this rank's device and not finished"
+        ;;
+    esac
+    case " ${RINGLET_TEST_TRANSPORTS:-shm} " in *" shm "*)
+        run_case shm pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
+        pending_checks shm "this rank's device copies of its chunks are not finished either"
         ;;
     esac
 fi

@@ -42,6 +42,12 @@
  *   memops      stream memory operations: a wait as CUDA's GEQ compares; the backend's
  *               hold kind (none by default: sync; RINGLET_STREAM_HOLD=memop|kernel,
  *               memop refused with RINGLET_SIM_MEMOPS=0)
+ * And one rule of the device layer's own (device.c):
+ *   stuck       after work of ours was noted stuck (rl_dev_note_stuck: queued behind a
+ *               kernel of the program's that waits), rl_dev_free_later keeps its frees,
+ *               also in a quiet section (made then, they would wait behind the kernel on
+ *               CUDA, and the simulator refuses them as a deadlock); the first quiet
+ *               section after that work is done makes them
  * Rules whose state is the whole process (loaded kernels, the device count, environment
  * read once) run in child processes.
  *   test_simrules               every rule
@@ -994,6 +1000,38 @@ static void rule_ipc_close(void) {
     CHECK(st == 0, "the exporter's free after its importers went: status %d, said: %s", st, freed);
 }
 
+/* ---- stuck (the device layer) ---- */
+
+/* In a child whose device layer is the simulator's (RINGLET_DEVICE=sim: rl_device() is
+ * what rl_dev_free_later frees with). */
+static void child_stuck(void) {
+    rl_dev_stream_t s;
+    void *p = NULL, *q = NULL;
+    DEV_OK(D->device_ready(0));
+    volatile uint64_t *flag = new_flag();
+    DEV_OK(D->mem_alloc(&p, 4096));
+    DEV_OK(D->mem_alloc(&q, 4096));
+    DEV_OK(D->stream_create(&s));
+    /* The program's own kernel, waiting: no hold of the device layer's is noted. */
+    RT_OK(R->launch_wait_flag(flag, 1, s));
+    rl_dev_note_stuck(s);
+    rl_dev_free_later(p, RL_DEV_MEM_DEVICE);
+    CHECK(D->ptr_device(p) == 0, "memory freed (or refused) behind work noted stuck");
+    DEV_OK(rl_dev_quiet_begin(5, "test_simrules' quiet section"));
+    rl_dev_free_later(q, RL_DEV_MEM_DEVICE);
+    rl_dev_quiet_end();
+    CHECK(D->ptr_device(q) == 0, "memory freed (or refused) in a quiet section behind work noted stuck");
+    release(flag, 1);
+    DEV_OK(D->stream_sync(s));
+    CHECK(D->ptr_device(p) == 0 && D->ptr_device(q) == 0, "kept frees made before a quiet section");
+    DEV_OK(rl_dev_quiet_begin(5, "test_simrules' quiet section"));
+    rl_dev_quiet_end();
+    CHECK(D->ptr_device(p) == -1 && D->ptr_device(q) == -1,
+          "the frees kept behind stuck work were not made once it was done (%d, %d)", D->ptr_device(p), D->ptr_device(q));
+    DEV_OK(D->stream_destroy(s));
+    RT_OK(R->free_host((void *)flag));
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -1005,6 +1043,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "ipc-export")) return child_ipc_export();
     else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
+    else if (!strcmp(name, "stuck")) child_stuck();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -1026,6 +1065,7 @@ int main(int argc, char **argv) {
     rule_queues();
     rule_ipc_free();
     rule_ipc_close();
+    CHECK(run_child("stuck", "RINGLET_DEVICE", "sim") == 0, "frees behind work noted stuck: the child failed");
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
