@@ -237,17 +237,21 @@ static void conn_free(ipc_conn *k) {
      * memory unmapped or freed under them (the sender keeps its slots while this end has
      * them mapped). */
     if (copied && !k->sending) {
-        /* Unmap now (a quiet section frees at once), then tell the sender it may free. An
-         * abort does not wait for other communicators' held streams: unmapped later, and
-         * the sender's slots stay until this process ends. */
+        /* Unmap now (a quiet section frees at once, unless device work of this process is
+         * noted stuck), then tell the sender it may free. An abort does not wait for other
+         * communicators' held streams. An unmap kept for later leaves the sender's slots
+         * to the end of this process: only one made now tells it. */
         int failed = x->in.failed && atomic_load(x->in.failed);
         int quiet = !k->slots || (failed ? rl_dev_quiet_try()
                                          : rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") ==
                                                RL_DEV_OK);
-        if (k->slots) rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
+        const char *why = quiet ? "" : rl_dev_error();
+        int unmapped = !k->slots || rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
         if (k->slots && quiet) rl_dev_quiet_end();
-        if (quiet) atomic_store(&k->ctl->unmapped, 1);
-        else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, rl_dev_error());
+        if (unmapped) atomic_store(&k->ctl->unmapped, 1);
+        else
+            RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer,
+                    quiet ? "device work of this process did not finish" : why);
     } else if (copied && k->slots) {
         /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
          * slots never will (map_sender); one that has must unmap them first. */
@@ -452,11 +456,16 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
             snprintf(why, RL_ERR_MAX, "this rank exported no device memory of its own (its probe allocation failed)");
         } else if (!b.has_probe) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
+        } else if (rl_dev_work_stuck()) {
+            /* The probe could not be unmapped at once, and the peer frees it at its fini. */
+            snprintf(why, RL_ERR_MAX, "device work of this process did not finish (behind work that does not end): "
+                                      "rank %d's memory is not mapped now", peer);
         } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
         } else {
-            /* Unmapped at once (a quiet section): the peer frees it at its fini. */
-            rl_dev_free_later(p, RL_DEV_MEM_IMPORTED);
+            /* Unmapped at once (a quiet section, nothing stuck): the peer frees it at its fini. */
+            if (!rl_dev_free_later(p, RL_DEV_MEM_IMPORTED))
+                RL_WARN(x->in.rank, "cuda_ipc: rank %d's probe allocation stays mapped here for now", peer);
             x->reach[peer] = 1;
         }
         if (!x->reach[peer]) {

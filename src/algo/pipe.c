@@ -411,7 +411,7 @@ ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {
                 int waiting_recv = s->done_r < s->posted_r || s->done_s >= s->p->nsend;
                 char what[2 * RL_ERR_MAX], stall[RL_ERR_MAX];
                 if (run_device_pending(s))
-                    snprintf(stall, sizeof stall, ": this rank's device copies of its chunks are not finished either "
+                    snprintf(stall, sizeof stall, ": this rank's own device copies of its chunks are not finished "
                                                   "(work ahead on the device does not end: a kernel waiting for "
                                                   "something?)");
                 else

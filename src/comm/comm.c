@@ -169,7 +169,8 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
     rl_monitor_stop(c, clean);
     atomic_store(&c->stop, 1);
     rl_devcomm_release_all(c);
-    rl_devcomm_settle(c); /* before connections and transports free device memory */
+    rl_conn_wait_idle(c);
+    rl_devcomm_settle(c); /* after the calls left, before connections and transports free device memory */
     rl_conn_close_all(c);
     atomic_store(&c->polled, 0);
     for (int i = 0; i < RL_TP_MAX; i++)

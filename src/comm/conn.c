@@ -79,16 +79,12 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
 const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n) {
     char why[RL_ERR_MAX];
     buf[0] = 0;
-    if (conn && conn->tp->waits_on_device && conn->tp->waits_on_device(conn->h, why, sizeof why))
+    if (conn && conn->h && conn->tp->waits_on_device && conn->tp->waits_on_device(conn->h, why, sizeof why))
         snprintf(buf, n, ": %s", why);
     return buf;
 }
 
-void rl_conn_close_all(struct ringlet_comm *c) {
-    /* An abort from another thread: a call may still be running on its caller's thread,
-     * or a thread wait or test on a request, polling the transports. stop is set, so they
-     * end within a poll slice; let them leave (1 s at most) before the connections and
-     * the transports go. */
+void rl_conn_wait_idle(struct ringlet_comm *c) {
     for (double until = rl_now() + 1.0;;) {
         pthread_mutex_lock(&c->q_mu);
         int busy = c->running || atomic_load(&c->waiters);
@@ -96,6 +92,10 @@ void rl_conn_close_all(struct ringlet_comm *c) {
         if (!busy || rl_now() > until) break;
         rl_sleep_ms(1);
     }
+}
+
+void rl_conn_close_all(struct ringlet_comm *c) {
+    rl_conn_wait_idle(c);
     /* Receiving ends first: a sender may keep memory for a receiver until it lets go
      * (cuda_ipc's slots). */
     rl_conn *tables[4] = {c->recv_conns, c->recv_conns_dev, c->send_conns, c->send_conns_dev};

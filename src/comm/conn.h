@@ -22,7 +22,12 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
 /* For the message of a request on conn that timed out: ": <what it waits for>" when it
  * waits on this rank's device (the transport's waits_on_device), else "". Returns buf. */
 const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n);
-/* Closes every connection (teardown). */
+/* An abort from another thread: a call may still be running on its caller's thread, or a
+ * thread wait or test on a request, polling the transports. stop is set, so they end
+ * within a poll slice; this lets them leave (1 s at most) before the device work is
+ * drained and the connections and transports go. */
+void rl_conn_wait_idle(struct ringlet_comm *c);
+/* Closes every connection (teardown), after rl_conn_wait_idle. */
 void rl_conn_close_all(struct ringlet_comm *c);
 
 #endif

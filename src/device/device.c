@@ -161,12 +161,13 @@ static void gate_wait(void) {
 
 /* Device memory is freed on its device: the runtime makes a context on the thread's
  * current device for the call, and a thread that never chose one is on device 0. */
-static void free_now(const rl_device_ops *d, void *p, int kind) {
+static int free_now(const rl_device_ops *d, void *p, int kind) {
     int dev = kind == RL_DEV_MEM_PINNED ? -1 : d->ptr_device(p), saved = -1;
     int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
     if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
     if (entered) d->device_leave(saved);
+    return rc == RL_DEV_OK;
 }
 
 void rl_dev_note_stuck(rl_dev_stream_t s) {
@@ -229,12 +230,14 @@ static size_t work_stuck(void) {
     return n;
 }
 
+int rl_dev_work_stuck(void) { return work_stuck() > 0; }
+
 /* The deferred frees (the caller is the writer); none while noted work is stuck. */
 static void flush_deferred(void) {
     if (work_stuck()) return;
     pthread_mutex_lock(&g_gate_mu);
-    deferred_t *list = g_deferred;
-    g_deferred = NULL;
+    deferred_t *list = g_nstuck ? NULL : g_deferred; /* a note made meanwhile counts too */
+    if (list) g_deferred = NULL;
     pthread_mutex_unlock(&g_gate_mu);
     const rl_device_ops *d = rl_device();
     while (list) {
@@ -310,16 +313,13 @@ void rl_dev_hold_end(void) {
     pthread_mutex_unlock(&g_gate_mu);
 }
 
-void rl_dev_free_later(void *p, int kind) {
+int rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
-    if (!p || !d) return;
+    if (!p || !d) return 0;
     int stuck = work_stuck() > 0;
-    if (t_quiet_depth && !stuck) {
-        free_now(d, p, kind);
-        return;
-    }
+    if (t_quiet_depth && !stuck) return free_now(d, p, kind);
     pthread_mutex_lock(&g_gate_mu);
-    int now = !stuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
+    int now = !stuck && !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;
     deferred_t *x = now ? NULL : malloc(sizeof *x);
     if (x) *x = (deferred_t){p, kind, g_deferred}, g_deferred = x;
@@ -327,14 +327,15 @@ void rl_dev_free_later(void *p, int kind) {
     if (!now) {
         /* Kept for later (out of memory for the note: the memory stays, a leak, never a
          * deadlock). */
-        return;
+        return 0;
     }
     t_quiet_depth = 1;
-    free_now(d, p, kind);
+    int freed = free_now(d, p, kind);
     flush_deferred();
     t_quiet_depth = 0;
     pthread_mutex_lock(&g_gate_mu);
     g_writer = 0;
     pthread_cond_broadcast(&g_gate_cv);
     pthread_mutex_unlock(&g_gate_mu);
+    return freed;
 }

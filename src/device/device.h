@@ -193,10 +193,13 @@ void rl_dev_hold_end(void);
 void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic);
 /* The holds not released yet (their flag below their value). */
 int rl_dev_holds_active(void);
-/* Frees memory (RL_DEV_MEM_*) now when no stream is held and no work noted stuck is
- * pending, else at the next quiet section after that. */
+/* Frees memory (RL_DEV_MEM_*; an import: unmaps it) now when no stream is held and no
+ * work noted stuck is pending, else at the next quiet section after that. 1 when it was
+ * freed now (0: kept for later, or the free failed, with a warning). */
 enum { RL_DEV_MEM_DEVICE = 0, RL_DEV_MEM_PINNED = 1, RL_DEV_MEM_IMPORTED = 2 };
-void rl_dev_free_later(void *p, int kind);
+int rl_dev_free_later(void *p, int kind);
+/* Whether work noted stuck (below) is still pending: frees are kept for later. */
+int rl_dev_work_stuck(void);
 /* Work of ours queued on stream s did not finish by its deadline: something ahead of it
  * on the device does not end (a kernel of the program's own that waits, say). A free
  * waits for the whole device on CUDA and would hang behind it, so until the work queued

@@ -140,7 +140,7 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     esac
     case " ${RINGLET_TEST_TRANSPORTS:-shm} " in *" shm "*)
         run_case shm pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
-        pending_checks shm "this rank's device copies of its chunks are not finished either"
+        pending_checks shm "this rank's own device copies of its chunks are not finished"
         ;;
     esac
 fi

@@ -1015,19 +1015,27 @@ static void child_stuck(void) {
     /* The program's own kernel, waiting: no hold of the device layer's is noted. */
     RT_OK(R->launch_wait_flag(flag, 1, s));
     rl_dev_note_stuck(s);
-    rl_dev_free_later(p, RL_DEV_MEM_DEVICE);
-    CHECK(D->ptr_device(p) == 0, "memory freed (or refused) behind work noted stuck");
+    CHECK(rl_dev_work_stuck(), "work noted stuck behind a waiting kernel is not pending");
+    CHECK(rl_dev_free_later(p, RL_DEV_MEM_DEVICE) == 0, "a free behind work noted stuck said it was made");
+    CHECK(D->ptr_device(p) == 0, "memory freed behind work noted stuck");
     DEV_OK(rl_dev_quiet_begin(5, "test_simrules' quiet section"));
-    rl_dev_free_later(q, RL_DEV_MEM_DEVICE);
+    CHECK(rl_dev_free_later(q, RL_DEV_MEM_DEVICE) == 0,
+          "a free in a quiet section behind work noted stuck said it was made");
     rl_dev_quiet_end();
-    CHECK(D->ptr_device(q) == 0, "memory freed (or refused) in a quiet section behind work noted stuck");
+    CHECK(D->ptr_device(q) == 0, "memory freed in a quiet section behind work noted stuck");
     release(flag, 1);
     DEV_OK(D->stream_sync(s));
     CHECK(D->ptr_device(p) == 0 && D->ptr_device(q) == 0, "kept frees made before a quiet section");
     DEV_OK(rl_dev_quiet_begin(5, "test_simrules' quiet section"));
     rl_dev_quiet_end();
+    /* A free refused behind the kernel (not kept) would leave the memory, too. */
     CHECK(D->ptr_device(p) == -1 && D->ptr_device(q) == -1,
           "the frees kept behind stuck work were not made once it was done (%d, %d)", D->ptr_device(p), D->ptr_device(q));
+    CHECK(!rl_dev_work_stuck(), "work noted stuck still pending once done");
+    void *r = NULL;
+    DEV_OK(D->mem_alloc(&r, 4096));
+    CHECK(rl_dev_free_later(r, RL_DEV_MEM_DEVICE) == 1 && D->ptr_device(r) == -1,
+          "a free with nothing held nor stuck not made at once");
     DEV_OK(D->stream_destroy(s));
     RT_OK(R->free_host((void *)flag));
 }
