@@ -245,13 +245,12 @@ static void conn_free(ipc_conn *k) {
         int quiet = !k->slots || (failed ? rl_dev_quiet_try()
                                          : rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") ==
                                                RL_DEV_OK);
-        const char *why = quiet ? "" : rl_dev_error();
+        char why[RL_ERR_MAX]; /* the quiet section's error, before other calls set theirs */
+        snprintf(why, sizeof why, "%s", quiet ? "device work of this process did not finish, or the unmap failed" : rl_dev_error());
         int unmapped = !k->slots || rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
         if (k->slots && quiet) rl_dev_quiet_end();
         if (unmapped) atomic_store(&k->ctl->unmapped, 1);
-        else
-            RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer,
-                    quiet ? "device work of this process did not finish" : why);
+        else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, why);
     } else if (copied && k->slots) {
         /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
          * slots never will (map_sender); one that has must unmap them first. */
