@@ -246,7 +246,8 @@ static void conn_free(ipc_conn *k) {
                                          : rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") ==
                                                RL_DEV_OK);
         char why[RL_ERR_MAX]; /* the quiet section's error, before other calls set theirs */
-        snprintf(why, sizeof why, "%s", quiet ? "device work of this process did not finish, or the unmap failed" : rl_dev_error());
+        snprintf(why, sizeof why, "%s",
+                 quiet ? "device work of this process did not finish, or the unmap failed" : rl_dev_error());
         int unmapped = !k->slots || rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
         if (k->slots && quiet) rl_dev_quiet_end();
         if (unmapped) atomic_store(&k->ctl->unmapped, 1);
