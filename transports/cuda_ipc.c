@@ -141,7 +141,8 @@ static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
         snprintf(why, n, "mapping the sender's slots: %s", rl_dev_error());
         p = NULL;
     } else if (conn_streams(k, why) != 0) {
-        k->ctx->d->mem_unimport(p);
+        /* At once, unless device work is noted stuck: then the close says so to the sender. */
+        if (!rl_dev_free_later(p, RL_DEV_MEM_IMPORTED)) k->unmap_kept = 1;
         p = NULL;
     }
     dev_leave(k, saved);

@@ -147,7 +147,9 @@ typedef struct ipc_orphan {
 static pthread_mutex_t g_orphans_mu = PTHREAD_MUTEX_INITIALIZER;
 static ipc_orphan *g_orphans;
 
-static int orphan_done(const ipc_orphan *o) { return atomic_load(&o->ctl->unmapped) || process_gone(o->peer_pid); }
+static int orphan_done(const ipc_orphan *o) {
+    return atomic_load(&o->ctl->unmapped) == IPC_UNMAPPED || process_gone(o->peer_pid);
+}
 
 /* fini: the context's orphans leave it, once done if wait (a communicator that did not
  * fail: its deadline at most). */
@@ -156,7 +158,8 @@ static void release_orphans(const ipc_ctx *x, int wait) {
     for (int pending = wait; pending;) {
         pending = 0;
         pthread_mutex_lock(&g_orphans_mu);
-        for (ipc_orphan *o = g_orphans; o && !pending; o = o->next) pending = o->owner == x && !orphan_done(o);
+        for (ipc_orphan *o = g_orphans; o && !pending; o = o->next)
+            pending = o->owner == x && !orphan_done(o) && atomic_load(&o->ctl->unmapped) != IPC_UNMAP_LATER;
         pthread_mutex_unlock(&g_orphans_mu);
         if (pending && rl_now() > until) {
             RL_WARN(x->in.rank, "cuda_ipc: a peer did not unmap this rank's slots by the deadline: they are freed "
@@ -247,15 +250,21 @@ static void conn_free(ipc_conn *k) {
                                                RL_DEV_OK);
         char why[RL_ERR_MAX]; /* the quiet section's error, before other calls set theirs */
         snprintf(why, sizeof why, "%s",
-                 quiet ? "device work of this process did not finish, or the unmap failed" : rl_dev_error());
-        int unmapped = !k->slots || rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED);
+                 quiet    ? "device work of this process did not finish, or the unmap failed"
+                 : failed ? "streams of this process are held, and a failed communicator does not wait"
+                          : rl_dev_error());
+        int unmapped = !k->unmap_kept && (!k->slots || rl_dev_free_later(k->slots, RL_DEV_MEM_IMPORTED));
         if (k->slots && quiet) rl_dev_quiet_end();
-        if (unmapped) atomic_store(&k->ctl->unmapped, 1);
-        else RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, why);
+        if (unmapped) {
+            atomic_store(&k->ctl->unmapped, IPC_UNMAPPED);
+        } else {
+            atomic_store(&k->ctl->unmapped, IPC_UNMAP_LATER); /* the sender need not wait, nor free */
+            RL_WARN(x->in.rank, "cuda_ipc: rank %d's slots stay mapped here for now (%s)", k->peer, why);
+        }
     } else if (copied && k->slots) {
         /* This end is closed (rl_ipc_close): a receiver that has not begun to map the
          * slots never will (map_sender); one that has must unmap them first. */
-        if (atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE || atomic_load(&k->ctl->unmapped)) {
+        if (atomic_load(&k->ctl->fifo.receiver) == RL_FIFO_NONE || atomic_load(&k->ctl->unmapped) == IPC_UNMAPPED) {
             free_slots(d, k->slots, k->device);
         } else {
             ipc_orphan *o = malloc(sizeof *o);
@@ -457,9 +466,12 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         } else if (!b.has_probe) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
         } else if (rl_dev_work_stuck()) {
-            /* The probe could not be unmapped at once, and the peer frees it at its fini. */
-            snprintf(why, RL_ERR_MAX, "device work of this process did not finish (behind work that does not end): "
-                                      "rank %d's memory is not mapped now", peer);
+            /* The probe could not be unmapped at once, and the peer frees it at its fini
+             * (undefined in CUDA while mapped here): not tried, taken as mappable. Where it
+             * is not, the first use of the pair fails at its mapping, naming why. */
+            RL_INFO(x->in.rank, "cuda_ipc: rank %d's memory taken as mappable without its probe (device work of this "
+                                "process did not finish)", peer);
+            x->reach[peer] = 1;
         } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
         } else {

@@ -26,6 +26,7 @@
 #define IPC_PAGE 4096u
 #define IPC_MAX_SLOTS 64
 #define IPC_NAME_MAX 64
+enum { IPC_MAPPED = 0, IPC_UNMAPPED = 1, IPC_UNMAP_LATER = 2 }; /* ctl_t.unmapped */
 
 typedef struct {
     uint32_t magic;
@@ -47,10 +48,12 @@ typedef struct {
     int32_t device;
     int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
     rl_dev_handle handle; /* the sender's slots */
-    /* receiver: 1 once its close unmapped the sender's slots (or it never mapped them):
-     * the sender frees them only then, or when fifo.receiver is still NONE once it closed
-     * (map_sender: the receiver sets OPEN before it maps). Freeing memory another process
-     * has open through IPC is undefined in CUDA. */
+    /* receiver: IPC_UNMAPPED once its close unmapped the sender's slots (or it never
+     * mapped them): the sender frees them only then, or when fifo.receiver is still NONE
+     * once it closed (map_sender: the receiver sets OPEN before it maps), or once the
+     * receiver's process is gone. IPC_UNMAP_LATER: its close kept the unmap for later
+     * (behind device work noted stuck): still mapped, but a clean end need not wait for
+     * it. Freeing memory another process has open through IPC is undefined in CUDA. */
     atomic_int unmapped;
     /* 1: one of the pair's two ranks found it cannot map the other's memory (reachable) and
      * sends and receives the pair's device buffers through host memory: if the other one
@@ -89,6 +92,7 @@ typedef struct ipc_conn {
     void *ctl_map; /* sender: its block mapped from the receiver's segment */
     size_t ctl_map_len;
     char *slots;   /* sender: its own slots; receiver: the sender's, imported (NULL until then) */
+    int unmap_kept; /* receiver: a mapping of them that failed to set up is still to be unmapped */
     uint32_t nslots;
     uint64_t slot_bytes;
     rl_dev_stream_t stream;

@@ -95,7 +95,6 @@ void rl_conn_wait_idle(struct ringlet_comm *c) {
 }
 
 void rl_conn_close_all(struct ringlet_comm *c) {
-    rl_conn_wait_idle(c);
     /* Receiving ends first: a sender may keep memory for a receiver until it lets go
      * (cuda_ipc's slots). */
     rl_conn *tables[4] = {c->recv_conns, c->recv_conns_dev, c->send_conns, c->send_conns_dev};

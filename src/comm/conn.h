@@ -27,7 +27,8 @@ const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n);
  * within a poll slice; this lets them leave (1 s at most) before the device work is
  * drained and the connections and transports go. */
 void rl_conn_wait_idle(struct ringlet_comm *c);
-/* Closes every connection (teardown), after rl_conn_wait_idle. */
+/* Closes every connection (teardown, after rl_conn_wait_idle: a call still running past
+ * its second may yet queue device work after the drain; a best effort). */
 void rl_conn_close_all(struct ringlet_comm *c);
 
 #endif
