@@ -214,7 +214,7 @@ static int copies_done(ipc_conn *k) {
     int failed = k->ctx->in.failed && atomic_load(k->ctx->in.failed);
     double until = rl_now() + (failed ? 0 : k->ctx->in.timeout_s);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++) {
-        int q;
+        int q = RL_DEV_OK; /* set whenever ev[i] exists (the compiler cannot tell) */
         while (k->ev[i] && (q = d->event_query(k->ev[i])) == RL_DEV_NOT_READY) {
             if (rl_now() > until) return 0;
             rl_sleep_ms(1);
