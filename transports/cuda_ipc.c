@@ -374,8 +374,7 @@ static int ipc_waits_on_device(void *conn, char *why, size_t n) {
     pthread_mutex_unlock(&k->ctx->mu);
     if (!queued) return 0;
     snprintf(why, n,
-             "%u device cop%s %s %s queued on this rank's device and not finished (work ahead on the device does "
-             "not end: a kernel waiting for something?)",
+             "%u device cop%s %s %s queued on this rank's device and not finished " RL_DEVICE_STUCK_HINT,
              queued, queued == 1 ? "y" : "ies", k->sending ? "into the CUDA IPC slots it reads" : "out of its CUDA IPC slots",
              queued == 1 ? "is" : "are");
     return 1;

@@ -232,6 +232,8 @@ static void conn_free(ipc_conn *k) {
         RL_WARN(x->in.rank, "cuda_ipc: the copies of rank %d's connection failed or were not finished: the slots "
                 "they use are left as they are (mapped, not freed)", k->peer);
         if (k->stream) rl_dev_note_stuck(k->stream); /* and other frees wait for them too */
+        /* A receiver keeps the sender's slots mapped: its sender need not wait, nor free. */
+        if (!k->sending && k->ctl) atomic_store(&k->ctl->unmapped, IPC_UNMAP_LATER);
     }
     if (k->stream) d->stream_destroy(k->stream);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)

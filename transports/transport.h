@@ -139,6 +139,10 @@ typedef struct rl_transport_ops {
     int (*waits_on_device)(void *conn, char *why, size_t n);
 } rl_transport_ops;
 
+/* The end of a message about requests that wait on this rank's own device (waits_on_device,
+ * and the pipe's staged device copies). */
+#define RL_DEVICE_STUCK_HINT "(work ahead on the device does not end: a kernel waiting for something?)"
+
 enum { RL_PROGRESS_MOVED = 1, RL_PROGRESS_BUSY = 2, RL_PROGRESS_POLL = 4, RL_PROGRESS_THREADED = 8 };
 
 /* Done (1) or running (0). */

@@ -412,8 +412,7 @@ ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {
                 char what[2 * RL_ERR_MAX], stall[RL_ERR_MAX];
                 if (run_device_pending(s))
                     snprintf(stall, sizeof stall, ": this rank's own device copies of its chunks are not finished "
-                                                  "(work ahead on the device does not end: a kernel waiting for "
-                                                  "something?)");
+                                                  RL_DEVICE_STUCK_HINT);
                 else
                     rl_conn_stall(waiting_recv ? s->rconn : s->sconn, stall, sizeof stall);
                 snprintf(what, sizeof what, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d%s",

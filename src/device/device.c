@@ -319,7 +319,7 @@ int rl_dev_free_later(void *p, int kind) {
     int stuck = work_stuck() > 0;
     if (t_quiet_depth && !stuck) return free_now(d, p, kind);
     pthread_mutex_lock(&g_gate_mu);
-    int now = !stuck && !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
+    int now = !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;
     deferred_t *x = now ? NULL : malloc(sizeof *x);
     if (x) *x = (deferred_t){p, kind, g_deferred}, g_deferred = x;
