@@ -10,6 +10,10 @@
 set -u
 cd "$(dirname "$0")/.."
 export BUILD="${BUILD:-build}"
+# A call the simulated GPU refuses because it would hang on a GPU ends the process (as
+# strict as the hang: no caller can take it as a warning); test_simrules, which checks the
+# refusals themselves, sets its own.
+export RINGLET_SIM_ON_DEADLOCK="${RINGLET_SIM_ON_DEADLOCK:-exit}"
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 tree_before=""

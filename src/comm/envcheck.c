@@ -88,6 +88,8 @@ static const var_t vars[] = {
     {.name = "RINGLET_SIM_DEVICES", .kind = K_INT, .lo = 1, .hi = 64},
     {.name = "RINGLET_SIM_IPC_DENY", .kind = K_BOOL},
     {.name = "RINGLET_SIM_MEMOPS", .kind = K_BOOL},
+    {.name = "RINGLET_SIM_PEER", .kind = K_BOOL},
+    {.name = "RINGLET_SIM_ON_DEADLOCK", .kind = K_WORD_NOCASE, .words = "error,exit"},
     {.name = "RINGLET_STREAM_HOLD", .kind = K_WORD, .words = "auto,memop,kernel,sync"},
     /* the CPU kernels (kernels/reduce_cpu.c; a set this CPU cannot run is passed over) */
     {.name = "RINGLET_CPU_ISA", .kind = K_WORD, .words = "avx512f,avx2,default"},

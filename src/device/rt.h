@@ -22,7 +22,8 @@
  *   - calls that can synchronise the device (malloc, free, host_alloc, free_host,
  *     ipc_open) wait for every stream; one that would wait for a stream held by a flag
  *     wait (wait_flag launch, stream_wait_value64) fails with RL_RT_ERR_SIM_DEADLOCK,
- *     naming the call, where a GPU would hang. ipc_close may synchronise and is not said
+ *     naming the call, where a GPU would hang (with RINGLET_SIM_ON_DEADLOCK=exit, the
+ *     suite's default, the process ends there instead). ipc_close may synchronise and is not said
  *     to wait: it fails where a held stream would hang it, waits for nothing, and stops
  *     the process where queued or running work still uses the memory it unmaps;
  *   - stream_destroy returns at once; the work queued on the stream still runs (and a
@@ -37,6 +38,11 @@
  *     (primary_ctx_active says so), whatever device the object is on, except
  *     stream_get_device and pointer_device, which ringlet asks before it selects a device
  *     (an assumption about CUDA that needs two GPUs to check);
+ *   - ipc_open maps the memory into the context of the device current at the call; a
+ *     kernel on another device may not touch that mapping (an illegal address), and each
+ *     context counts its own opens; memory of another device needs peer access between
+ *     the two (opened with lazy peer access; RINGLET_SIM_PEER=0: none, as GPUs on PCIe
+ *     without P2P, and the open fails with RL_RT_ERR_PEER_UNSUPPORTED);
  *   - copies to or from pageable host memory return once done (synchronous with respect
  *     to their stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
@@ -76,6 +82,7 @@ enum rl_rt_err {
     RL_RT_ERR_NO_DEVICE = 100,
     RL_RT_ERR_INVALID_DEVICE = 101,
     RL_RT_ERR_MAP_FAILED = 205,
+    RL_RT_ERR_PEER_UNSUPPORTED = 217, /* cudaErrorPeerAccessUnsupported */
     RL_RT_ERR_INVALID_HANDLE = 400,
     RL_RT_ERR_ILLEGAL_STATE = 401,
     RL_RT_ERR_NOT_READY = 600,

@@ -61,9 +61,11 @@ enum { SIM_MEM_DEVICE = 0, SIM_MEM_PINNED = 1, SIM_MEM_PAGEABLE = 2, SIM_MEM_BAD
  * allocation and runs past its end (why says so). */
 int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t whylen);
 int sim_pointer_device(const void *p);
-/* The device of p's memory when a kernel on device dev may not touch it (memory this
- * process allocated on another device: no peer access, which ringlet never enables;
- * memory imported from another process was opened with lazy peer access), else -1. */
+/* The device whose memory (or context) p is when a kernel on device dev may not touch it,
+ * else -1: memory this process allocated on another device (no peer access, which ringlet
+ * never enables), or memory imported from another process in another device's context
+ * (CUDA maps it into the context current at the open, with lazy peer access from that
+ * device to the memory's, not from others). */
 int sim_peer_denied(const void *p, int dev);
 int sim_malloc(void **p, size_t bytes);
 int sim_free(void *p);

@@ -72,7 +72,7 @@ static int operand(sim_op *o, const char *kernel, const char *name, const void *
     if (owner >= 0) {
         o->fault = RL_RT_ERR_ILLEGAL_ADDRESS;
         snprintf(o->msg, sizeof o->msg, "an illegal memory access was encountered: %s operand %s at %p is memory of "
-                 "device %d, the kernel runs on device %d (no peer access)", kernel, name, p, owner,
+                 "device %d (or mapped in its context), the kernel runs on device %d (no peer access)", kernel, name, p, owner,
                  sim_current_device());
         return 0;
     }

@@ -31,6 +31,7 @@ typedef struct alloc {
     size_t map;   /* mapped bytes (pages) */
     int fd;       /* memfd (device, imported), -1 (pinned) */
     int kind, device;
+    int ctx_device; /* imported: the device whose context mapped it (current at ipc_open) */
     int opens;    /* imported: ipc_open calls not yet closed (CUDA counts them) */
     uint8_t nonce[16];
     struct header *hdr; /* device, imported: the memfd's header page */
@@ -127,13 +128,14 @@ static alloc_t *take(const void *p, int kind, int *kept) {
     return a;
 }
 
-/* The mapping this process already made of the allocation with this nonce, counted as
- * one more open; NULL if there is none. */
-static void *reopen(const uint8_t nonce[16]) {
+/* The mapping device dev's context already made of the allocation with this nonce,
+ * counted as one more open; NULL if there is none (CUDA counts opens per context). */
+static void *reopen(const uint8_t nonce[16], int dev) {
     void *p = NULL;
     pthread_rwlock_wrlock(&g_mu);
     for (size_t i = 0; i < g_n && !p; i++)
-        if (g_tab[i]->kind == KIND_IMPORTED && !memcmp(g_tab[i]->nonce, nonce, sizeof g_tab[i]->nonce)) {
+        if (g_tab[i]->kind == KIND_IMPORTED && g_tab[i]->ctx_device == dev &&
+            !memcmp(g_tab[i]->nonce, nonce, sizeof g_tab[i]->nonce)) {
             g_tab[i]->opens++;
             p = g_tab[i]->user;
         }
@@ -166,7 +168,9 @@ int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t why
 int sim_peer_denied(const void *p, int dev) {
     pthread_rwlock_rdlock(&g_mu);
     alloc_t *a = find(p);
-    int owner = a && a->kind == KIND_DEVICE && a->device != dev ? a->device : -1;
+    int owner = -1;
+    if (a && a->kind == KIND_DEVICE && a->device != dev) owner = a->device;
+    if (a && a->kind == KIND_IMPORTED && a->ctx_device != dev) owner = a->ctx_device;
     pthread_rwlock_unlock(&g_mu);
     return owner;
 }
@@ -394,11 +398,19 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     if (rl_env_int("RINGLET_SIM_IPC_DENY", 0, 0, 1))
         return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: permission denied (RINGLET_SIM_IPC_DENY=1: as if the processes "
                                               "were in two containers)");
+    /* The mapping is made in the current device's context; memory of another device
+     * needs peer access to it (cudaIpcMemLazyEnablePeerAccess enables it where the two
+     * devices can have it; RINGLET_SIM_PEER=0: none can, as GPUs on PCIe without P2P). */
+    int cur = sim_current_device();
+    if (x.device != cur && !rl_env_int("RINGLET_SIM_PEER", 1, 0, 1))
+        return sim_fail(RL_RT_ERR_PEER_UNSUPPORTED, "ipc_open: the memory is on device %d, the current device is %d, "
+                                                    "and they cannot access each other (RINGLET_SIM_PEER=0)",
+                        (int)x.device, cur);
     int rc = sim_device_sync("cudaIpcOpenMemHandle");
     if (rc) return rc;
     /* CUDA: a handle this context has open already gives the same address again, and
      * counts the open; each needs its own close (the mapping goes with the last). */
-    if ((*p = reopen(x.nonce))) return RL_RT_SUCCESS;
+    if ((*p = reopen(x.nonce, cur))) return RL_RT_SUCCESS;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)x.pid, (int)x.fd);
     alloc_t *a = calloc(1, sizeof *a);
@@ -426,6 +438,7 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     a->kind = KIND_IMPORTED;
     a->opens = 1;
     a->device = x.device;
+    a->ctx_device = cur;
     a->bytes = x.bytes;
     a->map = round_page(x.bytes);
     memcpy(a->nonce, x.nonce, sizeof a->nonce);

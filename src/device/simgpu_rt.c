@@ -78,6 +78,7 @@ static const char *error_string(int e) {
     case RL_RT_ERR_NOT_READY: return "device not ready";
     case RL_RT_ERR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
     case RL_RT_ERR_MISALIGNED_ADDRESS: return "misaligned address";
+    case RL_RT_ERR_PEER_UNSUPPORTED: return "peer access is not supported between these two devices";
     case RL_RT_ERR_NOT_PERMITTED: return "operation not permitted";
     case RL_RT_ERR_NOT_SUPPORTED: return "operation not supported";
     case RL_RT_ERR_CAPTURE_UNSUPPORTED: return "operation not permitted when stream is capturing";

@@ -165,14 +165,16 @@ fi
 # them), after the DPLAN runs: FIFO wrap-around with 4 KiB slots (pieces, and the device
 # staging slots when a chunk does not fit one slot), the fallback when the peer's memory
 # cannot be mapped (RINGLET_SIM_IPC_DENY, simulator only: staged through shared memory
-# instead, and said), one device per rank (RINGLET_SIM_DEVICES=4, simulator only), and
-# host buffers over a forced cuda_ipc.
+# instead, and said), one device per rank (RINGLET_SIM_DEVICES=4, simulator only), the
+# same on devices without peer access (RINGLET_SIM_PEER=0, as GPUs on PCIe without P2P:
+# staged, saying so), and host buffers over a forced cuda_ipc.
 IPCSMALL="RINGLET_CUDA_IPC_SLOT_SIZE=4096 RINGLET_CUDA_IPC_NSLOTS=2 RINGLET_CHUNK_SIZE=16384 $JIT"
 IPCPLAN="3|$IPCSMALL|--memory device --max-count 10007 --quick
 4|RINGLET_ALGO=ring|--memory device --max-count 30011 --quick"
 [ "$DEVICE" = sim ] && IPCPLAN+="
 3|RINGLET_SIM_IPC_DENY=1|--memory device --max-count 10007 --quick
-4|RINGLET_SIM_DEVICES=4 $JIT|--memory device --max-count 30011 --quick"
+4|RINGLET_SIM_DEVICES=4 $JIT|--memory device --max-count 30011 --quick
+4|RINGLET_SIM_DEVICES=4 RINGLET_SIM_PEER=0|--memory device --max-count 10007 --quick"
 IPCPLAN+="
 3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
 DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
@@ -235,8 +237,10 @@ run_plan() {
         local why=""
         # Over ipc, device buffers must have gone over cuda_ipc, or (denied) been staged, saying why.
         if [ "$tr" = ipc ] && [ "$P" -gt 1 ] && [[ "$margs $args" == *"--memory device"* ]]; then
-            if [[ "$envs" == *IPC_DENY* ]]; then
+            if [[ "$envs" == *IPC_DENY* || "$envs" == *SIM_PEER=0* ]]; then
                 grep -q "not over cuda_ipc" "$TMP/err" || why="no log line saying why cuda_ipc was not used"
+                [[ "$envs" == *SIM_PEER=0* ]] && ! grep -q "not over cuda_ipc (.*peer access is not supported" "$TMP/err" &&
+                    why="no log line saying that the devices have no peer access"
                 grep -q "over cuda_ipc (device buffers)" "$TMP/err" && why="cuda_ipc used although the peers' memory cannot be mapped"
             else
                 grep -q "over cuda_ipc (device buffers)" "$TMP/err" || why="device buffers did not go over cuda_ipc"

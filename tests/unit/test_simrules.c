@@ -884,6 +884,56 @@ static int child_ipc_close(void) {
     return 0;
 }
 
+/* Two devices (RINGLET_SIM_DEVICES=2), the memory of handle SIMRULES_HANDLE on device 0 of
+ * another process: CUDA maps it into the context of the device current at the open, and
+ * only kernels on that device may touch it; each context counts its own opens; with
+ * RINGLET_SIM_PEER=0 (devices without peer access) device 1 cannot open it. Ends with a
+ * kernel's fault (sticky), so in a child of its own. */
+static void child_ipc_devices(void) {
+    rl_dev_handle h;
+    const char *hex = getenv("SIMRULES_HANDLE");
+    CHECK(hex != NULL, "no SIMRULES_HANDLE");
+    if (!hex) return;
+    hex_handle(hex, &h);
+    void *p1 = NULL, *p1b = NULL, *p0 = NULL, *x1 = NULL, *x0 = NULL;
+    rl_dev_stream_t s1, s0;
+    RT_OK(R->set_device(1));
+    RT_OK(R->load_kernels());
+    RT_OK(R->malloc(&x1, 4096));
+    RT_OK(R->stream_create(&s1, 0));
+    RT_OK(R->ipc_open(&p1, &h));
+    RT_OK(R->ipc_open(&p1b, &h));
+    CHECK(p1 == p1b, "a second open in device 1's context mapped it again (%p, %p)", p1, p1b);
+    RT_OK(R->launch_reduce(x1, p1, p1, 1024, RINGLET_INT32, RINGLET_SUM, s1));
+    RT_OK(R->stream_synchronize(s1)); /* the importing device's kernel may touch it */
+    RT_OK(R->set_device(0));
+    RT_OK(R->load_kernels());
+    RT_OK(R->ipc_open(&p0, &h));
+    CHECK(p0 != NULL && p0 != p1, "device 0's context got device 1's mapping (%p, %p): CUDA maps per context", p0, p1);
+    RT_OK(R->malloc(&x0, 4096));
+    RT_OK(R->stream_create(&s0, 0));
+    RT_OK(R->launch_reduce(x0, p0, p0, 1024, RINGLET_INT32, RINGLET_SUM, s0));
+    RT_OK(R->stream_synchronize(s0));
+    RT_OK(R->ipc_close(p0));
+    /* Without peer access the memory's device alone can open it. */
+    setenv("RINGLET_SIM_PEER", "0", 1);
+    RT_OK(R->set_device(1));
+    void *q = NULL;
+    int rc = R->ipc_open(&q, &h);
+    CHECK(rc == RL_RT_ERR_PEER_UNSUPPORTED && q == NULL,
+          "RINGLET_SIM_PEER=0: device 1 opened device 0's memory (%d, %p)", rc, q);
+    R->get_last_error();
+    RT_OK(R->set_device(0));
+    RT_OK(R->ipc_open(&q, &h));
+    RT_OK(R->ipc_close(q));
+    unsetenv("RINGLET_SIM_PEER");
+    /* Device 1's mapping in a kernel of device 0: an illegal address (the last check). */
+    RT_OK(R->launch_reduce(x0, p1, p1, 1024, RINGLET_INT32, RINGLET_SUM, s0));
+    rc = R->stream_synchronize(s0);
+    CHECK(rc == RL_RT_ERR_ILLEGAL_ADDRESS && strstr(R->error_detail(), "mapped in its context"),
+          "a kernel on device 0 touched memory mapped in device 1's context: %d (%s)", rc, R->error_detail());
+}
+
 /* A child's output (everything it writes to fd until it closes it) into said, then its
  * exit status (-SIGNAL if killed). */
 static int child_output(pid_t pid, int fd, char *said, size_t len) {
@@ -986,6 +1036,20 @@ static void rule_ipc_free(void) {
     DEV_OK(D->mem_free(d));
 }
 
+/* Imported memory on two devices (child_ipc_devices). */
+static void rule_ipc_devices(void) {
+    exporter_t x;
+    rl_dev_handle h;
+    char hex[2 * RL_DEV_HANDLE_BYTES + 1], said[1024];
+    CHECK(exporter_start(&x, &h) == 0, "the exporter did not start");
+    handle_hex(&h, hex);
+    setenv("SIMRULES_HANDLE", hex, 1);
+    CHECK(run_child("ipc-devices", "RINGLET_SIM_DEVICES", "2") == 0, "imported memory on two devices: the child failed");
+    unsetenv("SIMRULES_HANDLE");
+    int st = exporter_free(&x, said, sizeof said);
+    CHECK(st == 0, "the exporter's free after its importer exited: status %d, said: %s", st, said);
+}
+
 static void rule_ipc_close(void) {
     exporter_t x;
     rl_dev_handle h;
@@ -1040,6 +1104,20 @@ static void child_stuck(void) {
     RT_OK(R->free_host((void *)flag));
 }
 
+/* With RINGLET_SIM_ON_DEADLOCK=exit, a call that would hang ends the process (status 70)
+ * rather than fail: returns only if it did not. */
+static int child_deadlock_exit(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t a;
+    RT_OK(R->stream_create(&a, 0));
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->launch_wait_flag(flag, 1, a));
+    void *p = NULL;
+    int rc = R->malloc(&p, 4096);
+    printf("child deadlock-exit: cudaMalloc behind a held stream returned %d; the process did not end\n", rc);
+    return 1;
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -1052,6 +1130,8 @@ static int child(const char *name) {
     else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
     else if (!strcmp(name, "stuck")) child_stuck();
+    else if (!strcmp(name, "deadlock-exit")) return child_deadlock_exit();
+    else if (!strcmp(name, "ipc-devices")) child_ipc_devices();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -1060,6 +1140,8 @@ static int child(const char *name) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 2 && !strcmp(argv[1], "--child")) return child(argv[2]);
+    /* These rules check the refusals themselves (tests/run.sh's default ends the process). */
+    setenv("RINGLET_SIM_ON_DEADLOCK", "error", 1);
     rule_last_error();
     rule_loading();
     rule_sync();
@@ -1073,7 +1155,10 @@ int main(int argc, char **argv) {
     rule_queues();
     rule_ipc_free();
     rule_ipc_close();
+    rule_ipc_devices();
     CHECK(run_child("stuck", "RINGLET_DEVICE", "sim") == 0, "frees behind work noted stuck: the child failed");
+    CHECK(run_child("deadlock-exit", "RINGLET_SIM_ON_DEADLOCK", "exit") == 70,
+          "RINGLET_SIM_ON_DEADLOCK=exit: a call behind a held stream did not end the process with status 70");
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
