@@ -245,8 +245,65 @@ placement_table() {
             }
         }' "$f" | sort -s -k1,1n
 }
+# The every-size comparisons again, each pass's pair of runs kept only where both ran in the
+# same placement (core_rtt both under PLACE_APART_NS, or both at or over it): on a VM whose
+# vCPUs move, a pass of one peer with its CPUs together against one of the other's with them
+# apart decides a median ratio (perf/README.md). Bandwidth sizes only (the latency runs have
+# no placement figure of their own).
+matched_table() {
+    local f="$OUT/placement.csv"
+    [[ -f "$f" ]] && (($(wc -l <"$f") > 1)) || return 0
+    echo
+    echo "## at every size, passes in the same placement only: the worst ratio over the bandwidth sizes of"
+    echo "#   median(ringlet) / median(peer), over the passes whose two runs had core_rtt both < ${PLACE_APART_NS} ns"
+    echo "#   (together, T) or both >= it (apart, A); '-' when no pass matched. Information, not a goal."
+    awk -F, -v apart="$PLACE_APART_NS" -v ranks="$RANKS" '
+    function hs(b) { if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
+                     if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"; return b " B" }
+    function median(list,   n, a, i, j, x) {
+        n = split(list, a, " ")
+        for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+        return n == 0 ? "" : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+    }
+    FNR == 1 { file++; next }
+    file == 1 { if ($4 != "") cls[$1, $2, $3] = ($4 + 0 >= apart) ? "A" : "T"; next }
+    $7 == "OK" && $9 == "bw" {
+        run = $3; name = ($3 ~ /^ringlet-/ && $8 == "ip") ? $3 "@ip" : $3
+        bw[$1, $2, name, $4] = $6; runof[name] = run; size[$4] = 1; if ($1 + 0 > np) np = $1 + 0
+    }
+    END {
+        ns = 0; for (b in size) S[++ns] = b + 0
+        for (i = 2; i <= ns; i++) { x = S[i]; for (j = i - 1; j >= 1 && S[j] > x; j--) S[j + 1] = S[j]; S[j + 1] = x }
+        npair = split("ringlet-tcp:mpi-tcp ringlet-tcp@ip:gloo ringlet-shm:mpi-shm", P, " ")
+        nr = split(ranks, R, " ")
+        for (ri = 1; ri <= nr; ri++) for (pi = 1; pi <= npair; pi++) {
+            r = R[ri]; split(P[pi], ab, ":"); a = ab[1]; b = ab[2]
+            if (!(a in runof) || !(b in runof)) continue
+            passes = ""; worst = ""; wsz = ""
+            for (p = 1; p <= np; p++) {
+                ca = cls[p, r, runof[a]]; cb = cls[p, r, runof[b]]
+                if (ca != "" && ca == cb) passes = passes (passes == "" ? "" : ",") p ca
+            }
+            for (si = 1; si <= ns && passes != ""; si++) {
+                la = ""; lb = ""
+                for (p = 1; p <= np; p++) {
+                    ca = cls[p, r, runof[a]]
+                    if (ca == "" || ca != cls[p, r, runof[b]]) continue
+                    if ((p, r, a, S[si]) in bw && (p, r, b, S[si]) in bw) { la = la " " bw[p, r, a, S[si]]; lb = lb " " bw[p, r, b, S[si]] }
+                }
+                ma = median(la); mb = median(lb)
+                if (ma == "" || mb == "" || mb == 0) continue
+                x = ma / mb
+                if (worst == "" || x < worst) { worst = x; wsz = hs(S[si]) }
+            }
+            printf "  %d ranks: %-31s passes %-12s worst %s%s\n", r, a " / " b, passes == "" ? "-" : passes,
+                worst == "" ? "-" : sprintf("%.2f", worst), wsz == "" ? "" : " (at " wsz ")"
+        }
+    }' "$f" "$CSV"
+}
 {
     table
+    matched_table
     placement_table
 } | tee "$OUT/table.txt"
 
