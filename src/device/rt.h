@@ -37,7 +37,11 @@
  *     names a stream, an event or memory makes a context on the thread's current device
  *     (primary_ctx_active says so), whatever device the object is on, except
  *     stream_get_device and pointer_device, which ringlet asks before it selects a device
- *     (an assumption about CUDA that needs two GPUs to check);
+ *     (rl_rt_cuda answers both through the driver, cuStreamGetCtx and
+ *     cuPointerGetAttributes, which make no context: the runtime's own calls would, on a
+ *     host pointer at least; stream_get_device is also allowed on a capturing stream,
+ *     where cuStreamGetDevice is refused: stream.sh's capture case, in the GPU suite's
+ *     stream-p2; the context a host pointer would make needs two GPUs to see);
  *   - ipc_open maps the memory into the context of the device current at the call; a
  *     kernel on another device may not touch that mapping (an illegal address), and each
  *     context counts its own opens; memory of another device needs peer access between

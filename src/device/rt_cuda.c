@@ -19,6 +19,11 @@
 #include "reduce_cuda.h"
 #include "rt.h"
 
+/* cudaStreamGetDevice (the fallback below) is CUDA 12.8's; cudaGetDriverEntryPointByVersion 12.5's. */
+#if CUDART_VERSION < 12080
+#error "ringlet's CUDA backend needs CUDA 12.8 or newer (make CUDA=0 builds without it)"
+#endif
+
 _Static_assert(RL_RT_SUCCESS == (int)cudaSuccess, "codes");
 _Static_assert(RL_RT_ERR_INVALID_VALUE == (int)cudaErrorInvalidValue, "codes");
 _Static_assert(RL_RT_ERR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "codes");
@@ -74,7 +79,57 @@ static int primary_ctx_active(int dev, int *active) {
     return RL_RT_SUCCESS;
 }
 
+/* The driver calls that answer which device a pointer or a stream is on without the
+ * runtime's side effects: cudaPointerGetAttributes on a host pointer makes a primary
+ * context on the thread's current device (device 0 on a thread that never chose one:
+ * Mooncake#2330), which every host-buffer call of a job would pay for on GPU 0; and
+ * cudaStreamGetDevice (cuStreamGetDevice) is refused during stream capture on some drivers
+ * (cccl#9119), which would fail, even invalidate, the capture check of every call.
+ * cuStreamGetCtx and the context's device are allowed there. Each falls back to the
+ * runtime's call where the driver lacks one. */
+typedef CUresult (*ptr_attrs_fn)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
+typedef CUresult (*stream_ctx_fn)(CUstream, CUcontext *);
+typedef CUresult (*ctx_push_fn)(CUcontext);
+typedef CUresult (*ctx_pop_fn)(CUcontext *);
+typedef CUresult (*ctx_device_fn)(CUdevice *);
+static pthread_once_t g_where_once = PTHREAD_ONCE_INIT;
+static ptr_attrs_fn g_ptr_attrs;
+static stream_ctx_fn g_stream_ctx;
+static ctx_push_fn g_ctx_push;
+static ctx_pop_fn g_ctx_pop;
+static ctx_device_fn g_ctx_device;
+
+static void *driver_fn(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return fn;
+}
+
+static void find_where(void) {
+    g_ptr_attrs = (ptr_attrs_fn)driver_fn("cuPointerGetAttributes");
+    g_stream_ctx = (stream_ctx_fn)driver_fn("cuStreamGetCtx");
+    g_ctx_push = (ctx_push_fn)driver_fn("cuCtxPushCurrent");
+    g_ctx_pop = (ctx_pop_fn)driver_fn("cuCtxPopCurrent");
+    g_ctx_device = (ctx_device_fn)driver_fn("cuCtxGetDevice");
+}
+
 static int pointer_device(const void *p) {
+    pthread_once(&g_where_once, find_where);
+    if (g_ptr_attrs) {
+        /* Unlike its singular form, it succeeds on memory CUDA does not know (type 0). */
+        unsigned int type = 0, managed = 0;
+        int ordinal = -1;
+        CUpointer_attribute what[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+        void *into[3] = {&type, &managed, &ordinal};
+        if (g_ptr_attrs(3, what, into, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS)
+            return type == CU_MEMORYTYPE_DEVICE || managed ? ordinal : -1;
+    }
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
         cudaGetLastError(); /* a host pointer CUDA never saw: not an error here */
@@ -130,8 +185,20 @@ static int stream_destroy(rl_dev_stream_t s) { return (int)cudaStreamDestroy(CS(
 static int stream_synchronize(rl_dev_stream_t s) { return (int)cudaStreamSynchronize(CS(s)); }
 
 static int stream_get_device(rl_dev_stream_t s, int *dev) {
-    /* The legacy stream (NULL, or 0x1) is the current device's. */
-    if (!s || s == RL_RT_STREAM_LEGACY) return (int)cudaGetDevice(dev);
+    /* The legacy stream (NULL, or 0x1) and the per-thread one (0x2) are the current device's. */
+    if (!s || s == RL_RT_STREAM_LEGACY || s == RL_RT_STREAM_PER_THREAD) return (int)cudaGetDevice(dev);
+    pthread_once(&g_where_once, find_where);
+    CUcontext ctx = NULL, popped = NULL;
+    CUdevice d = 0;
+    if (g_stream_ctx && g_ctx_push && g_ctx_pop && g_ctx_device && g_stream_ctx((CUstream)s, &ctx) == CUDA_SUCCESS &&
+        ctx && g_ctx_push(ctx) == CUDA_SUCCESS) {
+        CUresult r = g_ctx_device(&d);
+        g_ctx_pop(&popped);
+        if (r == CUDA_SUCCESS) {
+            *dev = (int)d; /* a CUdevice is its ordinal (cuDeviceGet's) */
+            return RL_RT_SUCCESS;
+        }
+    }
     return (int)cudaStreamGetDevice(CS(s), dev);
 }
 
