@@ -26,6 +26,9 @@
  *     suite's default, the process ends there instead). ipc_close may synchronise and is not said
  *     to wait: it fails where a held stream would hang it, waits for nothing, and stops
  *     the process where queued or running work still uses the memory it unmaps;
+ *   - malloc does not clear the memory (the simulator fills it with 0xFF bytes);
+ *   - a device's streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unset), and
+ *     an unmet wait blocks what other streams of its queue queued after it;
  *   - stream_destroy returns at once; the work queued on the stream still runs (and a
  *     synchronisation of the device waits for it), so what that work uses must stay;
  *   - a kernel's first launch in the process loads it (CUDA_MODULE_LOADING=LAZY, the

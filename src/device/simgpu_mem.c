@@ -286,6 +286,9 @@ int sim_malloc(void **p, size_t bytes) {
     }
     if (!rc) rc = map_header(a, "malloc");
     if (!rc) rc = map_twice(a, "malloc");
+    /* "The memory is not cleared" (cudaMalloc): not zeros here either, so that reading
+     * what nothing wrote gives a wrong result (0xFF bytes: NaN as floats, -1 as integers). */
+    if (!rc) memset(a->eng, 0xFF, bytes);
     if (!rc && insert(a) != 0) {
         munmap(a->user, a->map);
         munmap(a->eng, a->map);

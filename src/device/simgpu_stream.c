@@ -8,11 +8,12 @@
  * a GPU). A stream is held while a flag wait on it is not met: a call that can
  * synchronise the device then fails (sim_device_sync) instead of hanging.
  *
- * Hardware work queues: with CUDA_DEVICE_MAX_CONNECTIONS=N set, a device's streams share N
- * queues (round robin, in the order they were made), and an operation does not start while
- * a wait queued before it on the same queue (a flag wait, or a wait for an event) is not
- * met, as a waiting stream blocks the hardware queue it heads on a GPU. Unset, every stream
- * has a queue of its own (a GPU has 8, and which streams share one is the driver's choice).
+ * Hardware work queues: a device's streams share CUDA_DEVICE_MAX_CONNECTIONS queues (8
+ * when unset, CUDA's default; round robin, in the order they were made, as the driver
+ * assigns them), and an operation does not start while a wait queued before it on the
+ * same queue (a flag wait, or a wait for an event) is not met, as a waiting stream blocks
+ * the hardware queue it heads on a GPU. A process with more than 8 streams on a device
+ * (ringlet makes one per cuda_ipc connection) thus shares queues, as on a GPU.
  *
  * Stream capture (global mode; rt.h): work enqueued on a capturing stream is dropped at
  * once, as if it went into a graph that is never launched; an event recorded there keeps
@@ -83,7 +84,7 @@ static pthread_cond_t g_streams_cv = PTHREAD_COND_INITIALIZER; /* a stream's use
 static rl_dev_stream_t g_streams;
 static rl_dev_stream_t g_legacy[64]; /* per device, made on first use */
 static long g_jitter_us = -1;
-static int g_nqueues = -1;       /* CUDA_DEVICE_MAX_CONNECTIONS, 0 when unset */
+static int g_nqueues = -1;       /* CUDA_DEVICE_MAX_CONNECTIONS, 8 when unset */
 static int g_queue_next[64];     /* per device: the queue of the next stream made */
 static atomic_ullong g_queue_seq; /* the order in which operations were queued */
 /* Capture state (streams' capture and capture_invalid, events' capture). Taken after
@@ -280,7 +281,7 @@ static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy
     if (!s->rng) s->rng = 1;
     pthread_mutex_lock(&g_streams_mu);
     if (g_jitter_us < 0) g_jitter_us = (long)rl_env_int("RINGLET_SIM_JITTER", 0, 0, 1000000);
-    if (g_nqueues < 0) g_nqueues = (int)rl_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 0, 0, 32);
+    if (g_nqueues < 0) g_nqueues = (int)rl_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32);
     s->queue = g_nqueues ? g_queue_next[device]++ % g_nqueues : -1;
     pthread_mutex_unlock(&g_streams_mu);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {

@@ -77,17 +77,21 @@ run_case() {
         grep -v ' INFO: ' "$TMP/err" | tail -n 30
     fi
 }
+# A held stream blocks the hardware work queue it heads, and a GPU has 8 by default
+# (CUDA_DEVICE_MAX_CONNECTIONS; the simulator holds the same): with more streams than queues
+# in the process, ringlet's own copies can share the held one's queue and never run (order
+# timed out so, as holds did on the H200). Holds need a queue per stream: 32.
 # Holds by stream memory operations and by a spinning kernel (RINGLET_STREAM_HOLD=memop|kernel),
 # and the default, no hold (sync), each checked in the INFO log.
 WANT_HOLD=memop
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm tcp}; do
     for cas in order abort async legacy; do
-        run_case "$tr" "$cas" RINGLET_STREAM_HOLD=memop
+        run_case "$tr" "$cas" RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32
     done
 done
 WANT_HOLD=kernel
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
-    for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel; done
+    for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel CUDA_DEVICE_MAX_CONNECTIONS=32; done
 done
 # No hold: a call returns with its result in place; also with one hardware work queue
 # (CUDA_DEVICE_MAX_CONNECTIONS=1: ringlet's streams share the caller's queue).

@@ -231,6 +231,7 @@ static int child_ready(void) {
 static void rule_queues(void) {
     CHECK(run_child("queues", "CUDA_DEVICE_MAX_CONNECTIONS", "1") == 0, "one hardware queue: the child failed");
     CHECK(run_child("queues", "CUDA_DEVICE_MAX_CONNECTIONS", "2") == 0, "two hardware queues: the child failed");
+    CHECK(run_child("queues-default", NULL, NULL) == 0, "the default hardware queues: the child failed");
 }
 
 /* Whether e completes within seconds. */
@@ -272,6 +273,46 @@ static int child_queues(void) {
     RT_OK(R->stream_destroy(b));
     RT_OK(R->free_host((void *)flag));
     return 0;
+}
+
+/* CUDA_DEVICE_MAX_CONNECTIONS unset: 8 queues, as CUDA's default. Of 9 streams made in
+ * turn, the first and the ninth share one: work on the ninth queued after the first's
+ * unmet wait does not run; on the second it does. */
+static int child_queues_default(void) {
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    rl_dev_stream_t s[9];
+    rl_dev_event_t on_second, on_ninth;
+    for (int i = 0; i < 9; i++) RT_OK(R->stream_create(&s[i], 0));
+    RT_OK(R->event_create(&on_second));
+    RT_OK(R->event_create(&on_ninth));
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->stream_wait_value64(s[0], flag, 1));
+    RT_OK(R->event_record(on_second, s[1]));
+    RT_OK(R->event_record(on_ninth, s[8]));
+    CHECK(event_done_within(on_second, 10), "work on another of the 8 default queues waited for the first's wait");
+    /* by construction it cannot run: the first stream's wait is ahead of it on their queue */
+    CHECK(!event_done_within(on_ninth, 0.2), "the ninth stream did not share the first one's queue (8 by default)");
+    release(flag, 1);
+    for (int i = 0; i < 9; i++) RT_OK(R->stream_synchronize(s[i]));
+    CHECK(event_done(on_ninth), "work behind a met wait did not run");
+    RT_OK(R->event_destroy(on_second));
+    RT_OK(R->event_destroy(on_ninth));
+    for (int i = 0; i < 9; i++) RT_OK(R->stream_destroy(s[i]));
+    RT_OK(R->free_host((void *)flag));
+    return 0;
+}
+
+/* cudaMalloc does not clear the memory: what nothing wrote is not zeros. */
+static void rule_uncleared(void) {
+    void *d = NULL;
+    unsigned char host[256];
+    memset(host, 0, sizeof host);
+    RT_OK(R->malloc(&d, sizeof host));
+    RT_OK(R->memcpy_async(host, d, sizeof host, NULL));
+    int zeros = 0;
+    for (size_t i = 0; i < sizeof host; i++) zeros += host[i] == 0;
+    CHECK(zeros == 0, "a new allocation read as %d zero bytes of %zu (cudaMalloc does not clear it)", zeros, sizeof host);
+    RT_OK(R->free(d));
 }
 
 /* ---- calls that synchronise the device ---- */
@@ -1126,6 +1167,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "hold")) child_hold();
     else if (!strcmp(name, "hold-forced")) child_hold_forced();
     else if (!strcmp(name, "queues")) child_queues();
+    else if (!strcmp(name, "queues-default")) return child_queues_default() || g_fail;
     else if (!strcmp(name, "ipc-export")) return child_ipc_export();
     else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
@@ -1148,6 +1190,7 @@ int main(int argc, char **argv) {
     rule_destroy();
     CHECK(run_child("devices", "RINGLET_SIM_DEVICES", "2") == 0, "current device per thread: the child failed");
     rule_pageable();
+    rule_uncleared();
     rule_legacy();
     rule_capture();
     rule_capture_modes();
