@@ -225,10 +225,12 @@ table() {
         goal(sprintf("%d ranks, %s: worst %s / %s (at %s)%s", r, what, form(a, b), b, wsz == "" ? "-" : wsz, gaps ? ", gaps" : ""), w, lim, n ? 3 : 0)
     }' "$SUM"
 }
+# Whether placement.csv holds figures (perf/core_rtt.c ran).
+have_placement() { [[ -f "$OUT/placement.csv" ]] && (($(wc -l <"$OUT/placement.csv") > 1)); }
 # Where the host had CPUs 0 and 1 (perf/core_rtt.c) just before each bandwidth run, if measured.
 placement_table() {
     local f="$OUT/placement.csv"
-    [[ -f "$f" ]] && (($(wc -l <"$f") > 1)) || return 0
+    have_placement || return 0
     echo
     echo "## placement: the round trip of a cache line between the first two CPUs (ns) just before each"
     echo "#   bandwidth run (perf/core_rtt.c): tens of ns when they share a cache, hundreds when the host"
@@ -252,7 +254,7 @@ placement_table() {
 # no placement figure of their own).
 matched_table() {
     local f="$OUT/placement.csv"
-    [[ -f "$f" ]] && (($(wc -l <"$f") > 1)) || return 0
+    have_placement || return 0
     echo
     echo "## at every size, passes in the same placement only: the worst ratio over the bandwidth sizes of"
     echo "#   median(ringlet) / median(peer), over the passes whose two runs had core_rtt both < ${PLACE_APART_NS} ns"

@@ -54,21 +54,28 @@ static int get_device_count(int *n) {
 static int set_device(int dev) { return (int)cudaSetDevice(dev); }
 static int get_device(int *dev) { return (int)cudaGetDevice(dev); }
 
-/* cuDevicePrimaryCtxGetState, from the driver (no link to libcuda). Without it a context
- * reads as existing (the caller then restores the device as cudaSetDevice would). */
+/* A driver entry point as CUDA 12.0 defined it (no link to libcuda), or NULL; *why (may be
+ * NULL) then says why. */
+static void *driver_fn(const char *name, char *why, size_t whylen) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) return fn;
+    cudaGetLastError();
+    if (why)
+        snprintf(why, whylen, "the driver has no %s (%s)", name,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+    return NULL;
+}
+
+/* cuDevicePrimaryCtxGetState. Without it a context reads as existing (the caller then
+ * restores the device as cudaSetDevice would). */
 typedef CUresult (*primary_state_fn)(CUdevice, unsigned int *, int *);
 static pthread_once_t g_primary_once = PTHREAD_ONCE_INIT;
 static primary_state_fn g_primary_state;
 
 static void find_primary_state(void) {
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) ==
-            cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-        g_primary_state = (primary_state_fn)fn;
-    else
-        cudaGetLastError();
+    g_primary_state = (primary_state_fn)driver_fn("cuDevicePrimaryCtxGetState", NULL, 0);
 }
 
 static int primary_ctx_active(int dev, int *active) {
@@ -99,23 +106,12 @@ static ctx_push_fn g_ctx_push;
 static ctx_pop_fn g_ctx_pop;
 static ctx_device_fn g_ctx_device;
 
-static void *driver_fn(const char *name) {
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-        cudaGetLastError();
-        return NULL;
-    }
-    return fn;
-}
-
 static void find_where(void) {
-    g_ptr_attrs = (ptr_attrs_fn)driver_fn("cuPointerGetAttributes");
-    g_stream_ctx = (stream_ctx_fn)driver_fn("cuStreamGetCtx");
-    g_ctx_push = (ctx_push_fn)driver_fn("cuCtxPushCurrent");
-    g_ctx_pop = (ctx_pop_fn)driver_fn("cuCtxPopCurrent");
-    g_ctx_device = (ctx_device_fn)driver_fn("cuCtxGetDevice");
+    g_ptr_attrs = (ptr_attrs_fn)driver_fn("cuPointerGetAttributes", NULL, 0);
+    g_stream_ctx = (stream_ctx_fn)driver_fn("cuStreamGetCtx", NULL, 0);
+    g_ctx_push = (ctx_push_fn)driver_fn("cuCtxPushCurrent", NULL, 0);
+    g_ctx_pop = (ctx_pop_fn)driver_fn("cuCtxPopCurrent", NULL, 0);
+    g_ctx_device = (ctx_device_fn)driver_fn("cuCtxGetDevice", NULL, 0);
 }
 
 static int pointer_device(const void *p) {
@@ -294,19 +290,10 @@ static write_value64_fn g_write64;
 static device_attribute_fn g_attribute;
 static char g_memops_why[160];
 
-/* The entry points as CUDA 12.0 defined them (the v2 memory operations, on by default). */
+/* The memory operations' entry points (the v2 ones, CUDA 12.0's default); the first missing
+ * one is named in g_memops_why. */
 static void *entry_point(const char *name) {
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        if (!g_memops_why[0])
-            snprintf(g_memops_why, sizeof g_memops_why, "the driver has no %s (%s)", name,
-                     e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
-        return NULL;
-    }
-    return fn;
+    return driver_fn(name, g_memops_why[0] ? NULL : g_memops_why, sizeof g_memops_why);
 }
 
 static void find_memops(void) {
