@@ -47,6 +47,21 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
 ifeq ($(CUDA),)
 CUDA := $(if $(NVCC),1,0)
+CUDA_AUTO := 1
+endif
+# The CUDA backend needs CUDA 12.8 (src/device/rt_cuda.c): an older nvcc found by itself
+# builds without it, one asked for (CUDA=1) is an error.
+ifeq ($(CUDA),1)
+NVCC_OK := $(shell set -- $$($(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1 \2/p'); \
+             [ -n "$$2" ] && [ $$(($$1 * 100 + $$2)) -ge 1208 ] && echo 1)
+ifneq ($(NVCC_OK),1)
+ifeq ($(CUDA_AUTO),1)
+$(warning $(NVCC) is older than CUDA 12.8, which the CUDA backend needs: building without it (CUDA=0))
+CUDA := 0
+else
+$(error CUDA=1, but $(NVCC) is older than CUDA 12.8, which the CUDA backend needs)
+endif
+endif
 endif
 CU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
            -gencode arch=compute_90,code=compute_90

@@ -31,6 +31,7 @@ _Static_assert(RL_RT_ERR_INVALID_DEVICE_POINTER == (int)cudaErrorInvalidDevicePo
 _Static_assert(RL_RT_ERR_NO_DEVICE == (int)cudaErrorNoDevice, "codes");
 _Static_assert(RL_RT_ERR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "codes");
 _Static_assert(RL_RT_ERR_MAP_FAILED == (int)cudaErrorMapBufferObjectFailed, "codes");
+_Static_assert(RL_RT_ERR_PEER_UNSUPPORTED == (int)cudaErrorPeerAccessUnsupported, "codes");
 _Static_assert(RL_RT_ERR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "codes");
 _Static_assert(RL_RT_ERR_NOT_READY == (int)cudaErrorNotReady, "codes");
 _Static_assert(RL_RT_ERR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "codes");

@@ -65,7 +65,7 @@ struct rl_dev_stream_s {
     int busy, quit;  /* quit: destroyed; the thread runs what is queued, then ends */
     int reap_self;   /* destroyed with work queued: the thread ends the stream when it ran it */
     int device, blocking, legacy;
-    int queue; /* its hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS set), else -1 */
+    int queue; /* its hardware work queue (of CUDA_DEVICE_MAX_CONNECTIONS, 8 unset) */
     pthread_t thread;
     uint64_t rng;
     int users; /* snapshots looking at it (g_streams_mu): stream_end waits until none */
@@ -282,7 +282,7 @@ static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy
     pthread_mutex_lock(&g_streams_mu);
     if (g_jitter_us < 0) g_jitter_us = (long)rl_env_int("RINGLET_SIM_JITTER", 0, 0, 1000000);
     if (g_nqueues < 0) g_nqueues = (int)rl_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32);
-    s->queue = g_nqueues ? g_queue_next[device]++ % g_nqueues : -1;
+    s->queue = g_queue_next[device]++ % g_nqueues;
     pthread_mutex_unlock(&g_streams_mu);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);

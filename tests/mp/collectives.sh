@@ -134,9 +134,10 @@ DEVICE=${RINGLET_TEST_DEVICE:-sim}
 MEMORY=${RINGLET_TEST_MEMORY:-host device}
 JIT="RINGLET_SIM_JITTER=50"
 # Stream calls hold nothing by default (sync); the P = 3 run holds the streams (memop) on
-# the simulator, where a hold cannot block ringlet's own work (each stream its own queue).
+# the simulator, with a hardware queue per stream (CUDA_DEVICE_MAX_CONNECTIONS=32: a held
+# stream blocks its queue, and ringlet's own work must not share it; README, Holding streams).
 HOLD=
-[ "$DEVICE" = sim ] && HOLD="RINGLET_STREAM_HOLD=memop"
+[ "$DEVICE" = sim ] && HOLD="RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32"
 if [ -z "$SAN" ]; then
     DLARGE="--max-count 100003"
     DPLAN="1||$DLARGE

@@ -21,7 +21,8 @@
 # device layer's backend RINGLET_TEST_DEVICE (default sim: the simulated GPU, with
 # RINGLET_SIM_JITTER=100 so that a missing stream order shows): buckets, staging and
 # every copy, conversion and collective on device memory and the default stream; the P=4
-# device run with streams held (RINGLET_STREAM_HOLD=memop: the scenario nowait needs it).
+# device run with streams held (RINGLET_STREAM_HOLD=memop: the scenario nowait needs it;
+# with a hardware queue per stream, CUDA_DEVICE_MAX_CONNECTIONS=32, as a hold needs).
 # Sanitizer builds (SANITIZE set): the same runs (--big under address sanitizer only).
 # Takes a few seconds (normal build). Exit 0 = all passed, 1 = a failure.
 set -u
@@ -57,7 +58,7 @@ PLAN="1||
 2|$DEV|--memory device $BIG
 3|$DEV RINGLET_DDP_BCAST_BYTES=512|--memory device
 3|$DEV RINGLET_DDP_DIRECT_BYTES=64|--memory device
-4|$DEV RINGLET_STREAM_HOLD=memop|--memory device"
+4|$DEV RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32|--memory device"
 while IFS='|' read -r P envs args; do
     [ -n "$P" ] || continue
     t=$(now_ms)

@@ -114,10 +114,10 @@ pending_checks() {
         echo "FAIL: $1 pending-copies: rank 1's error does not say that its own device copies were not finished:"
         grep -m1 "pending-copies: the receive failed" "$TMP/out"
     fi
-    if grep -q "refused by the simulator" "$TMP/err"; then
+    if grep -qE "refused by the simulator|deadlock on a GPU" "$TMP/err"; then
         fails=$((fails + 1))
         echo "FAIL: $1 pending-copies: a call that would wait behind the program's kernel on a GPU:"
-        grep -m3 "refused by the simulator" "$TMP/err"
+        grep -m3 -E "refused by the simulator|deadlock on a GPU" "$TMP/err"
     fi
 }
 if [ "$RINGLET_DEVICE" = sim ]; then

@@ -19,9 +19,9 @@
  *   pageable    copies to and from pageable memory return once done
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
- *   queues      with CUDA_DEVICE_MAX_CONNECTIONS set, streams share that many hardware
- *               queues, and work queued behind another stream's unmet wait on the same
- *               queue does not run
+ *   queues      streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unset), and
+ *               work queued behind another stream's unmet wait on the same queue does
+ *               not run
  *   capture     stream capture (global mode): a capturing stream runs nothing enqueued on
  *               it; synchronising it, querying an event recorded in it, or an allocation
  *               while it captures fails and invalidates the capture (its end fails); a
