@@ -160,9 +160,10 @@ static void gate_wait(void) {
 }
 
 /* Device memory is freed on its device: the runtime makes a context on the thread's
- * current device for the call, and a thread that never chose one is on device 0. */
+ * current device for the call, and a thread that never chose one is on device 0. An
+ * import is closed by mem_unimport in the context that opened it (imports.c). */
 static int free_now(const rl_device_ops *d, void *p, int kind) {
-    int dev = kind == RL_DEV_MEM_PINNED ? -1 : d->ptr_device(p), saved = -1;
+    int dev = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) : -1, saved = -1;
     int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
     if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());

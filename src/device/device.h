@@ -97,7 +97,8 @@ typedef struct rl_device_ops {
     int (*host_alloc)(void **p, size_t bytes);
     int (*host_free)(void *p);
     /* A handle for memory from mem_alloc (the start of the allocation), and mapping it
-     * in another process of the same host (a new address there; mem_unimport unmaps).
+     * in another process of the same host (a new address there, in the current device's
+     * context; mem_unimport unmaps it in that context, whatever device is current then).
      * A handle to memory that was freed since is refused, not mapped. */
     int (*mem_export)(void *p, rl_dev_handle *h);
     int (*mem_import)(const rl_dev_handle *h, void **p);
@@ -193,6 +194,10 @@ void rl_dev_hold_end(void);
 void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic);
 /* The holds not released yet (their flag below their value). */
 int rl_dev_holds_active(void);
+/* For backends: device dev's context opened the IPC mapping p (one more open); -1 out of
+ * memory. take: one open of p closed, and the device that opened it (-1: not noted). */
+int rl_dev_import_note(void *p, int dev);
+int rl_dev_import_take(void *p);
 /* Frees memory (RL_DEV_MEM_*; an import: unmaps it) now when no stream is held and no
  * work noted stuck is pending, else at the next quiet section after that. 1 when it was
  * freed now (0: kept for later, or the free failed, with a warning). */

@@ -49,7 +49,9 @@
  *     kernel on another device may not touch that mapping (an illegal address), and each
  *     context counts its own opens; memory of another device needs peer access between
  *     the two (opened with lazy peer access; RINGLET_SIM_PEER=0: none, as GPUs on PCIe
- *     without P2P, and the open fails with RL_RT_ERR_PEER_UNSUPPORTED);
+ *     without P2P, and the open fails with RL_RT_ERR_PEER_UNSUPPORTED); ipc_close is
+ *     refused (RL_RT_ERR_INVALID_CONTEXT) unless the device that opened the mapping is
+ *     current;
  *   - copies to or from pageable host memory return once done (synchronous with respect
  *     to their stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
@@ -88,6 +90,7 @@ enum rl_rt_err {
     RL_RT_ERR_INVALID_DEVICE_POINTER = 17,
     RL_RT_ERR_NO_DEVICE = 100,
     RL_RT_ERR_INVALID_DEVICE = 101,
+    RL_RT_ERR_INVALID_CONTEXT = 201, /* cudaErrorDeviceUninitialized: "invalid device context" */
     RL_RT_ERR_MAP_FAILED = 205,
     RL_RT_ERR_PEER_UNSUPPORTED = 217, /* cudaErrorPeerAccessUnsupported */
     RL_RT_ERR_INVALID_HANDLE = 400,

@@ -30,6 +30,7 @@ _Static_assert(RL_RT_ERR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "c
 _Static_assert(RL_RT_ERR_INVALID_DEVICE_POINTER == (int)cudaErrorInvalidDevicePointer, "codes");
 _Static_assert(RL_RT_ERR_NO_DEVICE == (int)cudaErrorNoDevice, "codes");
 _Static_assert(RL_RT_ERR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "codes");
+_Static_assert(RL_RT_ERR_INVALID_CONTEXT == (int)cudaErrorDeviceUninitialized, "codes");
 _Static_assert(RL_RT_ERR_MAP_FAILED == (int)cudaErrorMapBufferObjectFailed, "codes");
 _Static_assert(RL_RT_ERR_PEER_UNSUPPORTED == (int)cudaErrorPeerAccessUnsupported, "codes");
 _Static_assert(RL_RT_ERR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "codes");

@@ -474,10 +474,19 @@ int sim_ipc_close(void *p) {
     CALL_BEGIN();
     pthread_rwlock_rdlock(&g_mu);
     alloc_t *a = find(p);
-    int last = a && a->kind == KIND_IMPORTED && a->user == p && a->opens == 1, dev = -1;
+    int opened_on = a && a->kind == KIND_IMPORTED && a->user == p ? a->ctx_device : -1, cur = sim_current_device();
+    int last = opened_on >= 0 && a->opens == 1, dev = -1;
     const void *eng = last ? a->eng : NULL;
     size_t map = last ? a->map : 0;
     pthread_rwlock_unlock(&g_mu);
+    /* The mapping belongs to the context that opened it (UCX pushes a context before its
+     * close for that reason, openucx/ucx#10618); closing it from another device's context
+     * is not said to work, and entering the memory's own device (what the pointer's
+     * attributes name) would make a context there besides. */
+    if (opened_on >= 0 && opened_on != cur)
+        return sim_fail(RL_RT_ERR_INVALID_CONTEXT, "ipc_close: %p was opened in device %d's context, the current "
+                                                   "device is %d (close it where it was opened)",
+                        p, opened_on, cur);
     if (last && sim_work_uses(eng, map, &dev)) {
         fprintf(stderr, "simulated GPU: cudaIpcCloseMemHandle(%p) in pid %d while work queued on a stream of device %d "
                         "still uses that memory (undefined in CUDA: the work would touch unmapped memory; wait for "

@@ -72,6 +72,7 @@ static const char *error_string(int e) {
     case RL_RT_ERR_INVALID_DEVICE_POINTER: return "invalid device pointer";
     case RL_RT_ERR_NO_DEVICE: return "no CUDA-capable device is detected";
     case RL_RT_ERR_INVALID_DEVICE: return "invalid device ordinal";
+    case RL_RT_ERR_INVALID_CONTEXT: return "invalid device context";
     case RL_RT_ERR_MAP_FAILED: return "mapping of buffer object failed";
     case RL_RT_ERR_INVALID_HANDLE: return "invalid resource handle";
     case RL_RT_ERR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";

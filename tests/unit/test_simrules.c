@@ -968,6 +968,22 @@ static void child_ipc_devices(void) {
     RT_OK(R->ipc_open(&q, &h));
     RT_OK(R->ipc_close(q));
     unsetenv("RINGLET_SIM_PEER");
+    /* A mapping is closed in the context that opened it: device 1's, not the memory's
+     * device 0 (its pointer attributes) nor whatever is current. */
+    rc = R->ipc_close(p1b);
+    CHECK(rc == RL_RT_ERR_INVALID_CONTEXT, "device 0 closed a mapping device 1's context opened: %d", rc);
+    R->get_last_error();
+    CHECK(D->ptr_device(p1) == 0, "the mapping's memory is on device 0, not %d", D->ptr_device(p1));
+    RT_OK(R->set_device(1));
+    void *p1c = NULL;
+    DEV_OK(D->mem_import(&h, &p1c));
+    CHECK(p1c == p1, "a third open in device 1's context mapped it again (%p, %p)", p1c, p1);
+    RT_OK(R->set_device(0));
+    CHECK(rl_dev_free_later(p1c, RL_DEV_MEM_IMPORTED) == 1, "the device layer did not close device 1's mapping from "
+                                                            "device 0: %s", rl_dev_error());
+    int cur = -1;
+    RT_OK(R->get_device(&cur));
+    CHECK(cur == 0, "closing device 1's mapping left device %d current, not 0", cur);
     /* Device 1's mapping in a kernel of device 0: an illegal address (the last check). */
     RT_OK(R->launch_reduce(x0, p1, p1, 1024, RINGLET_INT32, RINGLET_SUM, s0));
     rc = R->stream_synchronize(s0);
@@ -1085,7 +1101,9 @@ static void rule_ipc_devices(void) {
     CHECK(exporter_start(&x, &h) == 0, "the exporter did not start");
     handle_hex(&h, hex);
     setenv("SIMRULES_HANDLE", hex, 1);
+    setenv("RINGLET_DEVICE", "sim", 1); /* rl_dev_free_later's device layer */
     CHECK(run_child("ipc-devices", "RINGLET_SIM_DEVICES", "2") == 0, "imported memory on two devices: the child failed");
+    unsetenv("RINGLET_DEVICE");
     unsetenv("SIMRULES_HANDLE");
     int st = exporter_free(&x, said, sizeof said);
     CHECK(st == 0, "the exporter's free after its importer exited: status %d, said: %s", st, said);
