@@ -31,9 +31,12 @@
  *     an unmet wait blocks what other streams of its queue queued after it;
  *   - stream_destroy returns at once; the work queued on the stream still runs (and a
  *     synchronisation of the device waits for it), so what that work uses must stay;
+ *     the handle itself is invalid at once (a call that names it fails);
  *   - a kernel's first launch in the process loads it (CUDA_MODULE_LOADING=LAZY, the
  *     default): that waits for the device to be idle, as above; load_kernels loads them
  *     all at once;
+ *   - a child forked once a context exists cannot use CUDA: every call fails
+ *     (RL_RT_ERR_INITIALIZATION);
  *   - the current device is per thread; streams and events belong to the device current
  *     when they were made; recording an event on a stream of another device, or
  *     launching a kernel on a stream of a device that is not current, fails; a call that
@@ -52,8 +55,10 @@
  *     without P2P, and the open fails with RL_RT_ERR_PEER_UNSUPPORTED); ipc_close is
  *     refused (RL_RT_ERR_INVALID_CONTEXT) unless the device that opened the mapping is
  *     current;
- *   - copies to or from pageable host memory return once done (synchronous with respect
- *     to their stream);
+ *   - copies into pageable host memory, and host-to-host ones, return once done
+ *     (synchronous with respect to their stream); one from pageable memory to the device
+ *     takes the bytes at the call and returns at once, the copy itself in stream order
+ *     (as CUDA: staged, "the DMA ... may not have completed");
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
  *     blocking stream of its device, and they wait for its;
  *   - stream capture (global mode): a stream being captured runs nothing of what is
@@ -87,6 +92,7 @@ enum rl_rt_err {
     RL_RT_SUCCESS = 0,
     RL_RT_ERR_INVALID_VALUE = 1,
     RL_RT_ERR_MEMORY_ALLOCATION = 2,
+    RL_RT_ERR_INITIALIZATION = 3, /* cudaErrorInitializationError */
     RL_RT_ERR_INVALID_DEVICE_POINTER = 17,
     RL_RT_ERR_NO_DEVICE = 100,
     RL_RT_ERR_INVALID_DEVICE = 101,

@@ -27,6 +27,7 @@
 _Static_assert(RL_RT_SUCCESS == (int)cudaSuccess, "codes");
 _Static_assert(RL_RT_ERR_INVALID_VALUE == (int)cudaErrorInvalidValue, "codes");
 _Static_assert(RL_RT_ERR_MEMORY_ALLOCATION == (int)cudaErrorMemoryAllocation, "codes");
+_Static_assert(RL_RT_ERR_INITIALIZATION == (int)cudaErrorInitializationError, "codes");
 _Static_assert(RL_RT_ERR_INVALID_DEVICE_POINTER == (int)cudaErrorInvalidDevicePointer, "codes");
 _Static_assert(RL_RT_ERR_NO_DEVICE == (int)cudaErrorNoDevice, "codes");
 _Static_assert(RL_RT_ERR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "codes");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "simgpu.h"
 #include "util.h"
@@ -42,7 +43,15 @@ void sim_set_sticky(int code, const char *fmt, ...) {
 
 int sim_sticky(void) { return atomic_load(&g_sticky) != 0; }
 
+static atomic_int g_forked_from; /* the parent's pid in a child forked after CUDA was in use */
+
 int sim_sticky_check(void) {
+    int parent = atomic_load(&g_forked_from);
+    if (parent)
+        return sim_fail(RL_RT_ERR_INITIALIZATION, "this process was forked from pid %d after that one had used the "
+                                                  "(simulated) GPU: CUDA cannot be used in such a child (fork before "
+                                                  "using CUDA, or start the child with exec)",
+                        parent);
     int code = atomic_load(&g_sticky);
     if (!code) return RL_RT_SUCCESS;
     pthread_mutex_lock(&g_sticky_mu);
@@ -69,6 +78,7 @@ static const char *error_string(int e) {
     case RL_RT_SUCCESS: return "no error";
     case RL_RT_ERR_INVALID_VALUE: return "invalid argument";
     case RL_RT_ERR_MEMORY_ALLOCATION: return "out of memory";
+    case RL_RT_ERR_INITIALIZATION: return "initialization error";
     case RL_RT_ERR_INVALID_DEVICE_POINTER: return "invalid device pointer";
     case RL_RT_ERR_NO_DEVICE: return "no CUDA-capable device is detected";
     case RL_RT_ERR_INVALID_DEVICE: return "invalid device ordinal";
@@ -103,8 +113,23 @@ static atomic_uchar g_context[64];
 
 int sim_device_count(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
 
+/* CUDA's state does not survive fork(): in a child forked once a context exists, every
+ * call fails (the parent's streams and their threads are not in the child either). */
+static void forked_child(void) {
+    for (size_t i = 0; i < sizeof g_context / sizeof g_context[0]; i++)
+        if (atomic_load(&g_context[i])) atomic_store(&g_forked_from, (int)getppid());
+}
+
+static void watch_forks(void) { pthread_atfork(NULL, NULL, forked_child); }
+
+static void make_context(int dev) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_forks);
+    atomic_store(&g_context[dev], 1);
+}
+
 int sim_current_device(void) {
-    atomic_store(&g_context[t_device], 1);
+    make_context(t_device);
     return t_device;
 }
 
@@ -134,7 +159,7 @@ static int set_device(int dev) {
         return sim_fail(RL_RT_ERR_INVALID_DEVICE, "set_device: device %d does not exist (RINGLET_SIM_DEVICES=%d)", dev,
                         sim_device_count());
     t_device = dev;
-    atomic_store(&g_context[dev], 1); /* CUDA 12: cudaSetDevice makes the context at once */
+    make_context(dev); /* CUDA 12: cudaSetDevice makes the context at once */
     return RL_RT_SUCCESS;
 }
 

@@ -316,7 +316,16 @@ static int resolve(rl_dev_stream_t *s) {
         *s = t_per_thread[dev];
         return RL_RT_SUCCESS;
     }
-    if (*s && *s != RL_RT_STREAM_LEGACY) return RL_RT_SUCCESS;
+    if (*s && *s != RL_RT_STREAM_LEGACY) {
+        /* CUDA: the handle is invalid once destroyed, though its work still runs. */
+        pthread_mutex_lock(&(*s)->mu);
+        int gone = (*s)->quit;
+        pthread_mutex_unlock(&(*s)->mu);
+        return gone ? sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream %p was destroyed (its work queued before still runs; "
+                                                         "nothing new may name it)",
+                               (void *)*s)
+                    : RL_RT_SUCCESS;
+    }
     int dev = sim_current_device();
     pthread_mutex_lock(&g_streams_mu);
     rl_dev_stream_t l = g_legacy[dev];
@@ -934,9 +943,12 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what) {
 
 /* ---- copies ---- */
 
-/* Pageable host memory behaves as CUDA's does: a copy to or from it returns only once
- * it is done (the stream's earlier work first), a copy from it taking the bytes at the
- * call. Pinned and device memory are asynchronous both ways. */
+/* Pageable host memory behaves as CUDA's does (its "API synchronization behavior"): a
+ * copy from it takes the bytes at the call (staged); to device memory it then returns at
+ * once, without waiting for the stream's earlier work, and the copy runs in stream order
+ * (it may not have happened at the return); to host memory, or a copy into pageable
+ * memory, returns only once done (the stream's earlier work first). Pinned and device
+ * memory are asynchronous both ways. */
 int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s) {
     int rc = sim_call_begin();
     if (rc) return rc;
@@ -962,7 +974,8 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
     }
     if (o) o->dst = d, o->a = a, o->n = bytes;
     rc = sim_enqueue(s, o, "memcpy_async");
-    if (!rc && (kd == SIM_MEM_PAGEABLE || ks == SIM_MEM_PAGEABLE)) rc = sim_stream_reached(s, "memcpy_async");
+    if (!rc && (kd == SIM_MEM_PAGEABLE || (ks == SIM_MEM_PAGEABLE && kd != SIM_MEM_DEVICE)))
+        rc = sim_stream_reached(s, "memcpy_async");
     return rc;
 }
 

@@ -302,6 +302,27 @@ static int child_queues_default(void) {
     return 0;
 }
 
+/* A child forked once CUDA is in use cannot use it: each call fails, saying so (the
+ * parent's streams are not in the child: they would never run its work). */
+static void rule_fork(void) {
+    void *x = NULL;
+    RT_OK(R->malloc(&x, 4096)); /* the context exists */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *p = NULL;
+        rl_dev_stream_t s = NULL;
+        int a = R->malloc(&p, 4096), b = R->stream_create(&s, 0), c = R->set_device(0);
+        const char *why = R->error_detail();
+        _exit(a == RL_RT_ERR_INITIALIZATION && b == a && c == a && p == NULL && strstr(why, "forked") ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "CUDA calls in a child forked after CUDA was used did not fail "
+                                                 "(status 0x%x)", st);
+    RT_OK(R->free(x)); /* the parent still can */
+}
+
 /* cudaMalloc does not clear the memory: what nothing wrote is not zeros. */
 static void rule_uncleared(void) {
     void *d = NULL;
@@ -403,6 +424,14 @@ static void rule_destroy(void) {
     while (!atomic_load(&arg.done) && rl_now() < until) rl_sleep_ms(1);
     CHECK(atomic_load(&arg.done), "stream_destroy of a held stream did not return (in 30 s): it waited for its work");
     CHECK(first_byte(x) == 0, "the held work of a destroyed stream ran before its flag was set");
+    /* The handle is gone at the destroy, though its work is not: nothing may name it. */
+    rl_dev_event_t e;
+    RT_OK(R->event_create(&e));
+    int rc1 = R->memset_async(x, 9, 4096, a), rc2 = R->event_record(e, a), rc3 = R->stream_wait_event(a, e);
+    CHECK(rc1 == RL_RT_ERR_INVALID_HANDLE && rc2 == rc1 && rc3 == rc1 && strstr(R->error_detail(), "destroyed"),
+          "a destroyed stream took work (%d), an event (%d), a wait (%d)", rc1, rc2, rc3);
+    R->get_last_error();
+    RT_OK(R->event_destroy(e));
     /* Its work is still the device's: a synchronisation (cudaMalloc's) sees the held wait. */
     void *y = NULL;
     CHECK(R->malloc(&y, 64) == RL_RT_ERR_SIM_DEADLOCK, "cudaMalloc did not see the held work of a destroyed stream");
@@ -505,6 +534,21 @@ static int child_devices(void) {
 
 /* ---- pageable copies and the legacy default stream ---- */
 
+typedef struct {
+    volatile uint64_t *flag;
+    atomic_int returned, late;
+} releaser_arg;
+
+/* Releases the flag once the main thread says its call returned, or at a 30 s deadline
+ * (then late: the call waited for the held stream). */
+static void *releaser(void *arg) {
+    releaser_arg *r = arg;
+    for (int ms = 0; ms < 30000 && !atomic_load(&r->returned); ms++) usleep(1000);
+    atomic_store(&r->late, !atomic_load(&r->returned));
+    release(r->flag, 1);
+    return NULL;
+}
+
 static void rule_pageable(void) {
     rl_dev_stream_t s;
     RT_OK(R->stream_create(&s, 0));
@@ -522,6 +566,24 @@ static void rule_pageable(void) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)i + 40;
     CHECK(bad == 0, "copies with pageable memory: %zu elements wrong without a sync", bad);
+    /* From pageable memory to the device behind a held stream: staged at the call, which
+     * returns without waiting for the stream; the copy runs once the stream reaches it. */
+    releaser_arg r = {.flag = new_flag()};
+    pthread_t t;
+    RT_OK(R->stream_wait_value64(s, r.flag, 1));
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)(7 * i + 3);
+    CHECK(pthread_create(&t, NULL, releaser, &r) == 0, "no thread");
+    RT_OK(R->memcpy_async(x, h, n * 4, s));
+    atomic_store(&r.returned, 1);
+    pthread_join(t, NULL);
+    CHECK(!atomic_load(&r.late), "a copy from pageable memory to the device waited for the stream's held work");
+    memset(h, 0, n * 4);
+    RT_OK(R->stream_synchronize(s));
+    RT_OK(R->memcpy_async(h, x, n * 4, s));
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)(7 * i + 3);
+    CHECK(bad == 0, "a staged copy from pageable memory: %zu elements wrong", bad);
+    RT_OK(R->free_host((void *)r.flag));
     RT_OK(R->free(x));
     RT_OK(R->free_host(one));
     RT_OK(R->stream_destroy(s));
@@ -1209,6 +1271,7 @@ int main(int argc, char **argv) {
     CHECK(run_child("devices", "RINGLET_SIM_DEVICES", "2") == 0, "current device per thread: the child failed");
     rule_pageable();
     rule_uncleared();
+    rule_fork();
     rule_legacy();
     rule_capture();
     rule_capture_modes();
