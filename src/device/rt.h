@@ -54,11 +54,13 @@
  *     the two (opened with lazy peer access; RINGLET_SIM_PEER=0: none, as GPUs on PCIe
  *     without P2P, and the open fails with RL_RT_ERR_PEER_UNSUPPORTED); ipc_close is
  *     refused (RL_RT_ERR_INVALID_CONTEXT) unless the device that opened the mapping is
- *     current;
+ *     current (stricter than CUDA says: it documents only that a context must be
+ *     current; the mapping is that context's);
  *   - copies into pageable host memory, and host-to-host ones, return once done
  *     (synchronous with respect to their stream); one from pageable memory to the device
  *     takes the bytes at the call and returns at once, the copy itself in stream order
- *     (as CUDA: staged, "the DMA ... may not have completed");
+ *     (CUDA "might" return early or wait for the stream: the simulator returns early,
+ *     and refuses a pageable copy on a capturing stream);
  *   - the legacy default stream (NULL or RL_RT_STREAM_LEGACY) waits for the work of every
  *     blocking stream of its device, and they wait for its;
  *   - stream capture (global mode): a stream being captured runs nothing of what is

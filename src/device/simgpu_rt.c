@@ -45,13 +45,19 @@ int sim_sticky(void) { return atomic_load(&g_sticky) != 0; }
 
 static atomic_int g_forked_from; /* the parent's pid in a child forked after CUDA was in use */
 
-int sim_sticky_check(void) {
+static int forked_check(void) {
     int parent = atomic_load(&g_forked_from);
     if (parent)
         return sim_fail(RL_RT_ERR_INITIALIZATION, "this process was forked from pid %d after that one had used the "
                                                   "(simulated) GPU: CUDA cannot be used in such a child (fork before "
                                                   "using CUDA, or start the child with exec)",
                         parent);
+    return RL_RT_SUCCESS;
+}
+
+int sim_sticky_check(void) {
+    int rc = forked_check();
+    if (rc) return rc;
     int code = atomic_load(&g_sticky);
     if (!code) return RL_RT_SUCCESS;
     pthread_mutex_lock(&g_sticky_mu);
@@ -133,14 +139,20 @@ int sim_current_device(void) {
     return t_device;
 }
 
-void sim_make_context(void) { (void)sim_current_device(); }
+int sim_make_context(void) {
+    int rc = forked_check();
+    if (!rc) (void)sim_current_device();
+    return rc;
+}
 
 int sim_call_begin(void) {
-    sim_make_context();
-    return sim_sticky_check();
+    int rc = sim_make_context();
+    return rc ? rc : sim_sticky_check();
 }
 
 static int primary_ctx_active(int dev, int *active) {
+    int rc = forked_check();
+    if (rc) return *active = 0, rc;
     if (dev < 0 || dev >= sim_device_count())
         return *active = 0, sim_fail(RL_RT_ERR_INVALID_DEVICE, "primary_ctx_active: device %d does not exist", dev);
     *active = atomic_load(&g_context[dev]);

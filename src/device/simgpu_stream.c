@@ -304,6 +304,28 @@ int sim_stream_create(rl_dev_stream_t *out, int blocking) {
 
 static _Thread_local rl_dev_stream_t t_per_thread[64]; /* RL_RT_STREAM_PER_THREAD, per device */
 
+/* Whether s is a stream of this process that was not destroyed. CUDA: the handle is
+ * invalid once destroyed, though the work queued on it still runs. The handle is looked
+ * up, not read: a stream that was destroyed may be freed already. */
+static int stream_valid(rl_dev_stream_t s, const char *what) {
+    pthread_mutex_lock(&g_streams_mu);
+    rl_dev_stream_t t = g_streams;
+    while (t && t != s) t = t->next_all;
+    int quit = 0;
+    if (t) {
+        pthread_mutex_lock(&t->mu);
+        quit = t->quit;
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&g_streams_mu);
+    if (!t) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "%s: %p is not a stream of this process (destroyed, or never made)", what, (void *)s);
+    if (quit)
+        return sim_fail(RL_RT_ERR_INVALID_HANDLE, "%s: stream %p was destroyed (its work queued before still runs; "
+                                                  "nothing new may name it)",
+                        what, (void *)s);
+    return RL_RT_SUCCESS;
+}
+
 /* RL_RT_STREAM_PER_THREAD: the calling thread's own stream on its current device; NULL and
  * RL_RT_STREAM_LEGACY: the current device's legacy default stream. */
 static int resolve(rl_dev_stream_t *s) {
@@ -316,16 +338,7 @@ static int resolve(rl_dev_stream_t *s) {
         *s = t_per_thread[dev];
         return RL_RT_SUCCESS;
     }
-    if (*s && *s != RL_RT_STREAM_LEGACY) {
-        /* CUDA: the handle is invalid once destroyed, though its work still runs. */
-        pthread_mutex_lock(&(*s)->mu);
-        int gone = (*s)->quit;
-        pthread_mutex_unlock(&(*s)->mu);
-        return gone ? sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream %p was destroyed (its work queued before still runs; "
-                                                         "nothing new may name it)",
-                               (void *)*s)
-                    : RL_RT_SUCCESS;
-    }
+    if (*s && *s != RL_RT_STREAM_LEGACY) return stream_valid(*s, "a call naming a stream");
     int dev = sim_current_device();
     pthread_mutex_lock(&g_streams_mu);
     rl_dev_stream_t l = g_legacy[dev];
@@ -531,8 +544,8 @@ int sim_stream_begin_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_end_capture(rl_dev_stream_t s) {
-    sim_make_context();
-    int rc = resolve(&s);
+    int rc = sim_make_context();
+    if (!rc) rc = resolve(&s);
     if (rc) return rc;
     int joined = 0, invalid = 0;
     pthread_mutex_lock(&g_streams_mu);
@@ -560,9 +573,9 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
 }
 
 int sim_stream_is_capturing(rl_dev_stream_t s, int *yes) {
-    sim_make_context();
     *yes = 0;
-    int rc = resolve(&s);
+    int rc = sim_make_context();
+    if (!rc) rc = resolve(&s);
     if (rc) return rc;
     if (s->legacy && capture_somewhere(s->device, 1))
         return sim_fail(RL_RT_ERR_CAPTURE_IMPLICIT,
@@ -690,9 +703,11 @@ int sim_stream_synchronize(rl_dev_stream_t s) {
  * stream goes when it has (stream_main). Memory that work uses must stay until then. A
  * stream with nothing queued goes at once (its thread joined: no thread outlives it). */
 int sim_stream_destroy(rl_dev_stream_t s) {
-    sim_make_context();
+    int rc = sim_make_context();
+    if (rc) return rc;
     if (!s || s == RL_RT_STREAM_LEGACY || s == RL_RT_STREAM_PER_THREAD)
         return sim_fail(RL_RT_ERR_INVALID_HANDLE, "stream_destroy: a default stream (legacy or per-thread)");
+    if ((rc = stream_valid(s, "stream_destroy"))) return rc;
     pthread_mutex_lock(&g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
     joined_leave_locked(s);
@@ -836,7 +851,8 @@ int sim_event_create(rl_dev_event_t *out) {
 }
 
 int sim_event_destroy(rl_dev_event_t e) {
-    sim_make_context();
+    int rc = sim_make_context();
+    if (rc) return rc;
     if (!e) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "event_destroy: NULL");
     event_unref(e); /* operations that still name it keep it until they ran */
     return RL_RT_SUCCESS;
@@ -918,13 +934,17 @@ int sim_stream_wait_event(rl_dev_stream_t s, rl_dev_event_t e) {
     return sim_enqueue(s, event_op(OP_WAIT_EVENT, e, gen), "stream_wait_event");
 }
 
+/* A copy with pageable host memory on a capturing stream: refused, the capture
+ * invalidated (a graph cannot replay a copy whose bytes the call staged). */
+static int refuse_pageable_capture(rl_dev_stream_t s, const char *what) {
+    rl_dev_stream_t cap = capture_of(s);
+    return cap ? capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED, "%s: pageable host memory on a capturing stream", what)
+               : RL_RT_SUCCESS;
+}
+
 int sim_stream_reached(rl_dev_stream_t s, const char *what) {
     int rc = resolve(&s);
-    if (rc) return rc;
-    rl_dev_stream_t cap = capture_of(s);
-    if (cap)
-        return capture_refuse(cap, RL_RT_ERR_CAPTURE_UNSUPPORTED,
-                              "%s: waits for a capturing stream's work (pageable host memory)", what);
+    if (rc || (rc = refuse_pageable_capture(s, what))) return rc;
     rl_dev_event_t e;
     if ((rc = event_new(&e, s->device))) return rc;
     pthread_mutex_lock(&e->mu);
@@ -974,8 +994,10 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
     }
     if (o) o->dst = d, o->a = a, o->n = bytes;
     rc = sim_enqueue(s, o, "memcpy_async");
-    if (!rc && (kd == SIM_MEM_PAGEABLE || (ks == SIM_MEM_PAGEABLE && kd != SIM_MEM_DEVICE)))
-        rc = sim_stream_reached(s, "memcpy_async");
+    if (rc) return rc;
+    if (kd == SIM_MEM_PAGEABLE || (ks == SIM_MEM_PAGEABLE && kd != SIM_MEM_DEVICE))
+        return sim_stream_reached(s, "memcpy_async");
+    if (ks == SIM_MEM_PAGEABLE && !(rc = resolve(&s))) rc = refuse_pageable_capture(s, "memcpy_async");
     return rc;
 }
 

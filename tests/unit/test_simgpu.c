@@ -315,8 +315,9 @@ static void test_order(void) {
     OK(D->event_destroy(e));
     OK(D->host_free(hp));
 
-    /* Copies to or from pageable memory return once done, the stream's earlier work
-     * first (as cudaMemcpyAsync does with pageable memory): no sync anywhere below. */
+    /* A copy from pageable memory takes the bytes at the call, one into pageable memory
+     * returns once done, the stream's earlier work first (as cudaMemcpyAsync does with
+     * pageable memory): no sync anywhere below, the copies on one stream. */
     for (size_t i = 0; i < n; i++) h[i] = (int64_t)(i ^ 0x55);
     OK(D->memcpy_async(dx, h, n * 8, a));
     memset(h, 0, n * 8); /* the copy took the bytes before this */
@@ -324,7 +325,7 @@ static void test_order(void) {
     OK(D->memcpy_async(h, dx, n * 8, a));
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += h[i] != (int64_t)(i ^ 0x55) + 50;
-    CHECK(bad == 0, "pageable copies: %zu elements wrong without a sync (both directions return once done)", bad);
+    CHECK(bad == 0, "pageable copies: %zu elements wrong without a sync (a copy into pageable memory returns once done)", bad);
 
     /* mem_free waits for work queued on the memory */
     for (size_t i = 0; i < n; i++) h[i] = -1;

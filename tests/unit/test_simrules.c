@@ -16,7 +16,10 @@
  *               by set_device or a call that needs one (malloc, a stream) on the current
  *               device, not by get_device; the backend's device_enter / device_leave put a
  *               thread back on its device only where that device has a context
- *   pageable    copies to and from pageable memory return once done
+ *   pageable    copies into pageable memory return once done; one from pageable memory to
+ *               the device takes the bytes at the call and returns at once, the copy in
+ *               stream order; either is refused on a capturing stream
+ *   fork        a child forked once the GPU was used cannot use it
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
  *   queues      streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unset), and
@@ -306,21 +309,28 @@ static int child_queues_default(void) {
  * parent's streams are not in the child: they would never run its work). */
 static void rule_fork(void) {
     void *x = NULL;
+    rl_dev_stream_t t;
     RT_OK(R->malloc(&x, 4096)); /* the context exists */
+    RT_OK(R->stream_create(&t, 0));
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         void *p = NULL;
         rl_dev_stream_t s = NULL;
+        int active = -1;
         int a = R->malloc(&p, 4096), b = R->stream_create(&s, 0), c = R->set_device(0);
+        int d = R->stream_destroy(t), e = R->primary_ctx_active(0, &active); /* the parent's stream thread is not here */
         const char *why = R->error_detail();
-        _exit(a == RL_RT_ERR_INITIALIZATION && b == a && c == a && p == NULL && strstr(why, "forked") ? 0 : 1);
+        _exit(a == RL_RT_ERR_INITIALIZATION && b == a && c == a && d == a && e == a && p == NULL && strstr(why, "forked")
+                  ? 0
+                  : 1);
     }
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "CUDA calls in a child forked after CUDA was used did not fail "
                                                  "(status 0x%x)", st);
-    RT_OK(R->free(x)); /* the parent still can */
+    RT_OK(R->stream_destroy(t)); /* the parent still can */
+    RT_OK(R->free(x));
 }
 
 /* cudaMalloc does not clear the memory: what nothing wrote is not zeros. */
@@ -442,6 +452,12 @@ static void rule_destroy(void) {
     RT_OK(R->malloc(&y, 64));
     CHECK(first_byte(x) == 7, "the work queued on a destroyed stream did not run (or the device's "
                                "synchronisation did not wait for it): byte %d", first_byte(x));
+    /* Gone now (freed): still refused, and a second destroy too (no stream was made since
+     * but first_byte's, destroyed again). */
+    rc1 = R->memset_async(x, 9, 4096, a), rc2 = R->stream_destroy(a);
+    CHECK(rc1 == RL_RT_ERR_INVALID_HANDLE && rc2 == rc1, "a stream destroyed and gone took work (%d), a second "
+                                                         "destroy (%d)", rc1, rc2);
+    R->get_last_error();
     RT_OK(R->free(y));
     RT_OK(R->free(x));
     RT_OK(R->free_host((void *)flag));
@@ -680,7 +696,9 @@ static void rule_capture(void) {
     struct {
         const char *what;
         int step;
-    } bad[] = {{"stream_synchronize", 0}, {"event_query", 1}, {"cudaMalloc", 2}, {"cudaHostAlloc", 3}};
+    } bad[] = {{"stream_synchronize", 0}, {"event_query", 1},    {"cudaMalloc", 2},
+               {"cudaHostAlloc", 3},      {"a pageable copy in", 4}, {"a pageable copy out", 5}};
+    int32_t *pg = calloc(n, 4);
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         RT_OK(R->stream_begin_capture(a));
         int rc = -1;
@@ -692,12 +710,15 @@ static void rule_capture(void) {
             break;
         case 2: rc = R->malloc(&p, 4096); break;
         case 3: rc = R->host_alloc(&p, 4096); break;
+        case 4: rc = R->memcpy_async(x, pg, n * 4, a); break;
+        case 5: rc = R->memcpy_async(pg, x, n * 4, a); break;
         }
         CHECK(rc == RL_RT_ERR_CAPTURE_UNSUPPORTED, "%s during a capture returned %d, not capture-unsupported",
               bad[k].what, rc);
         R->get_last_error();
         RT_IS(R->stream_end_capture(a), RL_RT_ERR_CAPTURE_INVALIDATED);
     }
+    free(pg);
     /* An event recorded outside a capture again is an ordinary one. */
     RT_OK(R->event_record(e, a));
     RT_OK(R->stream_synchronize(a));
