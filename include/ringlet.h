@@ -32,7 +32,8 @@ typedef enum {
     RINGLET_ERR_SYSTEM = 2,           /* a system call failed (socket, memory, ...) */
     RINGLET_ERR_INTERNAL = 3,         /* a bug in ringlet */
     RINGLET_ERR_INVALID_ARGUMENT = 4, /* null pointer, bad dtype/op, rank out of range, size overflow */
-    RINGLET_ERR_INVALID_USAGE = 5,    /* a call the communicator's state does not allow (aborted, failed) */
+    RINGLET_ERR_INVALID_USAGE = 5,    /* a call the communicator's state does not allow (aborted, failed, a
+                                         forked child's) */
     RINGLET_ERR_REMOTE = 6,           /* a peer failed or closed its connection */
     RINGLET_IN_PROGRESS = 7,          /* a non-blocking operation is not finished yet */
     RINGLET_ERR_TIMEOUT = 8,          /* a deadline (RINGLET_TIMEOUT) passed */

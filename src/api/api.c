@@ -23,6 +23,8 @@ const char *ringlet_version(void) { return "0.1.0"; }
 /* Usable communicator? Aborted and failed ones answer with their error. */
 static ringlet_result_t check_comm(struct ringlet_comm *c, const char *fn) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    ringlet_result_t rc = rl_comm_forked(c, fn);
+    if (rc) return rc;
     if (atomic_load(&c->aborted))
         return rl_error(c, RINGLET_ERR_INVALID_USAGE, "%s: the communicator was aborted (destroy it)", fn);
     if (atomic_load(&c->failed)) {
@@ -254,6 +256,8 @@ ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "test: request is NULL");
     if (!done) return rl_error((*req)->comm, RINGLET_ERR_INVALID_ARGUMENT, "test: done is NULL");
     struct ringlet_comm *c = (*req)->comm;
+    ringlet_result_t rc = rl_comm_forked(c, "test");
+    if (rc) return rc;
     atomic_fetch_add(&c->waiters, 1);
     *done = request_done(*req);
     atomic_fetch_sub(&c->waiters, 1);
@@ -264,6 +268,8 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "wait: request is NULL");
     struct ringlet_request *r = *req;
     struct ringlet_comm *c = r->comm;
+    ringlet_result_t forked = rl_comm_forked(c, "wait");
+    if (forked) return forked;
     atomic_fetch_add(&c->waiters, 1);
     for (;;) {
         unsigned gen = rl_comm_gen(c);

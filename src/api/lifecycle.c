@@ -116,6 +116,8 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
 
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
+    ringlet_result_t rc = rl_comm_forked(c, "destroy"); /* the parent's to destroy; its memory stays here */
+    if (rc) return rc;
     comm_close(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
     comm_free(c);
     return RINGLET_SUCCESS;
@@ -123,6 +125,8 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
 
 ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "abort: comm is NULL");
+    ringlet_result_t rc = rl_comm_forked(c, "abort");
+    if (rc) return rc;
     if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
     rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
     comm_close(c, 0);
@@ -131,6 +135,8 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
 
 ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "finalize: comm is NULL");
+    ringlet_result_t forked = rl_comm_forked(c, "finalize");
+    if (forked) return forked;
     double until = rl_now() + c->timeout_s;
     for (;;) {
         pthread_mutex_lock(&c->q_mu);

@@ -1,6 +1,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -84,3 +86,13 @@ double rl_env_double(const char *name, double def, double lo, double hi) {
 }
 
 double rl_timeout_s(void) { return rl_env_double("RINGLET_TIMEOUT", 300.0, 0.1, 1e7); }
+
+static atomic_uint g_forks;
+static pthread_once_t g_forks_once = PTHREAD_ONCE_INIT;
+static void fork_child(void) { atomic_fetch_add_explicit(&g_forks, 1, memory_order_relaxed); }
+static void watch_forks(void) { pthread_atfork(NULL, NULL, fork_child); }
+
+unsigned rl_fork_generation(void) {
+    pthread_once(&g_forks_once, watch_forks);
+    return atomic_load_explicit(&g_forks, memory_order_relaxed);
+}

@@ -31,5 +31,9 @@ int rl_parse_int(const char *s, long long lo, long long hi, long long *out);
 int rl_parse_double(const char *s, double lo, double hi, double *out);
 /* The deadline every wait uses: RINGLET_TIMEOUT seconds (default 300). */
 double rl_timeout_s(void);
+/* How many times this process's line of ancestors forked since the first call (a child
+ * of fork() sees one more than its parent did): an object made before a fork notes it, and
+ * knows a forked child by the difference. Cheap: no system call. */
+unsigned rl_fork_generation(void);
 
 #endif

@@ -142,6 +142,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_mutex_init(&c->live_mu, NULL);
     pthread_mutex_init(&c->ops_mu, NULL);
     c->init_device = -1;
+    c->fork_gen = rl_fork_generation();
     c->infos = calloc((size_t)nranks, sizeof *c->infos);
     c->ring = calloc((size_t)nranks, sizeof *c->ring);
     c->send_conns = calloc((size_t)nranks, sizeof(rl_conn));

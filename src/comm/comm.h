@@ -148,6 +148,7 @@ struct ringlet_comm {
     rl_rank_info *infos;
     uint8_t secret[32];
     double timeout_s;
+    unsigned fork_gen; /* rl_fork_generation() when made: a forked child cannot use it */
     size_t chunk_bytes; /* the largest chunk (and staging slot); a call may cut smaller ones (rl_chunk_for) */
     size_t chunk_floor; /* ... but none below this (rl_chunk_for; 0: RL_CHUNK_FLOOR) */
     int chunk_fixed;    /* RINGLET_CHUNK_SIZE was given: every chunk is chunk_bytes */

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -25,6 +26,15 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
         RL_INFO(-1, "error %d (%s): %s", code, ringlet_strerror(code), msg);
     }
     return code;
+}
+
+ringlet_result_t rl_comm_forked(struct ringlet_comm *c, const char *fn) {
+    if (rl_fork_generation() == c->fork_gen) return RINGLET_SUCCESS;
+    /* Not noted in c (its lock may have been held by a thread of the parent's). */
+    return rl_error(NULL, RINGLET_ERR_INVALID_USAGE,
+                    "%s: this process (pid %d) was forked after rank %d's communicator was made (pid %d): a "
+                    "communicator's threads and connections stay with the parent; make a new one in the child",
+                    fn, (int)getpid(), c->rank, (int)c->infos[c->rank].pid);
 }
 
 const char *ringlet_comm_last_error(ringlet_comm_t c) {

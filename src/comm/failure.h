@@ -14,6 +14,10 @@
 ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* RINGLET_ERR_INVALID_USAGE, saying so, when this process is a child forked after c was
+ * made (c's threads and connections are the parent's: a call would wait for them until
+ * its deadline, a destroy join threads that are not there); else RINGLET_SUCCESS. */
+ringlet_result_t rl_comm_forked(struct ringlet_comm *c, const char *fn);
 /* Fails the communicator (first failure wins): every wait on it gives up and every
  * later call returns code. */
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)

@@ -32,6 +32,11 @@
  *       for a rank 1 that never joins, and a token fired before init began. Each init must
  *       fail with RINGLET_ERR_INVALID_USAGE within 5 s of the fire (RINGLET_TIMEOUT is
  *       60 s in the test; the goal is 1 s; the times are printed).
+ *   lifecycle --fork
+ *       each rank: an all-reduce, then fork(); in the child (no exec) an all-reduce, a
+ *       non-blocking one, a wait on the parent's request and the communicator's destroy
+ *       must each fail at once with RINGLET_ERR_INVALID_USAGE saying the process forked;
+ *       the parent's communicator then still works (an all-reduce, checked).
  * Prints "lifecycle: rank R: OK ..." or FAIL lines; exit 0 iff all passed.
  */
 #include <dirent.h>
@@ -42,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -159,6 +165,69 @@ static int cycle(int abort_it, int k) {
     return rc || bad;
 }
 
+/* An all-reduce of random int32 (the same generator on every rank, offset by the rank),
+ * checked bit for bit. */
+static int checked_allreduce(ringlet_comm_t c, int size, unsigned seed, const char *what) {
+    enum { N = 4099 };
+    static int32_t buf[N], want[N];
+    for (long i = 0; i < N; i++) {
+        unsigned x = seed * 2654435761u + (unsigned)i * 40503u;
+        buf[i] = (int32_t)(x >> 4) + g_rank;
+        want[i] = (int32_t)((uint32_t)(x >> 4) * (uint32_t)size + (uint32_t)(size * (size - 1) / 2));
+    }
+    ringlet_result_t rc = ringlet_allreduce(buf, buf, N, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    int bad = 0;
+    for (long i = 0; i < N && !rc; i++) bad += buf[i] != want[i];
+    if (rc || bad) FAIL("%s: allreduce: %s, %d wrong", what, rc ? ringlet_comm_last_error(c) : "ok", bad);
+    return rc || bad;
+}
+
+/* A child forked after the communicator was made cannot use it: every call fails at once. */
+static int fork_child_calls(void) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return FAIL("fork: init: %s", ringlet_comm_last_error(NULL)), 1;
+    int size = 0;
+    ringlet_comm_size(c, &size);
+    if (checked_allreduce(c, size, 1, "fork: before")) return 1;
+    /* A request of the parent's, in flight (maybe) at the fork. */
+    int32_t pend[1000];
+    for (int i = 0; i < 1000; i++) pend[i] = (int32_t)(i * 7 + g_rank);
+    ringlet_request_t preq = NULL;
+    if (ringlet_iallreduce(pend, pend, 1000, RINGLET_INT32, RINGLET_SUM, c, NULL, &preq))
+        return FAIL("fork: iallreduce: %s", ringlet_comm_last_error(c)), 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int32_t x[4] = {1, 2, 3, 4};
+        ringlet_request_t req = NULL;
+        double t0 = now();
+        ringlet_result_t a = ringlet_allreduce(x, x, 4, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        const char *why = ringlet_comm_last_error(NULL);
+        int said = strstr(why, "forked") != NULL;
+        ringlet_result_t b = ringlet_iallreduce(x, x, 4, RINGLET_INT32, RINGLET_SUM, c, NULL, &req);
+        ringlet_result_t w = ringlet_wait(&preq);
+        ringlet_result_t d = ringlet_comm_destroy(c);
+        double dt = now() - t0;
+        int ok = a == RINGLET_ERR_INVALID_USAGE && b == a && w == a && d == a && req == NULL && said;
+        if (!ok)
+            printf("FAIL rank %d: fork: in the child: allreduce %d, iallreduce %d, wait %d, destroy %d, %.1f s: %s\n",
+                   g_rank, (int)a, (int)b, (int)w, (int)d, dt, why);
+        fflush(stdout);
+        _exit(ok ? 0 : 1);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        FAIL("fork: the child's calls did not all fail at once (status 0x%x)", st);
+    int bad = 0;
+    if (ringlet_wait(&preq)) FAIL("fork: the parent's wait: %s", ringlet_comm_last_error(c)), bad = 1;
+    for (int i = 0; i < 1000 && !bad; i++)
+        if (pend[i] != (int32_t)(size * i * 7 + size * (size - 1) / 2)) FAIL("fork: the parent's request: element %d", i), bad = 1;
+    bad |= checked_allreduce(c, size, 2, "fork: after, in the parent");
+    if (ringlet_comm_destroy(c)) FAIL("fork: destroy: %s", ringlet_comm_last_error(NULL)), bad = 1;
+    if (!g_failed) printf("lifecycle: rank %d: OK a child forked after init: every call failed at once\n", g_rank);
+    return g_failed || bad;
+}
+
 typedef struct {
     ringlet_comm_t c;
     ringlet_result_t rc;
@@ -269,7 +338,7 @@ static int peer_says_why(void) {
 
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
-    int abort_thread = 0, late_peer = 0, peer_why = 0;
+    int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
@@ -283,6 +352,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
+        else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reduce-workers") && i + 1 < argc) g_workers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
@@ -290,7 +360,8 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --peer-why | --abort-init\n"),
+                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --peer-why | --fork | "
+                                   "--abort-init\n"),
                    2;
         }
     }
@@ -298,6 +369,7 @@ int main(int argc, char **argv) {
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (peer_why) return peer_says_why();
+    if (forks) return fork_child_calls() ? 1 : 0;
     if (abort_thread || late_peer) {
         ringlet_comm_t c;
         if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;

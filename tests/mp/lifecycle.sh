@@ -52,6 +52,8 @@ one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
+# a child forked after init: its calls fail at once, saying so; the parent's communicator works
+one "a child forked after init" "$RUN" -n 2 --timeout 120 "$PROG" --fork
 # a rank that aborts: the others' error quotes what it said (rank 2 hears it through rank 0)
 WANT_OK=3 one "a peer that aborted says why" "$RUN" -n 3 --timeout 120 "$PROG" --peer-why
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
