@@ -257,7 +257,7 @@ ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (!done) return rl_error((*req)->comm, RINGLET_ERR_INVALID_ARGUMENT, "test: done is NULL");
     struct ringlet_comm *c = (*req)->comm;
     ringlet_result_t rc = rl_comm_forked(c, "test");
-    if (rc) return rc;
+    if (rc) return *done = 0, rc; /* final: the request never completes here */
     atomic_fetch_add(&c->waiters, 1);
     *done = request_done(*req);
     atomic_fetch_sub(&c->waiters, 1);
@@ -681,6 +681,8 @@ ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scal
 
 ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "op_destroy: comm is NULL");
+    ringlet_result_t forked = rl_comm_forked(c, "op_destroy");
+    if (forked) return forked;
     unsigned id = (unsigned)op - RINGLET_NUM_OPS;
     pthread_mutex_lock(&c->ops_mu);
     int ok = (unsigned)op >= RINGLET_NUM_OPS && id < RL_MAX_USER_OPS && c->userops[id].live;
@@ -694,6 +696,8 @@ ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t c) {
 
 ringlet_result_t ringlet_comm_device(ringlet_comm_t c, int *device) {
     if (!c || !device) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "comm_device: comm or device is NULL");
+    ringlet_result_t forked = rl_comm_forked(c, "comm_device");
+    if (forked) return forked;
     int dev = rl_devcomm_device(c);
     *device = dev >= 0 ? dev : c->init_device;
     return RINGLET_SUCCESS;

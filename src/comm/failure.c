@@ -17,6 +17,9 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    /* A forked child leaves the parent's communicator alone (its locks may have been
+     * held by a parent's thread at the fork): the thread's message only. */
+    if (c && rl_fork_generation() != c->fork_gen) c = NULL;
     if (c) {
         pthread_mutex_lock(&c->err_mu);
         snprintf(c->last_error, sizeof c->last_error, "%s", msg);
@@ -38,7 +41,7 @@ ringlet_result_t rl_comm_forked(struct ringlet_comm *c, const char *fn) {
 }
 
 const char *ringlet_comm_last_error(ringlet_comm_t c) {
-    if (c) {
+    if (c && rl_fork_generation() == c->fork_gen) {
         /* Copy under the lock: the progress thread may write it meanwhile. */
         static _Thread_local char copy[RL_MSG_MAX];
         pthread_mutex_lock(&c->err_mu);
@@ -117,5 +120,7 @@ ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_
 
 ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
+    ringlet_result_t forked = rl_comm_forked(c, "get_async_error");
+    if (forked) return forked;
     return atomic_load(&c->failed) ? rl_comm_failure(c, NULL, 0) : RINGLET_SUCCESS;
 }

@@ -45,6 +45,8 @@ int sim_current_device(void);
 /* A runtime call's start: a context on the thread's current device, as CUDA makes one;
  * fails (RL_RT_ERR_INITIALIZATION) in a child forked after the parent used the GPU. */
 int sim_make_context(void);
+/* RL_RT_ERR_INITIALIZATION, said, in a child forked after the parent used the GPU. */
+int sim_forked_check(void);
 /* The same, then the sticky error as the thread's error (sim_sticky_check), or RL_RT_SUCCESS. */
 int sim_call_begin(void);
 /* Before a kernel's first launch: loads it (lazily, unless CUDA_MODULE_LOADING=EAGER),

@@ -45,7 +45,7 @@ int sim_sticky(void) { return atomic_load(&g_sticky) != 0; }
 
 static atomic_int g_forked_from; /* the parent's pid in a child forked after CUDA was in use */
 
-static int forked_check(void) {
+int sim_forked_check(void) {
     int parent = atomic_load(&g_forked_from);
     if (parent)
         return sim_fail(RL_RT_ERR_INITIALIZATION, "this process was forked from pid %d after that one had used the "
@@ -56,7 +56,7 @@ static int forked_check(void) {
 }
 
 int sim_sticky_check(void) {
-    int rc = forked_check();
+    int rc = sim_forked_check();
     if (rc) return rc;
     int code = atomic_load(&g_sticky);
     if (!code) return RL_RT_SUCCESS;
@@ -140,7 +140,7 @@ int sim_current_device(void) {
 }
 
 int sim_make_context(void) {
-    int rc = forked_check();
+    int rc = sim_forked_check();
     if (!rc) (void)sim_current_device();
     return rc;
 }
@@ -151,7 +151,7 @@ int sim_call_begin(void) {
 }
 
 static int primary_ctx_active(int dev, int *active) {
-    int rc = forked_check();
+    int rc = sim_forked_check();
     if (rc) return *active = 0, rc;
     if (dev < 0 || dev >= sim_device_count())
         return *active = 0, sim_fail(RL_RT_ERR_INVALID_DEVICE, "primary_ctx_active: device %d does not exist", dev);

@@ -222,7 +222,7 @@ static void *stream_main(void *arg) {
         uint64_t r = jitter > 0 ? rng_next(&s->rng) : 0;
         pthread_mutex_unlock(&s->mu);
 
-        for (long us = 1; s->queue >= 0 && !sim_sticky() && queue_blocked(s, o);) {
+        for (long us = 1; !sim_sticky() && queue_blocked(s, o);) {
             sleep_us(us);
             if (us < 200) us *= 2;
         }
@@ -362,8 +362,8 @@ static int resolve(rl_dev_stream_t *s) {
 }
 
 int sim_stream_device(rl_dev_stream_t s, int *dev) {
-    int rc = resolve(&s);
-    if (rc) return rc;
+    int rc = sim_forked_check(); /* no context made: rt.h */
+    if (rc || (rc = resolve(&s))) return rc;
     *dev = s->device;
     return RL_RT_SUCCESS;
 }

@@ -146,6 +146,17 @@ static ncclResult_t read_config(const ncclConfig_t *cfg, const char *fn, int *bl
 
 /* ---- communicators ---- */
 
+/* Forks of this process since the first communicator (a child sees one more than its
+ * parent did; the layer uses ringlet.h alone, so it counts its own). */
+static atomic_uint g_forks;
+static pthread_once_t g_forks_once = PTHREAD_ONCE_INIT;
+static void fork_child(void) { atomic_fetch_add_explicit(&g_forks, 1, memory_order_relaxed); }
+static void watch_forks(void) { pthread_atfork(NULL, NULL, fork_child); }
+static unsigned shim_fork_generation(void) {
+    pthread_once(&g_forks_once, watch_forks);
+    return atomic_load_explicit(&g_forks, memory_order_relaxed);
+}
+
 static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     struct ncclComm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -155,6 +166,7 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     c->blocking = blocking;
     c->device = -1;
     c->init_joined = 1;
+    c->fork_gen = shim_fork_generation();
     atomic_init(&c->init_done, 1);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->join_mu, NULL);
@@ -232,9 +244,20 @@ static void join_init(struct ncclComm *c) {
     pthread_mutex_unlock(&c->join_mu);
 }
 
+/* In a child forked after c was made: c's threads and locks are the parent's (an init
+ * thread to join is not there), so nothing of c is touched, not even its lock. */
+static ncclResult_t comm_forked(struct ncclComm *c, const char *fn) {
+    if (shim_fork_generation() == c->fork_gen) return ncclSuccess;
+    return shim_fail(NULL, ncclInvalidUsage, "%s: this process was forked after the communicator was made; it stays "
+                                             "with the parent (make a new one in the child)",
+                     fn);
+}
+
 ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
     if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
     if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    ncclResult_t forked = comm_forked(c, fn);
+    if (forked) return forked;
     join_init(c); /* a call on a communicator whose non-blocking init still runs waits for it */
     if (c->init_rc != ncclSuccess || !c->rc)
         return shim_fail(c, ncclInvalidUsage, "%s: the communicator's init failed: %s", fn, c->err);
@@ -623,6 +646,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
     if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
     if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    ncclResult_t forked = comm_forked(c, fn);
+    if (forked) return forked;
     join_init(c);
     return ncclSuccess;
 }
@@ -699,6 +724,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     if (!comm || comm->magic != SHIM_MAGIC)
         return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
+    ncclResult_t forked = comm_forked(comm, "ncclCommGetAsyncError");
+    if (forked) return forked;
     if (!atomic_load(&comm->init_done)) {
         *asyncError = ncclInProgress;
         return ncclSuccess;

@@ -19,6 +19,7 @@ struct ncclComm {
     int nranks, rank;
     int blocking;
     int device; /* the device current at init (-1: none) */
+    unsigned fork_gen; /* shim_fork_generation() when made: a forked child's calls fail at once */
     /* Non-blocking init: a thread runs it; init_done is set when it returns. */
     pthread_t init_thread;
     pthread_mutex_t join_mu; /* init_joined, init_thread */

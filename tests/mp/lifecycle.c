@@ -34,8 +34,9 @@
  *       60 s in the test; the goal is 1 s; the times are printed).
  *   lifecycle --fork
  *       each rank: an all-reduce, then fork(); in the child (no exec) an all-reduce, a
- *       non-blocking one, a wait on the parent's request and the communicator's destroy
- *       must each fail at once with RINGLET_ERR_INVALID_USAGE saying the process forked;
+ *       non-blocking one, a test and a wait of the parent's request, the async error
+ *       and the communicator's destroy must each fail at once with
+ *       RINGLET_ERR_INVALID_USAGE, the last error saying the process forked;
  *       the parent's communicator then still works (an all-reduce, checked).
  * Prints "lifecycle: rank R: OK ..." or FAIL lines; exit 0 iff all passed.
  */
@@ -205,13 +206,19 @@ static int fork_child_calls(void) {
         const char *why = ringlet_comm_last_error(NULL);
         int said = strstr(why, "forked") != NULL;
         ringlet_result_t b = ringlet_iallreduce(x, x, 4, RINGLET_INT32, RINGLET_SUM, c, NULL, &req);
+        int done = -1;
+        ringlet_result_t t = ringlet_test(&preq, &done);
         ringlet_result_t w = ringlet_wait(&preq);
+        ringlet_result_t g = ringlet_comm_get_async_error(c);
+        said = said && strstr(ringlet_comm_last_error(c), "forked") != NULL; /* the thread's, not the parent's */
         ringlet_result_t d = ringlet_comm_destroy(c);
         double dt = now() - t0;
-        int ok = a == RINGLET_ERR_INVALID_USAGE && b == a && w == a && d == a && req == NULL && said;
+        int ok = a == RINGLET_ERR_INVALID_USAGE && b == a && t == a && done == 0 && w == a && g == a && d == a &&
+                 req == NULL && said;
         if (!ok)
-            printf("FAIL rank %d: fork: in the child: allreduce %d, iallreduce %d, wait %d, destroy %d, %.1f s: %s\n",
-                   g_rank, (int)a, (int)b, (int)w, (int)d, dt, why);
+            printf("FAIL rank %d: fork: in the child: allreduce %d, iallreduce %d, test %d (done %d), wait %d, "
+                   "async error %d, destroy %d, %.1f s: %s\n",
+                   g_rank, (int)a, (int)b, (int)t, done, (int)w, (int)g, (int)d, dt, ringlet_comm_last_error(c));
         fflush(stdout);
         _exit(ok ? 0 : 1);
     }

@@ -28,10 +28,14 @@
  *   abortinit one process: a non-blocking init as rank 0 of 2 whose rank 1 never comes;
  *            ncclCommGetAsyncError says ncclInProgress, then ncclCommAbort must stop the
  *            init and return (within 5 s; RINGLET_TIMEOUT is far longer in the test).
+ *            Before the abort, a child forked from the process: its calls on the
+ *            communicator (async error, an all-reduce, destroy) fail with
+ *            ncclInvalidUsage saying it forked, none waiting for the parent's init.
  * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <errno.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -843,6 +847,25 @@ static void case_abortinit(void) {
     OK(ncclCommGetAsyncError(c, &a));
     g_checks++;
     if (a != ncclInProgress) FAIL("abortinit: the init whose peer never comes says %d, not ncclInProgress", (int)a);
+    /* A child forked meanwhile (the init's thread is the parent's): each call fails at once,
+     * none waits for that thread. */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int32_t x[4] = {0};
+        ncclResult_t e = ncclSuccess, g = ncclCommGetAsyncError(c, &e);
+        ncclResult_t r = ncclAllReduce(x, x, 4, ncclInt32, ncclSum, c, NULL), d = ncclCommDestroy(c);
+        int said = strstr(ncclGetLastError(NULL), "forked") != NULL;
+        if (g != ncclInvalidUsage || r != g || d != g || !said)
+            printf("FAIL: abortinit: in a forked child: async error %d, all-reduce %d, destroy %d: %s\n", (int)g, (int)r,
+                   (int)d, ncclGetLastError(NULL));
+        fflush(stdout);
+        _exit(g == ncclInvalidUsage && r == g && d == g && said ? 0 : 1);
+    }
+    int st = 0;
+    g_checks++;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        FAIL("abortinit: a child forked during the init: its calls did not all fail at once (status 0x%x)", st);
     double t0 = now();
     OK(ncclCommAbort(c));
     double dt = now() - t0;
