@@ -1,10 +1,10 @@
 #include "util.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

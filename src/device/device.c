@@ -114,6 +114,19 @@ typedef struct stuck {
 static stuck_t *g_stuck;  /* the notes not found done yet (gate lock) */
 static size_t g_nstuck;   /* ... and those a thread is looking at now */
 
+/* A child forked after the gate was first used has none of the parent's streams and
+ * progress threads: its holds would never end, its stuck work never finish. There the gate
+ * refuses at once (a free is kept: a leak, never a wait), without taking its lock (a
+ * thread of the parent's may have held it at the fork). */
+static unsigned g_gate_gen;
+static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+static void gate_first_use(void) { g_gate_gen = rl_fork_generation(); }
+static int gate_forked(void) {
+    pthread_once(&g_gate_once, gate_first_use);
+    return rl_fork_generation() != g_gate_gen;
+}
+#define FORKED_MSG "this process was forked after its parent used the device layer (CUDA cannot be used in such a child)"
+
 static int hold_released(const hold_t *h) {
     uint64_t v = __atomic_load_n(h->flag, __ATOMIC_ACQUIRE);
     return h->cyclic ? (int64_t)(v - h->value) >= 0 : v >= h->value;
@@ -129,6 +142,7 @@ static size_t prune_holds(void) {
 }
 
 void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic) {
+    if (gate_forked()) return;
     pthread_mutex_lock(&g_gate_mu);
     if (g_nholds == g_holds_cap) prune_holds();
     if (g_nholds == g_holds_cap) {
@@ -143,6 +157,7 @@ void rl_dev_hold_note(volatile uint64_t *flag, uint64_t value, int cyclic) {
 }
 
 int rl_dev_holds_active(void) {
+    if (gate_forked()) return 0;
     pthread_mutex_lock(&g_gate_mu);
     int n = (int)prune_holds();
     pthread_mutex_unlock(&g_gate_mu);
@@ -174,7 +189,7 @@ static int free_now(const rl_device_ops *d, void *p, int kind) {
 void rl_dev_note_stuck(rl_dev_stream_t s) {
     const rl_device_ops *d = rl_device();
     int dev = 0, saved = -1;
-    if (!d || !s || d->stream_device(s, &dev) != RL_DEV_OK) return;
+    if (!d || !s || gate_forked() || d->stream_device(s, &dev) != RL_DEV_OK) return;
     stuck_t *x = malloc(sizeof *x);
     if (!x) return;
     int entered = d->device_enter(dev, &saved) == RL_DEV_OK;
@@ -231,7 +246,7 @@ static size_t work_stuck(void) {
     return n;
 }
 
-int rl_dev_work_stuck(void) { return work_stuck() > 0; }
+int rl_dev_work_stuck(void) { return !gate_forked() && work_stuck() > 0; }
 
 /* The deferred frees (the caller is the writer); none while noted work is stuck. */
 static void flush_deferred(void) {
@@ -250,6 +265,7 @@ static void flush_deferred(void) {
 }
 
 int rl_dev_quiet_begin(double timeout_s, const char *what) {
+    if (gate_forked()) return rl_dev_fail("%s: " FORKED_MSG, what);
     if (t_quiet_depth++) return RL_DEV_OK;
     double until = rl_now() + timeout_s;
     pthread_mutex_lock(&g_gate_mu);
@@ -274,6 +290,7 @@ int rl_dev_quiet_begin(double timeout_s, const char *what) {
 int rl_dev_in_quiet(void) { return t_quiet_depth > 0; }
 
 int rl_dev_quiet_try(void) {
+    if (gate_forked()) return 0;
     if (t_quiet_depth) return ++t_quiet_depth, 1;
     pthread_mutex_lock(&g_gate_mu);
     int ok = !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
@@ -286,7 +303,7 @@ int rl_dev_quiet_try(void) {
 }
 
 void rl_dev_quiet_end(void) {
-    if (t_quiet_depth == 0 || --t_quiet_depth) return;
+    if (gate_forked() || t_quiet_depth == 0 || --t_quiet_depth) return;
     pthread_mutex_lock(&g_gate_mu);
     g_writer = 0;
     pthread_cond_broadcast(&g_gate_cv);
@@ -294,6 +311,7 @@ void rl_dev_quiet_end(void) {
 }
 
 int rl_dev_hold_begin(double timeout_s) {
+    if (gate_forked()) return rl_dev_fail("holding a stream: " FORKED_MSG);
     double until = rl_now() + timeout_s;
     pthread_mutex_lock(&g_gate_mu);
     /* The writer itself may hold (its own quiet section is over by then, or it knows). */
@@ -308,6 +326,7 @@ int rl_dev_hold_begin(double timeout_s) {
 }
 
 void rl_dev_hold_end(void) {
+    if (gate_forked()) return;
     pthread_mutex_lock(&g_gate_mu);
     if (g_readers > 0) g_readers--;
     pthread_cond_broadcast(&g_gate_cv);
@@ -316,7 +335,7 @@ void rl_dev_hold_end(void) {
 
 int rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
-    if (!p || !d) return 0;
+    if (!p || !d || gate_forked()) return 0;
     int stuck = work_stuck() > 0;
     if (t_quiet_depth && !stuck) return free_now(d, p, kind);
     pthread_mutex_lock(&g_gate_mu);

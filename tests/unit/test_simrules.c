@@ -312,9 +312,17 @@ static void rule_fork(void) {
     rl_dev_stream_t t;
     RT_OK(R->malloc(&x, 4096)); /* the context exists */
     RT_OK(R->stream_create(&t, 0));
+    /* The device layer's gate: a hold noted (as a held stream's would be), released only
+     * in this process. */
+    volatile uint64_t *flag = new_flag();
+    rl_dev_hold_note(flag, 1, 0);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        /* The gate refuses at once (else a quiet section would wait for the parent's hold). */
+        int q = rl_dev_quiet_begin(5, "a quiet section"), said = strstr(rl_dev_error(), "forked") != NULL;
+        int h = rl_dev_hold_begin(5);
+        if (q != RL_DEV_ERR || h != RL_DEV_ERR || !said) _exit(2);
         void *p = NULL;
         rl_dev_stream_t s = NULL;
         int active = -1;
@@ -331,6 +339,9 @@ static void rule_fork(void) {
                                                  "(status 0x%x)", st);
     RT_OK(R->stream_destroy(t)); /* the parent still can */
     RT_OK(R->free(x));
+    release(flag, 1);
+    CHECK(rl_dev_holds_active() == 0, "the parent's hold is still noted after its release");
+    RT_OK(R->free_host((void *)flag));
 }
 
 /* cudaMalloc does not clear the memory: what nothing wrote is not zeros. */
