@@ -1,5 +1,6 @@
 /* The simulated GPU's runtime front (simgpu.h): the per-thread last error and the sticky
  * error, the current device of each thread, kernel loading, and the rl_rt table. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -43,16 +44,18 @@ void sim_set_sticky(int code, const char *fmt, ...) {
 
 int sim_sticky(void) { return atomic_load(&g_sticky) != 0; }
 
-static atomic_int g_forked_from; /* the parent's pid in a child forked after CUDA was in use */
+/* CUDA's state does not survive fork(): in a child forked once a context exists, every
+ * call fails (the parent's streams and their threads are not in the child either). The
+ * fork generation (rl_fork_generation) at the process's first context; none yet: UINT_MAX. */
+static atomic_uint g_context_gen = UINT_MAX;
 
 int sim_forked_check(void) {
-    int parent = atomic_load(&g_forked_from);
-    if (parent)
-        return sim_fail(RL_RT_ERR_INITIALIZATION, "this process was forked from pid %d after that one had used the "
-                                                  "(simulated) GPU: CUDA cannot be used in such a child (fork before "
-                                                  "using CUDA, or start the child with exec)",
-                        parent);
-    return RL_RT_SUCCESS;
+    unsigned gen = atomic_load(&g_context_gen);
+    if (gen == UINT_MAX || gen == rl_fork_generation()) return RL_RT_SUCCESS;
+    return sim_fail(RL_RT_ERR_INITIALIZATION, "this process (pid %d) was forked after its parent (pid %d) had used the "
+                                              "(simulated) GPU: CUDA cannot be used in such a child (fork before "
+                                              "using CUDA, or start the child with exec)",
+                    (int)getpid(), (int)getppid());
 }
 
 int sim_sticky_check(void) {
@@ -119,18 +122,9 @@ static atomic_uchar g_context[64];
 
 int sim_device_count(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
 
-/* CUDA's state does not survive fork(): in a child forked once a context exists, every
- * call fails (the parent's streams and their threads are not in the child either). */
-static void forked_child(void) {
-    for (size_t i = 0; i < sizeof g_context / sizeof g_context[0]; i++)
-        if (atomic_load(&g_context[i])) atomic_store(&g_forked_from, (int)getppid());
-}
-
-static void watch_forks(void) { pthread_atfork(NULL, NULL, forked_child); }
-
 static void make_context(int dev) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, watch_forks);
+    unsigned none = UINT_MAX;
+    if (atomic_load(&g_context_gen) == none) atomic_compare_exchange_strong(&g_context_gen, &none, rl_fork_generation());
     atomic_store(&g_context[dev], 1);
 }
 

@@ -318,7 +318,9 @@ static int stream_valid(rl_dev_stream_t s, const char *what) {
         pthread_mutex_unlock(&t->mu);
     }
     pthread_mutex_unlock(&g_streams_mu);
-    if (!t) return sim_fail(RL_RT_ERR_INVALID_HANDLE, "%s: %p is not a stream of this process (destroyed, or never made)", what, (void *)s);
+    if (!t)
+        return sim_fail(RL_RT_ERR_INVALID_HANDLE, "%s: %p is not a stream of this process (destroyed, or never made)",
+                        what, (void *)s);
     if (quit)
         return sim_fail(RL_RT_ERR_INVALID_HANDLE, "%s: stream %p was destroyed (its work queued before still runs; "
                                                   "nothing new may name it)",
