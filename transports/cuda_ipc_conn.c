@@ -21,6 +21,19 @@ static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32])
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
 }
 
+/* Allocates and exports the probe on the current device (in a quiet section): 0, or -1
+ * with *why. Sets x->has_probe. */
+static int make_probe(ipc_ctx *x, rl_dev_handle *h, char *why) {
+    x->has_probe = IPC_PROBE_NONE;
+    if (x->d->mem_alloc(&x->probe, IPC_PAGE) != RL_DEV_OK) {
+        x->probe = NULL;
+        return snprintf(why, RL_ERR_MAX, "%s", rl_dev_error()), -1;
+    }
+    if (x->d->mem_export(x->probe, h) != RL_DEV_OK) return snprintf(why, RL_ERR_MAX, "%s", rl_dev_error()), -1;
+    x->has_probe = IPC_PROBE_MADE;
+    return 0;
+}
+
 ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
     const rl_device_ops *d = rl_device();
     if (!d) return snprintf(err, RL_ERR_MAX, "no device backend: %s", rl_device_unavailable()), RINGLET_ERR_SYSTEM;
@@ -67,14 +80,27 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     blob_t b;
     memset(&b, 0, sizeof b);
     memcpy(b.name, x->name, sizeof b.name);
-    if (rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK) {
-        if (d->mem_alloc(&x->probe, IPC_PAGE) == RL_DEV_OK && d->mem_export(x->probe, &b.probe) == RL_DEV_OK)
-            b.has_probe = x->has_probe = 1;
-        rl_dev_quiet_end();
+    /* The probe is made at init only where the initialising thread's current device has a
+     * context already (the program chose it, or allocated there); else at the first use of
+     * device buffers (publish_probe). An allocation would make a context, hundreds of MB of
+     * GPU memory, in every process of a job on host buffers that never uses a GPU (device 0
+     * on a thread that chose none). */
+    int cur = -1, active = 0;
+    if (x->d->get_device(&cur) == RL_DEV_OK && x->d->context_active(cur, &active) == RL_DEV_OK && !active) {
+        b.has_probe = x->has_probe = IPC_PROBE_LATER;
+        RL_INFO(in->rank, "cuda_ipc: device %d has no context at init: the probe allocation waits for the first "
+                          "device buffers", cur);
+    } else {
+        char why[RL_ERR_MAX] = "";
+        int quiet = rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK;
+        if (!quiet) snprintf(why, sizeof why, "%s", rl_dev_error());
+        else if (make_probe(x, &b.probe, why) == 0) b.has_probe = IPC_PROBE_MADE;
+        if (quiet) rl_dev_quiet_end();
+        atomic_store(&x->seg->probe_state, x->has_probe == IPC_PROBE_MADE ? IPC_PROBE_READY : IPC_PROBE_FAILED);
+        if (!b.has_probe)
+            RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
+                    why);
     }
-    if (!b.has_probe)
-        RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
-                rl_dev_error());
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *out = x;
@@ -449,23 +475,81 @@ static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
     return committed ? -1 : 0;
 }
 
+/* The first use of device buffers, for a probe put off at init: makes it on the current
+ * device and publishes it in the segment's header (x->mu held, in a quiet section). */
+static void publish_probe(ipc_ctx *x) {
+    if (x->has_probe != IPC_PROBE_LATER) return;
+    char why[RL_ERR_MAX] = "";
+    if (make_probe(x, &x->seg->probe, why) == 0) {
+        atomic_store_explicit(&x->seg->probe_state, IPC_PROBE_READY, memory_order_release);
+    } else {
+        atomic_store_explicit(&x->seg->probe_state, IPC_PROBE_FAILED, memory_order_release);
+        RL_INFO(x->in.rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory", why);
+    }
+}
+
+/* A peer's probe put off at its init: waits until the peer publishes it, at its own first
+ * use of device buffers (a call on device buffers brings both ranks there), within the
+ * deadline. 1 with *h, 0 where it has none, -1 with why where it did not come (the peer
+ * exited, or calls with host buffers). Not under x->mu: the progress of this process's
+ * other connections may need it meanwhile. */
+static int peer_probe(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, char *why) {
+    void *m = NULL;
+    int32_t pid = 0;
+    char err[RL_ERR_MAX];
+    if (map_peer(x, b->name, peer, 0, IPC_PAGE, &m, &pid, err) != RINGLET_SUCCESS)
+        return snprintf(why, RL_ERR_MAX, "%s", err), -1;
+    seg_hdr *hd = m;
+    double deadline = rl_now() + x->in.timeout_s;
+    int st;
+    while ((st = atomic_load_explicit(&hd->probe_state, memory_order_acquire)) == IPC_PROBE_PENDING) {
+        if (x->in.stop && atomic_load(x->in.stop)) {
+            snprintf(why, RL_ERR_MAX, "stopped while waiting for rank %d's device memory probe", peer);
+            break;
+        }
+        if (kill(pid, 0) != 0 && errno == ESRCH) {
+            snprintf(why, RL_ERR_MAX, "rank %d (pid %d) exited before it made its device memory probe", peer, (int)pid);
+            break;
+        }
+        if (rl_now() > deadline) {
+            snprintf(why, RL_ERR_MAX, "rank %d made no device memory probe within %.0f s (RINGLET_TIMEOUT): does it "
+                                      "call with device buffers too?", peer, x->in.timeout_s);
+            break;
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (st == IPC_PROBE_READY) memcpy(h, &hd->probe, sizeof *h);
+    munmap(m, IPC_PAGE);
+    return st == IPC_PROBE_READY ? 1 : st == IPC_PROBE_FAILED ? 0 : -1;
+}
+
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
     ipc_ctx *x = ctx;
     int broken = 0;
     if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return 0;
+    blob_t b;
+    memcpy(&b, blob, sizeof b);
+    b.name[IPC_NAME_MAX - 1] = 0;
     pthread_mutex_lock(&x->mu);
-    if (!x->reach[peer] && !rl_dev_in_quiet()) {
+    int untried = !x->reach[peer], quiet = rl_dev_in_quiet();
+    if (untried && quiet) publish_probe(x); /* before waiting for the peer's: it may wait for this one */
+    pthread_mutex_unlock(&x->mu);
+    int later = untried && quiet && b.has_probe == IPC_PROBE_LATER;
+    int got = later ? peer_probe(x, peer, &b, &b.probe, why) : 1;
+    if (later) b.has_probe = got > 0 ? IPC_PROBE_MADE : IPC_PROBE_NONE;
+    pthread_mutex_lock(&x->mu);
+    if (later && got < 0 && !x->reach[peer]) {
+        broken = 1; /* why says it; the pair is not decided: a later call tries again */
+    } else if (!x->reach[peer] && !rl_dev_in_quiet()) {
         /* Mapping can synchronise the device: only in the communicator's preparation. */
         snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);
     } else if (!x->reach[peer]) {
-        blob_t b;
-        memcpy(&b, blob, sizeof b);
         void *p = NULL;
-        b.name[IPC_NAME_MAX - 1] = 0;
-        if (!x->has_probe) {
+        if (x->has_probe != IPC_PROBE_MADE) {
             /* Peers cannot map this rank's memory: the pair stages, on both ends. */
             snprintf(why, RL_ERR_MAX, "this rank exported no device memory of its own (its probe allocation failed)");
-        } else if (!b.has_probe) {
+        } else if (b.has_probe != IPC_PROBE_MADE) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
         } else if (rl_dev_work_stuck()) {
             /* The probe could not be unmapped at once, and the peer frees it at its fini

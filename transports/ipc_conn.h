@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,12 +29,22 @@
 #define IPC_NAME_MAX 64
 enum { IPC_MAPPED = 0, IPC_UNMAPPED = 1, IPC_UNMAP_LATER = 2 }; /* ctl_t.unmapped */
 
+/* blob_t.has_probe, ipc_ctx.has_probe: none (the allocation or its export failed), made
+ * (in the blob), or made at the first use of device buffers (no context at init: published
+ * in the segment's header then, seg_hdr.probe_state). */
+enum { IPC_PROBE_NONE = 0, IPC_PROBE_MADE = 1, IPC_PROBE_LATER = 2 };
+enum { IPC_PROBE_PENDING = 0, IPC_PROBE_READY = 1, IPC_PROBE_FAILED = 2 }; /* seg_hdr.probe_state */
+
 typedef struct {
     uint32_t magic;
     int32_t rank, nranks, pid;
     uint64_t ctl_stride;
     uint8_t tag[32]; /* HMAC(secret, name) */
+    /* A probe made after init (IPC_PROBE_LATER): READY once probe holds its handle. */
+    atomic_int probe_state;
+    rl_dev_handle probe;
 } seg_hdr;
+_Static_assert(sizeof(seg_hdr) <= IPC_PAGE, "segment header too large");
 
 /* A slot's record, on a cache line of its own. */
 typedef struct {
@@ -66,7 +77,7 @@ typedef struct {
 /* What a rank publishes: its segment, and a probe allocation peers try to map. */
 typedef struct {
     char name[IPC_NAME_MAX];
-    uint32_t has_probe;
+    uint32_t has_probe; /* IPC_PROBE_* */
     rl_dev_handle probe;
 } blob_t;
 _Static_assert(sizeof(blob_t) <= RL_BLOB_MAX, "blob too large");
@@ -120,7 +131,7 @@ typedef struct ipc_ctx {
     uint32_t nslots;
     uint64_t slot_bytes;
     void *probe; /* a page of device memory peers map once, to see whether they can */
-    int has_probe; /* whether it was exported (else no peer maps this rank's memory) */
+    int has_probe; /* IPC_PROBE_*: exported (else no peer maps this rank's memory), or later */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
     pthread_mutex_t mu;
     ipc_conn *conns;

@@ -4,8 +4,8 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread|pending-copies
- *          [--count N]
+ *   stream --case order|abort|async|devices|fresh|host|late-probe|legacy|capture|capture-other
+ *          |per-thread|pending-copies [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -37,6 +37,15 @@
  *   is destroyed from such a thread: the results must be right, and afterwards device 0
  *   must have no context (a call that put the thread "back" on device 0, or a CUDA call
  *   made there, makes one: GPU memory on a device the process never used).
+ * host: the process never chooses a device and uses host buffers only (a CPU job on a GPU
+ *   machine, as with Gloo): all-reduces, an all-gather and a broadcast, checked bit for bit,
+ *   then the destroy; afterwards no device may have a context (each is GPU memory, hundreds
+ *   of MB on a GPU, that a job on host buffers has no use for; cuda_ipc's probe allocation
+ *   at init made one on device 0).
+ * late-probe: rank 0 chooses its device before init (cuda_ipc's probe allocation is made
+ *   there), rank 1 after (no context at init: its probe is made at its first device buffers,
+ *   and rank 0 waits for it then): checked all-reduces on device buffers; stream.sh checks
+ *   that both ranks went over cuda_ipc, not staged through host memory.
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -442,6 +451,34 @@ typedef struct {
     ringlet_result_t rc;
 } fresh_destroy;
 
+/* host: all-reduces (blocking and not), an all-gather and a broadcast on host buffers. */
+static void host_case(ringlet_comm_t comm, int P, size_t n) {
+    uint32_t *in = malloc(n * 4), *out = malloc(n * 4 * (size_t)P);
+    if (!in || !out) FAIL("host: out of memory");
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i);
+    for (int kind = 0; kind < 4; kind++) {
+        ringlet_result_t rc = RINGLET_SUCCESS;
+        size_t out_n = n;
+        memset(out, 0xA5, n * 4 * (size_t)P);
+        if (kind == 0) {
+            rc = ringlet_allreduce(in, out, n, RINGLET_UINT32, RINGLET_SUM, comm, NULL);
+        } else if (kind == 1) {
+            ringlet_request_t req;
+            rc = ringlet_iallreduce(in, out, n, RINGLET_UINT32, RINGLET_SUM, comm, NULL, &req);
+            if (rc == RINGLET_SUCCESS) rc = ringlet_wait(&req);
+        } else if (kind == 2) {
+            rc = ringlet_allgather(in, out, n, RINGLET_UINT32, comm, NULL);
+            out_n = n * (size_t)P;
+        } else {
+            rc = ringlet_broadcast(in, out, n, RINGLET_UINT32, 1, comm, NULL);
+        }
+        if (rc != RINGLET_SUCCESS) FAIL("host: %s: %s", g_names[kind], ringlet_comm_last_error(comm));
+        check_result(kind, P, n, out, out_n, "host buffers");
+    }
+    free(in);
+    free(out);
+}
+
 static void *destroy_thread(void *arg) {
     fresh_destroy *f = arg;
     f->rc = ringlet_comm_destroy(f->comm);
@@ -544,8 +581,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|legacy|capture|capture-other|per-thread"
-                            "|pending-copies [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|legacy|capture"
+                            "|capture-other|per-thread|pending-copies [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -562,6 +599,8 @@ int main(int argc, char **argv) {
     }
     int fresh = !strcmp(cas, "fresh");
     if (fresh) DEV(D->set_device(1)); /* this process uses device 1 only, from init on */
+    const char *env_rank = getenv("RANK");
+    if (!strcmp(cas, "late-probe") && env_rank && !strcmp(env_rank, "0")) DEV(D->set_device(0));
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("%s", ringlet_comm_last_error(NULL));
     int P;
@@ -570,6 +609,17 @@ int main(int argc, char **argv) {
     if (P != 2) FAIL("run with 2 ranks");
     int ndev = 1;
     DEV(D->count(&ndev));
+    if (!strcmp(cas, "host")) {
+        host_case(comm, P, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        for (int d = 0; d < ndev; d++) {
+            int active = -1;
+            DEV(D->context_active(d, &active));
+            if (active) FAIL("host: device %d has a context, but this process used host buffers only", d);
+        }
+        printf("stream: rank %d: OK host: host buffers only, no context on any of %d devices\n", g_rank, ndev);
+        return 0;
+    }
     g_dev = fresh ? 1 : g_rank % ndev;
     DEV(D->set_device(g_dev));
     if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
@@ -664,6 +714,15 @@ int main(int argc, char **argv) {
         DEV(D->event_destroy(done));
         DEV(D->stream_destroy(s));
         DEV(D->mem_free(d));
+        return 0;
+    }
+    if (!strcmp(cas, "late-probe")) {
+        rl_dev_stream_t s;
+        DEV(D->stream_create(&s));
+        checked_allreduce(comm, P, n, s, g_dev, "a probe made at init on rank 0, at first use on rank 1");
+        DEV(D->stream_destroy(s));
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK late-probe\n", g_rank);
         return 0;
     }
     if (!strcmp(cas, "devices")) {

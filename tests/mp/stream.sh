@@ -13,6 +13,10 @@
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
 #   fresh  (simulator) a process on device 1 only, its calls from a thread that never chose a
 #          device: right results, and no context made on device 0
+#   host   (simulator) a process that never chooses a device, on host buffers only (a CPU job
+#          on a GPU machine): right results, and no context made on any device
+#   late-probe  rank 0 chooses its device before init, rank 1 after (its cuda_ipc probe is made
+#          at its first device buffers): right results, and both ranks over cuda_ipc
 #   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
@@ -125,6 +129,26 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
+    # A job on host buffers that never chose a device makes no context anywhere.
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc tcp}; do run_case "$tr" host RINGLET_SIM_DEVICES=2; done
+fi
+# cuda_ipc's probe made at init on one rank, at its first device buffers on the other.
+case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
+    run_case ipc late-probe
+    for r in 0 1; do
+        if ! grep -qE "^\[$r\].*sending to rank $((1 - r)) over cuda_ipc \(device buffers\)" "$TMP/err"; then
+            fails=$((fails + 1))
+            echo "FAIL: ipc late-probe: rank $r did not send over cuda_ipc:"
+            grep -E "^\[$r\].*(probe|staged|over )" "$TMP/err" | head -5
+        fi
+    done
+    if ! grep -qE "^\[1\].*the probe allocation waits for the first device buffers" "$TMP/err"; then
+        fails=$((fails + 1))
+        echo "FAIL: ipc late-probe: rank 1 did not put its probe off (the case did not reach its state)"
+    fi
+    ;;
+esac
+if [ "$RINGLET_DEVICE" = sim ]; then
     # A communicator destroyed while the copies of a failed receive are still queued keeps
     # the CUDA IPC slots they read mapped (the simulator stops a process that unmaps them).
     # ringlet's warning that it left the slots shows the copies were queued at the destroy
