@@ -363,17 +363,20 @@ static void event_drop(const rl_device_ops *d, void **event, int dev) {
     *event = NULL;
 }
 
-ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, int *held, char *err) {
     struct rl_devcomm *s = c->dev;
+    *held = 0;
     if (!s || !s->flag)
         return snprintf(err, RL_MSG_MAX, "internal: a stream call that was not prepared"), RINGLET_ERR_INTERNAL;
     ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, &r->event_device, err);
     /* A group's other streams. A failure here leaves the streams already held waiting
-     * for a flag that the operation, never queued, does not set: release them now. */
+     * for a flag that the operation, never queued, does not set: the caller queues a
+     * stand-in that sets it in issue order (*held). Setting it now would let it go back
+     * when an operation before this one finishes, and release that one's streams early. */
     for (int i = 0; i < r->nxstream && !rc; i++)
         rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], &r->xevent_device[i], err);
     if (rc) {
-        if (r->event || (r->nxstream && r->xevent[0])) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
+        *held = r->event || (r->nxstream && r->xevent[0]);
         event_drop(s->d, &r->event, r->event_device);
         for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
     }
