@@ -26,6 +26,9 @@ int rl_dev_fail(const char *fmt, ...) {
 static const rl_device_ops *g_dev;
 static char g_why[320]; /* a backend name and rl_dev_error (256) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* The fork generation when the backend was chosen: its device count initialises CUDA's
+ * driver, and a child forked after that cannot use CUDA (gate_forked). */
+static unsigned g_chosen_gen;
 
 /* A backend whose count works and finds a device, else NULL with the reason. */
 static const rl_device_ops *usable(const rl_device_ops *d) {
@@ -42,6 +45,7 @@ static const rl_device_ops *usable(const rl_device_ops *d) {
 }
 
 static void choose(void) {
+    g_chosen_gen = rl_fork_generation();
     const char *want = getenv("RINGLET_DEVICE");
     if (!want || !*want) want = "auto";
     if (!strcmp(want, "sim")) {
@@ -114,16 +118,14 @@ typedef struct stuck {
 static stuck_t *g_stuck;  /* the notes not found done yet (gate lock) */
 static size_t g_nstuck;   /* ... and those a thread is looking at now */
 
-/* A child forked after the gate was first used has none of the parent's streams and
- * progress threads: its holds would never end, its stuck work never finish. There the gate
- * refuses at once (a free is kept: a leak, never a wait), without taking its lock (a
- * thread of the parent's may have held it at the fork). */
-static unsigned g_gate_gen;
-static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
-static void gate_first_use(void) { g_gate_gen = rl_fork_generation(); }
+/* A child forked after the backend was chosen (CUDA's driver initialised) cannot use CUDA,
+ * and has none of the parent's streams and progress threads: its holds would never end,
+ * its stuck work never finish. There the gate refuses at once (a free is kept: a leak,
+ * never a wait), without taking its lock (a thread of the parent's may have held it at
+ * the fork). */
 static int gate_forked(void) {
-    pthread_once(&g_gate_once, gate_first_use);
-    return rl_fork_generation() != g_gate_gen;
+    pthread_once(&g_once, choose);
+    return rl_fork_generation() != g_chosen_gen;
 }
 #define FORKED_MSG "this process was forked after its parent used the device layer (CUDA cannot be used in such a child)"
 

@@ -35,7 +35,8 @@
  *   - a kernel's first launch in the process loads it (CUDA_MODULE_LOADING=LAZY, the
  *     default): that waits for the device to be idle, as above; load_kernels loads them
  *     all at once;
- *   - a child forked once a context exists cannot use CUDA: every call fails
+ *   - a child forked after the process's first CUDA call (the driver's initialisation:
+ *     get_device_count too, without any context) cannot use CUDA: every call fails
  *     (RL_RT_ERR_INITIALIZATION);
  *   - the current device is per thread; streams and events belong to the device current
  *     when they were made; recording an event on a stream of another device, or

@@ -44,14 +44,18 @@ void sim_set_sticky(int code, const char *fmt, ...) {
 
 int sim_sticky(void) { return atomic_load(&g_sticky) != 0; }
 
-/* CUDA's state does not survive fork(): in a child forked once a context exists, every
- * call fails (the parent's streams and their threads are not in the child either). The
- * fork generation (rl_fork_generation) at the process's first context; none yet: UINT_MAX. */
-static atomic_uint g_context_gen = UINT_MAX;
+/* CUDA's state does not survive fork(): in a child forked once the driver was initialised
+ * (cuInit, which the runtime's first call makes: cudaGetDeviceCount too, as PyTorch's
+ * NVML-based device count exists to avoid), every call fails; the parent's streams and
+ * their threads are not in the child either. The fork generation (rl_fork_generation) at
+ * the process's first call; none yet: UINT_MAX. */
+static atomic_uint g_init_gen = UINT_MAX;
 
+/* Every entry's first check: notes the first call, and fails in a child forked after it. */
 int sim_forked_check(void) {
-    unsigned gen = atomic_load(&g_context_gen);
-    if (gen == UINT_MAX || gen == rl_fork_generation()) return RL_RT_SUCCESS;
+    unsigned gen = atomic_load(&g_init_gen), now = rl_fork_generation();
+    if (gen == UINT_MAX && atomic_compare_exchange_strong(&g_init_gen, &gen, now)) return RL_RT_SUCCESS;
+    if (gen == now) return RL_RT_SUCCESS;
     return sim_fail(RL_RT_ERR_INITIALIZATION, "this process (pid %d) was forked after its parent (pid %d) had used the "
                                               "(simulated) GPU: CUDA cannot be used in such a child (fork before "
                                               "using CUDA, or start the child with exec)",
@@ -122,11 +126,7 @@ static atomic_uchar g_context[64];
 
 int sim_device_count(void) { return (int)rl_env_int("RINGLET_SIM_DEVICES", 1, 1, 64); }
 
-static void make_context(int dev) {
-    unsigned none = UINT_MAX;
-    if (atomic_load(&g_context_gen) == none) atomic_compare_exchange_strong(&g_context_gen, &none, rl_fork_generation());
-    atomic_store(&g_context[dev], 1);
-}
+static void make_context(int dev) { atomic_store(&g_context[dev], 1); }
 
 int sim_current_device(void) {
     make_context(t_device);
@@ -154,6 +154,9 @@ static int primary_ctx_active(int dev, int *active) {
 }
 
 static int get_device_count(int *n) {
+    *n = 0;
+    int rc = sim_forked_check();
+    if (rc) return rc;
     *n = sim_device_count();
     return RL_RT_SUCCESS;
 }
@@ -170,6 +173,8 @@ static int set_device(int dev) {
 }
 
 static int get_device(int *dev) {
+    int rc = sim_forked_check();
+    if (rc) return rc;
     *dev = t_device;
     return RL_RT_SUCCESS;
 }

@@ -19,7 +19,8 @@
  *   pageable    copies into pageable memory return once done; one from pageable memory to
  *               the device takes the bytes at the call and returns at once, the copy in
  *               stream order; either is refused on a capturing stream
- *   fork        a child forked once the GPU was used cannot use it
+ *   fork        a child forked once the GPU was used cannot use it; nor one forked after only
+ *               cudaGetDeviceCount (fork-count, a fresh process)
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
  *   queues      streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unset), and
@@ -1271,6 +1272,35 @@ static int child_deadlock_exit(void) {
     return 1;
 }
 
+/* (a fresh process) A child forked before the first CUDA call can use CUDA; one forked
+ * after the first, even if that was only cudaGetDeviceCount (it initialises the driver),
+ * cannot: its calls fail with the initialisation error. */
+static int forked_status(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int n = -1, dev = -1;
+        int a = R->get_device_count(&n), b = R->get_device(&dev);
+        _exit(a == RL_RT_SUCCESS && b == RL_RT_SUCCESS && n >= 1 ? 0
+              : a == RL_RT_ERR_INITIALIZATION && b == a && strstr(R->error_detail(), "forked") ? 3
+                                                                                                 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int child_fork_count(void) {
+    int before = forked_status();
+    CHECK(before == 0, "a child forked before any CUDA call could not use CUDA (status %d)", before);
+    int n = 0;
+    RT_OK(R->get_device_count(&n)); /* the driver is initialised: no context, no memory */
+    int after = forked_status();
+    CHECK(after == 3, "a child forked after cudaGetDeviceCount did not fail with the initialisation error (status %d)",
+          after);
+    return g_fail ? 1 : 0;
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -1285,6 +1315,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
     else if (!strcmp(name, "stuck")) child_stuck();
     else if (!strcmp(name, "deadlock-exit")) return child_deadlock_exit();
+    else if (!strcmp(name, "fork-count")) return child_fork_count();
     else if (!strcmp(name, "ipc-devices")) child_ipc_devices();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
@@ -1304,6 +1335,7 @@ int main(int argc, char **argv) {
     rule_pageable();
     rule_uncleared();
     rule_fork();
+    CHECK(run_child("fork-count", NULL, NULL) == 0, "fork after cudaGetDeviceCount: the child failed");
     rule_legacy();
     rule_capture();
     rule_capture_modes();
