@@ -171,7 +171,8 @@ ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend
 /* ---- memory operations, for callers with no CUDA of their own (the DDP layer, Python) ----
  * Where either pointer is device memory they are queued on stream (NULL or
  * RINGLET_STREAM_DEFAULT: the default stream) and return at once; on host memory they run
- * now. ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
+ * now. They run on the stream's device (the default stream: that of the device memory,
+ * dst's first), whatever device is current, which they leave as it was. ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is
@@ -181,7 +182,8 @@ ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, 
 ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,
                                        ringlet_datatype_t src_type, size_t count, double scale, void *stream);
-/* Waits until the stream's work is done (nothing to wait for without a device backend). */
+/* Waits until the stream's work is done (nothing to wait for without a device backend),
+ * on the stream's device (the default stream: the current device's). */
 ringlet_result_t ringlet_stream_synchronize(void *stream);
 /* Pinned host memory (plain memory without a device backend): device work reads and
  * writes it directly, and copies to and from it are asynchronous. */

@@ -34,7 +34,8 @@
  * fresh: (two devices) the process uses device 1 only (chosen before init); the calls come
  *   from a thread that never chose a device (it reads as device 0, where nothing was
  *   made), on device buffers, then on host buffers with the stream, and the communicator
- *   is destroyed from such a thread: the results must be right, and afterwards device 0
+ *   is destroyed from such a thread (ringlet_memset_async, memcpy_async and
+ *   stream_synchronize on the stream too): the results must be right, and afterwards device 0
  *   must have no context (a call that put the thread "back" on device 0, or a CUDA call
  *   made there, makes one: GPU memory on a device the process never used).
  * host: the process never chooses a device and uses host buffers only (a CPU job on a GPU
@@ -388,6 +389,15 @@ static void *fresh_thread(void *arg) {
     return NULL;
 }
 
+/* fresh: the public memory calls on device 1's buffers and stream, from a new thread. */
+static void *fresh_memops_thread(void *arg) {
+    fresh_call *f = arg;
+    f->rc = ringlet_memset_async(f->dout, 0x5A, f->n * 4, f->s);
+    if (!f->rc) f->rc = ringlet_memcpy_async(f->din, f->dout, f->n * 4, f->s);
+    if (!f->rc) f->rc = ringlet_stream_synchronize(f->s);
+    return NULL;
+}
+
 static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
     uint32_t *in, *out;
     fresh_call f = {.comm = comm, .n = n};
@@ -438,6 +448,17 @@ static void fresh_case(ringlet_comm_t comm, int P, size_t n) {
             if (out[i] != want) FAIL("fresh: element %zu is 0x%08x, want 0x%08x", i, out[i], want);
         }
     }
+    /* ringlet_memset_async, memcpy_async (device to pinned host) and stream_synchronize on
+     * the stream, from a new thread: they run on device 1 too. */
+    fresh_call m = f;
+    m.dout = f.dout, m.din = out;
+    pthread_t tm;
+    if (pthread_create(&tm, NULL, fresh_memops_thread, &m) != 0) FAIL("fresh: cannot start a thread");
+    pthread_join(tm, NULL);
+    if (m.rc != RINGLET_SUCCESS) FAIL("fresh: memset, memcpy and synchronize from a new thread: %s",
+                                      ringlet_comm_last_error(NULL));
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != 0x5A5A5A5Au) FAIL("fresh: after memset and memcpy element %zu is 0x%08x", i, out[i]);
     DEV(D->mem_free(f.din));
     DEV(D->mem_free(f.dout));
     DEV(D->host_free(in));
