@@ -12,7 +12,12 @@
  *
  * Every call returns an error code with CUDA's value (rl_rt_err below), and a call that
  * fails leaves its code as the calling thread's last error, not ready included (an event
- * query that finds the event pending). get_last_error returns it and clears it,
+ * query that finds the event pending), except the driver's calls (memops_supported and
+ * the stream memory operations: the driver never touches the runtime's last error) and a
+ * launcher's refusal of its arguments before any CUDA call (the CUDA backend's kernels/
+ * *.cu): there the thread's last error stays what it was, perhaps an error of the
+ * program's own that it has not read yet, and failure_recorded says so. get_last_error
+ * returns it and clears it,
  * peek_at_last_error only returns it. A sticky error (a kernel that faulted) is returned
  * by every later call and never cleared. The launch_* entries have cudaLaunchKernel's
  * contract: they return their own launch's status, whatever error the thread held before.
@@ -181,6 +186,10 @@ typedef struct rl_rt {
     /* What the last failed call on this thread said beyond its code (the simulator's
      * detail, "" when none); the CUDA runtime has none. */
     const char *(*error_detail)(void);
+    /* Right after a call of this thread failed with e: 1 when it left e as the thread's
+     * last error (then the caller may clear it), 0 when the thread's last error is still
+     * what it was before the call (a driver call, a launcher's own refusal). */
+    int (*failure_recorded)(int e);
 
     /* Loads every kernel of the launchers below in the current device's context. */
     int (*load_kernels)(void);

@@ -64,7 +64,7 @@ static void *driver_fn(const char *name, char *why, size_t whylen) {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
     if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) return fn;
-    cudaGetLastError();
+    if (e != cudaSuccess) cudaGetLastError(); /* only what this lookup left there */
     if (why)
         snprintf(why, whylen, "the driver has no %s (%s)", name,
                  e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
@@ -250,6 +250,27 @@ static int memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s) {
     return (int)cudaMemsetAsync(dst, value, bytes, CS(s));
 }
 
+/* The code of this thread's latest failure that the runtime did not record as its last
+ * error (a driver call, a launcher's refusal), until failure_recorded reads it. */
+static _Thread_local int t_unrecorded;
+static int unrecorded(int e) {
+    if (e) t_unrecorded = e;
+    return e;
+}
+static int failure_recorded(int e) {
+    int recorded = t_unrecorded != e;
+    t_unrecorded = 0;
+    return recorded;
+}
+
+/* A launcher's status: its refusal of the arguments (misaligned, unknown type or op)
+ * returns invalid value with no CUDA call failed, which left the thread's last error as
+ * it was; a failed launch left its own code there. */
+static int launched(int e) {
+    if (e && cudaPeekAtLastError() != (cudaError_t)e) unrecorded(e);
+    return e;
+}
+
 static int get_last_error(void) { return (int)cudaGetLastError(); }
 static int peek_at_last_error(void) { return (int)cudaPeekAtLastError(); }
 static const char *error_string(int e) { return cudaGetErrorString((cudaError_t)e); }
@@ -257,28 +278,28 @@ static const char *error_detail(void) { return ""; }
 
 static int launch_reduce(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
                          rl_dev_stream_t s) {
-    return rl_reduce_device(dst, a, b, n, dt, op, s);
+    return launched(rl_reduce_device(dst, a, b, n, dt, op, s));
 }
 static int launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
                               ringlet_op_t op, rl_dev_stream_t s) {
-    return rl_reduce_device_many(dst, srcs, nsrc, n, dt, op, s);
+    return launched(rl_reduce_device_many(dst, srcs, nsrc, n, dt, op, s));
 }
 static int launch_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
                         rl_dev_stream_t s) {
-    return rl_scale_device(dst, src, n, dt, scalar, s);
+    return launched(rl_scale_device(dst, src, n, dt, scalar, s));
 }
 static int launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
                           double scale, rl_dev_stream_t s) {
-    return rl_convert_device(dst, dt, src, st, n, scale, s);
+    return launched(rl_convert_device(dst, dt, src, st, n, scale, s));
 }
 static int launch_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
-    return rl_divide_device(buf, n, dt, divisor, s);
+    return launched(rl_divide_device(buf, n, dt, divisor, s));
 }
 static int launch_wait_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s) {
-    return rl_stream_wait_flag(flag, value, s);
+    return launched(rl_stream_wait_flag(flag, value, s));
 }
 static int launch_write_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s) {
-    return rl_stream_write_flag(flag, value, s);
+    return launched(rl_stream_write_flag(flag, value, s));
 }
 
 /* ---- stream memory operations, from the driver ---- */
@@ -322,27 +343,20 @@ static int memops_supported(int *yes, char *why, size_t whylen) {
     return RL_RT_SUCCESS;
 }
 
-/* A driver error as the runtime's closest code (the driver's own is in the message). */
-static int from_driver(CUresult r) {
-    switch (r) {
-    case CUDA_SUCCESS: return RL_RT_SUCCESS;
-    case CUDA_ERROR_INVALID_VALUE: return RL_RT_ERR_INVALID_VALUE;
-    case CUDA_ERROR_INVALID_HANDLE: return RL_RT_ERR_INVALID_HANDLE;
-    case CUDA_ERROR_NOT_SUPPORTED: return RL_RT_ERR_NOT_SUPPORTED;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return RL_RT_ERR_ILLEGAL_ADDRESS;
-    default: return RL_RT_ERR_UNKNOWN;
-    }
-}
+/* A driver call's status: CUresult shares its numbers with cudaError_t (1 invalid value, 3
+ * not initialised, 201 invalid context, 400 invalid handle, 700 illegal address, 801 not
+ * supported, ...), so it is kept as it is; the driver never sets the runtime's last error. */
+static int from_driver(CUresult r) { return unrecorded((int)r); }
 
 static int stream_wait_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
     pthread_once(&g_memops_once, find_memops);
-    if (!g_wait64) return RL_RT_ERR_NOT_SUPPORTED;
+    if (!g_wait64) return unrecorded(RL_RT_ERR_NOT_SUPPORTED);
     return from_driver(g_wait64((CUstream)s, (CUdeviceptr)(uintptr_t)addr, value, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
 static int stream_write_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
     pthread_once(&g_memops_once, find_memops);
-    if (!g_write64) return RL_RT_ERR_NOT_SUPPORTED;
+    if (!g_write64) return unrecorded(RL_RT_ERR_NOT_SUPPORTED);
     return from_driver(g_write64((CUstream)s, (CUdeviceptr)(uintptr_t)addr, value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
@@ -379,6 +393,7 @@ const rl_rt rl_rt_cuda = {
     .peek_at_last_error = peek_at_last_error,
     .error_string = error_string,
     .error_detail = error_detail,
+    .failure_recorded = failure_recorded,
     .load_kernels = rl_cuda_load_kernels,
     .launch_reduce = launch_reduce,
     .launch_reduce_many = launch_reduce_many,

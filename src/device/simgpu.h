@@ -29,6 +29,10 @@
 /* Fails the call: code becomes the thread's last error (unless a sticky error holds it),
  * the message its detail; returns code. */
 int sim_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A driver call leaves the runtime's last error alone: saved = sim_thread_error() before
+ * it, sim_driver_failed(rc, saved) after it (returns rc; on a failure puts saved back). */
+int sim_thread_error(void);
+int sim_driver_failed(int rc, int saved);
 /* The sticky error: once set (the first wins), every call fails with it. */
 void sim_set_sticky(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The sticky code as the thread's error (sim_fail), or RL_RT_SUCCESS. */

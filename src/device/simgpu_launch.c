@@ -213,14 +213,15 @@ static int memops_check(const char *name) {
     return yes ? RL_RT_SUCCESS : sim_fail(RL_RT_ERR_NOT_SUPPORTED, "%s: not supported on this device (%s)", name, why);
 }
 
+/* The driver's calls: a failure leaves the runtime's last error as it was. */
 int sim_stream_wait_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
-    int rc = memops_check("stream_wait_value64");
-    if (rc) return rc;
-    return flag_op(OP_WAIT_VALUE, -1, "stream_wait_value64", addr, value, s);
+    int saved = sim_thread_error(), rc = memops_check("stream_wait_value64");
+    if (!rc) rc = flag_op(OP_WAIT_VALUE, -1, "stream_wait_value64", addr, value, s);
+    return sim_driver_failed(rc, saved);
 }
 
 int sim_stream_write_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value) {
-    int rc = memops_check("stream_write_value64");
-    if (rc) return rc;
-    return flag_op(OP_WRITE_VALUE, -1, "stream_write_value64", addr, value, s);
+    int saved = sim_thread_error(), rc = memops_check("stream_write_value64");
+    if (!rc) rc = flag_op(OP_WRITE_VALUE, -1, "stream_write_value64", addr, value, s);
+    return sim_driver_failed(rc, saved);
 }

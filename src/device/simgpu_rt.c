@@ -73,6 +73,21 @@ int sim_sticky_check(void) {
     return code;
 }
 
+/* The driver's calls leave the runtime's last error alone: after one failed, the thread's
+ * last error is set back to what it was (saved, sim_thread_error before the call), and
+ * failure_recorded says so once. */
+static _Thread_local int t_unrecorded;
+int sim_thread_error(void) { return t_last; }
+int sim_driver_failed(int rc, int saved) {
+    if (rc) t_last = saved, t_unrecorded = rc;
+    return rc;
+}
+static int failure_recorded(int e) {
+    int recorded = t_unrecorded != e;
+    t_unrecorded = 0;
+    return recorded;
+}
+
 static int get_last_error(void) {
     int sticky = atomic_load(&g_sticky);
     if (sticky) return sticky; /* never cleared */
@@ -246,6 +261,7 @@ const rl_rt rl_rt_sim = {
     .peek_at_last_error = peek_at_last_error,
     .error_string = error_string,
     .error_detail = error_detail,
+    .failure_recorded = failure_recorded,
     .load_kernels = sim_load_all_kernels,
     .launch_reduce = sim_launch_reduce,
     .launch_reduce_many = sim_launch_reduce_many,

@@ -19,8 +19,9 @@
  *   pageable    copies into pageable memory return once done; one from pageable memory to
  *               the device takes the bytes at the call and returns at once, the copy in
  *               stream order; either is refused on a capturing stream
+ *   driver-error a failed driver call leaves the thread's last error as it was
  *   fork        a child forked once the GPU was used cannot use it; nor one forked after only
- *               cudaGetDeviceCount (fork-count, a fresh process)
+ *               the device count (fork-count, a fresh process)
  *   legacy      the legacy default stream and the blocking streams wait for each other;
  *               non-blocking streams take no part
  *   queues      streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unset), and
@@ -304,6 +305,32 @@ static int child_queues_default(void) {
     for (int i = 0; i < 9; i++) RT_OK(R->stream_destroy(s[i]));
     RT_OK(R->free_host((void *)flag));
     return 0;
+}
+
+/* A driver call (a stream memory operation) that fails leaves the runtime's last error as
+ * it was, and the device layer's failure does not clear it: an error of the program's
+ * own, not read yet, is still there for it (cudaGetLastError after its launch). */
+static void rule_driver_error(void) {
+    rl_dev_stream_t s;
+    DEV_OK(D->stream_create(&s));
+    void *p = NULL;
+    int oom = R->malloc(&p, SIZE_MAX); /* the program's own failure, left unread */
+    CHECK(oom == RL_RT_ERR_MEMORY_ALLOCATION, "malloc(SIZE_MAX) returned %d", oom);
+    CHECK(D->write_flag(NULL, 1, s) == RL_DEV_ERR, "a flag write to NULL did not fail");
+    CHECK(strstr(rl_dev_error(), "cuStreamWriteValue64") != NULL, "the flag write was not a memory operation: %s",
+          rl_dev_error());
+    int e = R->peek_at_last_error();
+    CHECK(e == RL_RT_ERR_MEMORY_ALLOCATION, "after the failed driver call the thread's last error is %d (%s), not "
+                                            "the program's own out of memory",
+          e, R->error_string(e));
+    R->get_last_error();
+    /* A runtime call's failure is cleared as before. */
+    rl_dev_event_t ev;
+    DEV_OK(D->event_create(&ev));
+    CHECK(D->event_record(ev, (rl_dev_stream_t)(uintptr_t)0xdead0) == RL_DEV_ERR, "an event record on a bad stream");
+    CHECK(R->peek_at_last_error() == RL_RT_SUCCESS, "the device layer left its own runtime failure as the last error");
+    DEV_OK(D->event_destroy(ev));
+    DEV_OK(D->stream_destroy(s));
 }
 
 /* A child forked once CUDA is in use cannot use it: each call fails, saying so (the
@@ -1273,7 +1300,7 @@ static int child_deadlock_exit(void) {
 }
 
 /* (a fresh process) A child forked before the first CUDA call can use CUDA; one forked
- * after the first, even if that was only cudaGetDeviceCount (it initialises the driver),
+ * after the first, even if that was only the device count (it initialises the driver),
  * cannot: its calls fail with the initialisation error. */
 static int forked_status(void) {
     fflush(stdout);
@@ -1328,6 +1355,7 @@ int main(int argc, char **argv) {
     /* These rules check the refusals themselves (tests/run.sh's default ends the process). */
     setenv("RINGLET_SIM_ON_DEADLOCK", "error", 1);
     rule_last_error();
+    rule_driver_error();
     rule_loading();
     rule_sync();
     rule_destroy();
