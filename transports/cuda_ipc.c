@@ -27,8 +27,10 @@
  * GPU when a peer dies or the communicator aborts.
  *
  * Whether a peer's memory can be mapped at all (another container, two GPUs without peer
- * access) is tried once per peer with a probe allocation each rank exports at init
- * (reachable); the communicator then falls back to staging through host memory. Where only one
+ * access) is tried once per peer with a probe allocation each rank exports (reachable): at
+ * init where its device has a context then, else at its first use of device buffers (the
+ * peers wait for it, with no quiet section held: publish, peer_ready); the communicator then
+ * falls back to staging through host memory. Where only one
  * rank of the pair can map the other's memory, the one that cannot marks the pair declined in
  * both control blocks (cuda_ipc_conn.c, decline_peer), and the other's ends fail at once (or,
  * where the other connected first, the one that cannot fails: its reachable says -1).
@@ -404,6 +406,8 @@ const rl_transport_ops rl_transport_cuda_ipc = {
     .irecv_map = ipc_irecv_map,
     .release = ipc_release,
     .reachable = rl_ipc_reachable,
+    .publish = rl_ipc_publish,
+    .peer_ready = rl_ipc_peer_ready,
     .ready = ipc_ready,
     .waits_on_device = ipc_waits_on_device,
 };

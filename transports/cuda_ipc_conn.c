@@ -438,6 +438,10 @@ void rl_ipc_fini(void *ctx) {
     release_orphans(x, !(x->in.failed && atomic_load(x->in.failed)));
     sweep_orphans(x->d);
     if (x->probe) rl_dev_free_later(x->probe, RL_DEV_MEM_DEVICE);
+    /* A peer waiting for a probe never made stops waiting (the segment's name goes below,
+     * but a peer that mapped its header already sees this). */
+    int pending = IPC_PROBE_PENDING;
+    atomic_compare_exchange_strong(&x->seg->probe_state, &pending, IPC_PROBE_FAILED);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
     close(x->lock_fd);
@@ -488,40 +492,63 @@ static void publish_probe(ipc_ctx *x) {
     }
 }
 
-/* A peer's probe put off at its init: waits until the peer publishes it, at its own first
- * use of device buffers (a call on device buffers brings both ranks there), within the
- * deadline. 1 with *h, 0 where it has none, -1 with why where it did not come (the peer
- * exited, or calls with host buffers). Not under x->mu: the progress of this process's
- * other connections may need it meanwhile. */
-static int peer_probe(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, char *why) {
+ringlet_result_t rl_ipc_publish(void *ctx, char *why) {
+    ipc_ctx *x = ctx;
+    (void)why;
+    pthread_mutex_lock(&x->mu);
+    publish_probe(x);
+    pthread_mutex_unlock(&x->mu);
+    return RINGLET_SUCCESS;
+}
+
+/* The state of a peer's probe put off at its init (IPC_PROBE_*: PENDING, READY with *h,
+ * FAILED), read from its segment's header; -1 with why where that cannot be mapped. */
+static int peer_probe_state(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, int32_t *pid, char *why) {
     void *m = NULL;
-    int32_t pid = 0;
     char err[RL_ERR_MAX];
-    if (map_peer(x, b->name, peer, 0, IPC_PAGE, &m, &pid, err) != RINGLET_SUCCESS)
+    if (map_peer(x, b->name, peer, 0, IPC_PAGE, &m, pid, err) != RINGLET_SUCCESS)
         return snprintf(why, RL_ERR_MAX, "%s", err), -1;
     seg_hdr *hd = m;
-    double deadline = rl_now() + x->in.timeout_s;
-    int st;
-    while ((st = atomic_load_explicit(&hd->probe_state, memory_order_acquire)) == IPC_PROBE_PENDING) {
-        if (x->in.stop && atomic_load(x->in.stop)) {
-            snprintf(why, RL_ERR_MAX, "stopped while waiting for rank %d's device memory probe", peer);
-            break;
-        }
-        if (kill(pid, 0) != 0 && errno == ESRCH) {
-            snprintf(why, RL_ERR_MAX, "rank %d (pid %d) exited before it made its device memory probe", peer, (int)pid);
-            break;
-        }
-        if (rl_now() > deadline) {
-            snprintf(why, RL_ERR_MAX, "rank %d made no device memory probe within %.0f s (RINGLET_TIMEOUT): does it "
-                                      "call with device buffers too?", peer, x->in.timeout_s);
-            break;
-        }
+    int st = atomic_load_explicit(&hd->probe_state, memory_order_acquire);
+    if (st == IPC_PROBE_READY && h) memcpy(h, &hd->probe, sizeof *h);
+    munmap(m, IPC_PAGE);
+    return st;
+}
+
+/* Waits, with no quiet section held (a rank waiting in one would hold up every stream
+ * call of its process, and two processes preparing two communicators in opposite orders
+ * would wait for each other), until a peer whose probe was put off at its init has
+ * published it: at its own first use of device buffers, before it waits for anyone's
+ * (rl_ipc_publish). Nothing to wait for where this rank has no probe (the pair stages). */
+ringlet_result_t rl_ipc_peer_ready(void *ctx, int peer, const void *blob, size_t bloblen, double deadline, char *why) {
+    ipc_ctx *x = ctx;
+    if (peer < 0 || peer >= x->in.nranks || bloblen != sizeof(blob_t)) return RINGLET_SUCCESS;
+    blob_t b;
+    memcpy(&b, blob, sizeof b);
+    b.name[IPC_NAME_MAX - 1] = 0;
+    pthread_mutex_lock(&x->mu);
+    int skip = x->reach[peer] || x->has_probe != IPC_PROBE_MADE;
+    pthread_mutex_unlock(&x->mu);
+    if (skip || b.has_probe != IPC_PROBE_LATER) return RINGLET_SUCCESS;
+    for (;;) {
+        int32_t pid = 0;
+        int st = peer_probe_state(x, peer, &b, NULL, &pid, why);
+        if (st < 0) return RINGLET_ERR_REMOTE;
+        if (st != IPC_PROBE_PENDING) return RINGLET_SUCCESS;
+        if (x->in.stop && atomic_load(x->in.stop))
+            return snprintf(why, RL_ERR_MAX, "stopped while waiting for rank %d's device memory probe", peer),
+                   RINGLET_ERR_REMOTE;
+        if (process_gone(pid))
+            return snprintf(why, RL_ERR_MAX, "rank %d (pid %d) ended before it made its device memory probe", peer,
+                            (int)pid),
+                   RINGLET_ERR_REMOTE;
+        if (rl_now() > deadline)
+            return snprintf(why, RL_ERR_MAX, "rank %d made no device memory probe within RINGLET_TIMEOUT: does it call "
+                                             "with device buffers too?", peer),
+                   RINGLET_ERR_TIMEOUT;
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (st == IPC_PROBE_READY) memcpy(h, &hd->probe, sizeof *h);
-    munmap(m, IPC_PAGE);
-    return st == IPC_PROBE_READY ? 1 : st == IPC_PROBE_FAILED ? 0 : -1;
 }
 
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why) {
@@ -532,15 +559,20 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
     memcpy(&b, blob, sizeof b);
     b.name[IPC_NAME_MAX - 1] = 0;
     pthread_mutex_lock(&x->mu);
-    int untried = !x->reach[peer], quiet = rl_dev_in_quiet();
-    if (untried && quiet) publish_probe(x); /* before waiting for the peer's: it may wait for this one */
-    pthread_mutex_unlock(&x->mu);
-    int later = untried && quiet && b.has_probe == IPC_PROBE_LATER;
-    int got = later ? peer_probe(x, peer, &b, &b.probe, why) : 1;
-    if (later) b.has_probe = got > 0 ? IPC_PROBE_MADE : IPC_PROBE_NONE;
-    pthread_mutex_lock(&x->mu);
-    if (later && got < 0 && !x->reach[peer]) {
-        broken = 1; /* why says it; the pair is not decided: a later call tries again */
+    int quiet = rl_dev_in_quiet();
+    if (!x->reach[peer] && quiet) publish_probe(x); /* rl_ipc_publish made it already, as a rule */
+    int later = !x->reach[peer] && quiet && x->has_probe == IPC_PROBE_MADE && b.has_probe == IPC_PROBE_LATER;
+    int st = IPC_PROBE_FAILED;
+    if (later) {
+        int32_t pid = 0;
+        st = peer_probe_state(x, peer, &b, &b.probe, &pid, why);
+        b.has_probe = st == IPC_PROBE_READY ? IPC_PROBE_MADE : IPC_PROBE_NONE;
+    }
+    if (later && (st < 0 || st == IPC_PROBE_PENDING)) {
+        /* Not awaited first (rl_ipc_peer_ready): the pair is not decided, a later call tries again. */
+        if (st == IPC_PROBE_PENDING)
+            snprintf(why, RL_ERR_MAX, "internal: rank %d's device memory probe was not awaited before use", peer);
+        broken = 1;
     } else if (!x->reach[peer] && !rl_dev_in_quiet()) {
         /* Mapping can synchronise the device: only in the communicator's preparation. */
         snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);

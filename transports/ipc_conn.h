@@ -185,5 +185,7 @@ ringlet_result_t rl_ipc_accept(void *ctx, int peer, void **out, char *err);
 void rl_ipc_close(void *conn);
 void rl_ipc_fini(void *ctx);
 int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char *why);
+ringlet_result_t rl_ipc_publish(void *ctx, char *why);
+ringlet_result_t rl_ipc_peer_ready(void *ctx, int peer, const void *blob, size_t bloblen, double deadline, char *why);
 
 #endif

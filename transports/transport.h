@@ -121,8 +121,19 @@ typedef struct rl_transport_ops {
     /* Optional: whether this rank can reach peer over this transport at all (tried once,
      * e.g. mapping the peer's memory); 0 with the reason in why (RL_ERR_MAX) makes the
      * communicator use another transport for the pair; -1 (once): the pair can use neither,
-     * since the peer already uses this transport toward this rank (the call fails, why). */
+     * since the peer already uses this transport toward this rank (the call fails, why); -1
+     * also where what the peer published cannot be read yet (undecided: a later call tries
+     * again). */
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
+    /* Optional, with reachable, for what a rank makes only at its first use of device
+     * buffers (cuda_ipc's probe, where it had no context at init): publish makes this
+     * rank's (in a quiet section), then peer_ready waits, with no quiet section held and
+     * within the deadline, until the peer's is there, before reachable is first called for
+     * that peer; a rank publishes before it waits for anyone's. RINGLET_SUCCESS or an error
+     * with why (RL_ERR_MAX). */
+    ringlet_result_t (*publish)(void *ctx, char *why);
+    ringlet_result_t (*peer_ready)(void *ctx, int peer, const void *peer_blob, size_t bloblen, double deadline,
+                                   char *why);
     /* Optional, for a transport that maps a peer's memory: makes a connection ready to
      * move data with no call that can synchronise the device afterwards (device.h's
      * holds): a receiving end waits (until deadline, or stop) for its sender to connect,

@@ -15,16 +15,21 @@ int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b) {
     return RL_TP_TCP;
 }
 
-ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
+int rl_conn_ipc_candidate(const struct ringlet_comm *c, int peer) {
     const rl_rank_info *me = &c->infos[c->rank], *them = &c->infos[peer];
+    return c->forced_tp < 0 && !memcmp(me->hostid, them->hostid, 16) && me->bloblen[RL_TP_CUDA_IPC] &&
+           them->bloblen[RL_TP_CUDA_IPC];
+}
+
+ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err) {
+    const rl_rank_info *them = &c->infos[peer];
     if (c->forced_tp >= 0) {
         *tp = c->forced_tp;
         if (them->bloblen[*tp]) return RINGLET_SUCCESS;
         snprintf(err, RL_ERR_MAX, "RINGLET_TRANSPORT=%s, but rank %d does not have it", rl_transports[*tp]->name, peer);
         return RINGLET_ERR_INVALID_USAGE;
     }
-    int same_host = !memcmp(me->hostid, them->hostid, 16);
-    if (device && same_host && me->bloblen[RL_TP_CUDA_IPC] && them->bloblen[RL_TP_CUDA_IPC]) {
+    if (device && rl_conn_ipc_candidate(c, peer)) {
         const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
         char why[RL_ERR_MAX] = "";
         int reach = ipc->reachable ? ipc->reachable(c->tctx[RL_TP_CUDA_IPC], peer, them->blob[RL_TP_CUDA_IPC],

@@ -10,6 +10,9 @@
  * host and this rank can map the peer's memory; else shared memory on one host, IB
  * between hosts that both have it, TCP otherwise. Both ends compute the same answer. */
 ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int device, int *tp, char *err);
+/* Whether rl_conn_pick_transport asks CUDA IPC whether it reaches peer, for device buffers:
+ * nothing forced, one host, both ranks have it. */
+int rl_conn_ipc_candidate(const struct ringlet_comm *c, int peer);
 /* The transport host buffers take between ranks a and b (either way), from what both
  * published and RINGLET_TRANSPORT: the same answer on every rank; -1 where a forced
  * transport is missing on one of them. */

@@ -220,6 +220,36 @@ static ringlet_result_t make_connections(struct ringlet_comm *c, struct rl_devco
     return RINGLET_SUCCESS;
 }
 
+/* Before the quiet section that first picks a transport for device buffers with a peer of
+ * this host: what CUDA IPC's reachable needs from each (a probe put off at init) made here
+ * (in a quiet section of its own) and awaited from the peers with none held, for the
+ * reason given at ready_connections. */
+static ringlet_result_t await_probes(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need,
+                                     char *err) {
+    const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
+    void *ctx = c->tctx[RL_TP_CUDA_IPC];
+    if (!ipc || !ipc->publish || !ipc->peer_ready || !ctx) return RINGLET_SUCCESS;
+    int any = 0;
+    for (int q = 0; q < c->nranks && !any; q++) {
+        int want = (need->send_to && need->send_to[q]) || (need->recv_from && need->recv_from[q]);
+        any = want && q != c->rank && !(s->send_ready[q] && s->recv_ready[q]) && rl_conn_ipc_candidate(c, q);
+    }
+    if (!any) return RINGLET_SUCCESS;
+    char why[RL_ERR_MAX] = "";
+    if (rl_dev_quiet_begin(c->timeout_s, "cuda_ipc's probe allocation") != RL_DEV_OK)
+        return rl_devcomm_error("device memory for the operation", err);
+    ringlet_result_t rc = ipc->publish(ctx, why);
+    rl_dev_quiet_end();
+    double deadline = rl_now() + c->timeout_s;
+    for (int q = 0; q < c->nranks && !rc; q++) {
+        int want = (need->send_to && need->send_to[q]) || (need->recv_from && need->recv_from[q]);
+        if (!want || q == c->rank || !rl_conn_ipc_candidate(c, q)) continue;
+        rc = ipc->peer_ready(ctx, q, c->infos[q].blob[RL_TP_CUDA_IPC], c->infos[q].bloblen[RL_TP_CUDA_IPC], deadline, why);
+        if (rc) snprintf(err, RL_MSG_MAX, "rank %d: %s", q, why);
+    }
+    return rc;
+}
+
 /* Receiving ends that map their sender's memory: each waits for its sender to connect
  * (no quiet section held meanwhile), then maps. */
 static ringlet_result_t ready_connections(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need,
@@ -296,6 +326,7 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
     int saved = -1, dev = need->device >= 0 ? need->device : need->stream_device;
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (d->device_enter(dev, &saved) != RL_DEV_OK) rc = rl_devcomm_error("selecting the device", err);
+    if (!rc) rc = await_probes(c, s, need, err);
     if (!rc) {
         if (rl_dev_quiet_begin(c->timeout_s, "preparing device memory") != RL_DEV_OK) {
             rc = rl_devcomm_error("device memory for the operation", err);
@@ -369,14 +400,15 @@ ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_reque
     if (!s || !s->flag)
         return snprintf(err, RL_MSG_MAX, "internal: a stream call that was not prepared"), RINGLET_ERR_INTERNAL;
     ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, &r->event_device, err);
-    /* A group's other streams. A failure here leaves the streams already held waiting
-     * for a flag that the operation, never queued, does not set: the caller queues a
-     * stand-in that sets it in issue order (*held). Setting it now would let it go back
-     * when an operation before this one finishes, and release that one's streams early. */
+    /* A group's other streams. The flag is not set to the number of a call that failed
+     * here: that would release the streams of the operations still running before it (their
+     * numbers are lower), and the flag would go back when they finish. A group's streams
+     * are held later (rl_devcomm_hold), so none waits for this number; where one did
+     * (*held), the caller queues a stand-in that sets the flag in issue order. */
     for (int i = 0; i < r->nxstream && !rc; i++)
         rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], &r->xevent_device[i], err);
     if (rc) {
-        *held = r->event || (r->nxstream && r->xevent[0]);
+        *held = !r->hold_later && (r->event || (r->nxstream && r->xevent[0]));
         event_drop(s->d, &r->event, r->event_device);
         for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
     }

@@ -4,8 +4,8 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|host|late-probe|legacy|capture|capture-other
- *          |per-thread|pending-copies [--count N]
+ *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|capture
+ *          |capture-other|per-thread|pending-copies [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -47,6 +47,13 @@
  *   there), rank 1 after (no context at init: its probe is made at its first device buffers,
  *   and rank 0 waits for it then): checked all-reduces on device buffers; stream.sh checks
  *   that both ranks went over cuda_ipc, not staged through host memory.
+ * probe-order: two communicators (the world, X, and a split of it, Y), both made before
+ *   either rank chose a device, so that each makes its cuda_ipc probe at its first device
+ *   buffers. Rank 0 starts an all-reduce on X on a thread of its own, then (once rank 1 says
+ *   it is at Y) one on Y; rank 1 runs Y, then X. Rank 0's X waits for rank 1's X probe
+ *   until rank 1 is done with Y: it must not wait in a quiet section, which would keep rank
+ *   0's Y from making its own probe, and rank 1's Y waits for that one (both calls then
+ *   failed at RINGLET_TIMEOUT). Checked all-reduces, on device buffers and streams.
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -472,6 +479,50 @@ typedef struct {
     ringlet_result_t rc;
 } fresh_destroy;
 
+/* probe-order: a checked all-reduce on a communicator from a thread of its own. */
+typedef struct {
+    ringlet_comm_t comm;
+    int P, dev;
+    size_t n;
+} probe_call;
+
+static void *probe_thread(void *arg) {
+    probe_call *p = arg;
+    DEV(D->set_device(p->dev));
+    rl_dev_stream_t s;
+    DEV(D->stream_create(&s));
+    checked_allreduce(p->comm, p->P, p->n, s, p->dev, "probe-order: X from a thread of rank 0's");
+    DEV(D->stream_destroy(s));
+    return NULL;
+}
+
+static void probe_order_case(ringlet_comm_t x, int P, size_t n, const char *dir, int dev) {
+    ringlet_comm_t y;
+    if (ringlet_comm_split(x, 0, g_rank, &y) != RINGLET_SUCCESS) FAIL("probe-order: split: %s", ringlet_comm_last_error(x));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank1-at-y", dir);
+    probe_call px = {x, P, dev, n};
+    rl_dev_stream_t s;
+    if (g_rank == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, probe_thread, &px) != 0) FAIL("probe-order: cannot start a thread");
+        file_wait(path, 60);
+        DEV(D->set_device(dev));
+        DEV(D->stream_create(&s));
+        checked_allreduce(y, P, n, s, dev, "probe-order: Y on rank 0's main thread");
+        pthread_join(t, NULL);
+    } else {
+        DEV(D->set_device(dev));
+        DEV(D->stream_create(&s));
+        file_touch(path);
+        checked_allreduce(y, P, n, s, dev, "probe-order: Y, first on rank 1");
+        checked_allreduce(x, P, n, s, dev, "probe-order: X, second on rank 1");
+    }
+    DEV(D->stream_destroy(s));
+    if (ringlet_comm_destroy(y) != RINGLET_SUCCESS) FAIL("probe-order: destroy Y");
+    if (ringlet_comm_destroy(x) != RINGLET_SUCCESS) FAIL("probe-order: destroy X");
+}
+
 /* host: all-reduces (blocking and not), an all-gather and a broadcast on host buffers. */
 static void host_case(ringlet_comm_t comm, int P, size_t n) {
     uint32_t *in = malloc(n * 4), *out = malloc(n * 4 * (size_t)P);
@@ -602,8 +653,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|legacy|capture"
-                            "|capture-other|per-thread|pending-copies [--count N] [--dir D]\n");
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy"
+                            "|capture|capture-other|per-thread|pending-copies [--count N] [--dir D]\n");
             return 2;
         }
     }
@@ -630,6 +681,11 @@ int main(int argc, char **argv) {
     if (P != 2) FAIL("run with 2 ranks");
     int ndev = 1;
     DEV(D->count(&ndev));
+    if (!strcmp(cas, "probe-order")) {
+        probe_order_case(comm, P, n, dir, g_rank % ndev);
+        printf("stream: rank %d: OK probe-order\n", g_rank);
+        return 0;
+    }
     if (!strcmp(cas, "host")) {
         host_case(comm, P, n);
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");

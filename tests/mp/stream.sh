@@ -17,6 +17,8 @@
 #          on a GPU machine): right results, and no context made on any device
 #   late-probe  rank 0 chooses its device before init, rank 1 after (its cuda_ipc probe is made
 #          at its first device buffers): right results, and both ranks over cuda_ipc
+#   probe-order  two communicators whose probes both come at first use, started in opposite
+#          orders on the two ranks (one of rank 0's from a thread): right results, no timeout
 #   capture an all-reduce on a stream capturing a CUDA graph is refused (INVALID_USAGE) and the
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
@@ -146,6 +148,7 @@ case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
         fails=$((fails + 1))
         echo "FAIL: ipc late-probe: rank 1 did not put its probe off (the case did not reach its state)"
     fi
+    run_case ipc probe-order
     ;;
 esac
 if [ "$RINGLET_DEVICE" = sim ]; then
