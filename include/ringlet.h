@@ -171,8 +171,8 @@ ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend
 /* ---- memory operations, for callers with no CUDA of their own (the DDP layer, Python) ----
  * Where either pointer is device memory they are queued on stream (NULL or
  * RINGLET_STREAM_DEFAULT: the default stream) and return at once; on host memory they run
- * now. They run on the stream's device (the default stream: that of the device memory,
- * dst's first), whatever device is current, which they leave as it was. ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
+ * now. They run on the stream's device, whatever device is current, which they leave as
+ * it was (the default stream is the current device's, as in CUDA). ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is

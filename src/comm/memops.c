@@ -16,16 +16,17 @@ static const rl_device_ops *on_device(const void *a, const void *b) {
     return rl_dev_ptr_device(a) >= 0 || rl_dev_ptr_device(b) >= 0 ? rl_device() : NULL;
 }
 
-/* Selects the device a call runs on: its stream's, or on the default stream the device of
- * its memory (a, else b), as ringlet_convert_async does. The runtime binds the thread's
- * current device first: left there, a thread that never chose one would have a context
- * made on device 0, GPU memory on a device the program may never use. */
-static int enter_for(const rl_device_ops *d, const void *a, const void *b, void *stream, int *saved) {
-    int dev = rl_dev_ptr_device(a);
-    if (dev < 0) dev = rl_dev_ptr_device(b);
+/* Selects the device of the call's stream. The runtime binds the thread's current device
+ * first: left there, a thread that never chose one would have a context made on device 0,
+ * GPU memory on a device the program may never use. The default stream (NULL,
+ * RINGLET_STREAM_DEFAULT) is the current device's, as in CUDA: nothing is selected, so a
+ * copy and the synchronisation of the default stream after it meet on one device. */
+static int enter_for(const rl_device_ops *d, void *stream, int *saved) {
+    int dev = -1;
     *saved = -1;
-    if (stream && stream != RINGLET_STREAM_DEFAULT && d->stream_device(stream, &dev) != RL_DEV_OK) return RL_DEV_ERR;
-    return dev >= 0 ? d->device_enter(dev, saved) : RL_DEV_OK;
+    if (!stream || stream == RINGLET_STREAM_DEFAULT) return RL_DEV_OK;
+    if (d->stream_device(stream, &dev) != RL_DEV_OK) return RL_DEV_ERR;
+    return d->device_enter(dev, saved);
 }
 
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
@@ -37,7 +38,7 @@ ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, 
         return RINGLET_SUCCESS;
     }
     int saved = -1;
-    if (enter_for(d, dst, src, stream, &saved) != RL_DEV_OK)
+    if (enter_for(d, stream, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "memcpy_async: selecting the device: %s", rl_dev_error());
     int rc = d->memcpy_async(dst, src, bytes, stream);
     d->device_leave(saved);
@@ -54,7 +55,7 @@ ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *
         return RINGLET_SUCCESS;
     }
     int saved = -1;
-    if (enter_for(d, dst, NULL, stream, &saved) != RL_DEV_OK)
+    if (enter_for(d, stream, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "memset_async: selecting the device: %s", rl_dev_error());
     int rc = d->memset_async(dst, value, bytes, stream);
     d->device_leave(saved);
@@ -108,8 +109,8 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
 ringlet_result_t ringlet_stream_synchronize(void *stream) {
     const rl_device_ops *d = rl_device();
     if (!d) return RINGLET_SUCCESS;
-    int saved = -1; /* the default stream: the current device's */
-    if (enter_for(d, NULL, NULL, stream, &saved) != RL_DEV_OK)
+    int saved = -1;
+    if (enter_for(d, stream, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: the stream's device: %s", rl_dev_error());
     int rc = d->stream_sync(stream);
     d->device_leave(saved);

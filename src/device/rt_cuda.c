@@ -265,7 +265,8 @@ static int failure_recorded(int e) {
 
 /* A launcher's status: its refusal of the arguments (misaligned, unknown type or op)
  * returns invalid value with no CUDA call failed, which left the thread's last error as
- * it was; a failed launch left its own code there. */
+ * it was; a failed launch left its own code there. (Where the program's own unread error
+ * is invalid value too, the two cannot be told apart: it is taken as the launch's.) */
 static int launched(int e) {
     if (e && cudaPeekAtLastError() != (cudaError_t)e) unrecorded(e);
     return e;
