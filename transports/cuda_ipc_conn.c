@@ -572,7 +572,7 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         /* Not awaited first (rl_ipc_peer_ready): the pair is not decided, a later call tries again. */
         if (st == IPC_PROBE_PENDING)
             snprintf(why, RL_ERR_MAX, "internal: rank %d's device memory probe was not awaited before use", peer);
-        broken = 1;
+        broken = st == IPC_PROBE_PENDING ? 2 : 1;
     } else if (!x->reach[peer] && !rl_dev_in_quiet()) {
         /* Mapping can synchronise the device: only in the communicator's preparation. */
         snprintf(why, RL_ERR_MAX, "internal: rank %d's memory was not probed before use", peer);
@@ -611,7 +611,7 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
     } else if (x->reach[peer] < 0) {
         snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here (tried before)", peer);
     }
-    int ok = broken ? -1 : x->reach[peer] > 0;
+    int ok = broken ? -broken : x->reach[peer] > 0;
     pthread_mutex_unlock(&x->mu);
     return ok;
 }

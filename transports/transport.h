@@ -122,8 +122,8 @@ typedef struct rl_transport_ops {
      * e.g. mapping the peer's memory); 0 with the reason in why (RL_ERR_MAX) makes the
      * communicator use another transport for the pair; -1 (once): the pair can use neither,
      * since the peer already uses this transport toward this rank (the call fails, why); -1
-     * also where what the peer published cannot be read yet (undecided: a later call tries
-     * again). */
+     * also where what the peer published cannot be read (undecided: a later call tries
+     * again), -2 where it was not awaited first (peer_ready: a defect of ringlet's). */
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
     /* Optional, with reachable, for what a rank makes only at its first use of device
      * buffers (cuda_ipc's probe, where it had no context at init): publish makes this

@@ -12,6 +12,7 @@
 #include "device.h"
 #include "failure.h"
 #include "group_aside.h"
+#include "log.h"
 #include "names.h"
 #include "p2p.h"
 #include "progress.h"
@@ -429,6 +430,13 @@ static void connect_early(const grouped_t *ops, int n) {
     int ncomms = 0;
     for (int i = 0; i < n && ncomms < 2; i++) ncomms += i == 0 || ops[i].c != ops[0].c;
     if (ncomms < 2) return;
+    /* Every communicator's probe first (rl_devcomm_publish): each preparation below may
+     * wait for the peers' probes of its communicator. */
+    for (int i = 0; i < n; i++) {
+        char err[RL_MSG_MAX];
+        if (ops[i].op.device >= 0 && !check_comm(ops[i].c, "group_end"))
+            (void)rl_devcomm_publish(ops[i].c, ops[i].op.device, err);
+    }
     grouped_t *mine = calloc((size_t)n, sizeof *mine);
     rl_subop *sub = calloc((size_t)n, sizeof *sub);
     for (int i = 0; i < n && mine && sub; i++) {
@@ -445,7 +453,8 @@ static void connect_early(const grouped_t *ops, int n) {
         r.sub = sub;
         r.nsub = m;
         char err[RL_MSG_MAX];
-        (void)rl_comm_prepare_early(c, &r, err);
+        if (rl_comm_prepare_early(c, &r, err) != RINGLET_SUCCESS)
+            RL_INFO(c->rank, "group_end: an early preparation failed, left to the submission: %s", err);
     }
     free(mine);
     free(sub);

@@ -39,7 +39,8 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int de
             *tp = RL_TP_CUDA_IPC;
             return RINGLET_SUCCESS;
         }
-        if (reach < 0) return snprintf(err, RL_ERR_MAX, "%s", why), RINGLET_ERR_REMOTE;
+        if (reach < 0)
+            return snprintf(err, RL_ERR_MAX, "%s", why), reach == -2 ? RINGLET_ERR_INTERNAL : RINGLET_ERR_REMOTE;
         /* Said once per peer (reachable caches its answer and says so). */
         if (!strstr(why, "tried before"))
             RL_INFO(c->rank, "device buffers with rank %d: not over cuda_ipc (%s); staged through host memory", peer, why);

@@ -220,6 +220,48 @@ static ringlet_result_t make_connections(struct ringlet_comm *c, struct rl_devco
     return RINGLET_SUCCESS;
 }
 
+/* The stream flag, once (in a quiet section): a call whose preparation fails on a peer is
+ * queued all the same where its stream can be held (rl_comm_enqueue), and fails there. */
+static ringlet_result_t make_flag(struct rl_devcomm *s, char *err) {
+    if (s->flag) return RINGLET_SUCCESS;
+    void *flag = NULL;
+    if (s->d->host_alloc(&flag, 64) != RL_DEV_OK) return rl_devcomm_error("pinned memory for the stream flag", err);
+    *(volatile uint64_t *)flag = 0;
+    pthread_mutex_lock(&s->mu);
+    s->flag = flag;
+    pthread_mutex_unlock(&s->mu);
+    return RINGLET_SUCCESS;
+}
+
+/* cuda_ipc's probe of this rank, where it was put off at init: made now (in a quiet
+ * section), on the current device. */
+static ringlet_result_t publish_probe(struct ringlet_comm *c, struct rl_devcomm *s, char *err) {
+    const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
+    void *ctx = c->tctx[RL_TP_CUDA_IPC];
+    if (s->published || !ipc || !ipc->publish || !ctx) return RINGLET_SUCCESS; /* once: a quiet section waits for holds */
+    if (rl_dev_quiet_begin(c->timeout_s, "cuda_ipc's probe allocation") != RL_DEV_OK)
+        return rl_devcomm_error("device memory for the operation", err);
+    char why[RL_ERR_MAX] = "";
+    ringlet_result_t rc = make_flag(s, err);
+    if (!rc) rc = ipc->publish(ctx, why);
+    rl_dev_quiet_end();
+    if (!rc) s->published = 1;
+    if (rc && why[0]) snprintf(err, RL_MSG_MAX, "%s", why);
+    return rc;
+}
+
+ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err) {
+    struct rl_devcomm *s = get_state(c, err);
+    if (!s) return RINGLET_ERR_INVALID_USAGE;
+    int saved = -1;
+    if (s->d->device_enter(dev, &saved) != RL_DEV_OK) return rl_devcomm_error("selecting the device", err);
+    pthread_mutex_lock(&s->prep_mu);
+    ringlet_result_t rc = publish_probe(c, s, err);
+    pthread_mutex_unlock(&s->prep_mu);
+    s->d->device_leave(saved);
+    return rc;
+}
+
 /* Before the quiet section that first picks a transport for device buffers with a peer of
  * this host: what CUDA IPC's reachable needs from each (a probe put off at init) made here
  * (in a quiet section of its own) and awaited from the peers with none held, for the
@@ -236,10 +278,7 @@ static ringlet_result_t await_probes(struct ringlet_comm *c, struct rl_devcomm *
     }
     if (!any) return RINGLET_SUCCESS;
     char why[RL_ERR_MAX] = "";
-    if (rl_dev_quiet_begin(c->timeout_s, "cuda_ipc's probe allocation") != RL_DEV_OK)
-        return rl_devcomm_error("device memory for the operation", err);
-    ringlet_result_t rc = ipc->publish(ctx, why);
-    rl_dev_quiet_end();
+    ringlet_result_t rc = publish_probe(c, s, err);
     double deadline = rl_now() + c->timeout_s;
     for (int q = 0; q < c->nranks && !rc; q++) {
         int want = (need->send_to && need->send_to[q]) || (need->recv_from && need->recv_from[q]);
@@ -278,14 +317,8 @@ static int device_receiving(const struct ringlet_comm *c, const rl_dev_needs *ne
 static ringlet_result_t prepare_quiet(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need, int dev,
                                       char *err) {
     const rl_device_ops *d = s->d;
-    if (!s->flag) {
-        void *flag = NULL;
-        if (d->host_alloc(&flag, 64) != RL_DEV_OK) return rl_devcomm_error("pinned memory for the stream flag", err);
-        *(volatile uint64_t *)flag = 0;
-        pthread_mutex_lock(&s->mu);
-        s->flag = flag;
-        pthread_mutex_unlock(&s->mu);
-    }
+    ringlet_result_t frc = make_flag(s, err);
+    if (frc) return frc;
     if (d->device_ready(dev) != RL_DEV_OK) return rl_devcomm_error("making the device ready", err);
     if (dev < RL_DEV_MAX_READY) mark(s, &s->ready_devices[dev]);
     if (need->device < 0) return RINGLET_SUCCESS;

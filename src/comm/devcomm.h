@@ -55,6 +55,7 @@ struct rl_devcomm {
     const rl_device_ops *d;
     pthread_mutex_t mu;      /* prepare (calling threads) against the progress thread's lookups */
     pthread_mutex_t prep_mu; /* one prepare at a time */
+    int published; /* cuda_ipc's probe made or found made here (prep_mu) */
     volatile uint64_t *flag; /* pinned; user streams wait on it */
     int device;              /* of the buffers (one per communicator); -1 until the first such call */
     rl_dev_stream_t s_send;  /* copies into the pinned send slots */
@@ -89,6 +90,11 @@ struct rl_devcomm {
  * the device layer; waits (within the deadline) for peers to connect where device
  * connections are new. The thread's current device is kept. */
 ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *need, char *err);
+/* Calling thread, no lock held: cuda_ipc's probe of this rank made on device dev where it
+ * was put off at init, as rl_devcomm_prepare makes it first. A group on several
+ * communicators publishes every one's before it prepares any: a preparation waits for
+ * its peers' probes, and a peer may prepare the group's communicators in another order. */
+ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err);
 /* Whether streams can be held (and released) now: the flag exists. */
 int rl_devcomm_can_hold(struct ringlet_comm *c);
 /* Calling thread, under the queue lock, in a hold section (device.h), with r->seq

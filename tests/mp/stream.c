@@ -53,7 +53,10 @@
  *   it is at Y) one on Y; rank 1 runs Y, then X. Rank 0's X waits for rank 1's X probe
  *   until rank 1 is done with Y: it must not wait in a quiet section, which would keep rank
  *   0's Y from making its own probe, and rank 1's Y waits for that one (both calls then
- *   failed at RINGLET_TIMEOUT). Checked all-reduces, on device buffers and streams.
+ *   failed at RINGLET_TIMEOUT). Checked all-reduces, on device buffers and streams. Then
+ *   two more such communicators in one group each rank (X then Y on rank 0, Y then X on
+ *   rank 1): the group prepares one communicator after the other, each waiting for its
+ *   peers' probes, so it must make every communicator's probe before it waits for any.
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
@@ -496,9 +499,13 @@ static void *probe_thread(void *arg) {
     return NULL;
 }
 
+static void probe_group(ringlet_comm_t a, ringlet_comm_t b, int P, size_t n, int dev);
+
 static void probe_order_case(ringlet_comm_t x, int P, size_t n, const char *dir, int dev) {
-    ringlet_comm_t y;
-    if (ringlet_comm_split(x, 0, g_rank, &y) != RINGLET_SUCCESS) FAIL("probe-order: split: %s", ringlet_comm_last_error(x));
+    ringlet_comm_t y, x2, y2; /* all made before this process chose a device */
+    if (ringlet_comm_split(x, 0, g_rank, &y) != RINGLET_SUCCESS || ringlet_comm_split(x, 0, g_rank, &x2) != RINGLET_SUCCESS ||
+        ringlet_comm_split(x, 0, g_rank, &y2) != RINGLET_SUCCESS)
+        FAIL("probe-order: split: %s", ringlet_comm_last_error(x));
     char path[4096];
     snprintf(path, sizeof path, "%s/rank1-at-y", dir);
     probe_call px = {x, P, dev, n};
@@ -519,8 +526,49 @@ static void probe_order_case(ringlet_comm_t x, int P, size_t n, const char *dir,
         checked_allreduce(x, P, n, s, dev, "probe-order: X, second on rank 1");
     }
     DEV(D->stream_destroy(s));
+    if (g_rank == 0) probe_group(x2, y2, P, n, dev);
+    else probe_group(y2, x2, P, n, dev);
+    if (ringlet_comm_destroy(y2) != RINGLET_SUCCESS || ringlet_comm_destroy(x2) != RINGLET_SUCCESS)
+        FAIL("probe-order: destroy the group's communicators");
     if (ringlet_comm_destroy(y) != RINGLET_SUCCESS) FAIL("probe-order: destroy Y");
     if (ringlet_comm_destroy(x) != RINGLET_SUCCESS) FAIL("probe-order: destroy X");
+}
+
+/* probe-order's group: two all-reduces, on communicators a and b in that order, in one group. */
+static void probe_group(ringlet_comm_t a, ringlet_comm_t b, int P, size_t n, int dev) {
+    uint32_t *in, *out;
+    void *din, *da, *db;
+    rl_dev_stream_t s;
+    DEV(D->stream_create(&s));
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4 * 2));
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&da, n * 4));
+    DEV(D->mem_alloc(&db, n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i);
+    DEV(D->memcpy_async(din, in, n * 4, s));
+    if (ringlet_group_start() != RINGLET_SUCCESS) FAIL("probe-order: group_start");
+    if (ringlet_allreduce(din, da, n, RINGLET_UINT32, RINGLET_SUM, a, s) != RINGLET_SUCCESS ||
+        ringlet_allreduce(din, db, n, RINGLET_UINT32, RINGLET_SUM, b, s) != RINGLET_SUCCESS)
+        FAIL("probe-order: a grouped all-reduce: %s", ringlet_comm_last_error(NULL));
+    if (ringlet_group_end() != RINGLET_SUCCESS) FAIL("probe-order: group_end: %s", ringlet_comm_last_error(NULL));
+    DEV(D->memcpy_async(out, da, n * 4, s));
+    DEV(D->memcpy_async(out + n, db, n * 4, s));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(a) != RINGLET_SUCCESS || ringlet_comm_get_async_error(b) != RINGLET_SUCCESS)
+        FAIL("probe-order: the group failed: %s / %s", ringlet_comm_last_error(a), ringlet_comm_last_error(b));
+    for (size_t i = 0; i < 2 * n; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < P; r++) want += input(r, i % n);
+        if (out[i] != want) FAIL("probe-order: group: element %zu is 0x%08x, want 0x%08x", i, out[i], want);
+    }
+    (void)dev;
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(da));
+    DEV(D->mem_free(db));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+    DEV(D->stream_destroy(s));
 }
 
 /* host: all-reduces (blocking and not), an all-gather and a broadcast on host buffers. */

@@ -149,6 +149,12 @@ case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
         echo "FAIL: ipc late-probe: rank 1 did not put its probe off (the case did not reach its state)"
     fi
     run_case ipc probe-order
+    # The group part: no communicator's early preparation waited in vain for a peer's probe.
+    if grep -q "an early preparation failed" "$TMP/err"; then
+        fails=$((fails + 1))
+        echo "FAIL: ipc probe-order: a group's early preparation failed:"
+        grep -m2 "an early preparation failed" "$TMP/err"
+    fi
     ;;
 esac
 if [ "$RINGLET_DEVICE" = sim ]; then
