@@ -116,10 +116,6 @@ struct ringlet_request {
     /* Its preparation failed on a peer's failure (devcomm.h): queued all the same, the
      * progress thread fails it with this code and the message in err. */
     ringlet_result_t prep_rc;
-    /* A stand-in for a stream call whose enqueue failed with some of its streams held
-     * already (progress.c, queue_release): it runs nothing, and sets the flag to its number
-     * once the operations before it are done. */
-    int release_only;
     uint64_t *seq_out;  /* where enqueue also writes the number (a detached request may be gone) */
     /* A group: its calls, and the streams they use besides `stream` (each with the
      * event of its work before the group) */

@@ -427,21 +427,19 @@ static void event_drop(const rl_device_ops *d, void **event, int dev) {
     *event = NULL;
 }
 
-ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, int *held, char *err) {
+ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     struct rl_devcomm *s = c->dev;
-    *held = 0;
     if (!s || !s->flag)
         return snprintf(err, RL_MSG_MAX, "internal: a stream call that was not prepared"), RINGLET_ERR_INTERNAL;
     ringlet_result_t rc = hold_stream(s, r->stream, r->seq, r->hold_later, &r->event, &r->event_device, err);
     /* A group's other streams. The flag is not set to the number of a call that failed
      * here: that would release the streams of the operations still running before it (their
-     * numbers are lower), and the flag would go back when they finish. A group's streams
-     * are held later (rl_devcomm_hold), so none waits for this number; where one did
-     * (*held), the caller queues a stand-in that sets the flag in issue order. */
+     * numbers are lower), and the flag would go back when they finish. Only a group has
+     * other streams, and its streams are held later (rl_devcomm_hold, hold_later): none
+     * waits for this number. */
     for (int i = 0; i < r->nxstream && !rc; i++)
         rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], &r->xevent_device[i], err);
     if (rc) {
-        *held = !r->hold_later && (r->event || (r->nxstream && r->xevent[0]));
         event_drop(s->d, &r->event, r->event_device);
         for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
     }

@@ -98,10 +98,8 @@ ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err);
 /* Whether streams can be held (and released) now: the flag exists. */
 int rl_devcomm_can_hold(struct ringlet_comm *c);
 /* Calling thread, under the queue lock, in a hold section (device.h), with r->seq
- * assigned and r prepared: the stream order above. On a failure *held says whether some
- * of its streams wait for the flag to reach r->seq all the same (the caller then sees to
- * it that the flag gets there in issue order). */
-ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, int *held, char *err);
+ * assigned and r prepared: the stream order above. */
+ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 /* With r->hold_later, enqueue records the events only; the caller holds the streams
  * afterwards with this, in a hold section (a group over several communicators of this
  * process that share a stream: every communicator's event comes before any hold, or the

@@ -10,7 +10,6 @@
 #include "collective.h"
 #include "devcomm.h"
 #include "failure.h"
-#include "log.h"
 #include "p2p.h"
 #include "wait.h"
 
@@ -81,9 +80,7 @@ static void *progress_thread(void *arg) {
         }
         pthread_mutex_unlock(&c->q_mu);
         if (!r) break;
-        if (r->release_only) {
-            finish(c, r, RINGLET_SUCCESS); /* sets the flag, frees it */
-        } else if (atomic_load(&c->failed) || r->prep_rc || (partner && partner->prep_rc)) {
+        if (atomic_load(&c->failed) || r->prep_rc || (partner && partner->prep_rc)) {
             char msg[RL_MSG_MAX];
             ringlet_result_t code = atomic_load(&c->failed) ? rl_comm_failure(c, msg, sizeof msg) : RINGLET_SUCCESS;
             for (struct ringlet_request *q = r; q; q = q == r ? partner : NULL) {
@@ -225,30 +222,6 @@ ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_re
     return r->device >= 0 ? rl_op_prepare_device(c, r, 0, err) : RINGLET_SUCCESS;
 }
 
-/* Queue lock held: queues the stand-in for r, a stream call that failed to enqueue with
- * some of its streams held (rl_devcomm_enqueue's *held): the progress thread releases them
- * when it gets there, as it would have released r's. */
-static void queue_release(struct ringlet_comm *c, const struct ringlet_request *r) {
-    struct ringlet_request *m = calloc(1, sizeof *m);
-    if (!m) {
-        /* A stream of an operation before it may go early: better than held for ever. */
-        RL_WARN(c->rank, "out of memory: the streams of a failed call are released at once");
-        __atomic_store_n(c->dev->flag, r->seq, __ATOMIC_RELEASE);
-        return;
-    }
-    m->comm = c;
-    m->kind = RL_OP_BARRIER;
-    m->seq = r->seq;
-    m->stream = r->stream;
-    m->device = -1;
-    m->detached = 1;
-    m->release_only = 1;
-    if (c->q_tail) c->q_tail->next = m;
-    else c->q_head = m;
-    c->q_tail = m;
-    pthread_cond_signal(&c->q_cv);
-}
-
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     /* Device memory and streams first (devcomm.h): nothing of that kind may be made once
      * a stream is held, and the stream is held below. The hold section keeps another
@@ -275,14 +248,9 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     r->seq = ++c->seq;
     if (r->seq_out) *r->seq_out = r->seq;
     if (r->stream) {
-        int held = 0;
-        ringlet_result_t rc = rl_devcomm_enqueue(c, r, &held, err);
+        ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
         if (rc) {
-            /* The number stays used (the flag reaching it must not release the next
-             * operation's streams). Streams it held already wait for the flag to reach it:
-             * a stand-in queued in its place sets it once the operations before it are
-             * done. */
-            if (held) queue_release(c, r);
+            /* The number stays used (no stream waits for it: rl_devcomm_enqueue). */
             pthread_mutex_unlock(&c->q_mu);
             rl_dev_hold_end();
             return rc;
