@@ -50,6 +50,7 @@
 #include <stdlib.h>
 
 #include "ipc_conn.h"
+#include "log.h"
 #include "util.h"
 
 /* The first message posted, or NULL. */
@@ -63,13 +64,13 @@ static int progress_send(ipc_conn *k) {
     ringlet_result_t code;
     const char *refused = rl_fifo_refused(f, &code);
     if (refused) {
-        fail_all(k, code, refused);
+        rl_ipc_fail(k, code, refused);
         return 1;
     }
     if (atomic_load(&k->ctl->declined)) {
         char why[RL_ERR_MAX];
         declined_why(k, why);
-        fail_all(k, RINGLET_ERR_REMOTE, why);
+        rl_ipc_fail(k, RINGLET_ERR_REMOTE, why);
         return 1;
     }
     int saved = dev_enter(k);
@@ -85,7 +86,7 @@ static int progress_send(ipc_conn *k) {
                 dev_leave(k, saved);
                 char why[RL_ERR_MAX];
                 snprintf(why, sizeof why, "copy into a slot: %s", rl_dev_error());
-                fail_all(k, RINGLET_ERR_CUDA, why);
+                rl_ipc_fail(k, RINGLET_ERR_CUDA, why);
                 return 1;
             }
             k->pmsg[s] = p->len;
@@ -105,7 +106,7 @@ publish:
             dev_leave(k, saved);
             char why[RL_ERR_MAX];
             snprintf(why, sizeof why, "copy into a slot: %s", rl_dev_error());
-            fail_all(k, RINGLET_ERR_CUDA, why);
+            rl_ipc_fail(k, RINGLET_ERR_CUDA, why);
             return 1;
         }
         rl_fifo_publish(f, k->ppos, k->pmsg[s], k->plen[s]);
@@ -215,14 +216,14 @@ static int attach(ipc_conn *k) {
     if (k->slots) return 1;
     int st = atomic_load_explicit(&k->ctl->fifo.sender, memory_order_acquire);
     if (st != RL_FIFO_OPEN) {
-        if (st == RL_FIFO_CLOSED) fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
+        if (st == RL_FIFO_CLOSED) rl_ipc_fail(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
         return 0;
     }
     if (!rl_dev_quiet_try()) return 0;
     char why[RL_ERR_MAX] = "";
     int ok = map_sender(k, 1, why, sizeof why);
     rl_dev_quiet_end();
-    if (!ok) fail_all(k, map_failed(k, !check_fifo(k, why, sizeof why)), why);
+    if (!ok) rl_ipc_fail(k, map_failed(k, !check_fifo(k, why, sizeof why)), why);
     return ok;
 }
 
@@ -250,7 +251,7 @@ static int progress_recv(ipc_conn *k) {
             if (got < 0) {
                 ring_peer(k);
                 dev_leave(k, saved);
-                fail_all(k, RINGLET_ERR_INVALID_USAGE, why);
+                rl_ipc_fail(k, RINGLET_ERR_INVALID_USAGE, why);
                 return 1;
             }
             uint32_t s = rl_fifo_slot(f, f->rpos);
@@ -264,7 +265,7 @@ static int progress_recv(ipc_conn *k) {
                     d->event_record(k->ev[s], k->stream) != RL_DEV_OK) {
                     dev_leave(k, saved);
                     snprintf(why, sizeof why, "copy out of a slot: %s", rl_dev_error());
-                    fail_all(k, RINGLET_ERR_CUDA, why);
+                    rl_ipc_fail(k, RINGLET_ERR_CUDA, why);
                     return 1;
                 }
                 rl_fifo_take(f, RL_FIFO_COPYING);
@@ -286,7 +287,7 @@ finish:
             dev_leave(k, saved);
             char why[RL_ERR_MAX];
             snprintf(why, sizeof why, "copy out of a slot: %s", rl_dev_error());
-            fail_all(k, RINGLET_ERR_CUDA, why);
+            rl_ipc_fail(k, RINGLET_ERR_CUDA, why);
             return 1;
         }
         k->state[s] = RL_FIFO_DONE;
@@ -301,7 +302,7 @@ finish:
      * waiting for a piece it never published fails (pieces already taken finish, their
      * slots stay mapped here). */
     if (!moved && wants_piece(k) && rl_fifo_sender_gone(f))
-        fail_all(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
+        rl_ipc_fail(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
     return moved;
 }
 
@@ -314,12 +315,74 @@ static int busy(const ipc_conn *k) {
     return 0;
 }
 
+/* Fails every posted request. A failed request hands its buffer back (the algorithm
+ * waits for its requests before it returns: pipe.c, run_stop), and a device copy of it
+ * still queued would read or write the buffer later, in memory the caller may reuse or
+ * free at once (PyTorch's caching allocator gives a freed tensor's memory to the next
+ * one). So while such copies are under way the requests fail only once they are done
+ * (settle_failure, from progress), within RINGLET_TIMEOUT; the connection starts no more. */
+void rl_ipc_fail(ipc_conn *k, ringlet_result_t code, const char *why) {
+    if (!k->q.head || k->failing) return; /* a failure under way keeps its reason */
+    if (busy(k) && k->drain && !k->ctx->copies_stuck) {
+        const rl_device_ops *d = k->ctx->d;
+        int saved = dev_enter(k);
+        int q = d->event_record(k->drain, k->stream);
+        if (q == RL_DEV_OK) q = d->event_query(k->drain);
+        dev_leave(k, saved);
+        if (q == RL_DEV_NOT_READY) {
+            k->failing = 1;
+            k->fail_code = code;
+            snprintf(k->fail_why, sizeof k->fail_why, "%s", why);
+            k->fail_until = rl_now() + k->ctx->in.timeout_s;
+            return;
+        }
+    }
+    rl_posted_fail(&k->q, code, why);
+}
+
+void rl_ipc_fail_now(ipc_conn *k, ringlet_result_t code, const char *why) {
+    if (k->failing) code = k->fail_code, why = k->fail_why;
+    rl_posted_fail(&k->q, code, why);
+    k->failing = 0;
+}
+
+/* A failure waiting for its copies (rl_ipc_fail): fails the requests once the copies are
+ * done, or at the deadline. Copies not done by then are behind device work that does not
+ * end (a kernel waiting for something): they are noted stuck (frees wait for them), the
+ * requests fail saying that the copies may still use their buffers, and later failures of
+ * the context do not wait again. 1 when it failed them. */
+static int settle_failure(ipc_conn *k) {
+    ipc_ctx *x = k->ctx;
+    int saved = dev_enter(k);
+    int q = x->d->event_query(k->drain);
+    dev_leave(k, saved);
+    if (q != RL_DEV_NOT_READY) {
+        rl_ipc_fail_now(k, k->fail_code, k->fail_why);
+        return 1;
+    }
+    if (rl_now() <= k->fail_until) return 0;
+    RL_WARN(x->in.rank, "cuda_ipc: the device copies of failed requests %s rank %d were not finished after %.0f s "
+            "(RINGLET_TIMEOUT): the requests fail now, and the copies may yet %s their buffers",
+            k->sending ? "sending to" : "receiving from", k->peer, x->in.timeout_s, k->sending ? "read" : "write");
+    rl_dev_note_stuck(k->stream);
+    x->copies_stuck = 1;
+    char why[RL_ERR_MAX];
+    snprintf(why, sizeof why,
+             "%.100s (its device copies were still queued after %.0f s (RINGLET_TIMEOUT): they may yet %s the buffer)",
+             k->fail_why, x->in.timeout_s, k->sending ? "read" : "write");
+    k->failing = 0;
+    rl_posted_fail(&k->q, k->fail_code, why);
+    return 1;
+}
+
 static int progress_locked(ipc_ctx *x) {
     int moved = 0, stop = atomic_load(x->in.stop);
     for (ipc_conn *k = x->conns; k; k = k->next) {
         if (!k->q.head) continue;
-        if (stop) {
-            fail_all(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
+        if (k->failing) {
+            moved |= settle_failure(k);
+        } else if (stop) {
+            rl_ipc_fail(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
             moved = 1;
         } else {
             moved |= k->sending ? progress_send(k) : progress_recv(k);
@@ -342,9 +405,14 @@ static ringlet_result_t post(ipc_conn *k, void *buf, size_t len, rl_treq *req, i
     o->npieces = k->sending || k->slots ? rl_fifo_npieces(len, k->slot_bytes) : 0;
     pthread_mutex_lock(&k->ctx->mu);
     rl_posted_push(&k->q, &o->p);
-    if (atomic_load(k->ctx->in.stop)) fail_all(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
-    else if (k->sending) progress_send(k);
-    else progress_recv(k);
+    if (k->failing) { /* it fails with the others, once their copies are done */
+    } else if (atomic_load(k->ctx->in.stop)) {
+        rl_ipc_fail(k, RINGLET_ERR_REMOTE, "stopped (the communicator failed)");
+    } else if (k->sending) {
+        progress_send(k);
+    } else {
+        progress_recv(k);
+    }
     pthread_mutex_unlock(&k->ctx->mu);
     return RINGLET_SUCCESS;
 }

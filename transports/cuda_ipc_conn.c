@@ -232,9 +232,10 @@ static void sweep_orphans(const rl_device_ops *d) {
 
 /* Whether the connection's copies are done, waiting up to the communicator's deadline, or
  * not at all where it failed (each of its connections would wait in turn) (each slot's
- * event follows its last copy; one never recorded is done). A failure completes the
- * requests while copies may still run, and CUDA's stream destroy returns at once with the
- * work going on: the slots they read must stay mapped until then. */
+ * event follows its last copy; one never recorded is done). A failure whose copies did
+ * not finish by its deadline, or a close (an abort) during one, completes the requests
+ * while copies may still run (rl_ipc_fail), and CUDA's stream destroy returns at once with
+ * the work going on: the slots they read must stay mapped until then. */
 static int copies_done(ipc_conn *k) {
     const rl_device_ops *d = k->ctx->d;
     int failed = k->ctx->in.failed && atomic_load(k->ctx->in.failed);
@@ -264,6 +265,7 @@ static void conn_free(ipc_conn *k) {
     if (k->stream) d->stream_destroy(k->stream);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++)
         if (k->ev[i]) d->event_destroy(k->ev[i]);
+    if (k->drain) d->event_destroy(k->drain);
     /* Copies that may still run read or write the slots: then they stay, a leak, never
      * memory unmapped or freed under them (the sender keeps its slots while this end has
      * them mapped). */
@@ -417,7 +419,7 @@ void rl_ipc_close(void *conn) {
     ipc_ctx *x = k->ctx;
     linger(k);
     pthread_mutex_lock(&x->mu);
-    fail_all(k, RINGLET_ERR_REMOTE, "the connection was closed");
+    rl_ipc_fail_now(k, RINGLET_ERR_REMOTE, "the connection was closed");
     for (ipc_conn **p = &x->conns; *p; p = &(*p)->next)
         if (*p == k) {
             *p = k->next;

@@ -118,6 +118,13 @@ typedef struct ipc_conn {
     uint64_t pmsg[IPC_MAX_SLOTS], plen[IPC_MAX_SLOTS];
     unsigned char state[IPC_MAX_SLOTS];
     ipc_op *owner[IPC_MAX_SLOTS];
+    /* A failure that waits for the device copies queued for its requests (rl_ipc_fail):
+     * its code and reason, and its deadline; drain is recorded after those copies. */
+    int failing;
+    ringlet_result_t fail_code;
+    char fail_why[RL_ERR_MAX];
+    double fail_until;
+    rl_dev_event_t drain;
 } ipc_conn;
 
 typedef struct ipc_ctx {
@@ -133,6 +140,7 @@ typedef struct ipc_ctx {
     void *probe; /* a page of device memory peers map once, to see whether they can */
     int has_probe; /* IPC_PROBE_*: exported (else no peer maps this rank's memory), or later */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
+    int copies_stuck;   /* a failure's copies did not finish by its deadline: later ones do not wait */
     pthread_mutex_t mu;
     ipc_conn *conns;
 } ipc_ctx;
@@ -161,13 +169,12 @@ static inline int conn_streams(ipc_conn *k, char *err) {
     if (d->stream_create(&k->stream) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc stream: %s", rl_dev_error()), -1;
     for (uint32_t i = 0; i < k->nslots; i++)
         if (d->event_create(&k->ev[i]) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
+    if (d->event_create(&k->drain) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
     return 0;
 }
 
 /* A process that exited (or was killed): gone, or a zombie not reaped yet (util.h). */
 static inline int process_gone(int32_t pid) { return rl_process_gone((int)pid); }
-
-static inline void fail_all(ipc_conn *k, ringlet_result_t code, const char *why) { rl_posted_fail(&k->q, code, why); }
 
 /* Why the peer will not use cuda_ipc with this rank (ctl_t.declined), in why (RL_ERR_MAX). */
 static inline void declined_why(const ipc_conn *k, char *why) {
@@ -176,6 +183,13 @@ static inline void declined_why(const ipc_conn *k, char *why) {
              "between these two processes (it stages through host memory; RINGLET_CUDA_IPC_DISABLE=1 stages all)",
              k->peer);
 }
+
+/* ---- cuda_ipc.c ---- */
+
+/* Fails every posted request of k once the device copies queued for them are done; now:
+ * at once (a close). The context's lock held. */
+void rl_ipc_fail(ipc_conn *k, ringlet_result_t code, const char *why);
+void rl_ipc_fail_now(ipc_conn *k, ringlet_result_t code, const char *why);
 
 /* ---- cuda_ipc_conn.c ---- */
 

@@ -88,6 +88,12 @@ void rl_p2p_drain(struct ringlet_request *r) {
     if (atomic_load_explicit(&r->posted, memory_order_acquire)) wait_posted(r->comm, r);
 }
 
+const char *rl_p2p_stall(struct ringlet_request *r, char *buf, size_t n) {
+    struct ringlet_comm *c = r->comm;
+    rl_conn *tab = r->kind == RL_OP_SEND ? c->send_conns : c->recv_conns;
+    return rl_conn_stall(tab && r->peer >= 0 && r->peer < c->nranks ? &tab[r->peer] : NULL, buf, n);
+}
+
 void rl_p2p_free(struct ringlet_request *r) {
     if (r->treqs && r->treqs != &r->treq1) free(r->treqs);
     r->treqs = NULL;

@@ -21,6 +21,9 @@ unsigned long rl_p2p_posts(void);
 int rl_p2p_test(struct ringlet_request *r);
 /* Waits until every posted piece finished (after the communicator failed). */
 void rl_p2p_drain(struct ringlet_request *r);
+/* For the message of a posted request that timed out: ": " and what it waits for on this
+ * rank's own device (rl_conn_stall), else "" (buf, n bytes). */
+const char *rl_p2p_stall(struct ringlet_request *r, char *buf, size_t n);
 /* Frees the pieces' requests (request teardown). */
 void rl_p2p_free(struct ringlet_request *r);
 /* Number of pieces of a message of `bytes` (at least 1). */

@@ -281,8 +281,10 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
         /* Collectives have their deadline inside the progress thread; a posted
          * point-to-point message has its own here. */
         if (atomic_load(&r->posted) && rl_now() - r->posted_at > c->timeout_s) {
-            rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)",
-                         rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s);
+            char stall[RL_ERR_MAX];
+            rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)%s",
+                         rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s,
+                         rl_p2p_stall(r, stall, sizeof stall));
             rl_p2p_drain(r);
             continue;
         }

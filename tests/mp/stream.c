@@ -5,7 +5,7 @@
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
  *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|capture
- *          |capture-other|per-thread|pending-copies [--count N]
+ *          |capture-other|per-thread|pending-copies|failed-copies [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -89,10 +89,19 @@
  *   message); after the program's kernel ends, the copies run and the device synchronises
  *   cleanly. Rank 0 runs with a queue per
  *   stream, sends once rank 1's kernel is queued, and waits for rank 1 to finish.
+ * failed-copies: pending-copies on pinned host buffers forced over cuda_ipc (the device copies
+ *   the call queued are then its only device work), and a thread of rank 1's ends the program's kernel once the
+ *   communicator reports its failure (50 ms after it sees it): the receive must return only
+ *   after that, its copies done. A failed call hands its buffer back, and a copy of ringlet's
+ *   still queued would write it later: into memory the program reuses at once (PyTorch's
+ *   caching allocator gives a freed tensor's memory to the next). By construction the
+ *   copies cannot run before the release; a library that returns without waiting for them
+ *   returns before it (the 50 ms make that show; they change nothing for a correct one).
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -628,12 +637,35 @@ static void device_warmup(ringlet_comm_t comm, const char *dir) {
     file_wait(path, 60);
 }
 
-/* pending-copies (see the top): n uint32 from rank 0 to rank 1 over cuda_ipc or shm. */
-static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) {
+/* failed-copies: ends the program's kernel 50 ms after the communicator reports its
+ * failure, and says so in released. */
+typedef struct {
+    ringlet_comm_t comm;
+    volatile uint64_t *flag;
+    atomic_int released;
+} releaser_arg;
+
+static void *releaser_main(void *p) {
+    releaser_arg *a = p;
+    for (double until = now_s() + 120; ringlet_comm_get_async_error(a->comm) == RINGLET_SUCCESS && now_s() < until;) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    atomic_store(&a->released, 1);
+    __atomic_store_n(a->flag, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* pending-copies and failed-copies (see the top): n uint32 from rank 0 to rank 1 over
+ * cuda_ipc or shm; release: failed-copies. */
+static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir, int release) {
+    const char *cas = release ? "failed-copies" : "pending-copies";
     if (D != &rl_device_sim) {
-        printf("stream: rank %d: OK pending-copies: skipped (the simulated GPU's rule; a GPU would not stop the "
+        printf("stream: rank %d: OK %s: skipped (the simulated GPU's rule; a GPU would not stop the "
                "process)\n",
-               g_rank);
+               g_rank, cas);
         ringlet_comm_destroy(comm);
         return;
     }
@@ -641,7 +673,16 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) 
     void *d;
     rl_dev_stream_t s, spin;
     volatile uint64_t *flag;
-    DEV(D->mem_alloc(&d, n * 4));
+    /* failed-copies: pinned host buffers over cuda_ipc (RINGLET_TRANSPORT=cuda_ipc): its
+     * device copies are the call's only device work (no staging of the communicator's to
+     * drain, which would wait behind the kernel too), and asynchronous (into pageable
+     * memory a copy returns only once done, as CUDA's). */
+    if (release) {
+        DEV(D->host_alloc(&d, n * 4));
+        for (size_t i = 0; i < n; i++) ((uint32_t *)d)[i] = input(g_rank, i);
+    } else {
+        DEV(D->mem_alloc(&d, n * 4));
+    }
     DEV(D->host_alloc((void **)&flag, 64)); /* allocations before any hold */
     *flag = 0;
     DEV(D->stream_create(&s));
@@ -663,18 +704,30 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) 
         file_wait(finished, 120);
         ringlet_comm_abort(comm);
         ringlet_comm_destroy(comm);
-        printf("stream: rank 0: OK pending-copies (the sending side)\n");
+        printf("stream: rank 0: OK %s (the sending side)\n", cas);
         return;
     }
     /* The program's own kernel spins on the one hardware queue: the device work queued
      * after it (the receive's copies) does not start until the flag is set. */
     if (R->launch_wait_flag(flag, 1, spin) != RL_RT_SUCCESS) FAIL("the program's own flag wait: %s", R->error_detail());
+    releaser_arg rel = {comm, flag, 0};
+    pthread_t th;
+    if (release && pthread_create(&th, NULL, releaser_main, &rel) != 0) FAIL("cannot start a thread");
     file_touch(held);
     /* Without a stream: nothing of the call waits on the device before its copies. */
     ringlet_result_t a = ringlet_recv(d, n, RINGLET_UINT32, 0, comm, NULL);
+    int released = atomic_load(&rel.released);
     char why[1024];
     snprintf(why, sizeof why, "%s", ringlet_comm_last_error(comm));
     if (a == RINGLET_SUCCESS) FAIL("the receive whose copies cannot run succeeded");
+    if (release) {
+        pthread_join(th, NULL);
+        if (!released)
+            FAIL("failed-copies: the receive failed (%d: %.300s) and returned before its device copies into the buffer "
+                 "could run (the kernel they wait behind was still running): the buffer was handed back with "
+                 "ringlet's copies still to write it",
+                 (int)a, why);
+    }
     ringlet_comm_destroy(comm); /* with the copies still queued behind the program's kernel */
     __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
     DEV(D->stream_sync(spin));
@@ -684,12 +737,17 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir) 
     DEV(D->mem_alloc(&probe, 64)); /* waits for every stream; fails after a fault */
     DEV(D->mem_free(probe));
     file_touch(finished);
-    printf("stream: rank 1: OK pending-copies: the receive failed (%d: %.300s), the destroy left the slots of its "
-           "queued copies mapped, and they ran after\n",
-           (int)a, why);
+    if (release)
+        printf("stream: rank 1: OK failed-copies: the receive failed (%d: %.300s) once its queued copies had run\n",
+               (int)a, why);
+    else
+        printf("stream: rank 1: OK pending-copies: the receive failed (%d: %.300s), the destroy left the slots of its "
+               "queued copies mapped, and they ran after\n",
+               (int)a, why);
     DEV(D->stream_destroy(spin));
     DEV(D->stream_destroy(s));
-    DEV(D->mem_free(d));
+    if (release) DEV(D->host_free(d));
+    else DEV(D->mem_free(d));
     DEV(D->host_free((void *)flag));
 }
 
@@ -702,12 +760,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy"
-                            "|capture|capture-other|per-thread|pending-copies [--count N] [--dir D]\n");
+                            "|capture|capture-other|per-thread|pending-copies|failed-copies [--count N] [--dir D]\n");
             return 2;
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int pending = !strcmp(cas, "pending-copies");
+    int failed_copies = !strcmp(cas, "failed-copies"), pending = failed_copies || !strcmp(cas, "pending-copies");
     if (pending && getenv("RANK") && !strcmp(getenv("RANK"), "0")) {
         /* Only rank 1 shares one hardware queue (rank 0's copies must run). */
         unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
@@ -933,7 +991,7 @@ int main(int argc, char **argv) {
     }
 
     if (pending) {
-        pending_copies_case(comm, n, dir);
+        pending_copies_case(comm, n, dir, failed_copies);
         return 0;
     }
 

@@ -28,6 +28,9 @@
 #          held by the program's own spinning kernel) fails, saying that it waits on its own
 #          device, and the destroy keeps the slots those copies read mapped; they run once
 #          the kernel ends
+#   failed-copies (simulator, pinned host buffers over cuda_ipc) the same, but a thread ends the kernel
+#          once the communicator reports the failure: the receive must return only after that (a
+#          failed call hands its buffer back, so its copies must have run)
 # every case with streams held by stream memory operations (RINGLET_STREAM_HOLD=memop), order
 # and legacy (STREAM_KERNEL_CASES) also by a spinning kernel (RINGLET_STREAM_HOLD=kernel), and
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
@@ -172,12 +175,29 @@ if [ "$RINGLET_DEVICE" = sim ]; then
             fails=$((fails + 1))
             echo "FAIL: ipc pending-copies: rank 1 did not warn that its copies were still queued at the destroy"
         fi
+        # The failed receive waited for its copies until RINGLET_TIMEOUT (failed-copies below
+        # shows the wait itself), then failed saying they may still write its buffer.
+        if ! grep -q "device copies of failed requests receiving from rank 0 were not finished" "$TMP/err"; then
+            fails=$((fails + 1))
+            echo "FAIL: ipc pending-copies: rank 1 did not warn that its failed receive's copies were not finished"
+        fi
         pending_checks ipc "[0-9]+ device cop(y|ies) out of its CUDA IPC slots (is|are) queued on this rank's device and not finished"
         ;;
     esac
     case " ${RINGLET_TEST_TRANSPORTS:-shm} " in *" shm "*)
         run_case shm pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
         pending_checks shm "this rank's own device copies of its chunks are not finished"
+        ;;
+    esac
+    # A failed call returns once the device copies it queued into its buffer are done.
+    case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
+        run_case ipc failed-copies RINGLET_TRANSPORT=cuda_ipc RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
+        # A posted send or receive that times out says what it waits for, as a collective does.
+        if ! grep -qE "failed-copies: the receive failed .*not done after 5 s \(RINGLET_TIMEOUT\): [0-9]+ device cop(y|ies) out of its CUDA IPC slots" "$TMP/out"; then
+            fails=$((fails + 1))
+            echo "FAIL: ipc failed-copies: rank 1's error does not say that its own device copies were not finished:"
+            grep -m1 "failed-copies: the receive failed" "$TMP/out"
+        fi
         ;;
     esac
 fi
