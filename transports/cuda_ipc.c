@@ -53,6 +53,9 @@
 #include "log.h"
 #include "util.h"
 
+/* This rank aborted the communicator. */
+static int aborted(const ipc_ctx *x) { return x->in.aborted && atomic_load(x->in.aborted); }
+
 /* The first message posted, or NULL. */
 static ipc_op *first_op(const ipc_conn *k) { return (ipc_op *)k->q.head; }
 
@@ -320,10 +323,12 @@ static int busy(const ipc_conn *k) {
  * still queued would read or write the buffer later, in memory the caller may reuse or
  * free at once (PyTorch's caching allocator gives a freed tensor's memory to the next
  * one). So while such copies are under way the requests fail only once they are done
- * (settle_failure, from progress), within RINGLET_TIMEOUT; the connection starts no more. */
+ * (settle_failure, from progress), within RINGLET_TIMEOUT; the connection starts no more.
+ * Not after this rank's abort, which waits for nothing. A device that cannot record or
+ * query the event has failed (a sticky error ends its work): nothing is waited for. */
 void rl_ipc_fail(ipc_conn *k, ringlet_result_t code, const char *why) {
     if (!k->q.head || k->failing) return; /* a failure under way keeps its reason */
-    if (busy(k) && k->drain && !k->ctx->copies_stuck) {
+    if (busy(k) && k->drain && !aborted(k->ctx)) {
         const rl_device_ops *d = k->ctx->d;
         int saved = dev_enter(k);
         int q = d->event_record(k->drain, k->stream);
@@ -340,24 +345,36 @@ void rl_ipc_fail(ipc_conn *k, ringlet_result_t code, const char *why) {
     rl_posted_fail(&k->q, code, why);
 }
 
-void rl_ipc_fail_now(ipc_conn *k, ringlet_result_t code, const char *why) {
-    if (k->failing) code = k->fail_code, why = k->fail_why;
-    rl_posted_fail(&k->q, code, why);
+/* Ends a failure under way with its copies unfinished: says so in the requests' error. */
+static void fail_unfinished(ipc_conn *k, const char *cause) {
+    char why[RL_ERR_MAX];
+    snprintf(why, sizeof why, "%.120s (%s: its device copies may yet %s the buffer)", k->fail_why, cause,
+             k->sending ? "read" : "write");
     k->failing = 0;
+    rl_posted_fail(&k->q, k->fail_code, why);
+}
+
+void rl_ipc_fail_now(ipc_conn *k, ringlet_result_t code, const char *why) {
+    if (k->failing) fail_unfinished(k, "closed at once");
+    else rl_posted_fail(&k->q, code, why);
 }
 
 /* A failure waiting for its copies (rl_ipc_fail): fails the requests once the copies are
- * done, or at the deadline. Copies not done by then are behind device work that does not
- * end (a kernel waiting for something): they are noted stuck (frees wait for them), the
- * requests fail saying that the copies may still use their buffers, and later failures of
- * the context do not wait again. 1 when it failed them. */
+ * done, at once after this rank's abort, or at the deadline: copies not done by then are
+ * behind device work that does not end (a kernel waiting for something), and are noted
+ * stuck (frees wait for them). 1 when it failed them. */
 static int settle_failure(ipc_conn *k) {
     ipc_ctx *x = k->ctx;
     int saved = dev_enter(k);
     int q = x->d->event_query(k->drain);
     dev_leave(k, saved);
     if (q != RL_DEV_NOT_READY) {
-        rl_ipc_fail_now(k, k->fail_code, k->fail_why);
+        k->failing = 0;
+        rl_posted_fail(&k->q, k->fail_code, k->fail_why);
+        return 1;
+    }
+    if (aborted(x)) {
+        fail_unfinished(k, "aborted");
         return 1;
     }
     if (rl_now() <= k->fail_until) return 0;
@@ -365,13 +382,7 @@ static int settle_failure(ipc_conn *k) {
             "(RINGLET_TIMEOUT): the requests fail now, and the copies may yet %s their buffers",
             k->sending ? "sending to" : "receiving from", k->peer, x->in.timeout_s, k->sending ? "read" : "write");
     rl_dev_note_stuck(k->stream);
-    x->copies_stuck = 1;
-    char why[RL_ERR_MAX];
-    snprintf(why, sizeof why,
-             "%.100s (its device copies were still queued after %.0f s (RINGLET_TIMEOUT): they may yet %s the buffer)",
-             k->fail_why, x->in.timeout_s, k->sending ? "read" : "write");
-    k->failing = 0;
-    rl_posted_fail(&k->q, k->fail_code, why);
+    fail_unfinished(k, "unfinished at RINGLET_TIMEOUT");
     return 1;
 }
 

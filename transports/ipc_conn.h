@@ -140,7 +140,6 @@ typedef struct ipc_ctx {
     void *probe; /* a page of device memory peers map once, to see whether they can */
     int has_probe; /* IPC_PROBE_*: exported (else no peer maps this rank's memory), or later */
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
-    int copies_stuck;   /* a failure's copies did not finish by its deadline: later ones do not wait */
     pthread_mutex_t mu;
     ipc_conn *conns;
 } ipc_ctx;

@@ -83,6 +83,9 @@ typedef struct rl_transport_init {
     /* non-zero: the communicator failed or was aborted, so a close waits for no peer
      * (NULL: never) */
     const atomic_int *failed;
+    /* non-zero: this rank aborted the communicator, which waits for nothing, its own
+     * device copies included (NULL: never) */
+    const atomic_int *aborted;
 } rl_transport_init;
 
 typedef struct rl_transport_ops {

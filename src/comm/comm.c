@@ -271,7 +271,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
 
     rl_doorbell_open(c);
     rl_transport_init tin = {rank,           nranks,    &c->stop,  rl_comm_notify,    c, c->timeout_s,
-                             c->secret,      &c->ifaddr, rl_doorbell_peer, c, &c->failed};
+                             c->secret,      &c->ifaddr, rl_doorbell_peer, c, &c->failed, &c->aborted};
     /* Every transport that can run here publishes its blob; TCP must. */
     for (int i = 0; i < RL_TP_MAX && rc == RINGLET_SUCCESS; i++) {
         if (!rl_transports[i]) continue;

@@ -16,6 +16,9 @@
 #include "transport.h"
 
 #define RL_MSG_MAX 512
+/* How long an abort lets what is under way finish (calls leaving, device work ending)
+ * before it goes on without them. */
+#define RL_ABORT_GRACE_S 1.0
 #define RL_BELL_NAME_MAX 64
 
 /* What each rank publishes at bootstrap. Same binary on every rank, so sent as is. */

@@ -91,7 +91,7 @@ const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n) {
 }
 
 void rl_conn_wait_idle(struct ringlet_comm *c) {
-    for (double until = rl_now() + 1.0;;) {
+    for (double until = rl_now() + RL_ABORT_GRACE_S;;) {
         pthread_mutex_lock(&c->q_mu);
         int busy = c->running || atomic_load(&c->waiters);
         pthread_mutex_unlock(&c->q_mu);

@@ -514,10 +514,20 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
 
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err) {
     const rl_device_ops *d = c->dev->d;
-    double t0 = rl_now();
+    double t0 = rl_now(), aborted_at = 0;
     int q;
     while ((q = d->event_query(ev)) == RL_DEV_NOT_READY) {
-        double waited = rl_now() - t0;
+        double now = rl_now(), waited = now - t0;
+        /* An abort does not wait for stuck work (ringlet_comm_abort returns): a second for
+         * work that is merely finishing, whose memory is then freed at once, as after
+         * rl_conn_wait_idle's second for the calls under way. */
+        if (atomic_load(&c->aborted)) {
+            if (!aborted_at) aborted_at = now;
+            if (now - aborted_at > RL_ABORT_GRACE_S) {
+                snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s of the abort", what, RL_ABORT_GRACE_S);
+                return RINGLET_ERR_INVALID_USAGE;
+            }
+        }
         if (waited > c->timeout_s) {
             snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s", what, c->timeout_s);
             return RINGLET_ERR_TIMEOUT;

@@ -72,7 +72,7 @@ static int node_init(node_t *n, int rank, const char *ip, const uint8_t *secret,
     a->sin_family = AF_INET;
     inet_pton(AF_INET, ip, &a->sin_addr);
     atomic_store(&n->stop, 0);
-    rl_transport_init in = {rank, 2, &n->stop, on_notify, NULL, timeout, n->secret, &n->addr, NULL, NULL, NULL};
+    rl_transport_init in = {rank, 2, &n->stop, on_notify, NULL, timeout, n->secret, &n->addr, NULL, NULL, NULL, NULL};
     return T->init(&in, &n->ctx, blob, bloblen, err) == RINGLET_SUCCESS ? 0 : -1;
 }
 

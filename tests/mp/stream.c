@@ -5,7 +5,8 @@
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
  *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|capture
- *          |capture-other|per-thread|pending-copies|failed-copies [--count N]
+ *          |capture-other|per-thread|pending-copies|failed-copies
+ *          |abort-copies [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -97,6 +98,14 @@
  *   caching allocator gives a freed tensor's memory to the next). By construction the
  *   copies cannot run before the release; a library that returns without waiting for them
  *   returns before it (the 50 ms make that show; they change nothing for a correct one).
+ * abort-copies: as pending-copies (one hardware queue held by the program's kernel; device
+ *   buffers, or pinned host buffers where RINGLET_TRANSPORT=cuda_ipc), a small message rank
+ *   1 receives on a thread of its own: its copies cannot run. Once rank 0's send is done
+ *   (and 50 ms more, for rank 1 to take the data: that makes the case bite, nothing else),
+ *   rank 1 aborts the communicator. The abort must return with the copies still queued
+ *   (it waits for nothing; stream.sh runs the case with RINGLET_TIMEOUT=600, so an abort
+ *   that waits for them outlasts the run's limit), and the receive must fail; then rank 1
+ *   ends its kernel, and the copies run.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -751,6 +760,81 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir, 
     DEV(D->host_free((void *)flag));
 }
 
+typedef struct {
+    ringlet_comm_t comm;
+    void *buf;
+    size_t n;
+    ringlet_result_t rc;
+} recv_arg;
+
+static void *recv_main(void *p) {
+    recv_arg *a = p;
+    a->rc = ringlet_recv(a->buf, a->n, RINGLET_UINT32, 0, a->comm, NULL);
+    return NULL;
+}
+
+/* abort-copies (see the top). */
+static void abort_copies_case(ringlet_comm_t comm, const char *dir) {
+    if (D != &rl_device_sim) {
+        printf("stream: rank %d: OK abort-copies: skipped (one hardware queue held: the simulated GPU's)\n", g_rank);
+        ringlet_comm_destroy(comm);
+        return;
+    }
+    enum { N = 4099 }; /* small: it fits the slots or staging whole, so the send ends */
+    const char *tr = getenv("RINGLET_TRANSPORT");
+    int pinned = tr && !strcmp(tr, "cuda_ipc");
+    void *d;
+    rl_dev_stream_t s, spin;
+    volatile uint64_t *flag;
+    if (pinned) DEV(D->host_alloc(&d, N * 4));
+    else DEV(D->mem_alloc(&d, N * 4));
+    DEV(D->host_alloc((void **)&flag, 64)); /* allocations before any hold */
+    *flag = 0;
+    DEV(D->stream_create(&s));
+    DEV(D->stream_create(&spin));
+    ringlet_result_t rc = g_rank == 0 ? ringlet_send(d, N, RINGLET_UINT32, 1, comm, s)
+                                      : ringlet_recv(d, N, RINGLET_UINT32, 0, comm, s);
+    if (rc != RINGLET_SUCCESS) FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("warm-up: %s", ringlet_comm_last_error(comm));
+    char held[4096], sent[4096], finished[4096];
+    snprintf(held, sizeof held, "%s/held", dir);
+    snprintf(sent, sizeof sent, "%s/sent", dir);
+    snprintf(finished, sizeof finished, "%s/finished", dir);
+    if (g_rank == 0) {
+        file_wait(held, 60);
+        if (ringlet_send(d, N, RINGLET_UINT32, 1, comm, NULL) != RINGLET_SUCCESS)
+            FAIL("the send: %s", ringlet_comm_last_error(comm));
+        file_touch(sent);
+        file_wait(finished, 120);
+        ringlet_comm_destroy(comm);
+    } else {
+        if (rl_rt_sim.launch_wait_flag(flag, 1, spin) != RL_RT_SUCCESS)
+            FAIL("the program's own flag wait: %s", rl_rt_sim.error_detail());
+        recv_arg a = {comm, d, N, RINGLET_SUCCESS};
+        pthread_t th;
+        if (pthread_create(&th, NULL, recv_main, &a) != 0) FAIL("cannot start a thread");
+        file_touch(held);
+        file_wait(sent, 60);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        ringlet_comm_abort(comm); /* with the receive's copies queued behind the kernel */
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        if (a.rc == RINGLET_SUCCESS) FAIL("abort-copies: the receive succeeded, though its communicator was aborted");
+        DEV(D->stream_sync(spin));
+        ringlet_comm_destroy(comm);
+        file_touch(finished);
+    }
+    DEV(D->stream_sync(s));
+    printf("stream: rank %d: OK abort-copies: the abort returned with the receive's copies queued\n", g_rank);
+    DEV(D->stream_destroy(spin));
+    DEV(D->stream_destroy(s));
+    if (pinned) DEV(D->host_free(d));
+    else DEV(D->mem_free(d));
+    DEV(D->host_free((void *)flag));
+}
+
 int main(int argc, char **argv) {
     const char *cas = "order", *dir = ".";
     size_t n = 300007;
@@ -760,12 +844,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy"
-                            "|capture|capture-other|per-thread|pending-copies|failed-copies [--count N] [--dir D]\n");
+                            "|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies [--count N] "
+                            "[--dir D]\n");
             return 2;
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int failed_copies = !strcmp(cas, "failed-copies"), pending = failed_copies || !strcmp(cas, "pending-copies");
+    int failed_copies = !strcmp(cas, "failed-copies"), abort_copies = !strcmp(cas, "abort-copies");
+    int pending = failed_copies || abort_copies || !strcmp(cas, "pending-copies");
     if (pending && getenv("RANK") && !strcmp(getenv("RANK"), "0")) {
         /* Only rank 1 shares one hardware queue (rank 0's copies must run). */
         unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
@@ -990,6 +1076,10 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    if (abort_copies) {
+        abort_copies_case(comm, dir);
+        return 0;
+    }
     if (pending) {
         pending_copies_case(comm, n, dir, failed_copies);
         return 0;

@@ -28,6 +28,9 @@
 #          held by the program's own spinning kernel) fails, saying that it waits on its own
 #          device, and the destroy keeps the slots those copies read mapped; they run once
 #          the kernel ends
+#   abort-copies (simulator; ipc and shm, device buffers) an abort with a
+#          receive's copies queued behind the program's kernel returns at once (RINGLET_TIMEOUT=600:
+#          an abort that waits for them outlasts the run's limit); the receive fails
 #   failed-copies (simulator, pinned host buffers over cuda_ipc) the same, but a thread ends the kernel
 #          once the communicator reports the failure: the receive must return only after that (a
 #          failed call hands its buffer back, so its copies must have run)
@@ -198,6 +201,14 @@ if [ "$RINGLET_DEVICE" = sim ]; then
             echo "FAIL: ipc failed-copies: rank 1's error does not say that its own device copies were not finished:"
             grep -m1 "failed-copies: the receive failed" "$TMP/out"
         fi
+        # An abort waits for no device copy (RINGLET_TIMEOUT=600: one that did would outlast
+        # the run's limit): the queued copies out of the CUDA IPC slots here, the staging
+        # streams' copies over shm below.
+        run_case ipc abort-copies RINGLET_TIMEOUT=600 CUDA_DEVICE_MAX_CONNECTIONS=1
+        ;;
+    esac
+    case " ${RINGLET_TEST_TRANSPORTS:-shm} " in *" shm "*)
+        run_case shm abort-copies RINGLET_TIMEOUT=600 CUDA_DEVICE_MAX_CONNECTIONS=1
         ;;
     esac
 fi

@@ -39,7 +39,7 @@ int main(void) {
     in4->sin_family = AF_INET;
     in4->sin_addr.s_addr = htonl(0x7f000001);
     atomic_int stop = 0, failed = 0;
-    rl_transport_init ia = {1, 2, &stop, nop, NULL, 0.5, secret, &lo, NULL, NULL, &failed};
+    rl_transport_init ia = {1, 2, &stop, nop, NULL, 0.5, secret, &lo, NULL, NULL, &failed, NULL};
     rl_transport_init ic = ia;
     ic.rank = 0;
     void *A = NULL, *B = NULL, *C = NULL;
