@@ -193,8 +193,11 @@ ringlet_result_t ringlet_ddp_set_buffer(ringlet_ddp_t ddp, int index, void *data
  * RINGLET_DDP_NO_SYNC pre_forward. */
 ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t ddp, int index, void *grad);
 /* Parameter index got no gradient in this iteration (it was not used by the forward):
- * it contributes the content of grad (NULL: the registered gradient; no gradient at
- * all: zeros). With find_unused_parameters the parameter counts as locally unused. */
+ * it contributes the content of grad, or zeros when grad is NULL; the result goes to grad,
+ * or with NULL to the gradient registered before (create, grad_ready), which must then
+ * still be valid memory: a framework that drops its gradients (PyTorch's
+ * zero_grad(set_to_none=True)) passes memory of its own (the bucket view, zeroed). With
+ * find_unused_parameters the parameter counts as locally unused. */
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *grad);
 /* End of backward: starts the buckets not started yet, waits for all, and leaves the
  * averaged gradients in every parameter's gradient memory. On device memory it does not

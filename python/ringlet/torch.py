@@ -402,10 +402,17 @@ class DistributedDataParallel(torch.nn.Module):
             self._first_hook_time = time.monotonic()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
 
-    def _grad_ptr(self, i):
-        """Where parameter i's gradient is (None: it has none), after putting it in place."""
+    def _grad_ptr(self, i, unused=False):
+        """Where parameter i's gradient is (None: it has none), after putting it in place.
+        unused (grad_unused): a parameter with no gradient contributes zeros from its bucket
+        slot, which also takes the result: ringlet writes the result into the last gradient
+        it was given, which zero_grad(set_to_none=True) freed since."""
         p = self._params[i]
         g = p.grad
+        if g is None and unused:
+            v = self._views[i]
+            v.zero_()
+            return v.data_ptr() if v.numel() else None
         if self.gradient_as_bucket_view:
             v = self._views[i]
             if g is None:
@@ -426,7 +433,7 @@ class DistributedDataParallel(torch.nn.Module):
         for j in sorted(self._unused):
             if not self._ready[j]:
                 self._ready[j] = 1
-                self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j)), "grad_unused")
+                self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j, unused=True)), "grad_unused")
 
     def _on_grad_ready(self, i):
         h = self._ptr()
@@ -460,7 +467,7 @@ class DistributedDataParallel(torch.nn.Module):
                 for j in range(len(self._params)):  # no hook, not found by the graph walk
                     if not self._ready[j]:
                         self._ready[j] = 1
-                        self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j)), "grad_unused")
+                        self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j, unused=True)), "grad_unused")
             except RingletError as e:
                 err = err or e
         rc = _lib.lib.ringlet_ddp_finish(h)

@@ -10,6 +10,10 @@ on every rank, and the DDP object goes on working afterwards where that makes se
   find      find_unused_parameters: a branch unused everywhere keeps .grad None; a branch
             used on the last rank only gets the average (the others contributed zeros) on
             every rank; the other gradients equal torch's own average
+  find-moving  find_unused_parameters, the branch used by one rank, another each iteration,
+            the gradients set to None before each (zero_grad(set_to_none=True), PyTorch 2's
+            default): right averages, and a gradient of an earlier iteration (kept alive
+            here; freed memory in a program that drops it) is never written again
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
 """
 import hashlib
@@ -145,6 +149,38 @@ def main():
             check(rank, case, good, "iteration %d: gradients are the average (a branch used on rank %d only "
                   "included)" % (it, last))
         ddp.close()
+
+    case = "find-moving"
+    base = Branchy(seed=11)
+    ddp = RingletDDP(base, bucket_cap_mb=300 / 2 ** 20, find_unused_parameters=True)
+    kept = []
+    for it in range(3):
+        kept += [(p.grad, p.grad.clone()) for p in base.parameters() if p.grad is not None]
+        for p in ddp.parameters():
+            p.grad = None
+        base.use_sometimes = rank == it % world
+        g = torch.Generator().manual_seed(100 * it + rank)
+        xin = torch.randn(4, 8, generator=g)
+        ddp(xin).sum().backward()
+        stale = sum(1 for grad, was in kept if not torch.equal(grad, was))
+        check(rank, case, stale == 0, "iteration %d: %d gradient(s) of earlier iterations were written" % (it, stale))
+        ref = Branchy(seed=11)
+        ref.load_state_dict(base.state_dict())
+        ref.use_sometimes = base.use_sometimes
+        ref(xin).sum().backward()
+        good = True
+        for (n, p), (_, q) in zip(base.named_parameters(), ref.named_parameters()):
+            if n.startswith("never"):
+                continue
+            mine = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
+            ringlet.all_reduce(mine)
+            mine /= world
+            if p.grad is None or not torch.allclose(p.grad, mine, rtol=1e-5, atol=1e-6):
+                good = False
+                log(rank, "ddp_misuse: %s: %s: grad %s, expected %s" % (case, n, p.grad, mine))
+        check(rank, case, good, "iteration %d: gradients are the average (a branch used on rank %d only)"
+              % (it, it % world))
+    ddp.close()
 
     ringlet.destroy()
     log(rank, "ddp_misuse:", "PASS" if not failures else "FAIL (%s)" % ", ".join(failures))
