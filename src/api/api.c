@@ -202,7 +202,19 @@ static int post_here(struct ringlet_comm *c, struct ringlet_request *r, int wait
     return 1;
 }
 
+static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now);
+
+/* A call under way counts as a waiter (rl_conn_wait_idle): an abort from another thread
+ * lets it leave before it tears the communicator down. */
 static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
+    if (!c) return submit_counted(c, a, out, waits_now); /* refused there */
+    atomic_fetch_add(&c->waiters, 1);
+    ringlet_result_t rc = submit_counted(c, a, out, waits_now);
+    atomic_fetch_sub(&c->waiters, 1);
+    return rc;
+}
+
+static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
     if (rc) return rc;
@@ -469,6 +481,8 @@ ringlet_result_t ringlet_group_end(void) {
     int n = t_group.n;
     t_group.ops = NULL;
     t_group.n = t_group.cap = 0;
+    /* Each call counts as a waiter on its communicator until the end (submit). */
+    for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].c->waiters, 1);
     /* Per communicator, in the order of their first call; every submission before any
      * wait, so that ranks of one process (several communicators) progress together. */
     connect_early(ops, n);
@@ -503,6 +517,7 @@ ringlet_result_t ringlet_group_end(void) {
         ringlet_result_t rc = ringlet_wait(&waits[i]);
         if (rc && !first) first = rc;
     }
+    for (int i = 0; i < n; i++) atomic_fetch_sub(&ops[i].c->waiters, 1);
     free(waits);
     free(mine);
     free(held);

@@ -467,17 +467,24 @@ ringlet_result_t rl_devcomm_sync(struct ringlet_comm *c, void *const *streams, i
     if (!wait) return RINGLET_SUCCESS;
     /* The progress thread sets the flag once the operation's device work is done, failed
      * or not, and rings the communicator's bell; a communicator that failed still gets the
-     * time of one deadline to get there. */
+     * time of one deadline to get there. An abort (from another thread) ends the wait at
+     * once: it tears the communicator down, its bell and flag included, once its waiters
+     * (counted, as ringlet_wait's) left (rl_conn_wait_idle). */
     double failed_at = 0;
+    atomic_fetch_add(&c->waiters, 1);
     for (;;) {
         unsigned gen = rl_comm_gen(c);
         if ((int64_t)(__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) - seq) >= 0) break;
+        if (atomic_load(&c->aborted)) break;
         if (!failed_at && atomic_load(&c->failed)) failed_at = rl_now();
-        if (failed_at && rl_now() - failed_at > c->timeout_s)
+        if (failed_at && rl_now() - failed_at > c->timeout_s) {
+            atomic_fetch_sub(&c->waiters, 1);
             return snprintf(err, RL_MSG_MAX, "the communicator failed and the call's operation did not end within "
                             "%.0f s", c->timeout_s), RINGLET_ERR_TIMEOUT;
+        }
         rl_comm_wait_event(c, gen, 10);
     }
+    atomic_fetch_sub(&c->waiters, 1);
     if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
     char why[RL_MSG_MAX];
     ringlet_result_t code = rl_comm_failure(c, why, sizeof why);

@@ -245,6 +245,12 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
         return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;
     pthread_mutex_lock(&c->q_mu);
+    if (c->q_quit) {
+        /* Aborted (from another thread) while this call prepared: no thread would run it. */
+        pthread_mutex_unlock(&c->q_mu);
+        if (holds) rl_dev_hold_end();
+        return snprintf(err, RL_MSG_MAX, "the communicator was aborted"), RINGLET_ERR_INVALID_USAGE;
+    }
     r->seq = ++c->seq;
     if (r->seq_out) *r->seq_out = r->seq;
     if (r->stream) {

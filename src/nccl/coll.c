@@ -3,6 +3,7 @@
  * non-blocking communicator a call outside a group is issued as ringlet's non-blocking
  * form and returns ncclInProgress; ncclCommGetAsyncError follows it. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
@@ -23,10 +24,18 @@ typedef struct {
     int root; /* or the peer */
 } call_t;
 
-static ncclResult_t datatype(struct ncclComm *c, const char *fn, ncclDataType_t d, ringlet_datatype_t *out) {
-    if (d == ncclFloat8e4m3 || d == ncclFloat8e5m2)
-        return shim_fail(c, ncclInvalidArgument, "%s: datatype %d (float8 %s) is not supported by ringlet", fn, (int)d,
-                         d == ncclFloat8e4m3 ? "e4m3" : "e5m2");
+/* reduces: the call combines values (all-reduce, reduce, reduce-scatter, a pre-multiplied
+ * sum). float8 is moved as bytes by the calls that only move data (FSDP's float8
+ * all-gathers); ringlet has no float8 arithmetic, so a reduction of it is refused. */
+static ncclResult_t datatype(struct ncclComm *c, const char *fn, ncclDataType_t d, int reduces,
+                             ringlet_datatype_t *out) {
+    if (d == ncclFloat8e4m3 || d == ncclFloat8e5m2) {
+        if (!reduces) return *out = RINGLET_UINT8, ncclSuccess;
+        return shim_fail(c, ncclInvalidArgument,
+                         "%s: datatype %d (float8 %s): ringlet moves float8 data but has no float8 arithmetic "
+                         "(reductions of it are not supported)",
+                         fn, (int)d, d == ncclFloat8e4m3 ? "e4m3" : "e5m2");
+    }
     if ((int)d < 0 || (int)d >= (int)RINGLET_NUM_DATATYPES)
         return shim_fail(c, ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t", fn, (int)d);
     *out = (ringlet_datatype_t)d; /* the same values, ncclInt8 .. ncclBfloat16 */
@@ -70,15 +79,49 @@ static ringlet_result_t run(const call_t *a, ringlet_datatype_t d, ringlet_comm_
     return RINGLET_ERR_INTERNAL;
 }
 
+/* The communicators this thread's open group has calls on, entered (shim_enter) until its
+ * ncclGroupEnd ran them: an abort from another thread meanwhile leaves their end to it. */
+static _Thread_local struct {
+    struct ncclComm **c;
+    int n, cap;
+} t_group_comms;
+
+static ncclResult_t group_enter(struct ncclComm *c, const char *fn) {
+    if (t_group_comms.n == t_group_comms.cap) {
+        int cap = t_group_comms.cap ? 2 * t_group_comms.cap : 16;
+        struct ncclComm **m = realloc(t_group_comms.c, sizeof *m * (size_t)cap);
+        if (!m) return shim_fail(c, ncclSystemError, "%s: out of memory", fn);
+        t_group_comms.c = m;
+        t_group_comms.cap = cap;
+    }
+    ncclResult_t rc = shim_enter(c, fn);
+    if (!rc) t_group_comms.c[t_group_comms.n++] = c;
+    return rc;
+}
+
+static void group_leave_all(void) {
+    for (int i = 0; i < t_group_comms.n; i++) shim_leave(t_group_comms.c[i]);
+    free(t_group_comms.c); /* a thread's list would outlive it */
+    t_group_comms.c = NULL;
+    t_group_comms.n = t_group_comms.cap = 0;
+}
+
 static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
     ringlet_datatype_t d;
     ncclResult_t rc = shim_ready(c, a->fn);
-    if (rc || (rc = datatype(c, a->fn, a->dtype, &d))) return rc;
+    int reduces = a->kind == K_ALLREDUCE || a->kind == K_REDUCE || a->kind == K_REDUCE_SCATTER;
+    if (rc || (rc = datatype(c, a->fn, a->dtype, reduces, &d))) return rc;
     void *st = stream ? (void *)stream : RINGLET_STREAM_DEFAULT;
-    if (c->blocking || t_group_depth) return shim_check(c, run(a, d, c->rc, st, NULL));
+    if (t_group_depth) {
+        if (!(rc = group_enter(c, a->fn))) rc = shim_check(c, run(a, d, c->rc, st, NULL));
+        return rc;
+    }
+    if ((rc = shim_enter(c, a->fn))) return rc;
     ringlet_request_t q = NULL;
-    if ((rc = shim_check(c, run(a, d, c->rc, st, &q)))) return rc;
-    return shim_track(c, q);
+    if (c->blocking) rc = shim_check(c, run(a, d, c->rc, st, NULL));
+    else if (!(rc = shim_check(c, run(a, d, c->rc, st, &q)))) rc = shim_track(c, q);
+    shim_leave(c);
+    return rc;
 }
 
 #define ISSUE(comm, stream, ...) issue(comm, &(call_t){__VA_ARGS__}, stream)
@@ -134,6 +177,7 @@ ncclResult_t ncclGroupEnd(void) {
     if (!t_group_depth) return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart before it");
     ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
     ncclResult_t rc = shim_check(NULL, ringlet_group_end());
+    if (!t_group_depth) group_leave_all();
     return inits != ncclSuccess && inits != ncclInProgress ? inits : rc != ncclSuccess ? rc : inits;
 }
 
@@ -148,7 +192,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
                                       ncclComm_t c) {
     ringlet_datatype_t rd;
     ncclResult_t rc = shim_ready(c, "ncclRedOpCreatePreMulSum");
-    if (rc || (rc = datatype(c, "ncclRedOpCreatePreMulSum", d, &rd))) return rc;
+    if (rc || (rc = datatype(c, "ncclRedOpCreatePreMulSum", d, 1, &rd))) return rc;
     if (!op) return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
     if (res != ncclScalarDevice && res != ncclScalarHostImmediate)
         return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d", (int)res);

@@ -13,6 +13,16 @@
 #include "shim.h"
 
 static _Thread_local char t_err[SHIM_MSG_MAX];
+/* The process's last error, as NCCL's ncclGetLastError(NULL) answers from any thread
+ * (PyTorch's watchdog asks from its own after ncclCommGetAsyncError). */
+static char g_last_err[SHIM_MSG_MAX];
+static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void note_last(const char *msg) {
+    pthread_mutex_lock(&g_last_mu);
+    snprintf(g_last_err, sizeof g_last_err, "%s", msg);
+    pthread_mutex_unlock(&g_last_mu);
+}
 static void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- results and messages ---- */
@@ -36,6 +46,7 @@ ncclResult_t shim_fail(struct ncclComm *c, ncclResult_t code, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(t_err, sizeof t_err, fmt, ap);
     va_end(ap);
+    note_last(t_err);
     if (c) {
         pthread_mutex_lock(&c->mu);
         snprintf(c->err, sizeof c->err, "%s", t_err);
@@ -109,9 +120,22 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 
+/* comm's last error where it has one, else the process's; a copy for this thread (the
+ * others may write both meanwhile). */
 const char *ncclGetLastError(ncclComm_t c) {
-    if (c && c->magic == SHIM_MAGIC && c->err[0]) return c->err;
-    return t_err;
+    static _Thread_local char copy[SHIM_MSG_MAX];
+    copy[0] = 0;
+    if (c && c->magic == SHIM_MAGIC) {
+        pthread_mutex_lock(&c->mu);
+        snprintf(copy, sizeof copy, "%s", c->err);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (!copy[0]) {
+        pthread_mutex_lock(&g_last_mu);
+        snprintf(copy, sizeof copy, "%s", g_last_err);
+        pthread_mutex_unlock(&g_last_mu);
+    }
+    return copy;
 }
 
 void ncclResetDebugInit(void) {}
@@ -615,7 +639,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
     uint64_t ckey = child_key(comm, color);
     ringlet_comm_t nrc = NULL;
-    if ((rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc)))) return rc;
+    if ((rc = shim_enter(comm, "ncclCommSplit"))) return rc;
+    rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc));
+    shim_leave(comm); /* comm is not used below: an abort may have ended it */
+    if (rc) return rc;
     if (!nrc) return ncclSuccess;
     int n = 0, r = 0;
     ringlet_comm_size(nrc, &n);
@@ -624,7 +651,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (!c) {
         ringlet_comm_abort(nrc);
         ringlet_comm_destroy(nrc);
-        return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
+        return shim_fail(NULL, ncclSystemError, "ncclCommSplit: out of memory");
     }
     c->rc = nrc;
     c->key = ckey;
@@ -635,9 +662,9 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     ncclResult_t rc = shim_ready(comm, "ncclCommFinalize");
-    if (rc) return rc;
-    if ((rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) return rc;
-    rc = shim_poll(comm);
+    if (rc || (rc = shim_enter(comm, "ncclCommFinalize"))) return rc;
+    if (!(rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) rc = shim_poll(comm);
+    shim_leave(comm);
     return rc == ncclInProgress ? ncclSuccess : rc; /* finalize waited: nothing still runs */
 }
 
@@ -666,20 +693,43 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return rc;
 }
 
+/* The end of an aborted handle: ringlet's abort keeps its communicator answering errors
+ * until destroy frees it; the NCCL handle is gone after abort, so both (destroy of an
+ * aborted communicator waits for nobody). */
+static void abort_end(struct ncclComm *c) {
+    if (c->rc) ringlet_comm_destroy(c->rc);
+    c->rc = NULL;
+    release_handle(c);
+}
+
+ncclResult_t shim_enter(struct ncclComm *c, const char *fn) {
+    pthread_mutex_lock(&c->mu);
+    int doomed = c->doomed;
+    if (!doomed) c->calls++;
+    pthread_mutex_unlock(&c->mu);
+    return doomed ? shim_fail(NULL, ncclInvalidUsage, "%s: the communicator was aborted", fn) : ncclSuccess;
+}
+
+void shim_leave(struct ncclComm *c) {
+    pthread_mutex_lock(&c->mu);
+    int last = --c->calls == 0 && c->doomed;
+    pthread_mutex_unlock(&c->mu);
+    if (last) abort_end(c);
+}
+
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     /* An init still running stops within about 100 ms (NCCL's own abort may wait for it). */
     if (comm && comm->magic == SHIM_MAGIC) ringlet_stop_token_fire(comm->init_stop);
     ncclResult_t rc = comm_settle(comm, "ncclCommAbort");
     if (rc) return rc;
-    if (comm->rc) {
-        /* ringlet's abort keeps the handle answering errors until destroy frees it; the
-         * NCCL handle is gone after abort, so both here (destroy of an aborted
-         * communicator waits for nobody). */
-        ringlet_comm_abort(comm->rc);
-        ringlet_comm_destroy(comm->rc);
-    }
-    comm->rc = NULL;
-    release_handle(comm);
+    /* The calls under way return (ringlet's abort may come from any thread); the last to
+     * leave ends the handle, which they still use until they return. */
+    if (comm->rc) ringlet_comm_abort(comm->rc);
+    pthread_mutex_lock(&comm->mu);
+    int busy = comm->doomed || comm->calls > 0;
+    comm->doomed = 1;
+    pthread_mutex_unlock(&comm->mu);
+    if (!busy) abort_end(comm);
     return ncclSuccess;
 }
 
@@ -712,6 +762,7 @@ ncclResult_t shim_poll(struct ncclComm *c) {
         } else if (rc && c->async == ncclSuccess) {
             c->async = shim_result(rc);
             snprintf(c->err, sizeof c->err, "%s", ringlet_comm_last_error(NULL));
+            note_last(c->err);
         }
     }
     c->npending = k;
@@ -742,6 +793,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
             rc = shim_result(a);
             pthread_mutex_lock(&comm->mu);
             snprintf(comm->err, sizeof comm->err, "%s", ringlet_comm_last_error(comm->rc));
+            note_last(comm->err);
             pthread_mutex_unlock(&comm->mu);
         }
     }

@@ -152,8 +152,8 @@ typedef enum {
     ncclFloat64 = 8,
     ncclDouble = 8,
     ncclBfloat16 = 9,
-    ncclFloat8e4m3 = 10, /* refused by ringlet */
-    ncclFloat8e5m2 = 11, /* refused by ringlet */
+    ncclFloat8e4m3 = 10, /* moved as bytes by ringlet; its reductions are refused */
+    ncclFloat8e5m2 = 11, /* moved as bytes by ringlet; its reductions are refused */
     ncclNumTypes = 12
 } ncclDataType_t;
 

@@ -44,6 +44,9 @@ struct ncclComm {
     /* Made inside a group whose ncclGroupEnd has not finished: destroy and abort leave the
      * freeing to it (release_later). Both under the layer's group lock. */
     int group_held, release_later;
+    /* Calls under way on the handle (shim_enter), and doomed: aborted while some were, so
+     * that the last of them to leave ends it (under mu). */
+    int calls, doomed;
     char err[SHIM_MSG_MAX];
 };
 #define SHIM_MAGIC 0x6e63636cu
@@ -52,6 +55,11 @@ struct ncclComm {
 ncclResult_t shim_result(ringlet_result_t rc);
 /* Records a failure message for ncclGetLastError (comm's and the thread's); returns code. */
 ncclResult_t shim_fail(struct ncclComm *c, ncclResult_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A call that uses c's ringlet communicator: ncclCommAbort, which PyTorch's watchdog
+ * calls from its own thread while a call waits, ends the communicator only once the calls
+ * under way left. shim_enter: 0 (with the error recorded) when c was aborted already. */
+ncclResult_t shim_enter(struct ncclComm *c, const char *fn);
+void shim_leave(struct ncclComm *c);
 /* After a ringlet call: its result, its message recorded on failure. */
 ncclResult_t shim_check(struct ncclComm *c, ringlet_result_t rc);
 /* A live communicator whose init is over (joined), or an error (fn names the call). */

@@ -3,7 +3,7 @@
 # linked to its libnccl.so.2) through ringlet-run: every case at P = 1..4 on host memory
 # and on device memory over the device layer's backend RINGLET_TEST_DEVICE (default sim,
 # with RINGLET_SIM_JITTER=100 so that a missing stream wait shows); a peer that aborts
-# (P = 2, 3); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
+# (P = 2, 3); an abort from another thread while a call waits (P = 2); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
 # of them sharing one); two ranks per process made and driven by one thread through groups
 # (P = 2, and on the simulator P = 3 over 2 devices); host memory again at P = 2 with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
@@ -48,6 +48,7 @@ for mem in host device; do
     fi
     for P in 1 2 3 4; do one "$mem all P=$P" "$P" --case all --memory $mem; done
     for P in 2 3; do one "$mem fault P=$P" "$P" --case fault --memory $mem; done
+    one "$mem abort during a call P=2" 2 --case abortcall --memory $mem
     if [ $mem = device ] && [ "$RINGLET_DEVICE" = sim ]; then
         RINGLET_SIM_DEVICES=2 one "$mem initall (3 ranks, 2 devices)" 0 --case initall --memory $mem
         one "$mem pairs P=2 (2 ranks per process, one device)" 2 --case pairs --memory $mem

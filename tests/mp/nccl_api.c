@@ -5,7 +5,8 @@
  * read through the device layer; calls use stream 0. Random inputs (small integers, so
  * that every float result is exact); every result is checked byte for byte.
  *
- *   nccl_api --case all|fault|initall|pairs [--memory host|device] [--count N] [--dir D]
+ *   nccl_api --case all|fault|abortcall|initall|pairs|abortinit [--memory host|device] [--count N]
+ *            [--dir D]
  *
  *   all      a non-blocking communicator (init polled through ncclCommGetAsyncError) and
  *            a blocking one from ncclCommSplit: all-reduce in every datatype with sum,
@@ -18,7 +19,14 @@
  *            from the communicator, ncclDevCommCreate refused); finalize, destroy.
  *   fault    rank 1 aborts while the others call (rank 2 only once it saw rank 1 gone):
  *            their non-blocking all-reduce ends in ncclRemoteError through ncclCommGetAsyncError, their blocking one returns it,
- *            and ncclGetLastError names rank 1.
+ *            and ncclGetLastError names rank 1, for the communicator and, from another
+ *            thread, for the process (ncclGetLastError(NULL), as PyTorch's watchdog asks).
+ *   abortcall (2 ranks) on rank 0, a thread waits in a blocking all-reduce rank 1 never
+ *            joins, then in a grouped one (waiting in ncclGroupEnd), and the main thread
+ *            aborts the communicator meanwhile (as PyTorch's watchdog does): the abort
+ *            returns, the call returns an error, and nothing is used after it was freed
+ *            (the sanitizer builds see that; the main thread waits 200 ms for the call to
+ *            be under way, which only makes the case bite).
  *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
  *            destroyed one by one.
  *   pairs    two ranks per process, both made by one thread (ncclCommInitRank in a
@@ -34,6 +42,7 @@
  * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <stdint.h>
@@ -423,6 +432,30 @@ static void test_premul(ncclComm_t c, int blocking) {
     }
 }
 
+/* float8 (blocking c): moved as bytes by an all-gather and a broadcast, bit for bit,
+ * every byte value included; reduced: refused (the refusals below). */
+static void test_float8(ncclComm_t c) {
+    enum { M = 256 };
+    size_t P = (size_t)g_P;
+    uint8_t h[M], *want = malloc(M * P), *got = malloc(M * P);
+    void *sb = balloc(M), *rb = balloc(M * P);
+    for (int t = 0; t < 2; t++) {
+        ncclDataType_t dt = t ? ncclFloat8e5m2 : ncclFloat8e4m3;
+        for (size_t q = 0; q < P; q++)
+            for (size_t i = 0; i < M; i++) want[q * M + i] = (uint8_t)(i * 7 + q * 31 + (size_t)t);
+        memcpy(h, want + (size_t)g_rank * M, M);
+        put(sb, h, M);
+        OK(ncclAllGather(sb, rb, M, dt, c, NULL));
+        get(got, rb, M * P);
+        check_bytes("float8 allgather", got, want, M * P, 1);
+        OK(ncclBroadcast(sb, rb, M, dt, 0, c, NULL));
+        get(got, rb, M);
+        check_bytes("float8 broadcast", got, want, M, 1);
+    }
+    bfree(sb), bfree(rb);
+    free(want), free(got);
+}
+
 static void test_refusals(ncclComm_t c) {
     void *b = balloc(64);
     EXPECT(ncclAllReduce(b, b, 4, ncclFloat8e4m3, ncclSum, c, NULL), ncclInvalidArgument, -1);
@@ -545,9 +578,71 @@ static void case_all(ncclComm_t c) {
     test_split(c);
     test_premul(c, 0);
     test_premul(b, 1);
+    test_float8(b);
     test_refusals(b);
     OK(ncclCommFinalize(b));
     OK(ncclCommDestroy(b));
+}
+
+enum { SEEN_MAX = 1024 };
+
+static void *last_error_main(void *p) {
+    snprintf((char *)p, SEEN_MAX, "%s", ncclGetLastError(NULL));
+    return NULL;
+}
+
+typedef struct {
+    ncclComm_t c;
+    void *buf;
+    int grouped;
+    ncclResult_t rc;
+} call_arg;
+
+static void *abortcall_main(void *p) {
+    call_arg *a = p;
+    if (a->grouped) {
+        ncclResult_t s = ncclGroupStart(), r = ncclAllReduce(a->buf, a->buf, 1024, ncclFloat32, ncclSum, a->c, NULL);
+        ncclResult_t e = ncclGroupEnd();
+        a->rc = s ? s : r ? r : e;
+    } else {
+        a->rc = ncclAllReduce(a->buf, a->buf, 1024, ncclFloat32, ncclSum, a->c, NULL);
+    }
+    return NULL;
+}
+
+/* abortcall (see the top). */
+static void case_abortcall(ncclComm_t c) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    ncclComm_t b[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) OK(ncclCommSplit(c, 0, g_rank, &b[k], &cfg));
+    char path[600];
+    snprintf(path, sizeof path, "%s/aborted", g_dir);
+    if (g_rank == 1) {
+        for (double t0 = now(); access(path, F_OK) != 0 && now() - t0 < 120;) usleep(1000);
+        for (int k = 0; k < 2; k++) OK(ncclCommAbort(b[k]));
+        OK(ncclCommAbort(c));
+        return;
+    }
+    void *buf = balloc(4096);
+    for (int k = 0; k < 2; k++) {
+        call_arg a = {b[k], buf, k, ncclSuccess};
+        pthread_t th;
+        if (pthread_create(&th, NULL, abortcall_main, &a) != 0) {
+            FAIL("cannot start a thread");
+            break;
+        }
+        usleep(200 * 1000);
+        OK(ncclCommAbort(b[k]));
+        pthread_join(th, NULL);
+        g_checks++;
+        if (a.rc == ncclSuccess || a.rc == ncclInProgress)
+            FAIL("%s all-reduce whose communicator was aborted returned %d", k ? "a grouped" : "an", (int)a.rc);
+    }
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    bfree(buf);
+    OK(ncclCommAbort(c));
 }
 
 static void case_fault(ncclComm_t c) {
@@ -603,6 +698,11 @@ static void case_fault(ncclComm_t c) {
     if (a != ncclRemoteError) FAIL("blocking communicator's async error is %d after rank 1 left", (int)a);
     g_checks++;
     if (!strstr(ncclGetLastError(b), "rank 1")) FAIL("error does not name rank 1: %s", ncclGetLastError(b));
+    char seen[SEEN_MAX] = "";
+    pthread_t th;
+    if (pthread_create(&th, NULL, last_error_main, seen) == 0) pthread_join(th, NULL);
+    g_checks++;
+    if (!strstr(seen, "rank 1")) FAIL("ncclGetLastError(NULL) on another thread does not name rank 1: \"%s\"", seen);
     bfree(buf);
     OK(ncclCommAbort(b));
     OK(ncclCommAbort(c));
@@ -882,7 +982,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) g_dir = dir = argv[++i];
-        else return fprintf(stderr, "usage: nccl_api --case all|fault|initall|pairs|abortinit [--memory host|device] [--count N] [--dir D]\n"), 2;
+        else return fprintf(stderr, "usage: nccl_api --case all|fault|abortcall|initall|pairs|abortinit [--memory host|device] "
+                              "[--count N] [--dir D]\n"), 2;
     }
     if (device && !(D = rl_device())) {
         printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
@@ -930,6 +1031,9 @@ int main(int argc, char **argv) {
         if (!strcmp(cas, "fault")) {
             if (g_P < 2) return printf("FAIL: --case fault needs 2 ranks\n"), 1;
             case_fault(c);
+        } else if (!strcmp(cas, "abortcall")) {
+            if (g_P != 2) return printf("FAIL: --case abortcall needs 2 ranks\n"), 1;
+            case_abortcall(c);
         } else {
             case_all(c);
             OK(ncclCommFinalize(c));
