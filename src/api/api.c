@@ -573,9 +573,14 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
             if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
         }
     }
+    /* Counted from the submission to the end of the wait: an abort from another thread
+     * finds no gap between the two to tear the communicator down in (submit). */
+    if (c) atomic_fetch_add(&c->waiters, 1);
     ringlet_request_t r;
     ringlet_result_t rc = submit(c, a, &r, 1);
-    return rc ? rc : ringlet_wait(&r);
+    if (!rc) rc = ringlet_wait(&r);
+    if (c) atomic_fetch_sub(&c->waiters, 1);
+    return rc;
 }
 
 static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, ringlet_request_t *req) {

@@ -475,7 +475,11 @@ ringlet_result_t rl_devcomm_sync(struct ringlet_comm *c, void *const *streams, i
     for (;;) {
         unsigned gen = rl_comm_gen(c);
         if ((int64_t)(__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) - seq) >= 0) break;
-        if (atomic_load(&c->aborted)) break;
+        if (atomic_load(&c->aborted)) {
+            /* Said here: the abort marks the communicator failed only after this flag. */
+            atomic_fetch_sub(&c->waiters, 1);
+            return snprintf(err, RL_MSG_MAX, "the communicator was aborted"), RINGLET_ERR_INVALID_USAGE;
+        }
         if (!failed_at && atomic_load(&c->failed)) failed_at = rl_now();
         if (failed_at && rl_now() - failed_at > c->timeout_s) {
             atomic_fetch_sub(&c->waiters, 1);

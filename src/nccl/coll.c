@@ -86,7 +86,7 @@ static _Thread_local struct {
     int n, cap;
 } t_group_comms;
 
-static ncclResult_t group_enter(struct ncclComm *c, const char *fn) {
+ncclResult_t shim_group_enter(struct ncclComm *c, const char *fn) {
     if (t_group_comms.n == t_group_comms.cap) {
         int cap = t_group_comms.cap ? 2 * t_group_comms.cap : 16;
         struct ncclComm **m = realloc(t_group_comms.c, sizeof *m * (size_t)cap);
@@ -107,20 +107,20 @@ static void group_leave_all(void) {
 }
 
 static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
+    /* Entered before shim_ready, which may wait for a non-blocking init: an abort meanwhile
+     * leaves the handle's end to this call. A grouped call stays entered until ncclGroupEnd. */
+    int grouped = t_group_depth > 0;
+    ncclResult_t rc = grouped ? shim_group_enter(c, a->fn) : shim_enter(c, a->fn);
+    if (rc) return rc;
     ringlet_datatype_t d;
-    ncclResult_t rc = shim_ready(c, a->fn);
     int reduces = a->kind == K_ALLREDUCE || a->kind == K_REDUCE || a->kind == K_REDUCE_SCATTER;
-    if (rc || (rc = datatype(c, a->fn, a->dtype, reduces, &d))) return rc;
-    void *st = stream ? (void *)stream : RINGLET_STREAM_DEFAULT;
-    if (t_group_depth) {
-        if (!(rc = group_enter(c, a->fn))) rc = shim_check(c, run(a, d, c->rc, st, NULL));
-        return rc;
+    if (!(rc = shim_ready(c, a->fn)) && !(rc = datatype(c, a->fn, a->dtype, reduces, &d))) {
+        void *st = stream ? (void *)stream : RINGLET_STREAM_DEFAULT;
+        ringlet_request_t q = NULL;
+        if (grouped || c->blocking) rc = shim_check(c, run(a, d, c->rc, st, NULL));
+        else if (!(rc = shim_check(c, run(a, d, c->rc, st, &q)))) rc = shim_track(c, q);
     }
-    if ((rc = shim_enter(c, a->fn))) return rc;
-    ringlet_request_t q = NULL;
-    if (c->blocking) rc = shim_check(c, run(a, d, c->rc, st, NULL));
-    else if (!(rc = shim_check(c, run(a, d, c->rc, st, &q)))) rc = shim_track(c, q);
-    shim_leave(c);
+    if (!grouped) shim_leave(c);
     return rc;
 }
 

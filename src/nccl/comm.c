@@ -604,6 +604,9 @@ static void *split_thread(void *p) {
  * stand-in). ncclGroupEnd waits for it, blocking or not, before the group's calls run
  * (they may use the parent too). */
 static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, int blocking, ncclComm_t *newcomm) {
+    /* The split's thread uses the parent until ncclGroupEnd joined it: held till then. */
+    ncclResult_t rc = shim_group_enter(comm, "ncclCommSplit");
+    if (rc) return rc;
     struct ncclComm *c = comm_new(-1, -1, blocking);
     split_arg *a = calloc(1, sizeof *a);
     if (!c || !a || group_init_add(c)) {
@@ -682,6 +685,12 @@ static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
+    pthread_mutex_lock(&comm->mu);
+    int doomed = comm->doomed;
+    pthread_mutex_unlock(&comm->mu);
+    if (doomed)
+        return shim_fail(NULL, ncclInvalidUsage, "ncclCommDestroy: the communicator was aborted (its calls still under "
+                                                 "way end it)");
     if (set_of(comm)) {
         set_release(comm);
         return ncclSuccess;
@@ -703,6 +712,10 @@ static void abort_end(struct ncclComm *c) {
 }
 
 ncclResult_t shim_enter(struct ncclComm *c, const char *fn) {
+    if (!c || c->magic != SHIM_MAGIC || shim_fork_generation() != c->fork_gen) {
+        ncclResult_t rc = shim_ready(c, fn); /* refuses it, saying why (nothing of c touched) */
+        return rc ? rc : ncclInternalError;
+    }
     pthread_mutex_lock(&c->mu);
     int doomed = c->doomed;
     if (!doomed) c->calls++;

@@ -60,6 +60,9 @@ ncclResult_t shim_fail(struct ncclComm *c, ncclResult_t code, const char *fmt, .
  * under way left. shim_enter: 0 (with the error recorded) when c was aborted already. */
 ncclResult_t shim_enter(struct ncclComm *c, const char *fn);
 void shim_leave(struct ncclComm *c);
+/* shim_enter for a call inside a group: left by the outermost ncclGroupEnd, once the
+ * group's calls (and splits) ran. */
+ncclResult_t shim_group_enter(struct ncclComm *c, const char *fn);
 /* After a ringlet call: its result, its message recorded on failure. */
 ncclResult_t shim_check(struct ncclComm *c, ringlet_result_t rc);
 /* A live communicator whose init is over (joined), or an error (fn names the call). */
