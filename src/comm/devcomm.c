@@ -619,8 +619,16 @@ int rl_devcomm_device(struct ringlet_comm *c) {
 /* ---- teardown ---- */
 
 void rl_devcomm_release_all(struct ringlet_comm *c) {
+    /* Under the locks: an abort comes from another thread, maybe while a call makes the
+     * state or the flag. */
+    pthread_mutex_lock(&g_create_mu);
     struct rl_devcomm *s = c->dev;
-    if (s && s->flag) __atomic_store_n(s->flag, RL_DEVCOMM_RELEASE_ALL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_create_mu);
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    volatile uint64_t *flag = s->flag;
+    pthread_mutex_unlock(&s->mu);
+    if (flag) __atomic_store_n(flag, RL_DEVCOMM_RELEASE_ALL, __ATOMIC_RELEASE);
 }
 
 /* Enters the communicator's device (that of its streams and memory; with host buffers
