@@ -64,6 +64,26 @@ class Branchy(torch.nn.Module):
         return self.head(h)
 
 
+def averaged(rank, world, case, base, seed, xin):
+    """Whether base's gradients (but the branch unused everywhere) are the average of each
+    rank's own, computed by hand on a copy of the module (made with seed) run on xin."""
+    ref = Branchy(seed=seed)
+    ref.load_state_dict(base.state_dict())
+    ref.use_sometimes = base.use_sometimes
+    ref(xin).sum().backward()
+    good = True
+    for (n, p), (_, q) in zip(base.named_parameters(), ref.named_parameters()):
+        if n.startswith("never"):
+            continue
+        mine = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
+        ringlet.all_reduce(mine)
+        mine /= world
+        if p.grad is None or not torch.allclose(p.grad, mine, rtol=1e-5, atol=1e-6):
+            good = False
+            log(rank, "ddp_misuse: %s: %s: grad %s, expected %s" % (case, n, p.grad, mine))
+    return good
+
+
 def main():
     rank, world = rank_world()
     setup_threads()
@@ -131,23 +151,8 @@ def main():
             ddp(xin).sum().backward()
             check(rank, case, base.never.weight.grad is None,
                   "iteration %d: a parameter unused everywhere keeps no gradient" % it)
-            # reference: each rank's own gradient, averaged by hand
-            ref = Branchy(seed=7)
-            ref.load_state_dict(base.state_dict())
-            ref.use_sometimes = rank == last
-            ref(xin).sum().backward()
-            good = True
-            for (n, p), (_, q) in zip(base.named_parameters(), ref.named_parameters()):
-                if n.startswith("never"):
-                    continue
-                mine = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
-                ringlet.all_reduce(mine)
-                mine /= world
-                if p.grad is None or not torch.allclose(p.grad, mine, rtol=1e-5, atol=1e-6):
-                    good = False
-                    log(rank, "ddp_misuse: %s: %s: grad %s, expected %s" % (case, n, p.grad, mine))
-            check(rank, case, good, "iteration %d: gradients are the average (a branch used on rank %d only "
-                  "included)" % (it, last))
+            check(rank, case, averaged(rank, world, case, base, 7, xin),
+                  "iteration %d: gradients are the average (a branch used on rank %d only included)" % (it, last))
         ddp.close()
 
     case = "find-moving"
@@ -164,22 +169,8 @@ def main():
         ddp(xin).sum().backward()
         stale = sum(1 for grad, was in kept if not torch.equal(grad, was))
         check(rank, case, stale == 0, "iteration %d: %d gradient(s) of earlier iterations were written" % (it, stale))
-        ref = Branchy(seed=11)
-        ref.load_state_dict(base.state_dict())
-        ref.use_sometimes = base.use_sometimes
-        ref(xin).sum().backward()
-        good = True
-        for (n, p), (_, q) in zip(base.named_parameters(), ref.named_parameters()):
-            if n.startswith("never"):
-                continue
-            mine = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
-            ringlet.all_reduce(mine)
-            mine /= world
-            if p.grad is None or not torch.allclose(p.grad, mine, rtol=1e-5, atol=1e-6):
-                good = False
-                log(rank, "ddp_misuse: %s: %s: grad %s, expected %s" % (case, n, p.grad, mine))
-        check(rank, case, good, "iteration %d: gradients are the average (a branch used on rank %d only)"
-              % (it, it % world))
+        check(rank, case, averaged(rank, world, case, base, 11, xin),
+              "iteration %d: gradients are the average (a branch used on rank %d only)" % (it, it % world))
     ddp.close()
 
     ringlet.destroy()
