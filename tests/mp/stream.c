@@ -646,6 +646,29 @@ static void device_warmup(ringlet_comm_t comm, const char *dir) {
     file_wait(path, 60);
 }
 
+/* pending-copies, failed-copies and abort-copies: n uint32 on device memory, or pinned host
+ * memory (filled with this rank's input), a flag for the program's own kernel, two streams,
+ * and a warm-up send/receive over them (the connections made, nothing held). */
+static void copies_setup(ringlet_comm_t comm, size_t n, int pinned, void **d, rl_dev_stream_t *s,
+                         rl_dev_stream_t *spin, volatile uint64_t **flag) {
+    if (pinned) {
+        DEV(D->host_alloc(d, n * 4));
+        for (size_t i = 0; i < n; i++) ((uint32_t *)*d)[i] = input(g_rank, i);
+    } else {
+        DEV(D->mem_alloc(d, n * 4));
+    }
+    DEV(D->host_alloc((void **)flag, 64)); /* allocations before any hold */
+    **flag = 0;
+    DEV(D->stream_create(s));
+    DEV(D->stream_create(spin));
+    ringlet_result_t rc = g_rank == 0 ? ringlet_send(*d, n, RINGLET_UINT32, 1, comm, *s)
+                                      : ringlet_recv(*d, n, RINGLET_UINT32, 0, comm, *s);
+    if (rc != RINGLET_SUCCESS) FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(*s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
+        FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+}
+
 /* failed-copies: ends the program's kernel 50 ms after the communicator reports its
  * failure, and says so in released. */
 typedef struct {
@@ -686,23 +709,7 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir, 
      * device copies are the call's only device work (no staging of the communicator's to
      * drain, which would wait behind the kernel too), and asynchronous (into pageable
      * memory a copy returns only once done, as CUDA's). */
-    if (release) {
-        DEV(D->host_alloc(&d, n * 4));
-        for (size_t i = 0; i < n; i++) ((uint32_t *)d)[i] = input(g_rank, i);
-    } else {
-        DEV(D->mem_alloc(&d, n * 4));
-    }
-    DEV(D->host_alloc((void **)&flag, 64)); /* allocations before any hold */
-    *flag = 0;
-    DEV(D->stream_create(&s));
-    DEV(D->stream_create(&spin));
-    /* Warm-up: the slots are made and mapped, nothing held. */
-    ringlet_result_t rc = g_rank == 0 ? ringlet_send(d, n, RINGLET_UINT32, 1, comm, s)
-                                      : ringlet_recv(d, n, RINGLET_UINT32, 0, comm, s);
-    if (rc != RINGLET_SUCCESS) FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
-    DEV(D->stream_sync(s));
-    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
-        FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
+    copies_setup(comm, n, release, &d, &s, &spin, &flag);
     char held[4096], finished[4096];
     snprintf(held, sizeof held, "%s/held", dir);
     snprintf(finished, sizeof finished, "%s/finished", dir);
@@ -786,17 +793,7 @@ static void abort_copies_case(ringlet_comm_t comm, const char *dir) {
     void *d;
     rl_dev_stream_t s, spin;
     volatile uint64_t *flag;
-    if (pinned) DEV(D->host_alloc(&d, N * 4));
-    else DEV(D->mem_alloc(&d, N * 4));
-    DEV(D->host_alloc((void **)&flag, 64)); /* allocations before any hold */
-    *flag = 0;
-    DEV(D->stream_create(&s));
-    DEV(D->stream_create(&spin));
-    ringlet_result_t rc = g_rank == 0 ? ringlet_send(d, N, RINGLET_UINT32, 1, comm, s)
-                                      : ringlet_recv(d, N, RINGLET_UINT32, 0, comm, s);
-    if (rc != RINGLET_SUCCESS) FAIL("warm-up send/receive: %s", ringlet_comm_last_error(comm));
-    DEV(D->stream_sync(s));
-    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("warm-up: %s", ringlet_comm_last_error(comm));
+    copies_setup(comm, N, pinned, &d, &s, &spin, &flag);
     char held[4096], sent[4096], finished[4096];
     snprintf(held, sizeof held, "%s/held", dir);
     snprintf(sent, sizeof sent, "%s/sent", dir);
