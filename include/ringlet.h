@@ -206,7 +206,10 @@ ringlet_result_t ringlet_group_end(void);
 /* ---- pre-multiplied sum ----
  * A reduction op for comm: each rank's input is multiplied by its own scalar (one element
  * of datatype), then summed; it works where RINGLET_SUM does, on calls of that datatype.
- * The scalar lives on the host (read now) or in device memory (read by each call). */
+ * The scalar lives on the host (read now) or in device memory (read by each call). A call
+ * takes the op as it is when made: the op may be destroyed as soon as the call returns,
+ * also inside a group, before group_end runs the call (a device scalar must stay until
+ * then). */
 typedef enum { RINGLET_SCALAR_DEVICE = 0, RINGLET_SCALAR_HOST = 1 } ringlet_scalar_residence_t;
 ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scalar, ringlet_datatype_t datatype,
                                               ringlet_scalar_residence_t residence, ringlet_comm_t comm);

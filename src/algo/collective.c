@@ -159,6 +159,8 @@ typedef struct {
     int32_t kind, dtype, op, root;
 } fingerprint_t;
 
+#define RL_FP_PREMUL (-2)
+
 static int is_reduction(int kind) {
     return kind == RL_OP_ALLREDUCE || kind == RL_OP_REDUCE || kind == RL_OP_REDUCE_SCATTER;
 }
@@ -171,6 +173,7 @@ static void describe_call(const fingerprint_t *f, char *out, size_t n) {
     char op[32] = "";
     if (is_reduction(f->kind)) {
         if (f->op >= 0 && f->op < RINGLET_NUM_OPS) snprintf(op, sizeof op, ", %s", rl_redop_name((ringlet_op_t)f->op));
+        else if (f->op == RL_FP_PREMUL) snprintf(op, sizeof op, ", pre-multiplied sum");
         else snprintf(op, sizeof op, ", op %d", (int)f->op);
     }
     char root[24] = "";
@@ -206,7 +209,8 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
     mine.count = r->count;
     mine.kind = (int32_t)r->kind;
     mine.dtype = (int32_t)r->dtype;
-    mine.op = (int32_t)r->op;
+    /* A pre-multiplied sum by what it is: its op's number is this rank's own. */
+    mine.op = r->premul.live ? RL_FP_PREMUL : (int32_t)r->op;
     mine.root = r->root;
     fingerprint_t *all = calloc((size_t)P, sizeof *all);
     if (!all)

@@ -10,7 +10,8 @@
  *                 2P) blocks of pinned memory when staged
  *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
  *                 device scratch
- *   premul sum    the scaled input (device scratch), 64 pinned bytes (a device scalar)
+ *   premul sum    the scaled input (device scratch), 64 pinned bytes (a device scalar);
+ *                 in a group, the most any of its calls needs
  *   every peer a call exchanges with over a transport that maps device memory: its
  *   connection, made ready. */
 #include <stdio.h>
@@ -39,6 +40,10 @@ static void collective_needs(const struct ringlet_comm *c, const struct ringlet_
     if (P > 1 && (r->count > 0 || r->kind == RL_OP_BARRIER) && (rl_oneshot_fits(c, r) || rl_star_fits(c, r))) {
         n->scratch = max_size(n->scratch, all);
         n->pinned = max_size(n->pinned, all + (r->kind == RL_OP_REDUCE_SCATTER ? all : bytes));
+    }
+    if (r->premul.live) {
+        n->scratch2 = max_size(n->scratch2, r->kind == RL_OP_REDUCE_SCATTER ? all : bytes);
+        n->pinned = max_size(n->pinned, 64);
     }
 }
 
@@ -106,16 +111,11 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
             one.op = o->op;
             one.root = o->root;
             one.device = o->device;
+            one.premul = o->premul;
             collective_needs(c, &one, &n);
             mark_all(c, &n);
         }
         if (peers > n.lanes) n.lanes = peers;
-    }
-    if (r->premul.live) {
-        size_t es = ringlet_datatype_size(r->dtype);
-        size_t count = r->kind == RL_OP_REDUCE_SCATTER ? r->count * (size_t)c->nranks : r->count;
-        n.scratch2 = count * es;
-        n.pinned = max_size(n.pinned, 64);
     }
     if (n.lanes > RL_DEV_MAX_LANES) n.lanes = RL_DEV_MAX_LANES; /* the exchange refuses more itself */
     ringlet_result_t rc = rl_devcomm_prepare(c, &n, err);

@@ -58,6 +58,7 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
             r.peer = o->peer;
             r.seq = g->seq;
             r.device = o->device;
+            r.premul = o->premul;
             rc = run_one(c, &r, mem, err);
             /* Its device work done before the next reuses the communicator's scratch. */
             if (!rc && mem->dev) {

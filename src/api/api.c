@@ -319,9 +319,6 @@ static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
     ringlet_result_t rc = check_call(c, a);
     int device;
     if (rc || (rc = buffers_device(c, a, &device))) return rc;
-    if (a->op >= RINGLET_NUM_OPS && (a->kind == RL_OP_ALLREDUCE || a->kind == RL_OP_REDUCE || a->kind == RL_OP_REDUCE_SCATTER))
-        return rl_error(c, RINGLET_ERR_INVALID_USAGE, "%s: a pre-multiplied sum inside a group is not supported",
-                        rl_op_name(a->kind));
     if (t_group.n == t_group.cap) {
         int cap = t_group.cap ? 2 * t_group.cap : 16;
         grouped_t *ops = realloc(t_group.ops, sizeof *ops * (size_t)cap);
@@ -329,8 +326,12 @@ static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
         t_group.ops = ops;
         t_group.cap = cap;
     }
-    t_group.ops[t_group.n++] = (grouped_t){c, {a->kind, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root,
-                                               a->peer, device, a->stream}};
+    grouped_t *g = &t_group.ops[t_group.n++];
+    *g = (grouped_t){c, {a->kind, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root, a->peer, device, a->stream,
+                         {0}}};
+    /* A pre-multiplied sum is taken as it is now: the op may be destroyed before group_end
+     * (NCCL's users destroy it as soon as the call returns). */
+    if (user_op(c, a->op, a->dtype, &g->op.premul) != 1) g->op.premul.live = 0;
     return RINGLET_SUCCESS;
 }
 

@@ -68,6 +68,16 @@ static inline const char *rl_op_name(rl_op_kind k) {
  * a host buffer on one end and a device buffer on the other agree. */
 #define RL_P2P_PIECE ((size_t)1 << 20)
 
+/* A reduction op made by ringlet_op_create_premul_sum (ids from RINGLET_NUM_OPS). */
+#define RL_MAX_USER_OPS 64
+typedef struct rl_userop {
+    int live;
+    ringlet_datatype_t dtype;
+    int on_device;           /* the scalar: value (host, copied at creation) or dptr (device) */
+    unsigned char value[8];
+    const void *dptr;
+} rl_userop;
+
 /* One call of a group, as recorded. */
 typedef struct rl_subop {
     rl_op_kind kind;
@@ -78,19 +88,10 @@ typedef struct rl_subop {
     ringlet_op_t op;
     int root, peer, device;
     void *stream;
+    rl_userop premul; /* a pre-multiplied sum: the op as it was at the call */
 } rl_subop;
 
 #define RL_GROUP_MAX_STREAMS 16
-
-/* A reduction op made by ringlet_op_create_premul_sum (ids from RINGLET_NUM_OPS). */
-#define RL_MAX_USER_OPS 64
-typedef struct rl_userop {
-    int live;
-    ringlet_datatype_t dtype;
-    int on_device;           /* the scalar: value (host, copied at creation) or dptr (device) */
-    unsigned char value[8];
-    const void *dptr;
-} rl_userop;
 
 struct ringlet_request {
     struct ringlet_comm *comm;

@@ -8,6 +8,8 @@
  *   root     broadcast from 0 vs from 1
  *   skip     the odd rank calls an all-reduce where the others call a barrier
  *   p2p      (no mismatch) a send from rank 0 to rank 1, which the others do not call
+ *   premul   (no mismatch) a pre-multiplied sum whose op has another number on one rank;
+ *            then a pre-multiplied sum vs a plain sum
  * After every case, a correct all-reduce (random integers, checked exactly) on the same
  * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once.
  *
@@ -150,6 +152,30 @@ int main(int argc, char **argv) {
         CHECK(!rc && m == 42, "send/recv between ranks 0 and 1: %s", rc ? ringlet_comm_last_error(g_comm) : "wrong value");
     }
     still_works(7);
+    /* Pre-multiplied sums are compared as such, not by their op's number, which is each
+     * rank's own: the odd rank holds a spare op, so its op has another number (no
+     * mismatch); then the odd rank's pre-multiplied sum against the others' plain sum. */
+    ringlet_op_t spare = RINGLET_SUM, pm;
+    int32_t scale = g_rank + 2;
+    if (odd) CHECK(!ringlet_op_create_premul_sum(&spare, &scale, RINGLET_FLOAT32, RINGLET_SCALAR_HOST, g_comm), "spare op");
+    CHECK(!ringlet_op_create_premul_sum(&pm, &scale, RINGLET_INT32, RINGLET_SCALAR_HOST, g_comm), "premul op: %s",
+          ringlet_comm_last_error(g_comm));
+    int32_t z[300];
+    for (int i = 0; i < 300; i++) z[i] = (int32_t)((i * 7919 + g_rank * 131) % 2001) - 1000;
+    rc = ringlet_allreduce(z, z, 300, RINGLET_INT32, pm, g_comm, NULL);
+    int bad = 0;
+    for (int i = 0; i < 300 && !rc; i++) {
+        int32_t w = 0;
+        for (int r = 0; r < g_P; r++) w += (r + 2) * ((int32_t)((i * 7919 + r * 131) % 2001) - 1000);
+        bad += z[i] != w;
+    }
+    CHECK(!rc && !bad, "premul (op numbers differ between ranks): %s, %d wrong", rc ? ringlet_comm_last_error(g_comm) : "ok",
+          bad);
+    rc = ringlet_allreduce(z, z, 300, RINGLET_INT32, odd ? pm : RINGLET_SUM, g_comm, NULL);
+    expect_mismatch("premul", rc, "allreduce(count=300, int32, sum)", "allreduce(count=300, int32, pre-multiplied sum)");
+    still_works(8);
+    if (odd) ringlet_op_destroy(spare, g_comm);
+    ringlet_op_destroy(pm, g_comm);
     printf("mismatch: rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failed);
     ringlet_comm_destroy(g_comm);
     return g_failed ? 1 : 0;

@@ -16,7 +16,7 @@
  *   RINGLET_SPLIT_NOCOLOR, also inside a group; an all-gather on the new communicators
  *   checks membership;
  *   pre-multiplied sum with a host scalar and (device) a device scalar: all-reduce,
- *   reduce, reduce-scatter;
+ *   reduce, reduce-scatter; inside a group, each op destroyed before group_end;
  *   argument errors: a group_end without group_start, a non-blocking call inside a group,
  *   an op of another datatype.
  * Prints "more: rank R of P: N checks, F failed"; exit 0 iff none failed.
@@ -314,6 +314,74 @@ static void test_premul(size_t n, int k) {
     buf_free(&a), buf_free(&r);
 }
 
+/* Pre-multiplied sums inside a group, made as PyTorch's NCCL process group makes them:
+ * each op created for its call and destroyed as soon as the call returns, before
+ * group_end runs the call. A reduce-scatter (int32, host scalar 3(r + 1)), then an
+ * all-reduce (float32, scalar 2(r + 1); on the device with device memory) whose op takes
+ * the number the first one freed: the group must use each op as it was at its call. */
+typedef struct {
+    int k, m;
+} pm_t;
+static int32_t want_scaled(size_t i, void *a) {
+    pm_t *c = a;
+    int32_t t = 0;
+    for (int q = 0; q < g_P; q++) t += val(q, c->k, i) * (q + 1) * c->m;
+    return t;
+}
+
+static void test_premul_group(size_t n, int k) {
+    size_t P = (size_t)g_P;
+    int32_t si = 3 * (g_rank + 1);
+    float sf = (float)(2 * (g_rank + 1));
+    void *dscal = NULL;
+    if (D && (D->mem_alloc(&dscal, 4) != RL_DEV_OK || D->memcpy_async(dscal, &sf, 4, g_st) != RL_DEV_OK ||
+              D->stream_sync(g_st) != RL_DEV_OK))
+        exit(3);
+    buf_t a, r, b;
+    buf_new(&a, n * P), buf_new(&r, n), buf_new(&b, n);
+    for (size_t i = 0; i < n * P; i++) a.h[i] = val(g_rank, k, i);
+    float *f = (float *)b.h;
+    for (size_t i = 0; i < n; i++) f[i] = (float)val(g_rank, k + 1, i);
+    to_dev(&a), to_dev(&b);
+    ringlet_op_t oi, of;
+    check_rc("group_start", ringlet_group_start());
+    check_rc("op_create_premul_sum in a group",
+             ringlet_op_create_premul_sum(&oi, &si, RINGLET_INT32, RINGLET_SCALAR_HOST, g_comm));
+    si = 99;
+    check_rc("reduce_scatter premul in a group",
+             ringlet_reduce_scatter(p_of(&a), p_of(&r), n, RINGLET_INT32, oi, g_comm, stream()));
+    check_rc("op_destroy in a group", ringlet_op_destroy(oi, g_comm));
+    check_rc("op_create_premul_sum in a group",
+             ringlet_op_create_premul_sum(&of, D ? dscal : (void *)&sf, RINGLET_FLOAT32,
+                                          D ? RINGLET_SCALAR_DEVICE : RINGLET_SCALAR_HOST, g_comm));
+    check_rc("allreduce premul in a group",
+             ringlet_allreduce(p_of(&b), p_of(&b), n, RINGLET_FLOAT32, of, g_comm, stream()));
+    check_rc("op_destroy in a group", ringlet_op_destroy(of, g_comm));
+    check_rc("group_end (pre-multiplied sums)", ringlet_group_end());
+    to_host(&r), to_host(&b);
+    pm_t c = {k, 3};
+    for (size_t i = 0; i < n; i++) {
+        g_checks++;
+        int32_t w = want_scaled((size_t)g_rank * n + i, &c);
+        if (r.h[i] != w) {
+            FAIL("reduce_scatter with a pre-multiplied sum in a group: element %zu is %d, want %d", i, r.h[i], w);
+            break;
+        }
+    }
+    pm_t cf = {k + 1, 2};
+    for (size_t i = 0; i < n; i++) {
+        g_checks++;
+        float w = (float)want_scaled(i, &cf);
+        if (f[i] != w) {
+            FAIL("allreduce with a pre-multiplied sum in a group (float32%s): element %zu is %g, want %g",
+                 D ? ", device scalar" : "", i, (double)f[i], (double)w);
+            break;
+        }
+    }
+    if (dscal) D->mem_free(dscal);
+    buf_free(&a), buf_free(&r), buf_free(&b);
+}
+
 static void test_split(int in_group) {
     /* by parity, keys reversed; rank 0 stays out */
     int color = g_rank == 0 ? RINGLET_SPLIT_NOCOLOR : g_rank % 2, key = -g_rank;
@@ -402,6 +470,7 @@ int main(int argc, char **argv) {
         test_spread(n, 10 * ci);
         test_group_p2p(n, 10 * ci + 1);
         test_group_colls(n, 10 * ci + 2, st2);
+        test_premul_group(n, 10 * ci + 6); /* first: its own device needs, not premul's */
         test_premul(n, 10 * ci + 5);
     }
     test_split(0);

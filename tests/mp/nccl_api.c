@@ -426,6 +426,21 @@ static void test_premul(ncclComm_t c, int blocking) {
         /* the op is of float32: another type is refused */
         EXPECT(ncclAllReduce(sb, rb, n, ncclInt32, op, c, NULL), ncclInvalidArgument, -1);
         OK(ncclRedOpDestroy(op, c));
+        /* as PyTorch's NCCL process group makes it in a coalesced call: the op made for the
+         * call inside the group and destroyed as soon as the call returns, before
+         * ncclGroupEnd runs it */
+        memset(got, 0, n * 4);
+        put(rb, got, n * 4);
+        OK(ncclGroupStart());
+        OK(ncclRedOpCreatePreMulSum(&op, res == ncclScalarDevice ? dscalar : &scalar, ncclFloat32,
+                                    (ncclScalarResidence_t)res, c));
+        OK(ncclAllReduce(sb, rb, n, ncclFloat32, op, c, NULL));
+        OK(ncclRedOpDestroy(op, c));
+        if (blocking) OK(ncclGroupEnd());
+        else NB(c, ncclGroupEnd());
+        get(got, rb, n * 4);
+        check_bytes(res ? "premul sum in a group (host scalar)" : "premul sum in a group (device scalar)", got, want,
+                    n, 4);
         bfree(sb), bfree(rb);
         if (dscalar) bfree(dscalar);
         free(h), free(want), free(got);
