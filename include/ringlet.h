@@ -151,7 +151,8 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
 
 /* Splits comm: ranks that pass the same color form a new communicator, ordered by key
  * (ties: by rank in comm). Collective over comm: every rank calls it. A rank that passes
- * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicator has comm's deadline.
+ * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicator has comm's deadline
+ * and comm's device (ringlet_comm_device), whatever the caller's current device.
  * Inside a group it runs at the call, before the group's recorded calls. */
 #define RINGLET_SPLIT_NOCOLOR (-1)
 ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);

@@ -186,6 +186,9 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
+    /* The new communicator is on comm's device, not on the caller's current one (as NCCL's
+     * split is): a thread that drives ranks on several devices splits them all from one. */
+    if (!rc && *newcomm) ringlet_comm_device(c, &(*newcomm)->init_device);
     rl_group_restore(group);
     free(all);
     free(ids);

@@ -152,19 +152,23 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 
 /* ---- configs ---- */
 
-/* The fields of cfg that its size covers: blocking (1 unless it says 0). */
-static ncclResult_t read_config(const ncclConfig_t *cfg, const char *fn, int *blocking) {
-    const char *env = getenv("NCCL_COMM_BLOCKING");
-    *blocking = env && *env ? atoi(env) != 0 : 1;
-    if (!cfg) return ncclSuccess;
-    if (cfg->magic != 0xcafebeef)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: config was not set up with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
-                         fn, cfg->magic);
-    if (cfg->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && cfg->blocking != NCCL_CONFIG_UNDEF_INT) {
-        if (cfg->blocking != 0 && cfg->blocking != 1)
-            return shim_fail(NULL, ncclInvalidArgument, "%s: config.blocking is %d (0 or 1)", fn, cfg->blocking);
-        *blocking = cfg->blocking;
+/* Blocking or not: inherited (1 for a new communicator), then cfg's field where its size
+ * covers it, then NCCL_COMM_BLOCKING. */
+static ncclResult_t read_config(const ncclConfig_t *cfg, const char *fn, int inherited, int *blocking) {
+    *blocking = inherited;
+    if (cfg) {
+        if (cfg->magic != 0xcafebeef)
+            return shim_fail(NULL, ncclInvalidArgument,
+                             "%s: config was not set up with NCCL_CONFIG_INITIALIZER (magic 0x%x)", fn, cfg->magic);
+        if (cfg->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && cfg->blocking != NCCL_CONFIG_UNDEF_INT) {
+            if (cfg->blocking != 0 && cfg->blocking != 1)
+                return shim_fail(NULL, ncclInvalidArgument, "%s: config.blocking is %d (0 or 1)", fn, cfg->blocking);
+            *blocking = cfg->blocking;
+        }
     }
+    /* As NCCL: NCCL_COMM_BLOCKING=0 or 1 overrides the config (any other value is ignored). */
+    const char *env = getenv("NCCL_COMM_BLOCKING");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) *blocking = *env == '1';
     return ncclSuccess;
 }
 
@@ -372,13 +376,15 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
     int blocking;
-    ncclResult_t rc = read_config(config, "ncclCommInitRankConfig", &blocking);
+    ncclResult_t rc = read_config(config, "ncclCommInitRankConfig", 1, &blocking);
     if (rc) return rc;
     return init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRankConfig");
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-    return init_rank(comm, nranks, &id, rank, 1, "ncclCommInitRank");
+    int blocking;
+    ncclResult_t rc = read_config(NULL, "ncclCommInitRank", 1, &blocking); /* NCCL_COMM_BLOCKING */
+    return rc ? rc : init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRank");
 }
 
 /* ringlet's id names the rank-0 process and its job secret: one id is enough, so the
@@ -389,7 +395,7 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, in
         return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitRankScalable: %d ids at %p (at least one)", nId,
                          (void *)ids);
     int blocking;
-    ncclResult_t rc = read_config(config, "ncclCommInitRankScalable", &blocking);
+    ncclResult_t rc = read_config(config, "ncclCommInitRankScalable", 1, &blocking);
     if (rc) return rc;
     return init_rank(comm, nranks, &ids[0], rank, blocking, "ncclCommInitRankScalable");
 }
@@ -635,7 +641,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     *newcomm = NULL;
     int blocking;
     ncclResult_t rc = shim_ready(comm, "ncclCommSplit");
-    if (rc || (rc = read_config(config, "ncclCommSplit", &blocking))) return rc;
+    /* Without a config, the parent's (as NCCL's split) */
+    if (rc || (rc = read_config(config, "ncclCommSplit", comm->blocking, &blocking))) return rc;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);

@@ -6,7 +6,10 @@
  *   - host pointers are accepted as buffers (on host memory a call returns when its
  *     result is in place; in a group, at ncclGroupEnd);
  *   - several ranks may share one GPU;
- *   - the float8 types are refused (ncclInvalidArgument);
+ *   - the float8 types are moved as bytes; their reductions are refused
+ *     (ncclInvalidArgument);
+ *   - a call on a stream that is capturing a CUDA graph is refused (ncclInvalidUsage)
+ *     before it touches the stream;
  *   - ncclCommShrink, ncclCommRevoke, the window registration and ncclGroupSimulateEnd
  *     return ncclInvalidUsage with a message saying so;
  *   - of NCCL 2.28's device API (declared below, host side only), the team queries answer

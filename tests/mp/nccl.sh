@@ -61,6 +61,8 @@ done
 # Host buffers in a process with a device backend (as on a GPU machine): the communicator
 # still has the current device (ncclCommCuDevice).
 one "host all P=2, device backend $RINGLET_DEVICE" 2 --case all --memory host
+# NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL (a split checks it).
+NCCL_COMM_BLOCKING=1 one "host all P=2, NCCL_COMM_BLOCKING=1" 2 --case all --memory host
 one "abort of a non-blocking init whose peer never comes" 0 --case abortinit
 [ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
 echo "nccl: $fails failed"

@@ -400,6 +400,30 @@ static void test_split(ncclComm_t c) {
     OK(ncclCommDestroy(s));
 }
 
+/* A split without a config takes its parent's, as NCCL's does: a split of the
+ * non-blocking c is non-blocking. NCCL_COMM_BLOCKING=1 overrides every config, as in
+ * NCCL: then c and the split are blocking. */
+static void test_split_inherits(ncclComm_t c) {
+    const char *e = getenv("NCCL_COMM_BLOCKING");
+    int forced = e && !strcmp(e, "1");
+    ncclComm_t s = NULL;
+    OK(ncclCommSplit(c, 0, g_rank, &s, NULL));
+    if (!s) {
+        FAIL("split (no config) gave no communicator");
+        return;
+    }
+    int32_t x = 3 * g_rank + 1, sum = -1;
+    void *sb = balloc(4), *rb = balloc(4);
+    put(sb, &x, 4);
+    EXPECT(ncclAllReduce(sb, rb, 1, ncclInt32, ncclSum, s, NULL), forced ? ncclSuccess : ncclInProgress, -1);
+    OK(settle(s));
+    get(&sum, rb, 4);
+    g_checks++;
+    if (sum != 3 * g_P * (g_P - 1) / 2 + g_P) FAIL("split (no config): all-reduce gave %d", sum);
+    bfree(sb), bfree(rb);
+    OK(ncclCommDestroy(s));
+}
+
 /* ---- pre-multiplied sums: each rank scales by (rank + 1) ---- */
 static void test_premul(ncclComm_t c, int blocking) {
     size_t n = g_N;
@@ -591,6 +615,7 @@ static void case_all(ncclComm_t c) {
     test_collectives(c, 0, 1000);
     test_collectives(b, 1, 3000);
     test_split(c);
+    test_split_inherits(c);
     test_premul(c, 0);
     test_premul(b, 1);
     test_float8(b);
@@ -872,16 +897,22 @@ static void case_pairs(void) {
     /* Split in a group: rank 2p + k takes color k, keys reversed (new rank P - 1 - p); an
      * all-reduce over both halves; then a split where the odd ranks give no color. */
     ncclComm_t half[K] = {NULL, NULL}, evens = NULL, none = (ncclComm_t)&none;
+    ON_DEVICE(K - 1);
     OK(ncclGroupStart());
     for (int k = 0; k < K; k++) OK(ncclCommSplit(comms[k], k, -(K * g_rank + k), &half[k], NULL));
     OK(ncclGroupEnd());
     for (int k = 0; k < K; k++) {
-        int hn = -1, hr = -1;
+        int hn = -1, hr = -1, hd = -2, pd = -2;
         OK(ncclCommCount(half[k], &hn));
         OK(ncclCommUserRank(half[k], &hr));
         g_checks++;
         if (hn != g_P || hr != g_P - 1 - g_rank)
             FAIL("pairs: split %d is rank %d of %d, expected %d of %d", k, hr, hn, g_P - 1 - g_rank, g_P);
+        /* on its parent's device, not on the one current at the split (the last ON_DEVICE) */
+        OK(ncclCommCuDevice(half[k], &hd));
+        OK(ncclCommCuDevice(comms[k], &pd));
+        g_checks++;
+        if (hd != pd || (D && pd != k % ndev)) FAIL("pairs: split %d is on device %d, its parent on %d", k, hd, pd);
         ON_DEVICE(k);
         for (size_t i = 0; i < n; i++) h[k][i] = val(K * g_rank + k, 601, i, ncclInt32);
         put(sb[k], h[k], n * 4);
