@@ -214,6 +214,18 @@ static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_
     return rc;
 }
 
+/* A stream handle that names a stream of the current device (device.h: the default and
+ * per-thread streams) is taken on the call's own device, as NCCL takes stream 0 on its
+ * communicator's: the buffers' device, or the communicator's for host buffers, made current
+ * while the call is queued (every use of the stream is on the calling thread, then).
+ * Returns the device to enter, or -1 (any other stream, or no device). */
+static int stream_home(struct ringlet_comm *c, const void *stream, int device) {
+    if (!stream || !rl_dev_stream_is_current(stream) || !rl_device()) return -1;
+    if (device >= 0) return device;
+    int dev = -1;
+    return ringlet_comm_device(c, &dev) == RINGLET_SUCCESS ? dev : -1;
+}
+
 static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
@@ -235,7 +247,15 @@ static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, 
         *out = r;
         return RINGLET_SUCCESS;
     }
+    int home = stream_home(c, stream, device), saved = -1;
+    if (home >= 0 && rl_device()->device_enter(home, &saved) != RL_DEV_OK) {
+        if (out) rl_comm_track(c, r, 0);
+        rl_request_free(r);
+        return rl_error(c, RINGLET_ERR_CUDA, "%s: selecting device %d for its default stream: %s", rl_op_name(a->kind),
+                        home, rl_dev_error());
+    }
     if ((rc = rl_comm_enqueue(c, r, err))) {
+        if (home >= 0) rl_device()->device_leave(saved);
         if (out) rl_comm_track(c, r, 0);
         rl_request_free(r);
         return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
@@ -243,8 +263,9 @@ static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, 
     if (out) *out = r;
     /* A stream that is not held (RINGLET_STREAM_HOLD=sync): the call returns once its
      * operation is done. A request reports its failure itself, when waited for. */
-    if (stream && (rc = rl_devcomm_sync(c, &stream, 1, seq, err)) && !out)
-        return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
+    if (stream) rc = rl_devcomm_sync(c, &stream, 1, seq, err);
+    if (home >= 0) rl_device()->device_leave(saved);
+    if (rc && !out) return rl_error(c, rc, "%s: %s", rl_op_name(a->kind), err);
     return RINGLET_SUCCESS;
 }
 
@@ -355,6 +376,7 @@ typedef struct {
     struct ringlet_comm *c;
     uint64_t seq;
     int n;
+    int home; /* the device entered for its default streams (stream_home), or -1 */
     void *streams[1 + RL_GROUP_MAX_STREAMS];
 } held_t;
 
@@ -496,7 +518,19 @@ ringlet_result_t ringlet_group_end(void) {
     for (int i = 0; i < n && waits && mine && held; i++) {
         int m = calls_of_comm(ops, n, i, -2, mine);
         if (m < 0) continue;
+        /* Default streams on the group's device (stream_home; group_submit refuses a group
+         * of one communicator on two devices). */
+        int home = -1, saved = -1;
+        for (int j = 0; j < m && home < 0; j++) home = stream_home(ops[i].c, mine[j].op.stream, mine[0].op.device);
+        if (home >= 0 && rl_device()->device_enter(home, &saved) != RL_DEV_OK) {
+            if (!first)
+                first = rl_error(ops[i].c, RINGLET_ERR_CUDA, "group_end: selecting device %d for its default stream: %s",
+                                 home, rl_dev_error());
+            continue;
+        }
         ringlet_result_t rc = group_submit(ops[i].c, mine, m, &waits[nw], &held[nh]);
+        if (home >= 0) rl_device()->device_leave(saved);
+        held[nh].home = home;
         if (rc && !first) first = rc;
         if (waits[nw]) nw++;
         if (held[nh].n) nh++;
@@ -505,13 +539,19 @@ ringlet_result_t ringlet_group_end(void) {
     for (int i = 0; i < nh; i++) {
         char err[RL_MSG_MAX];
         ringlet_result_t rc = RINGLET_ERR_TIMEOUT;
-        if (rl_dev_hold_begin(held[i].c->timeout_s) != RL_DEV_OK) {
+        int saved = -1, home = held[i].home, entered = home >= 0;
+        if (entered && rl_device()->device_enter(home, &saved) != RL_DEV_OK) {
+            entered = 0;
+            rc = RINGLET_ERR_CUDA;
+            snprintf(err, sizeof err, "selecting device %d for its default stream: %s", home, rl_dev_error());
+        } else if (rl_dev_hold_begin(held[i].c->timeout_s) != RL_DEV_OK) {
             snprintf(err, sizeof err, "%s", rl_dev_error());
         } else {
             rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
             rl_dev_hold_end();
         }
         if (!rc) rc = rl_devcomm_sync(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
+        if (entered) rl_device()->device_leave(saved);
         if (rc && !first) first = rl_error(held[i].c, rc, "group_end: %s", err);
     }
     for (int i = 0; i < nw; i++) {

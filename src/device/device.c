@@ -98,6 +98,7 @@ typedef struct {
 typedef struct deferred {
     void *p;
     int kind;
+    int dev; /* pinned memory: the device current where it was given back (-1: none) */
     struct deferred *next;
 } deferred_t;
 
@@ -177,10 +178,12 @@ static void gate_wait(void) {
 }
 
 /* Device memory is freed on its device: the runtime makes a context on the thread's
- * current device for the call, and a thread that never chose one is on device 0. An
- * import is closed by mem_unimport in the context that opened it (imports.c). */
-static int free_now(const rl_device_ops *d, void *p, int kind) {
-    int dev = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) : -1, saved = -1;
+ * current device for the call, and a thread that never chose one is on device 0. Pinned
+ * memory, of no device, is freed on pinned_dev (where it was given back, whose context
+ * exists), not on the device of whichever thread makes a kept free. An import is closed
+ * by mem_unimport in the context that opened it (imports.c). */
+static int free_now(const rl_device_ops *d, void *p, int kind, int pinned_dev) {
+    int dev = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) : kind == RL_DEV_MEM_PINNED ? pinned_dev : -1, saved = -1;
     int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
     if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
@@ -260,7 +263,7 @@ static void flush_deferred(void) {
     const rl_device_ops *d = rl_device();
     while (list) {
         deferred_t *next = list->next;
-        if (d) free_now(d, list->p, list->kind);
+        if (d) free_now(d, list->p, list->kind, list->dev);
         free(list);
         list = next;
     }
@@ -339,12 +342,14 @@ int rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
     if (!p || !d || gate_forked()) return 0;
     int stuck = work_stuck() > 0;
-    if (t_quiet_depth && !stuck) return free_now(d, p, kind);
+    if (t_quiet_depth && !stuck) return free_now(d, p, kind, -1);
+    int dev = -1;
+    if (kind == RL_DEV_MEM_PINNED && d->get_device(&dev) != RL_DEV_OK) dev = -1;
     pthread_mutex_lock(&g_gate_mu);
     int now = !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;
     deferred_t *x = now ? NULL : malloc(sizeof *x);
-    if (x) *x = (deferred_t){p, kind, g_deferred}, g_deferred = x;
+    if (x) *x = (deferred_t){p, kind, dev, g_deferred}, g_deferred = x;
     pthread_mutex_unlock(&g_gate_mu);
     if (!now) {
         /* Kept for later (out of memory for the note: the memory stays, a leak, never a
@@ -352,7 +357,7 @@ int rl_dev_free_later(void *p, int kind) {
         return 0;
     }
     t_quiet_depth = 1;
-    int freed = free_now(d, p, kind);
+    int freed = free_now(d, p, kind, -1);
     flush_deferred();
     t_quiet_depth = 0;
     pthread_mutex_lock(&g_gate_mu);

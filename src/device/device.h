@@ -49,6 +49,13 @@ enum { RL_DEV_OK = 0, RL_DEV_NOT_READY = 1, RL_DEV_ERR = -1 };
 typedef struct rl_dev_stream_s *rl_dev_stream_t; /* cuda: a cudaStream_t */
 typedef struct rl_dev_event_s *rl_dev_event_t;   /* cuda: a cudaEvent_t */
 
+/* The stream handles that name a stream of the calling thread's current device: NULL and
+ * CUDA's legacy default stream (RINGLET_STREAM_DEFAULT, 0x1), and cudaStreamPerThread
+ * (0x2), the thread's own default stream there. */
+static inline int rl_dev_stream_is_current(const void *s) {
+    return !s || s == (const void *)1 || s == (const void *)2;
+}
+
 /* What a peer process on the same host needs to map device memory (mem_export). */
 #define RL_DEV_HANDLE_BYTES 128
 typedef struct rl_dev_handle {

@@ -53,6 +53,10 @@ for mem in host device; do
         RINGLET_SIM_DEVICES=2 one "$mem initall (3 ranks, 2 devices)" 0 --case initall --memory $mem
         one "$mem pairs P=2 (2 ranks per process, one device)" 2 --case pairs --memory $mem
         RINGLET_SIM_DEVICES=2 one "$mem pairs P=3 (2 ranks per process on 2 devices)" 3 --case pairs --memory $mem
+        # Streams held: each communicator's stream 0 is its own device's, whatever device
+        # is current at ncclGroupEnd.
+        RINGLET_SIM_DEVICES=2 RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32 \
+            one "$mem pairs P=3 (2 devices, streams held)" 3 --case pairs --memory $mem
     else
         one "$mem initall" 0 --case initall --memory $mem
         one "$mem pairs P=2 (2 ranks per process)" 2 --case pairs --memory $mem

@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|capture
+ *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|legacy-devices|capture
  *          |capture-other|per-thread|pending-copies|failed-copies
  *          |abort-copies [--count N]
  *
@@ -61,6 +61,14 @@
  * legacy: all-reduces on RINGLET_STREAM_DEFAULT (CUDA's legacy default stream, which
  *   waits for every blocking stream, and they for it): the library's own streams must not
  *   be blocking ones, or they would wait for the legacy stream it holds.
+ * legacy-devices: (two devices) buffers on device 1, all-reduces on RINGLET_STREAM_DEFAULT
+ *   called with device 0 current: the default stream is taken on the buffers' device (as
+ *   NCCL takes stream 0 on its communicator's), so the call waits for device 1's default
+ *   stream and holds it. Two free rounds, then (streams held, rank 0) one where a flag of
+ *   rank 0's own closes device 1's default stream before the input copy; rank 0 then
+ *   synchronises device 0's default stream, which a library that took it for the call held
+ *   until its all-reduce was done, by then without the input: after the flag opens, the
+ *   result must be right.
  * capture: an all-reduce on a stream that is capturing a CUDA graph is refused with
  *   RINGLET_ERR_INVALID_USAGE, before it touches the stream: the capture still ends
  *   cleanly (an event recorded in it, or a wait for one, would have invalidated it or
@@ -321,6 +329,64 @@ static void checked_allreduce(ringlet_comm_t comm, int P, size_t n, rl_dev_strea
     DEV(D->mem_free(dout));
     DEV(D->host_free(in));
     DEV(D->host_free(out));
+}
+
+/* legacy-devices: one round on device 1's buffers, called on RINGLET_STREAM_DEFAULT with
+ * device 0 current; gated (rank 0, streams held): device 1's default stream closed by a
+ * flag of this rank's own before the input copy. */
+static void legacy_devices_round(ringlet_comm_t comm, int P, size_t n, int gated, uint32_t k) {
+    rl_dev_stream_t def = (rl_dev_stream_t)RINGLET_STREAM_DEFAULT;
+    uint32_t *in, *out;
+    void *din, *dout, *flag_mem;
+    rl_dev_event_t done;
+    DEV(D->set_device(1));
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4));
+    DEV(D->host_alloc(&flag_mem, 64));
+    volatile uint64_t *flag = flag_mem;
+    *flag = 0;
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i) + k, out[i] = 0xdeadbeefu;
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, n * 4));
+    DEV(D->memset_async(din, 0, n * 4, def));
+    DEV(D->memset_async(dout, 0, n * 4, def));
+    DEV(D->stream_sync(def));
+    DEV(D->event_create(&done));
+    if (gated) DEV(D->wait_flag(flag, 1, def)); /* device 1's default stream: nothing runs until the flag is 1 */
+    DEV(D->memcpy_async(din, in, n * 4, def));
+    DEV(D->set_device(0));
+    if (ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, def) != RINGLET_SUCCESS)
+        FAIL("legacy-devices: allreduce: %s", ringlet_comm_last_error(comm));
+    int cur = -1;
+    DEV(D->get_device(&cur));
+    if (cur != 0) FAIL("legacy-devices: the call changed the thread's current device from 0 to %d", cur);
+    DEV(D->set_device(1));
+    DEV(D->memcpy_async(out, dout, n * 4, def));
+    DEV(D->event_record(done, def));
+    if (gated) {
+        /* A library that took device 0's default stream for the call held that one until
+         * its all-reduce was done: past this wait, it ran without the input copy. */
+        DEV(D->set_device(0));
+        DEV(D->stream_sync(def));
+        DEV(D->set_device(1));
+        if (D->event_query(done) != RL_DEV_NOT_READY) FAIL("legacy-devices: device 1's default stream ran past the flag");
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    }
+    if (!event_done_within(done, 60)) FAIL("legacy-devices: device 1's default stream did not finish within 60 s");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < P; r++) want += input(r, i) + k;
+        if (out[i] != want)
+            FAIL("legacy-devices%s: element %zu is 0x%08x, want 0x%08x (the call did not wait for device 1's default "
+                 "stream, or did not hold it)", gated ? " (gated)" : "", i, out[i], want);
+    }
+    DEV(D->event_destroy(done));
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(dout));
+    DEV(D->host_free(flag_mem));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+    DEV(D->set_device(0));
 }
 
 /* capture-other: a thread that holds a capture open until told to end it. */
@@ -841,7 +907,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy"
-                            "|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies [--count N] "
+                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies [--count N] "
                             "[--dir D]\n");
             return 2;
         }
@@ -1082,6 +1148,18 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    if (!strcmp(cas, "legacy-devices")) {
+        if (ndev < 2) FAIL("the legacy-devices case needs two devices (RINGLET_SIM_DEVICES=2), %d here", ndev);
+        int held = 0;
+        for (uint32_t k = 0; k < 3; k++) {
+            held = strcmp(D->hold_kind(1), "sync") != 0; /* chosen once device 1 is ready: after round 0 */
+            legacy_devices_round(comm, P, n, k == 2 && held && g_rank == 0, k);
+        }
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK legacy-devices: device 1's default stream, called with device 0 current%s\n", g_rank,
+               held && g_rank == 0 ? " (held behind a flag)" : "");
+        return 0;
+    }
     if (!strcmp(cas, "legacy")) {
         checked_allreduce(comm, P, n, (rl_dev_stream_t)RINGLET_STREAM_DEFAULT, g_rank % ndev, "the legacy stream");
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");

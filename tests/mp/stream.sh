@@ -11,6 +11,8 @@
 #   async  the peer leaves: the stream call fails, the stream goes on, get_async_error names it
 #   legacy all-reduces on the legacy default stream (the library's streams must not block on it)
 #   devices (simulator) buffers and stream on device 1, called with device 0 current
+#   legacy-devices (simulator) buffers on device 1, the default stream, called with device 0
+#          current: the call takes device 1's default stream (held: by construction)
 #   fresh  (simulator) a process on device 1 only, its calls from a thread that never chose a
 #          device: right results, and no context made on device 0
 #   host   (simulator) a process that never chooses a device, on host buffers only (a CPU job
@@ -135,6 +137,12 @@ pending_checks() {
 if [ "$RINGLET_DEVICE" = sim ]; then
     # The current device is per thread: buffers and stream on device 1, called from device 0.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" devices RINGLET_SIM_DEVICES=2; done
+    # The default stream is the buffers' device's, whatever device is current (held: by
+    # construction; not held: the call waits for it).
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
+        run_case "$tr" legacy-devices RINGLET_SIM_DEVICES=2 RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32
+    done
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc}; do run_case "$tr" legacy-devices RINGLET_SIM_DEVICES=2; done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
     # A job on host buffers that never chose a device makes no context anywhere.

@@ -53,6 +53,9 @@
  *               also in a quiet section (made then, they would wait behind the kernel on
  *               CUDA, and the simulator refuses them as a deadlock); the first quiet
  *               section after that work is done makes them
+ *   pinned-devices  a kept free of pinned memory, made by a quiet section of a thread on
+ *               another device (one without a context), runs on the device it was given
+ *               back on: no context is made on the thread's device
  * Rules whose state is the whole process (loaded kernels, the device count, environment
  * read once) run in child processes.
  *   test_simrules               every rule
@@ -1285,6 +1288,35 @@ static void child_stuck(void) {
     RT_OK(R->free_host((void *)flag));
 }
 
+/* (RINGLET_DEVICE=sim, two devices) A process on device 1 only: a free of pinned memory
+ * that the device layer kept (a hold section was open) is made by the next quiet section,
+ * here one of a thread that never chose a device (it reads as device 0, with no context).
+ * The free runs where the memory was given back, on device 1: on the thread's device 0 the
+ * runtime would make a context there (GPU memory on a device the process never used). */
+static void *quiet_section_thread(void *arg) {
+    int *rc = arg;
+    *rc = rl_dev_quiet_begin(5, "test_simrules' quiet section");
+    if (*rc == RL_DEV_OK) rl_dev_quiet_end();
+    return NULL;
+}
+
+static void child_pinned_devices(void) {
+    RT_OK(R->set_device(1));
+    void *p = NULL;
+    DEV_OK(D->host_alloc(&p, 4096));
+    DEV_OK(rl_dev_hold_begin(5));
+    CHECK(rl_dev_free_later(p, RL_DEV_MEM_PINNED) == 0, "a pinned free inside a hold section said it was made");
+    rl_dev_hold_end();
+    int rc = RL_DEV_ERR, active = -1;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, quiet_section_thread, &rc) == 0, "no thread");
+    pthread_join(t, NULL);
+    CHECK(rc == RL_DEV_OK, "the quiet section of a new thread: %s", rl_dev_error());
+    RT_OK(R->primary_ctx_active(0, &active));
+    CHECK(active == 0, "the kept free of pinned memory given back on device 1, made by a thread on device 0, made a "
+                       "context on device 0");
+}
+
 /* With RINGLET_SIM_ON_DEADLOCK=exit, a call that would hang ends the process (status 70)
  * rather than fail: returns only if it did not. */
 static int child_deadlock_exit(void) {
@@ -1344,6 +1376,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "deadlock-exit")) return child_deadlock_exit();
     else if (!strcmp(name, "fork-count")) return child_fork_count();
     else if (!strcmp(name, "ipc-devices")) child_ipc_devices();
+    else if (!strcmp(name, "pinned-devices")) child_pinned_devices();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -1373,6 +1406,10 @@ int main(int argc, char **argv) {
     rule_ipc_close();
     rule_ipc_devices();
     CHECK(run_child("stuck", "RINGLET_DEVICE", "sim") == 0, "frees behind work noted stuck: the child failed");
+    setenv("RINGLET_DEVICE", "sim", 1); /* rl_dev_free_later's device layer */
+    CHECK(run_child("pinned-devices", "RINGLET_SIM_DEVICES", "2") == 0,
+          "a kept free of pinned memory made from another device: the child failed");
+    unsetenv("RINGLET_DEVICE");
     CHECK(run_child("deadlock-exit", "RINGLET_SIM_ON_DEADLOCK", "exit") == 70,
           "RINGLET_SIM_ON_DEADLOCK=exit: a call behind a held stream did not end the process with status 70");
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
