@@ -170,6 +170,16 @@ static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, 
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
                         "%s: sendbuf is %s memory and recvbuf is %s memory; both must be on the same device or the host",
                         rl_op_name(a->kind), ds >= 0 ? "device" : "host", dr >= 0 ? "device" : "host");
+    /* Device buffers and a stream of another device: refused, as CUDA refuses NCCL's kernel
+     * there (the stream's device was never made ready, its hold undecided). A default
+     * stream handle is taken on the buffers' device (stream_home). */
+    int sd = -1;
+    const rl_device_ops *d = *device >= 0 && a->stream && !rl_dev_stream_is_current(a->stream) ? rl_device() : NULL;
+    if (d && d->stream_device((rl_dev_stream_t)a->stream, &sd) == RL_DEV_OK && sd != *device)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                        "%s: the buffers are on device %d and the stream is of device %d; use a stream of the "
+                        "buffers' device",
+                        rl_op_name(a->kind), *device, sd);
     return RINGLET_SUCCESS;
 }
 

@@ -31,7 +31,8 @@
  * devices: (two devices, RINGLET_SIM_DEVICES=2) buffers and stream on device 1, the
  *   calling thread's current device 0: the call makes its event and hold on the stream's
  *   device (CUDA refuses an event or a kernel on another device's stream), the progress
- *   thread works on device 1, and the caller's current device is still 0 afterwards.
+ *   thread works on device 1, and the caller's current device is still 0 afterwards. Then
+ *   device 1's buffers with a stream of device 0: refused at the call.
  * fresh: (two devices) the process uses device 1 only (chosen before init); the calls come
  *   from a thread that never chose a device (it reads as device 0, where nothing was
  *   made), on device buffers, then on host buffers with the stream, and the communicator
@@ -1063,6 +1064,22 @@ int main(int argc, char **argv) {
         rl_dev_stream_t s;
         DEV(D->stream_create(&s));
         checked_allreduce(comm, P, n, s, 0, "a stream of device 1 called from device 0");
+        DEV(D->stream_destroy(s));
+        /* Device 1's buffers with a stream of device 0: refused at the call, by both ranks
+         * (nothing is exchanged), and the communicator still works. */
+        DEV(D->set_device(0));
+        DEV(D->stream_create(&s));
+        DEV(D->set_device(1));
+        void *d1;
+        DEV(D->mem_alloc(&d1, 64));
+        ringlet_result_t rc = ringlet_allreduce(d1, d1, 16, RINGLET_UINT32, RINGLET_SUM, comm, s);
+        if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(ringlet_comm_last_error(comm), "the stream is of device 0"))
+            FAIL("devices: device 1's buffers with a stream of device 0: %d (%s), want a refusal", (int)rc,
+                 ringlet_comm_last_error(comm));
+        DEV(D->mem_free(d1));
+        DEV(D->stream_destroy(s));
+        DEV(D->stream_create(&s));
+        checked_allreduce(comm, P, n, s, 0, "device 1's stream after a refused call");
         DEV(D->stream_destroy(s));
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK devices: device 1's stream and buffers, called with device 0 current\n", g_rank);
