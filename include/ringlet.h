@@ -166,6 +166,9 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, rin
  * no CUDA of their own (the NCCL layer's ncclMemAlloc). */
 ringlet_result_t ringlet_mem_alloc(void **ptr, size_t bytes);
 ringlet_result_t ringlet_mem_free(void *ptr);
+/* The device whose memory ptr points into (the device backend's, the program's own
+ * cudaMalloc'd included), or -1 for host memory, pinned or not, and without a backend. */
+ringlet_result_t ringlet_mem_device(const void *ptr, int *device);
 /* The device backend's devices (0 without one) and the calling thread's current device
  * (as cudaGetDeviceCount and cudaSetDevice). A communicator's device (ringlet_comm_device)
  * is the one current when it is created until a call on device memory says otherwise, so

@@ -213,7 +213,7 @@ class DistributedDataParallel(torch.nn.Module):
         for j, b in enumerate(buffers):
             self._describe(btens[j], self._buffer_names[j], b, None)
         h = _lib.c_ddp()
-        with torch.no_grad():
+        with torch.no_grad(), self._on_device():
             rc = _lib.lib.ringlet_ddp_create(ctypes.byref(h), comm._live(), ptens, len(named), btens, len(buffers),
                                              ctypes.byref(opts))
         self._keep = None
@@ -301,6 +301,13 @@ class DistributedDataParallel(torch.nn.Module):
         d.ndim = t.dim()
         d.shape = shape
 
+    def _on_device(self):
+        """The module's device made current (torch's device guard) around calls into the C
+        layer, which makes buckets on the current device and takes the default stream as
+        that device's: the caller's thread may be on another GPU (no torch.cuda.set_device).
+        autograd's hooks run on its thread of the gradients' device already."""
+        return torch.cuda.device(self.device) if self._cuda else contextlib.nullcontext()
+
     def _stream(self):
         """The stream the C layer orders its work on: torch's current one on the module's
         CUDA device (None on the CPU)."""
@@ -330,13 +337,14 @@ class DistributedDataParallel(torch.nn.Module):
         h = self._ptr()
         grad = torch.is_grad_enabled()
         sync = grad and self.require_backward_grad_sync
-        if self._cuda:  # this forward's stream (the caller may have switched streams)
-            self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
-        if self.broadcast_buffers and self._buffer_ptrs:
-            self._refresh_buffers(h)
-        # a forward without autograd (evaluation) leaves an iteration in progress alone
-        mode = (_lib.DDP_SYNC if sync else _lib.DDP_NO_SYNC) if grad else _lib.DDP_NO_GRAD
-        self._check(_lib.lib.ringlet_ddp_pre_forward(h, mode), "pre_forward")
+        with self._on_device():
+            if self._cuda:  # this forward's stream (the caller may have switched streams)
+                self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
+            if self.broadcast_buffers and self._buffer_ptrs:
+                self._refresh_buffers(h)
+            # a forward without autograd (evaluation) leaves an iteration in progress alone
+            mode = (_lib.DDP_SYNC if sync else _lib.DDP_NO_SYNC) if grad else _lib.DDP_NO_GRAD
+            self._check(_lib.lib.ringlet_ddp_pre_forward(h, mode), "pre_forward")
         if grad:
             self._expect_hooks = sync
         if sync:
@@ -456,6 +464,10 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _finish(self):
         """End of backward (autograd engine callback)."""
+        with self._on_device():  # a rebuild makes new buckets
+            self._finish_here()
+
+    def _finish_here(self):
         self._callback_queued = False
         h = self._ptr()
         err = self._hook_error
@@ -506,7 +518,8 @@ class DistributedDataParallel(torch.nn.Module):
         """Broadcasts the buffers from rank 0 now (collective)."""
         h = self._ptr()
         self._refresh_buffers(h)
-        self._check(_lib.lib.ringlet_ddp_broadcast_buffers(h), "broadcast_buffers")
+        with self._on_device():
+            self._check(_lib.lib.ringlet_ddp_broadcast_buffers(h), "broadcast_buffers")
 
     @property
     def num_buckets(self):

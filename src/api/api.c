@@ -799,6 +799,12 @@ ringlet_result_t ringlet_mem_alloc(void **ptr, size_t bytes) {
     return RINGLET_SUCCESS;
 }
 
+ringlet_result_t ringlet_mem_device(const void *ptr, int *device) {
+    if (!device) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "mem_device: device is NULL");
+    *device = rl_dev_ptr_device(ptr);
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_mem_free(void *ptr) {
     const rl_device_ops *d = rl_device();
     if (!ptr) return RINGLET_SUCCESS;

@@ -375,6 +375,29 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
             return RINGLET_ERR_INVALID_ARGUMENT;
         }
     }
+    /* Device memory: one device, and it is current. The buckets and staging are allocated
+     * on the current device and a default stream is the current device's for the copies:
+     * on another, construction would fail later, far from the cause. */
+    d->device = -1;
+    for (int k = 0; k < nt && d->on_device; k++) {
+        const tensor_t *t = k < d->nparams ? &d->params[k] : &d->buffers[k - d->nparams];
+        int dev = -1;
+        if (!t->count || !t->data || ringlet_mem_device(t->data, &dev) || dev < 0) continue;
+        if (d->device >= 0 && dev != d->device) {
+            char nb[200];
+            ddp_msgf(msg, n, "%s is on device %d but the tensors before it on device %d: one DDP object takes one device",
+                     ddp_tname(t, k < d->nparams ? "parameter" : "buffer", k < d->nparams ? k : k - d->nparams, nb, sizeof nb),
+                     dev, d->device);
+            return RINGLET_ERR_INVALID_ARGUMENT;
+        }
+        d->device = dev;
+    }
+    int cur = -1;
+    if (d->device >= 0 && ringlet_get_device(&cur) == RINGLET_SUCCESS && cur != d->device) {
+        ddp_msgf(msg, n, "the tensors are on device %d but the current device is %d: make device %d current first "
+                 "(ringlet_set_device; torch.cuda.set_device)", d->device, cur, d->device);
+        return RINGLET_ERR_INVALID_USAGE;
+    }
     d->stream = d->opt.stream;
     return RINGLET_SUCCESS;
 }

@@ -104,6 +104,7 @@ struct ringlet_ddp {
     ringlet_comm_t comm;
     int rank, nranks;
     int on_device;  /* the tensors are device memory: buckets and staging too, work on stream */
+    int device;     /* device memory: the tensors' device (-1: none found, or host memory) */
     void *stream;   /* device: the stream every copy, kernel and collective is ordered on */
     /* device: pinned memory a stored value is copied from (a copy from pageable memory
      * would wait for the stream, which ringlet may hold), one slot per call site */

@@ -29,7 +29,8 @@
  *             while the last bucket's all-reduce cannot start yet (the stream is held until
  *             finish has returned)
  *   misuse    different shapes / counts / options / an argument error on one rank / device
- *             memory at create: the same error on every rank, naming the first difference;
+ *             memory at create (without a backend, mixed with host memory, on two devices,
+ *             on a device that is not current): the same error on every rank, naming the first difference;
  *             a gradient reported twice (every rank, and one rank only); a parameter that got
  *             no gradient (every rank, and one rank only): the erring rank names it, the others
  *             say that another rank erred; calls out of order; a clean iteration afterwards
@@ -796,6 +797,30 @@ static void test_misuse_create(void) {
                             "parameter 4 ('fc1.bias')", g_dev ? "in host memory" : "in device memory", "one kind");
     m.p[4].memory = g_dev ? RINGLET_DDP_DEVICE : RINGLET_DDP_HOST;
     model_free(&m);
+
+    /* devices (device memory, two devices), on the last rank: a tensor on device 1, the
+     * others on device 0; then every tensor on device 0 with device 1 current (the buckets
+     * would be made on device 1) */
+    if (g_dev && ndev >= 2) {
+        model_init(&m, 1);
+        void *own = m.p[4].data, *other = NULL;
+        if (g_rank == last) {
+            ringlet_set_device(1);
+            other = talloc(m.p[4].count * ringlet_datatype_size(m.p[4].dtype));
+            ringlet_set_device(0);
+            m.p[4].data = other;
+        }
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_ARGUMENT, "tensors on two devices", rk,
+                            "parameter 4 ('fc1.bias') is on device 1 but the tensors before it on device 0",
+                            "one device");
+        if (other) tfree(other);
+        m.p[4].data = own;
+        if (g_rank == last) ringlet_set_device(1);
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "another device current", rk,
+                            "the tensors are on device 0 but the current device is 1", "torch.cuda.set_device");
+        ringlet_set_device(0);
+        model_free(&m);
+    }
 
     /* local argument checks that need no peers */
     ringlet_ddp_t d = NULL;

@@ -56,7 +56,7 @@ PLAN="1||
 4||
 1|$DEV|--memory device
 2|$DEV|--memory device $BIG
-3|$DEV RINGLET_DDP_BCAST_BYTES=512|--memory device
+3|$DEV RINGLET_DDP_BCAST_BYTES=512 RINGLET_SIM_DEVICES=2|--memory device
 3|$DEV RINGLET_DDP_DIRECT_BYTES=64|--memory device
 4|$DEV RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32|--memory device"
 while IFS='|' read -r P envs args; do
