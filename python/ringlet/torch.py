@@ -40,8 +40,9 @@ waiting and they raise too.
 CUDA modules: the buckets live in device memory, and every copy into a bucket, the
 compression, the all-reduces and the write-back are queued on torch's current stream of
 the module's device (taken at each forward), so the optimizer step that follows on that
-stream sees the reduced gradients without any host synchronisation in between. Several
-ranks may share one GPU.
+stream sees the reduced gradients without any host synchronisation in between. Calls
+into ringlet run with the module's device current (torch.cuda.set_device is not needed).
+Several ranks may share one GPU.
 
 Launch with `ringlet-run -n 4 python3 train.py` or `torchrun --nproc-per-node 4 train.py`.
 Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
