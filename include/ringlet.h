@@ -147,8 +147,8 @@ ringlet_result_t ringlet_comm_local_size(ringlet_comm_t comm, int *local_size);
  * (a failed peer, a timeout, an abort). */
 ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t comm);
 /* The device the communicator's device buffers are on: the device of its first call on
- * device memory, else the calling thread's current device at init; -1 without a device
- * backend. */
+ * device memory, else the calling thread's current device at init (a split's: its
+ * parent's device); -1 without a device backend. */
 ringlet_result_t ringlet_comm_device(ringlet_comm_t comm, int *device);
 /* Waits (within the deadline) until every operation issued on the communicator so far
  * is done; their errors are the communicator's (get_async_error). */
@@ -217,8 +217,8 @@ ringlet_result_t ringlet_group_end(void);
  * of datatype), then summed; it works where RINGLET_SUM does, on calls of that datatype.
  * The scalar lives on the host (read now) or in device memory (read by each call). A call
  * takes the op as it is when made: the op may be destroyed as soon as the call returns,
- * also inside a group, before group_end runs the call (a device scalar must stay until
- * then). */
+ * also inside a group, before group_end runs the call (a device scalar is read when the
+ * call runs: its memory must stay until then, on its stream when the call has one). */
 typedef enum { RINGLET_SCALAR_DEVICE = 0, RINGLET_SCALAR_HOST = 1 } ringlet_scalar_residence_t;
 ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scalar, ringlet_datatype_t datatype,
                                               ringlet_scalar_residence_t residence, ringlet_comm_t comm);

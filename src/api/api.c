@@ -60,6 +60,8 @@ typedef struct {
     void *stream;
 } call_t;
 
+static int reduces(rl_op_kind k) { return k == RL_OP_ALLREDUCE || k == RL_OP_REDUCE || k == RL_OP_REDUCE_SCATTER; }
+
 /* The user op (premul sum) behind op, or NULL for a built-in op; *bad when op is neither
  * (or a user op of another datatype). */
 static int user_op(struct ringlet_comm *c, ringlet_op_t op, ringlet_datatype_t dt, rl_userop *out) {
@@ -87,16 +89,24 @@ static _Thread_local struct {
     int n, cap;
 } t_group;
 
+static int stream_home(struct ringlet_comm *c, const void *stream, int device);
+
 /* A stream being captured into a CUDA graph (stream capture) would capture what the call
  * does on it, and the host side of the call (sockets, the peers) cannot be in a graph:
  * refused before anything touches the stream, so that the capture stays valid. */
-static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, void *stream) {
+static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, const call_t *a) {
+    void *stream = a->stream;
     const rl_device_ops *d = stream ? rl_device() : NULL;
     int capturing = 0, dev = -1, saved = -1;
     if (!d) return RINGLET_SUCCESS;
     /* Asked on the stream's device: the runtime makes a context on the thread's current
-     * device for the call, and a thread that never chose one is on device 0. */
-    int rc = d->stream_device((rl_dev_stream_t)stream, &dev) == RL_DEV_OK && d->device_enter(dev, &saved) == RL_DEV_OK
+     * device for the call, and a thread that never chose one is on device 0. A default
+     * stream handle is the call's device's (stream_home). */
+    int bufdev = rl_dev_ptr_device(a->sendbuf);
+    if (bufdev < 0) bufdev = rl_dev_ptr_device(a->recvbuf);
+    int home = stream_home(c, stream, bufdev);
+    int rc = (home >= 0 ? (dev = home, RL_DEV_OK) : d->stream_device((rl_dev_stream_t)stream, &dev)) == RL_DEV_OK &&
+                     d->device_enter(dev, &saved) == RL_DEV_OK
                  ? d->stream_capturing((rl_dev_stream_t)stream, &capturing)
                  : RL_DEV_ERR;
     if (dev >= 0) d->device_leave(saved);
@@ -112,12 +122,11 @@ static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, vo
 static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
-    if (rc || (rc = check_capture(c, fn, a->stream))) return rc;
+    if (rc || (rc = check_capture(c, fn, a))) return rc;
     if (a->kind == RL_OP_BARRIER) return RINGLET_SUCCESS;
     size_t es = ringlet_datatype_size(a->dtype);
     if (!es) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: datatype %d is not a ringlet_datatype_t", fn, (int)a->dtype);
-    int reduces = a->kind == RL_OP_ALLREDUCE || a->kind == RL_OP_REDUCE || a->kind == RL_OP_REDUCE_SCATTER;
-    if (reduces && user_op(c, a->op, a->dtype, NULL) < 0)
+    if (reduces(a->kind) && user_op(c, a->op, a->dtype, NULL) < 0)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
                         "%s: op %d is not a ringlet_op_t nor a pre-multiplied sum of this communicator for %s", fn,
                         (int)a->op, rl_dtype_name(a->dtype));
@@ -147,7 +156,7 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     if (needs_recv && !a->recvbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
     /* The reduction kernels load whole elements (reduce.h): on a GPU a misaligned operand is
      * a "misaligned address" fault that leaves the device unusable, on the CPU undefined. */
-    if (reduces) {
+    if (reduces(a->kind)) {
         const char *bad = needs_send && (uintptr_t)a->sendbuf & (es - 1) ? "sendbuf" /* es: a power of two */
                           : needs_recv && (uintptr_t)a->recvbuf & (es - 1) ? "recvbuf"
                                                                       : NULL;
@@ -245,6 +254,11 @@ static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, 
     struct ringlet_request *r = calloc(1, sizeof *r);
     if (!r) return rl_error(c, RINGLET_ERR_SYSTEM, "%s: out of memory for a request", rl_op_name(a->kind));
     request_set(r, c, a, device);
+    if (reduces(a->kind) && a->op >= RINGLET_NUM_OPS && !r->premul.live) { /* destroyed since check_call */
+        free(r);
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: op %d was destroyed during the call", rl_op_name(a->kind),
+                        (int)a->op);
+    }
     r->detached = out == NULL;
     /* Tracked before it is queued: the progress thread never sees the links change. */
     if (out) rl_comm_track(c, r, 1);
@@ -361,8 +375,14 @@ static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
     *g = (grouped_t){c, {a->kind, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root, a->peer, device, a->stream,
                          {0}}};
     /* A pre-multiplied sum is taken as it is now: the op may be destroyed before group_end
-     * (NCCL's users destroy it as soon as the call returns). */
+     * (NCCL's users destroy it as soon as the call returns); one destroyed by another
+     * thread since check_call is refused, not run as an unknown op. */
     if (user_op(c, a->op, a->dtype, &g->op.premul) != 1) g->op.premul.live = 0;
+    if (reduces(a->kind) && a->op >= RINGLET_NUM_OPS && !g->op.premul.live) {
+        t_group.n--;
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: op %d was destroyed during the call", rl_op_name(a->kind),
+                        (int)a->op);
+    }
     return RINGLET_SUCCESS;
 }
 
@@ -621,6 +641,9 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
             zero_between(&r, offsetof(struct ringlet_request, device), offsetof(struct ringlet_request, xstream));
             zero_between(&r, offsetof(struct ringlet_request, premul), offsetof(struct ringlet_request, treq1));
             request_set(&r, c, a, -1);
+            if (reduces(a->kind) && a->op >= RINGLET_NUM_OPS && !r.premul.live) /* destroyed since check_call */
+                return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: op %d was destroyed during the call",
+                                rl_op_name(a->kind), (int)a->op);
             if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
         }
     }

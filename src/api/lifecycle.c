@@ -10,6 +10,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "comm_open.h"
+#include "device.h"
 #include "envcheck.h"
 #include "failure.h"
 #include "group_aside.h"
@@ -184,11 +185,19 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     memset(&id, 0, sizeof id);
     if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
+    /* The new communicator is on comm's device, not on the caller's current one (as NCCL's
+     * split is): a thread that drives ranks on several devices splits them all from one.
+     * Its init runs there (cuda_ipc's probe memory is made on the current device), if that
+     * device has a context: entering one without would make it (a job on host buffers). */
+    int dev = -1, saved = -1, active = 0, entered = 0;
+    const rl_device_ops *d = rl_device();
+    if (d && ringlet_comm_device(c, &dev) == RINGLET_SUCCESS && dev >= 0 &&
+        d->context_active(dev, &active) == RL_DEV_OK && active)
+        entered = d->device_enter(dev, &saved) == RL_DEV_OK;
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
-    /* The new communicator is on comm's device, not on the caller's current one (as NCCL's
-     * split is): a thread that drives ranks on several devices splits them all from one. */
-    if (!rc && *newcomm) ringlet_comm_device(c, &(*newcomm)->init_device);
+    if (entered) d->device_leave(saved);
+    if (!rc && *newcomm && dev >= 0) (*newcomm)->init_device = dev;
     rl_group_restore(group);
     free(all);
     free(ids);

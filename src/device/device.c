@@ -343,8 +343,12 @@ int rl_dev_free_later(void *p, int kind) {
     if (!p || !d || gate_forked()) return 0;
     int stuck = work_stuck() > 0;
     if (t_quiet_depth && !stuck) return free_now(d, p, kind, -1);
-    int dev = -1;
-    if (kind == RL_DEV_MEM_PINNED && d->get_device(&dev) != RL_DEV_OK) dev = -1;
+    /* Pinned memory: the current device, where it has a context (a thread that never chose
+     * a device reads as device 0, which may have none: entering it would make one). */
+    int dev = -1, active = 0;
+    if (kind == RL_DEV_MEM_PINNED &&
+        (d->get_device(&dev) != RL_DEV_OK || d->context_active(dev, &active) != RL_DEV_OK || !active))
+        dev = -1;
     pthread_mutex_lock(&g_gate_mu);
     int now = !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;

@@ -604,8 +604,8 @@ static void *split_thread(void *p) {
     return NULL;
 }
 
-/* A split inside a group: on a thread of its own (see t_group_inits), on the caller's
- * current device; the handle is returned at once (NULL where color is NCCL_SPLIT_NOCOLOR:
+/* A split inside a group: on a thread of its own (see t_group_inits), on the parent's
+ * device (ringlet_comm_split); the handle is returned at once (NULL where color is NCCL_SPLIT_NOCOLOR:
  * the split still runs, as every rank of comm takes part, and ncclGroupEnd frees its
  * stand-in). ncclGroupEnd waits for it, blocking or not, before the group's calls run
  * (they may use the parent too). */
@@ -641,8 +641,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     *newcomm = NULL;
     int blocking;
     ncclResult_t rc = shim_ready(comm, "ncclCommSplit");
-    /* Without a config, the parent's (as NCCL's split) */
-    if (rc || (rc = read_config(config, "ncclCommSplit", comm->blocking, &blocking))) return rc;
+    /* Without a config, the parent's; a config's unset field is the default, 1 (as NCCL's) */
+    if (rc || (rc = read_config(config, "ncclCommSplit", config ? 1 : comm->blocking, &blocking))) return rc;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);

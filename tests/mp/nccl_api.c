@@ -401,27 +401,32 @@ static void test_split(ncclComm_t c) {
 }
 
 /* A split without a config takes its parent's, as NCCL's does: a split of the
- * non-blocking c is non-blocking. NCCL_COMM_BLOCKING=1 overrides every config, as in
- * NCCL: then c and the split are blocking. */
+ * non-blocking c is non-blocking; with a config whose blocking is unset, blocking (the
+ * default). NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL: then c and the
+ * splits are blocking. */
 static void test_split_inherits(ncclComm_t c) {
     const char *e = getenv("NCCL_COMM_BLOCKING");
     int forced = e && !strcmp(e, "1");
-    ncclComm_t s = NULL;
-    OK(ncclCommSplit(c, 0, g_rank, &s, NULL));
-    if (!s) {
-        FAIL("split (no config) gave no communicator");
-        return;
+    ncclConfig_t unset = NCCL_CONFIG_INITIALIZER; /* blocking left unset: NCCL's default, 1 */
+    for (int with_config = 0; with_config < 2; with_config++) {
+        ncclComm_t s = NULL;
+        OK(ncclCommSplit(c, 0, g_rank, &s, with_config ? &unset : NULL));
+        if (!s) {
+            FAIL("split (%s) gave no communicator", with_config ? "a config" : "no config");
+            return;
+        }
+        int32_t x = 3 * g_rank + 1, sum = -1;
+        void *sb = balloc(4), *rb = balloc(4);
+        put(sb, &x, 4);
+        EXPECT(ncclAllReduce(sb, rb, 1, ncclInt32, ncclSum, s, NULL),
+               forced || with_config ? ncclSuccess : ncclInProgress, -1);
+        OK(settle(s));
+        get(&sum, rb, 4);
+        g_checks++;
+        if (sum != 3 * g_P * (g_P - 1) / 2 + g_P) FAIL("split: all-reduce gave %d", sum);
+        bfree(sb), bfree(rb);
+        OK(ncclCommDestroy(s));
     }
-    int32_t x = 3 * g_rank + 1, sum = -1;
-    void *sb = balloc(4), *rb = balloc(4);
-    put(sb, &x, 4);
-    EXPECT(ncclAllReduce(sb, rb, 1, ncclInt32, ncclSum, s, NULL), forced ? ncclSuccess : ncclInProgress, -1);
-    OK(settle(s));
-    get(&sum, rb, 4);
-    g_checks++;
-    if (sum != 3 * g_P * (g_P - 1) / 2 + g_P) FAIL("split (no config): all-reduce gave %d", sum);
-    bfree(sb), bfree(rb);
-    OK(ncclCommDestroy(s));
 }
 
 /* ---- pre-multiplied sums: each rank scales by (rank + 1) ---- */
@@ -1064,7 +1069,10 @@ int main(int argc, char **argv) {
         ncclComm_t c = NULL;
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.blocking = 0;
-        EXPECT(ncclCommInitRankConfig(&c, g_P, id, g_rank, &cfg), ncclInProgress, ncclSuccess);
+        /* NCCL_COMM_BLOCKING=1 overrides the config, as in NCCL: a blocking init */
+        const char *eb = getenv("NCCL_COMM_BLOCKING");
+        if (eb && !strcmp(eb, "1")) OK(ncclCommInitRankConfig(&c, g_P, id, g_rank, &cfg));
+        else EXPECT(ncclCommInitRankConfig(&c, g_P, id, g_rank, &cfg), ncclInProgress, ncclSuccess);
         if (!c || settle(c) != ncclSuccess) {
             printf("FAIL rank %d: init: %s\n", g_rank, ncclGetLastError(c));
             return 1;
