@@ -75,9 +75,9 @@ typedef struct ringlet_request *ringlet_request_t;
 
 /* As a stream argument: the device's default stream (CUDA's legacy default stream, which
  * NCCL programs mean by a stream of 0). Without a device backend: no stream (blocking).
- * For a communication call, this handle and cudaStreamPerThread (0x2) name that stream of
- * the call's device, whatever device is current (as NCCL takes stream 0 on its
- * communicator's device): the buffers' device, or the communicator's for host buffers.
+ * For a communication call, this handle and CUDA's per-thread default stream handle (0x2)
+ * name that stream of the call's device, whatever device is current (as NCCL takes stream 0
+ * on its communicator's device): the buffers' device, or the communicator's for host buffers.
  * Any other stream on device buffers must be of the buffers' device, else
  * RINGLET_ERR_INVALID_ARGUMENT. */
 #define RINGLET_STREAM_DEFAULT ((void *)1)
