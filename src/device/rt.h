@@ -72,9 +72,10 @@
  *   - stream capture (global mode): a stream being captured runs nothing of what is
  *     enqueued on it (it goes into a graph); an event recorded there is a node of the
  *     capture, and a stream that waits for it joins the capture. Synchronising a
- *     capturing stream or querying such an event fails (capture unsupported) and
- *     invalidates the capture; so does a call CUDA counts as potentially unsafe (a query,
- *     a synchronisation, a call that can synchronise the device) while a capture forbids
+ *     capturing stream fails (capture unsupported), querying such an event fails
+ *     (captured event), and both invalidate the capture; so does a call CUDA counts as
+ *     potentially unsafe (a query, a synchronisation, a call that can synchronise the
+ *     device) while a capture forbids
  *     it by the calling thread's capture mode: in global mode (a thread's default) any
  *     capture, another thread's too; in thread-local mode the thread's own; in relaxed
  *     mode none;
@@ -119,6 +120,7 @@ enum rl_rt_err {
     RL_RT_ERR_CAPTURE_UNMATCHED = 903,
     RL_RT_ERR_CAPTURE_UNJOINED = 904,
     RL_RT_ERR_CAPTURE_IMPLICIT = 906,
+    RL_RT_ERR_CAPTURED_EVENT = 907, /* cudaErrorCapturedEvent: the event's last record was a capture's node */
     RL_RT_ERR_UNKNOWN = 999,
     /* The simulator refused a call that would never return on a GPU. */
     RL_RT_ERR_SIM_DEADLOCK = 10001,

@@ -46,6 +46,7 @@ _Static_assert(RL_RT_ERR_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInval
 _Static_assert(RL_RT_ERR_CAPTURE_UNMATCHED == (int)cudaErrorStreamCaptureUnmatched, "codes");
 _Static_assert(RL_RT_ERR_CAPTURE_UNJOINED == (int)cudaErrorStreamCaptureUnjoined, "codes");
 _Static_assert(RL_RT_ERR_CAPTURE_IMPLICIT == (int)cudaErrorStreamCaptureImplicit, "codes");
+_Static_assert(RL_RT_ERR_CAPTURED_EVENT == (int)cudaErrorCapturedEvent, "codes");
 _Static_assert(RL_RT_ERR_UNKNOWN == (int)cudaErrorUnknown, "codes");
 
 #define CS(s) ((cudaStream_t)(s))

@@ -904,7 +904,7 @@ int sim_event_query(rl_dev_event_t e) {
         pthread_mutex_unlock(&g_streams_mu);
     }
     if (origin)
-        return sim_fail(RL_RT_ERR_CAPTURE_UNSUPPORTED, "event_query: the event was recorded in an active stream capture");
+        return sim_fail(RL_RT_ERR_CAPTURED_EVENT, "event_query: the event was recorded in an active stream capture");
     if ((rc = refuse_if_forbidden("event_query"))) return rc;
     pthread_mutex_lock(&e->mu);
     int done = e->done >= e->recorded;
