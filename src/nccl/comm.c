@@ -445,6 +445,12 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
         if (devlist[i] < 0 || (ndevices > 0 && devlist[i] >= ndevices))
             return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: devlist[%d] is %d (%d devices)", i, devlist[i],
                              ndevices);
+    /* NCCL_COMM_BLOCKING=0 makes the communicators non-blocking, as NCCL's default config
+     * does there. Their init still ends before this returns (ncclSuccess, where NCCL would
+     * say ncclInProgress and leave it to ncclCommGetAsyncError, which then says done). */
+    int blocking;
+    ncclResult_t cr = read_config(NULL, "ncclCommInitAll", 1, &blocking);
+    if (cr) return cr;
     ringlet_unique_id_t id;
     ringlet_result_t r = ringlet_get_unique_id(&id);
     if (r) return shim_check(NULL, r);
@@ -454,7 +460,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     if (s) s->members = calloc((size_t)ndev, sizeof *s->members);
     ncclResult_t rc = s && args && th && s->members ? ncclSuccess : ncclSystemError;
     for (int i = 0; i < ndev && !rc; i++) {
-        if (!(s->members[i] = comm_new(ndev, i, 1))) rc = ncclSystemError;
+        if (!(s->members[i] = comm_new(ndev, i, blocking))) rc = ncclSystemError;
         args[i] = (init_arg){s->members[i], id, -1};
         if (s->members[i]) s->members[i]->key = key_of(&id, sizeof id, KEY_SEED);
         /* Several ranks may share a device: without a devlist, rank i takes device i

@@ -28,7 +28,10 @@
  *            (the sanitizer builds see that; the main thread waits 200 ms for the call to
  *            be under way, which only makes the case bite).
  *   initall  one process: ncclCommInitAll with 3 ranks, a grouped all-reduce over them,
- *            destroyed one by one.
+ *            destroyed one by one. With NCCL_COMM_BLOCKING=0 they are non-blocking: one
+ *            thread issues an all-reduce on each outside a group (each returns
+ *            ncclInProgress; a blocking one would wait for the others until the deadline;
+ *            nccl.sh runs this without a device backend, where stream 0 would order them).
  *   pairs    two ranks per process, both made by one thread (ncclCommInitRank in a
  *            group); grouped all-reduce, broadcast and sends over both; split in a group
  *            (by parity, keys reversed; then with NCCL_SPLIT_NOCOLOR) and an all-reduce
@@ -788,6 +791,18 @@ static void case_initall(void) {
         OK(ncclCommUserRank(comms[r], &rk));
         g_checks++;
         if (rk != r) FAIL("initall: comm %d has rank %d", r, rk);
+    }
+    const char *e = getenv("NCCL_COMM_BLOCKING");
+    if (e && !strcmp(e, "0")) {
+        for (int r = 0; r < N; r++) ON_DEVICE(r), put(rb[r], h[r], n * 4); /* not the result */
+        for (int r = 0; r < N; r++)
+            EXPECT(ncclAllReduce(sb[r], rb[r], n, ncclInt32, ncclSum, comms[r], NULL), ncclInProgress, -1);
+        for (int r = 0; r < N; r++) {
+            OK(settle(comms[r]));
+            ON_DEVICE(r);
+            get(got, rb[r], n * 4);
+            check_bytes("initall non-blocking allreduce", got, want, n, 4);
+        }
     }
     for (int r = 0; r < N; r++) OK(ncclCommDestroy(comms[r])); /* one thread, one by one */
     for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
