@@ -57,10 +57,13 @@
  * the gradients' write-back is queued (without waiting on the host), and work queued on
  * that stream afterwards (the optimizer) sees the reduced gradients. Without a device backend a device tensor makes
  * ringlet_ddp_create fail with RINGLET_ERR_INVALID_USAGE on every rank. Device tensors are
- * all of one device, current on the calling thread for every call (the buckets are made
- * on the current device, and the default stream is its own): ringlet_ddp_create fails on
- * every rank otherwise (RINGLET_ERR_INVALID_ARGUMENT for two devices,
- * RINGLET_ERR_INVALID_USAGE for another device current).
+ * all of one device, current on the thread that calls ringlet_ddp_create (the buckets are
+ * made there, and the default stream is its own): it fails on every rank otherwise
+ * (RINGLET_ERR_INVALID_ARGUMENT for two devices, RINGLET_ERR_INVALID_USAGE for another
+ * device current). The later calls make that device current themselves for their
+ * duration (as NCCL does with a communicator's), so a thread with another device current,
+ * or none chosen, may drive the iterations; a stream given (options.stream,
+ * ringlet_ddp_set_stream) must be of that device.
  *
  * Threads: calls on one DDP object are serialised by a lock, so they may come from
  * different threads (autograd's), but not concurrently with ringlet_ddp_destroy. The

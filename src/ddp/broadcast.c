@@ -123,8 +123,10 @@ ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d) {
 
 ringlet_result_t ringlet_ddp_broadcast_buffers(ringlet_ddp_t d) {
     CHECK_DDP(d, "ringlet_ddp_broadcast_buffers");
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_broadcast_buffers", &prev);
+    if (rc) return rc;
     pthread_mutex_lock(&d->mu);
-    ringlet_result_t rc;
     if (d->state == IT_SYNC && d->nready > 0)
         rc = ddp_set_error(d, RINGLET_ERR_INVALID_USAGE,
                        "ringlet_ddp_broadcast_buffers: gradients of an unfinished iteration are being reduced "
@@ -132,6 +134,7 @@ ringlet_result_t ringlet_ddp_broadcast_buffers(ringlet_ddp_t d) {
     else
         rc = ddp_sync_buffers(d);
     pthread_mutex_unlock(&d->mu);
+    ddp_device_leave(prev);
     return rc;
 }
 

@@ -612,6 +612,8 @@ static void wait_in_flight(struct ringlet_ddp *d) {
 
 ringlet_result_t ringlet_ddp_destroy(ringlet_ddp_t d) {
     if (!d) return ddp_set_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "ringlet_ddp_destroy: ddp is NULL");
+    int prev;
+    ddp_device_enter(d, "ringlet_ddp_destroy", &prev); /* the default stream below is that device's */
     pthread_mutex_lock(&d->mu);
     ddp_settle_previous(d, "ringlet_ddp_destroy"); /* its failures no longer matter */
     wait_in_flight(d);
@@ -619,5 +621,6 @@ ringlet_result_t ringlet_ddp_destroy(ringlet_ddp_t d) {
     if (d->on_device) ringlet_stream_synchronize(ddp_dstream(d));
     pthread_mutex_unlock(&d->mu);
     ddp_free(d);
+    ddp_device_leave(prev);
     return RINGLET_SUCCESS;
 }

@@ -171,6 +171,9 @@ RL_DDP_HIDDEN void ddp_format_shape(char *buf, size_t n, ringlet_datatype_t dtyp
                                     const int64_t *shape);
 
 /* memory.c: host memory at once, device memory on the DDP's stream */
+/* Every call that queues device work runs between these two (the tensors' device current). */
+RL_DDP_HIDDEN ringlet_result_t ddp_device_enter(struct ringlet_ddp *d, const char *fn, int *prev);
+RL_DDP_HIDDEN void ddp_device_leave(int prev);
 RL_DDP_HIDDEN void *ddp_dstream(const struct ringlet_ddp *d);
 RL_DDP_HIDDEN void *ddp_mem_alloc(struct ringlet_ddp *d, size_t bytes);
 RL_DDP_HIDDEN void ddp_mem_free(int on_device, void *p);

@@ -148,8 +148,7 @@ static void reset_iteration(struct ringlet_ddp *d, int grad_sync) {
     d->state = grad_sync ? IT_SYNC : IT_NOSYNC;
 }
 
-ringlet_result_t ringlet_ddp_pre_forward(ringlet_ddp_t d, int grad_sync) {
-    CHECK_DDP(d, "ringlet_ddp_pre_forward");
+static ringlet_result_t pre_forward(struct ringlet_ddp *d, int grad_sync) {
     pthread_mutex_lock(&d->mu);
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (d->state == IT_SYNC && d->nready > 0) {
@@ -223,14 +222,31 @@ out:
     return rc;
 }
 
+ringlet_result_t ringlet_ddp_pre_forward(ringlet_ddp_t d, int grad_sync) {
+    CHECK_DDP(d, "ringlet_ddp_pre_forward");
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_pre_forward", &prev);
+    if (!rc) rc = pre_forward(d, grad_sync);
+    ddp_device_leave(prev);
+    return rc;
+}
+
+static ringlet_result_t report_on_device(struct ringlet_ddp *d, int i, void *grad, int used, const char *fn) {
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, fn, &prev);
+    if (!rc) rc = report(d, i, grad, used, fn);
+    ddp_device_leave(prev);
+    return rc;
+}
+
 ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t d, int index, void *grad) {
     CHECK_DDP(d, "ringlet_ddp_grad_ready");
-    return report(d, index, grad, 1, "ringlet_ddp_grad_ready");
+    return report_on_device(d, index, grad, 1, "ringlet_ddp_grad_ready");
 }
 
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t d, int index, void *grad) {
     CHECK_DDP(d, "ringlet_ddp_grad_unused");
-    return report(d, index, grad, 0, "ringlet_ddp_grad_unused");
+    return report_on_device(d, index, grad, 0, "ringlet_ddp_grad_unused");
 }
 
 /* Result of bucket b into the gradients of its parameters. */
@@ -322,8 +338,7 @@ ringlet_result_t ddp_settle_previous(struct ringlet_ddp *d, const char *fn) {
     return RINGLET_SUCCESS;
 }
 
-ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
-    CHECK_DDP(d, "ringlet_ddp_finish");
+static ringlet_result_t finish(struct ringlet_ddp *d) {
     pthread_mutex_lock(&d->mu);
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (d->state == IT_NOSYNC) goto out;
@@ -437,6 +452,15 @@ done:
     if (d->iter_rc) rc = ddp_set_error(d, d->iter_rc, "%s", d->iter_msg);
 out:
     pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
+    CHECK_DDP(d, "ringlet_ddp_finish");
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_finish", &prev);
+    if (!rc) rc = finish(d);
+    ddp_device_leave(prev);
     return rc;
 }
 

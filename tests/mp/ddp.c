@@ -34,6 +34,8 @@
  *             a gradient reported twice (every rank, and one rank only); a parameter that got
  *             no gradient (every rank, and one rank only): the erring rank names it, the others
  *             say that another rank erred; calls out of order; a clean iteration afterwards
+ *   other     (device memory, two devices) a model on device 0 driven with device 1 current:
+ *             right gradients, rebuilt buckets on device 0, device 1 current after each call
  *
  * Values are small multiples of 1/4, exact in every dtype, so sums are exact and only
  * the division by the number of ranks (and compression) rounds.
@@ -830,6 +832,56 @@ static void test_misuse_create(void) {
     CHECK(strlen(ringlet_ddp_last_error(NULL)) > 0, "no message for grad_ready(NULL)");
 }
 
+/* Device memory on two devices: a model on device 0 (the communicator's), current at
+ * create, then driven with device 1 current (as from a thread that chose another). Each
+ * call makes device 0 current for itself and gives device 1 back: the gradients are right
+ * (the copies are on device 0's default stream, which the checks synchronise), and the
+ * rebuilt buckets are made on device 0. */
+static void test_other_device(void) {
+    int ndev = 0;
+    ringlet_device_count(&ndev);
+    if (!g_dev || ndev < 2) return;
+    const char *what = "driven from device 1";
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    o.rebuild_buckets = 1;
+    ringlet_ddp_t d = create(&m, &o);
+    for (int it = 0; it < 2 && d; it++) {
+        ringlet_set_device(1);
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        int ord[16];
+        order(ord, m.np, 1, (uint64_t)(it * 77 + g_rank));
+        for (int k = 0; k < m.np; k++) {
+            int i = ord[k];
+            ringlet_set_device(0);
+            fill_grad(m.p[i].grad, &m.p[i], it, i, 1);
+            ringlet_set_device(1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, m.p[i].grad));
+        }
+        DRC(d, ringlet_ddp_finish(d));
+        int cur = -1;
+        ringlet_get_device(&cur);
+        CHECK(cur == 1, "%s: device %d is current after finish, not the caller's 1", what, cur);
+        ringlet_set_device(0);
+        for (int i = 0; i < m.np; i++) check_grad(m.p[i].grad, &m.p[i], it, i, 1, 1, RINGLET_DDP_COMPRESS_NONE, -1, what);
+        int nb = 0;
+        ringlet_ddp_num_buckets(d, &nb);
+        for (int b = 0; b < nb; b++) {
+            ringlet_ddp_bucket_info_t info;
+            int dev = -1;
+            ringlet_ddp_bucket_info(d, b, &info);
+            if (info.count) ringlet_mem_device(info.memory, &dev);
+            CHECK(!info.count || dev == 0, "%s: iteration %d: bucket %d is on device %d, the tensors on 0", what, it,
+                  b, dev);
+        }
+    }
+    ringlet_set_device(1);
+    if (d) DRC(d, ringlet_ddp_destroy(d));
+    ringlet_set_device(0);
+    model_free(&m);
+}
+
 static void test_misuse_iterations(void) {
     model_t m;
     model_init(&m, 1);
@@ -984,6 +1036,7 @@ int main(int argc, char **argv) {
     test_nosync(1);
     test_unused();
     test_misuse_create();
+    test_other_device();
     test_misuse_iterations();
     if (g_dev) test_nowait();
 
