@@ -176,6 +176,13 @@ ringlet_result_t ringlet_mem_device(const void *ptr, int *device);
 ringlet_result_t ringlet_device_count(int *count);
 ringlet_result_t ringlet_set_device(int device);
 ringlet_result_t ringlet_get_device(int *device); /* -1 without a device backend */
+/* Passing through a device, as a library does around a call: ringlet_device_enter makes
+ * device current and says in *saved what ringlet_device_leave gives back (-1: nothing
+ * changed). The leave gives a device back only where it has a context: a thread that
+ * never chose one reads as device 0, and choosing that again would make a context there
+ * (GPU memory on a device the process never used), so such a thread stays on device. */
+ringlet_result_t ringlet_device_enter(int device, int *saved);
+void ringlet_device_leave(int saved);
 
 /* ---- memory operations, for callers with no CUDA of their own (the DDP layer, Python) ----
  * Where either pointer is device memory they are queued on stream (NULL or

@@ -859,6 +859,25 @@ ringlet_result_t ringlet_set_device(int device) {
     return RINGLET_SUCCESS;
 }
 
+ringlet_result_t ringlet_device_enter(int device, int *saved) {
+    const rl_device_ops *d = rl_device();
+    if (!saved) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "device_enter: saved is NULL");
+    *saved = -1;
+    if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "device_enter: no device backend: %s", rl_device_unavailable());
+    int n = 0;
+    if (d->count(&n) != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "device_enter: %s", rl_dev_error());
+    if (device < 0 || device >= n)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "device_enter: device %d out of range (%d devices)", device, n);
+    if (d->device_enter(device, saved) != RL_DEV_OK)
+        return rl_error(NULL, RINGLET_ERR_CUDA, "device_enter %d: %s", device, rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
+void ringlet_device_leave(int saved) {
+    const rl_device_ops *d = rl_device();
+    if (d && saved >= 0) d->device_leave(saved);
+}
+
 ringlet_result_t ringlet_get_device(int *device) {
     const rl_device_ops *d = rl_device();
     if (!device) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_device: device is NULL");

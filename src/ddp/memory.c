@@ -20,18 +20,14 @@
  * chose one has device 0). *prev is the device to give back (-1: nothing changed). */
 ringlet_result_t ddp_device_enter(struct ringlet_ddp *d, const char *fn, int *prev) {
     *prev = -1;
-    int cur = -1;
     if (!d->on_device || d->device < 0) return RINGLET_SUCCESS;
-    ringlet_result_t rc = ringlet_get_device(&cur);
-    if (!rc && cur != d->device && !(rc = ringlet_set_device(d->device))) *prev = cur;
+    ringlet_result_t rc = ringlet_device_enter(d->device, prev);
     if (rc)
         return ddp_set_error(d, rc, "%s: cannot make the tensors' device %d current: %s", fn, d->device,
                              ringlet_comm_last_error(NULL));
     return RINGLET_SUCCESS;
 }
-void ddp_device_leave(int prev) {
-    if (prev >= 0) ringlet_set_device(prev);
-}
+void ddp_device_leave(int prev) { ringlet_device_leave(prev); }
 
 /* The stream of collectives and memory operations: none on host memory (calls complete
  * before they return), the DDP's stream (or the default one) on device memory. */

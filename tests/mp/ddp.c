@@ -878,6 +878,16 @@ static void test_other_device(void) {
     }
     ringlet_set_device(1);
     if (d) DRC(d, ringlet_ddp_destroy(d));
+    /* the public pair the DDP layer uses */
+    int saved = -2, cur = -1;
+    CHECK(ringlet_device_enter(0, &saved) == RINGLET_SUCCESS && saved == 1, "device_enter(0) from 1: saved %d", saved);
+    ringlet_get_device(&cur);
+    CHECK(cur == 0, "device_enter(0): device %d current", cur);
+    ringlet_device_leave(saved);
+    ringlet_get_device(&cur);
+    CHECK(cur == 1, "device_leave(1): device %d current", cur);
+    CHECK(ringlet_device_enter(ndev, &saved) == RINGLET_ERR_INVALID_ARGUMENT && saved == -1,
+          "device_enter(%d) of %d devices was not refused", ndev, ndev);
     ringlet_set_device(0);
     model_free(&m);
 }
