@@ -65,6 +65,9 @@ for f in "$RUN" "$PROG"; do
 done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-collectives.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# Killed (a step's budget on the GPU machine): which run, and what its ranks had printed.
+CURRENT=""
+trap 'echo "collectives.sh: killed during: ${CURRENT:-no run}"; grep -ahv " INFO: " "$TMP/out" "$TMP/err" 2>/dev/null | tail -n 40; exit 143' TERM
 
 TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-shm tcp}
 SAN=${SANITIZE:-}
@@ -227,6 +230,7 @@ run_plan() {
     while IFS='|' read -r P envs args; do
         [ -n "$P" ] || continue
         t=$(now_ms)
+        CURRENT="$tr P=$P $margs $args${envs:+ ($envs)}"
         # shellcheck disable=SC2086
         env $trenv $menv RINGLET_DEBUG=INFO $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $margs \
             $args $EXTRA >"$TMP/out" 2>"$TMP/err"

@@ -53,6 +53,9 @@ export RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}
 if [ "$RINGLET_DEVICE" = sim ]; then export RINGLET_SIM_JITTER=${RINGLET_SIM_JITTER:-100}; fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-stream.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# Killed (a step's budget on the GPU machine): which run, and what its ranks had printed.
+CURRENT=""
+trap 'echo "stream.sh: killed during: ${CURRENT:-no run}"; grep -ahv " INFO: " "$TMP/out" "$TMP/err" 2>/dev/null | tail -n 40; exit 143' TERM
 COUNT=300007
 case "${SANITIZE:-}" in *thread*) COUNT=30011 ;; esac
 fails=0
@@ -63,6 +66,7 @@ run_case() {
     rm -rf "$TMP/d" && mkdir "$TMP/d"
     local tenv="RINGLET_TRANSPORT=$tr"
     [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
+    CURRENT="$tr $cas${*:+ ($*)}"
     env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
         --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
     rc=$?
