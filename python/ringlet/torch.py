@@ -50,6 +50,7 @@ Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 import contextlib
 import ctypes
 import time
+import weakref
 
 import torch
 
@@ -102,13 +103,33 @@ def _device_tensor(ptr, count, dtype, device, owner):
 class _Handle:
     """Owns the C DDP object. Bucket tensors (gradient views) hold a reference to it, so
     the bucket memory lives as long as any of them; the communicator closes it first
-    when it is destroyed."""
+    when it is destroyed, and a close (by the DDP's close() or by the communicator's)
+    first moves every parameter's .grad that is still a view into bucket memory to memory
+    of its own, so that no gradient points into freed memory."""
 
     def __init__(self, ptr):
         self.ptr = ptr
+        self.ranges = []  # (start, end) addresses of every bucket memory made (rebuilds too)
+        self.params = []  # weak references to the parameters whose .grad may be such a view
+
+    def _detach_views(self):
+        grads = []
+        for r in self.params:
+            p = r()
+            g = None if p is None else p.grad
+            if g is not None and g.numel() and any(s <= g.data_ptr() < e for s, e in self.ranges):
+                grads.append((p, g))
+        if not grads:
+            return
+        if grads[0][1].is_cuda:  # the DDP's write-backs are queued on its stream: done first
+            torch.cuda.synchronize(grads[0][1].device)
+        with torch.no_grad():
+            for p, g in grads:
+                p.grad = g.clone()
 
     def close(self):
         if self.ptr:
+            self._detach_views()
             p, self.ptr = self.ptr, None
             _lib.lib.ringlet_ddp_destroy(p)
 
@@ -221,6 +242,7 @@ class DistributedDataParallel(torch.nn.Module):
         if rc:
             raise RingletError(rc, "ringlet DDP: " + _lib.lib.ringlet_ddp_last_error(None).decode("utf-8", "replace"))
         self._h = _Handle(h)
+        self._h.params = [weakref.ref(p) for p in self._params]
         comm._ddps.add(self._h)
         self._buffer_ptrs = [b.data_ptr() for b in buffers]
 
@@ -266,6 +288,8 @@ class DistributedDataParallel(torch.nn.Module):
                 raw._ringlet_owner = self._h  # the C memory lives while any view does
                 t = torch.frombuffer(raw, dtype=dtype, count=info.count)
             self._bucket_tensors.append(t)
+            if t.numel():
+                self._h.ranges.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
         self._views = []
         self._bucket_of = []
         for i, p in enumerate(self._params):
@@ -555,12 +579,9 @@ class DistributedDataParallel(torch.nn.Module):
                 "buffer_broadcasts": st.buffer_broadcasts}
 
     def close(self):
-        """Frees the C object (its bucket memory stays while gradient views use it)."""
+        """Frees the C object; gradients that were views into its buckets get memory of
+        their own first (_Handle.close)."""
         self._expect_hooks = False
-        if self.gradient_as_bucket_view:
-            for p in self._params:
-                if p.grad is not None:
-                    p.grad = p.grad.clone()
         self._bucket_tensors = []
         self._views = []
         self._h.close()

@@ -14,6 +14,8 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             the gradients set to None before each (zero_grad(set_to_none=True), PyTorch 2's
             default): right averages, and a gradient of an earlier iteration (kept alive
             here; freed memory in a program that drops it) is never written again
+  outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
+            the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
 """
 import hashlib
@@ -173,7 +175,24 @@ def main():
               "iteration %d: gradients are the average (a branch used on rank %d only)" % (it, it % world))
     ddp.close()
 
+    # outlive: gradients that are bucket views outlive the communicator's destroy (which
+    # closes the DDP objects made on it, here without ddp.close()): they keep their values
+    # in memory of their own, not in the freed buckets (whose first bytes the allocator
+    # reuses at once)
+    case = "outlive"
+    base = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 3))
+    ddp = RingletDDP(base, bucket_cap_mb=64 / 2 ** 20, gradient_as_bucket_view=True)
+    g = torch.Generator().manual_seed(rank)
+    ddp(torch.randn(4, 8, generator=g)).sum().backward()
+    want = [p.grad.clone() for p in base.parameters()]
+    ranges = list(ddp._h.ranges)  # the bucket memory
     ringlet.destroy()
+    inside = sum(1 for p in base.parameters() if any(s <= p.grad.data_ptr() < e for s, e in ranges))
+    check(rank, case, inside == 0 and len(ranges) > 0,
+          "%d gradient(s) still point into the freed buckets (%d)" % (inside, len(ranges)))
+    junk = [torch.full((n,), 7.0) for n in (4, 12, 32, 64, 3, 16) for _ in range(8)]  # reuses freed memory
+    same = all(torch.equal(p.grad, w) for p, w in zip(base.parameters(), want))
+    check(rank, case, same and len(junk) > 0, "gradients (bucket views) unchanged after the communicator's destroy")
     log(rank, "ddp_misuse:", "PASS" if not failures else "FAIL (%s)" % ", ".join(failures))
     return 0 if not failures else 1
 
