@@ -225,6 +225,7 @@ class DistributedDataParallel(torch.nn.Module):
         opts.init_sync = int(bool(init_sync))
         opts.rebuild_buckets = int(bool(rebuild_buckets))
         opts.stream = self._stream()
+        self._ddp_stream = torch.cuda.current_stream(self.device) if self._cuda else None
 
         self._keep = []  # names and shapes the C descriptors point to (only during create)
         ptens = (_lib.DDPTensor * max(1, len(named)))()
@@ -340,6 +341,25 @@ class DistributedDataParallel(torch.nn.Module):
             return None
         return torch.cuda.current_stream(self.device).cuda_stream or 1  # 1: CUDA's default stream
 
+    def _join_ddp_stream(self, tensors=()):
+        """Before the C layer queues work on the DDP's stream (the forward's): that stream
+        waits for the work queued so far on the current one, where the gradients were made
+        and put in place. autograd runs a parameter's hook on the stream its AccumulateGrad
+        node recorded, and the end-of-backward callback on the caller's, and either may
+        differ from the forward's (a DDP built, or trained, under torch.cuda.stream). The
+        tensors the C layer reads or writes later are marked as used on the DDP's stream,
+        so that the caching allocator does not give their memory out again before that
+        work is done (zero_grad(set_to_none=True) frees the gradients)."""
+        if not self._cuda:
+            return
+        cur = torch.cuda.current_stream(self.device)
+        if cur == self._ddp_stream:
+            return
+        self._ddp_stream.wait_stream(cur)
+        for t in tensors:
+            if t is not None and t.is_cuda:
+                t.record_stream(self._ddp_stream)
+
     def _current_buffers(self):
         return [b for _, b in self.module.named_buffers()]
 
@@ -365,6 +385,7 @@ class DistributedDataParallel(torch.nn.Module):
         with self._on_device():
             if self._cuda:  # this forward's stream (the caller may have switched streams)
                 self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
+                self._ddp_stream = torch.cuda.current_stream(self.device)
             if self.broadcast_buffers and self._buffer_ptrs:
                 self._refresh_buffers(h)
             # a forward without autograd (evaluation) leaves an iteration in progress alone
@@ -466,7 +487,9 @@ class DistributedDataParallel(torch.nn.Module):
         for j in sorted(self._unused):
             if not self._ready[j]:
                 self._ready[j] = 1
-                self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j, unused=True)), "grad_unused")
+                ptr = self._grad_ptr(j, unused=True)
+                self._join_ddp_stream((self._params[j].grad,))
+                self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, ptr), "grad_unused")
 
     def _on_grad_ready(self, i):
         h = self._ptr()
@@ -480,6 +503,7 @@ class DistributedDataParallel(torch.nn.Module):
                                "ringlet DDP: parameter %s got a sparse gradient; only dense gradients are supported"
                                % self._param_names[i])
         ptr = self._grad_ptr(i)
+        self._join_ddp_stream((p.grad,))
         rc = _lib.lib.ringlet_ddp_grad_ready(h, i, ptr)
         if rc and i in self._unused:
             raise self._err(rc, "backward: parameter %s got a gradient although the forward's output does not "
@@ -504,10 +528,17 @@ class DistributedDataParallel(torch.nn.Module):
                 for j in range(len(self._params)):  # no hook, not found by the graph walk
                     if not self._ready[j]:
                         self._ready[j] = 1
-                        self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, self._grad_ptr(j, unused=True)), "grad_unused")
+                        ptr = self._grad_ptr(j, unused=True)
+                        self._join_ddp_stream((self._params[j].grad,))
+                        self._check(_lib.lib.ringlet_ddp_grad_unused(h, j, ptr), "grad_unused")
             except RingletError as e:
                 err = err or e
+        self._join_ddp_stream()
         rc = _lib.lib.ringlet_ddp_finish(h)
+        if self._cuda:  # the write-backs are queued on the DDP's stream: the caller's (the optimizer's) waits
+            cur = torch.cuda.current_stream(self.device)
+            if cur != self._ddp_stream:
+                cur.wait_stream(self._ddp_stream)
         self.backward_hook_times = (self._first_hook_time, time.monotonic())
         st = _lib.DDPStats()
         if _lib.lib.ringlet_ddp_stats(h, ctypes.byref(st)) == 0 and st.bucket_rebuilds != self._rebuilds:
@@ -544,7 +575,10 @@ class DistributedDataParallel(torch.nn.Module):
         h = self._ptr()
         self._refresh_buffers(h)
         with self._on_device():
+            self._join_ddp_stream()
             self._check(_lib.lib.ringlet_ddp_broadcast_buffers(h), "broadcast_buffers")
+            if self._cuda and torch.cuda.current_stream(self.device) != self._ddp_stream:
+                torch.cuda.current_stream(self.device).wait_stream(self._ddp_stream)
 
     @property
     def num_buckets(self):

@@ -11,7 +11,9 @@ all-reduces sum in different orders). Variants (--variants): plain; nosync (ever
 step inside no_sync, so two steps' gradients are reduced at once); view
 (gradient_as_bucket_view on both); evalfwd (every third step a forward under
 torch.no_grad() after backward: buffers follow torch's rule, broadcast at that forward
-and not at the next one). The bucket cap (--bucket-kb) makes at least 4 buckets.
+and not at the next one); on CUDA also sidestream (ringlet's DDP built under another stream,
+so that autograd runs its gradient hooks there, then trained on the default stream: its
+work must wait for the hooks' stream and the optimizer for its). The bucket cap (--bucket-kb) makes at least 4 buckets.
 --device cuda trains on the GPU (models, data, both DDPs; Gloo on CUDA tensors as the
 reference; several ranks share a GPU). --nccl also trains torch's DDP over a process group
 with backend "nccl" (run with ringlet's libnccl.so.2 preloaded) and checks it against the
@@ -64,7 +66,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--bucket-kb", type=float, default=1)
     ap.add_argument("--tol", type=float, default=1e-5)
-    ap.add_argument("--variants", default="plain,nosync,view,evalfwd")
+    ap.add_argument("--variants", default=None, help="default plain,nosync,view,evalfwd (and sidestream on CUDA)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--nccl", action="store_true", help="also torch's DDP over a backend='nccl' group")
     a = ap.parse_args()
@@ -83,6 +85,8 @@ def main():
     nccl_pg = dist.new_group(backend="nccl") if a.nccl else None
     ringlet.init_from_env()
     cap_mb = a.bucket_kb / 1024.0
+    if a.variants is None:
+        a.variants = "plain,nosync,view,evalfwd" + (",sidestream" if device.type == "cuda" else "")
     ok = True
     for variant in a.variants.split(","):
         nosync = variant == "nosync"
@@ -95,8 +99,15 @@ def main():
                                                         gradient_as_bucket_view=view)
         train(ref, steps, a.batch, nosync, evalfwd, rank, device=device)
 
-        mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4,
-                          gradient_as_bucket_view=view)
+        if variant == "sidestream":
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4)
+            torch.cuda.current_stream(device).wait_stream(side)
+        else:
+            mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4,
+                              gradient_as_bucket_view=view)
         train(mine, steps, a.batch, nosync, evalfwd, rank, device=device)
         if nccl_pg is not None:
             over_nccl = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
