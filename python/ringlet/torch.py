@@ -94,6 +94,12 @@ _TYPESTR = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8"}
 
 def _device_tensor(ptr, count, dtype, device, owner):
     """A CUDA tensor over count elements at device address ptr."""
+    try:
+        import numpy  # noqa: F401  torch reads __cuda_array_interface__ through numpy
+    except ImportError:
+        raise RingletError(_lib.ERR_INVALID_USAGE,
+                           "ringlet DDP on CUDA tensors needs numpy (torch.as_tensor reads the buckets' "
+                           "__cuda_array_interface__ through it): pip install numpy") from None
     if dtype == torch.bfloat16:  # no typestr for bfloat16: as int16, reinterpreted
         raw = torch.as_tensor(_DeviceMemory(ptr, count, "<i2", owner), device=device)
         return raw.view(torch.bfloat16)
