@@ -219,7 +219,8 @@ step_device_collectives_shm() { collectives_cuda shm; }
 step_device_collectives_tcp() { collectives_cuda tcp; }
 step_device_mps() { bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" RINGLET_TEST_MEMORY=device \
     RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
-step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order bash tests/mp/stream.sh; }
+step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order \
+    STREAM_RUN_LIMIT=25 STREAM_RUN_GRACE=3 bash tests/mp/stream.sh; }
 step_device_stream() { cuda_env bash tests/mp/stream.sh; }
 step_device_batch() { cuda_env bash tests/mp/batch.sh; }
 step_device_more() { cuda_env bash tests/mp/more.sh; }

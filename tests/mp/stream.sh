@@ -41,6 +41,8 @@
 # (STREAM_SYNC_CASES) with streams not held, the default (sync: order's held round then
 # checks that the result is in place when the call returns), order again with one hardware
 # work queue (CUDA_DEVICE_MAX_CONNECTIONS=1); the INFO log must say which, on both ranks.
+# STREAM_RUN_LIMIT and STREAM_RUN_GRACE (default 180 and 60 s): each run's limit in ringlet-run
+# (the GPU suite's quick tier sets them short, so that one hung run leaves time for the others).
 # Exit 0 = all passed, 1 = a failure, 77 = no device backend.
 set -u
 BUILD=${BUILD:-build}
@@ -67,7 +69,7 @@ run_case() {
     local tenv="RINGLET_TRANSPORT=$tr"
     [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
     CURRENT="$tr $cas${*:+ ($*)}"
-    env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout 180 --grace 60 "$PROG" --case "$cas" \
+    env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout "${STREAM_RUN_LIMIT:-180}" --grace "${STREAM_RUN_GRACE:-60}" "$PROG" --case "$cas" \
         --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
     rc=$?
     if grep -q '^\[0\] SKIP' "$TMP/out"; then
