@@ -62,8 +62,10 @@
  * (RINGLET_ERR_INVALID_ARGUMENT for two devices, RINGLET_ERR_INVALID_USAGE for another
  * device current). The later calls make that device current themselves for their
  * duration (as NCCL does with a communicator's), so a thread with another device current,
- * or none chosen, may drive the iterations; a stream given (options.stream,
- * ringlet_ddp_set_stream) must be of that device.
+ * or none chosen, may drive the iterations; they give the caller's device back, except to
+ * a thread that had never chosen one, which stays on the tensors' device (as
+ * ringlet_device_leave does). A stream given (options.stream, ringlet_ddp_set_stream)
+ * must be of that device.
  *
  * Threads: calls on one DDP object are serialised by a lock, so they may come from
  * different threads (autograd's), but not concurrently with ringlet_ddp_destroy. The

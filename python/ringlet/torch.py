@@ -49,6 +49,7 @@ Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 """
 import contextlib
 import ctypes
+import sys
 import time
 import weakref
 
@@ -92,14 +93,18 @@ class _DeviceMemory:
 _TYPESTR = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8"}
 
 
-def _device_tensor(ptr, count, dtype, device, owner):
-    """A CUDA tensor over count elements at device address ptr."""
+def _need_numpy():
+    """torch.as_tensor reads __cuda_array_interface__ (the buckets' views) through numpy."""
     try:
-        import numpy  # noqa: F401  torch reads __cuda_array_interface__ through numpy
+        import numpy  # noqa: F401
     except ImportError:
         raise RingletError(_lib.ERR_INVALID_USAGE,
                            "ringlet DDP on CUDA tensors needs numpy (torch.as_tensor reads the buckets' "
                            "__cuda_array_interface__ through it): pip install numpy") from None
+
+
+def _device_tensor(ptr, count, dtype, device, owner):
+    """A CUDA tensor over count elements at device address ptr."""
     if dtype == torch.bfloat16:  # no typestr for bfloat16: as int16, reinterpreted
         raw = torch.as_tensor(_DeviceMemory(ptr, count, "<i2", owner), device=device)
         return raw.view(torch.bfloat16)
@@ -117,27 +122,42 @@ class _Handle:
         self.ptr = ptr
         self.ranges = []  # (start, end) addresses of every bucket memory made (rebuilds too)
         self.params = []  # weak references to the parameters whose .grad may be such a view
+        self.stream = None  # CUDA: the DDP's stream (the write-backs are queued there)
+
+    def in_buckets(self, t):
+        return t.numel() > 0 and any(s <= t.data_ptr() < e for s, e in self.ranges)
 
     def _detach_views(self):
         grads = []
         for r in self.params:
             p = r()
             g = None if p is None else p.grad
-            if g is not None and g.numel() and any(s <= g.data_ptr() < e for s, e in self.ranges):
+            if g is not None and self.in_buckets(g):
                 grads.append((p, g))
         if not grads:
             return
-        if grads[0][1].is_cuda:  # the DDP's write-backs are queued on its stream: done first
-            torch.cuda.synchronize(grads[0][1].device)
         with torch.no_grad():
-            for p, g in grads:
-                p.grad = g.clone()
+            if self.stream is None:
+                for p, g in grads:
+                    p.grad = g.clone()
+                return
+            # on the DDP's stream, behind its write-backs (the C destroy then waits for that
+            # stream before it frees the buckets); the current stream waits for the copies
+            with torch.cuda.stream(self.stream):
+                for p, g in grads:
+                    p.grad = g.clone()
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
 
     def close(self):
         if self.ptr:
-            self._detach_views()
-            p, self.ptr = self.ptr, None
-            _lib.lib.ringlet_ddp_destroy(p)
+            try:
+                self._detach_views()
+            except Exception as e:  # a failed device or no memory: the C object goes all the same
+                print("ringlet DDP: gradients that were bucket views could not be copied out (%s); they "
+                      "point into freed memory now" % e, file=sys.stderr)
+            finally:
+                p, self.ptr = self.ptr, None
+                _lib.lib.ringlet_ddp_destroy(p)
 
     def __del__(self):
         try:
@@ -201,6 +221,8 @@ class DistributedDataParallel(torch.nn.Module):
                                "ringlet DDP: device_ids %s, but the module is on %s (move it there first)"
                                % (device_ids, self.device))
         self._cuda = self.device.type == "cuda"
+        if self._cuda:
+            _need_numpy()  # before the collective create (after it, the C object would be left behind)
         self.comm = comm
         self.dim = dim
         self.broadcast_buffers = bool(broadcast_buffers)
@@ -250,6 +272,7 @@ class DistributedDataParallel(torch.nn.Module):
             raise RingletError(rc, "ringlet DDP: " + _lib.lib.ringlet_ddp_last_error(None).decode("utf-8", "replace"))
         self._h = _Handle(h)
         self._h.params = [weakref.ref(p) for p in self._params]
+        self._h.stream = self._ddp_stream
         comm._ddps.add(self._h)
         self._buffer_ptrs = [b.data_ptr() for b in buffers]
 
@@ -362,8 +385,8 @@ class DistributedDataParallel(torch.nn.Module):
         if cur == self._ddp_stream:
             return
         self._ddp_stream.wait_stream(cur)
-        for t in tensors:
-            if t is not None and t.is_cuda:
+        for t in tensors:  # (bucket memory is the C layer's: not the allocator's to give out)
+            if t is not None and t.is_cuda and not self._h.in_buckets(t):
                 t.record_stream(self._ddp_stream)
 
     def _current_buffers(self):
@@ -391,7 +414,7 @@ class DistributedDataParallel(torch.nn.Module):
         with self._on_device():
             if self._cuda:  # this forward's stream (the caller may have switched streams)
                 self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
-                self._ddp_stream = torch.cuda.current_stream(self.device)
+                self._ddp_stream = self._h.stream = torch.cuda.current_stream(self.device)
             if self.broadcast_buffers and self._buffer_ptrs:
                 self._refresh_buffers(h)
             # a forward without autograd (evaluation) leaves an iteration in progress alone

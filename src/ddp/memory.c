@@ -22,8 +22,8 @@ ringlet_result_t ddp_device_enter(struct ringlet_ddp *d, const char *fn, int *pr
     *prev = -1;
     if (!d->on_device || d->device < 0) return RINGLET_SUCCESS;
     ringlet_result_t rc = ringlet_device_enter(d->device, prev);
-    if (rc)
-        return ddp_set_error(d, rc, "%s: cannot make the tensors' device %d current: %s", fn, d->device,
+    if (rc) /* the thread's message only: d's is written under d->mu */
+        return ddp_set_error(NULL, rc, "%s: cannot make the tensors' device %d current: %s", fn, d->device,
                              ringlet_comm_last_error(NULL));
     return RINGLET_SUCCESS;
 }

@@ -65,8 +65,8 @@ device-more|90|gpu,build|more.sh over cuda: all-to-all, gather, scatter, groups,
 device-nccl|90|gpu,build|nccl.sh over cuda: the NCCL API on ncclMemAlloc memory, P = 1..4
 device-ddp|120|gpu,build|ddp.sh over cuda: the C DDP layer on device memory, every option
 torch-nccl|90|gpu,build|tests/gpu/torch_nccl.py at 2 and 4 ranks
-ddp-cuda-p2|140|gpu,build|tests/python/ddp_vs_torch.py --device cuda --nccl at 2 ranks: ringlet DDP and torch DDP over ringlet'"'"'s nccl against torch DDP over Gloo
-ddp-cuda-p4|150|gpu,build|the same at 4 ranks
+ddp-cuda-p2|150|gpu,build|tests/python/ddp_vs_torch.py --device cuda --nccl at 2 ranks: ringlet DDP and torch DDP over ringlet'"'"'s nccl against torch DDP over Gloo
+ddp-cuda-p4|170|gpu,build|the same at 4 ranks
 torch-backend-ops-p2|150|gpu,build|the torch.distributed backend "ringlet" on CUDA tensors, 2 ranks on the GPU: tests/python/backend_ops.py --device cuda (every operation, sync and async, against Gloo on CPU copies)
 torch-backend-ddp-p2|150|gpu,build|torch DDP (and ZeRO) over "ringlet" on CUDA against torch DDP over "nccl" (ringlet'"'"'s libnccl.so.2: NCCL itself refuses 2 ranks on 1 GPU) and over "gloo": tests/python/backend_ddp.py --device cuda
 ddp-bench|160|gpu,build|perf/ddp_bench.sh on CUDA at 2 and 4 ranks (issue 14'"'"'s goals)
@@ -382,6 +382,11 @@ done
 # Inside a step's own process (environment from the parent below).
 if [ -n "$exec_step" ]; then
     has_step "$exec_step" || die_usage "no step '$exec_step'"
+    # At the budget (timeout's TERM to the whole group) this shell waits for the command in
+    # the foreground to end (collectives.sh and stream.sh then say which run was cut, and
+    # what its ranks printed) and exits, before run_step writes to the log: the step's
+    # processes are gone when the next step starts (timeout's KILL bounds the wait).
+    trap 'exit 143' TERM
     "$(fn_of "$exec_step")"
     exit $?
 fi

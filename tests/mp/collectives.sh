@@ -235,6 +235,7 @@ run_plan() {
         env $trenv $menv RINGLET_DEBUG=INFO $envs "$RUN" -n "$P" --timeout "$TIMEOUT" "$PROG" --seed "$SEED" $margs \
             $args $EXTRA >"$TMP/out" 2>"$TMP/err"
         rc=$?
+        CURRENT=""
         dt=$(($(now_ms) - t))
         good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of $P: [0-9]+ cases checked, 0 failed" "$TMP/out")
         cases=$(sed -n "s/^\[0\] collectives: rank 0 of $P: \([0-9]*\) cases checked.*/\1/p" "$TMP/out")

@@ -67,7 +67,7 @@ done
 one "host all P=2, device backend $RINGLET_DEVICE" 2 --case all --memory host
 # NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL (a split checks it).
 NCCL_COMM_BLOCKING=1 one "host all P=2, NCCL_COMM_BLOCKING=1" 2 --case all --memory host
-# ... and makes ncclCommInitAll's communicators non-blocking (a blocking one fails at the
+# NCCL_COMM_BLOCKING=0 makes ncclCommInitAll's communicators non-blocking (a blocking one fails at the
 # deadline, RINGLET_TIMEOUT). No device backend: with one, calls on stream 0 are ordered on
 # that one stream, and one thread's ungrouped calls over several communicators wait for
 # each other there, as NCCL's kernels would (NCCL asks for a group).

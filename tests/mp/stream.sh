@@ -72,6 +72,7 @@ run_case() {
     env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout "${STREAM_RUN_LIMIT:-180}" --grace "${STREAM_RUN_GRACE:-60}" "$PROG" --case "$cas" \
         --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
     rc=$?
+    CURRENT=""
     if grep -q '^\[0\] SKIP' "$TMP/out"; then
         grep -m1 SKIP "$TMP/out" | sed 's/^\[0\] //'
         exit 77
