@@ -142,11 +142,16 @@ class _Handle:
                     p.grad = g.clone()
                 return
             # on the DDP's stream, behind its write-backs (the C destroy then waits for that
-            # stream before it frees the buckets); the current stream waits for the copies
+            # stream before it frees the buckets); the current stream waits for the copies,
+            # and their memory counts as used there (the allocator gave it to the DDP's)
+            cur = torch.cuda.current_stream(self.stream.device)
             with torch.cuda.stream(self.stream):
-                for p, g in grads:
-                    p.grad = g.clone()
-            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+                copies = [g.clone() for _, g in grads]
+            cur.wait_stream(self.stream)
+            for (p, _), c in zip(grads, copies):
+                if cur != self.stream:
+                    c.record_stream(cur)
+                p.grad = c
 
     def close(self):
         if self.ptr:

@@ -75,10 +75,9 @@
  *     capturing stream fails (capture unsupported), querying such an event fails
  *     (captured event), and both invalidate the capture; so does a call CUDA counts as
  *     potentially unsafe (a query, a synchronisation, a call that can synchronise the
- *     device) while a capture forbids
- *     it by the calling thread's capture mode: in global mode (a thread's default) any
- *     capture, another thread's too; in thread-local mode the thread's own; in relaxed
- *     mode none;
+ *     device) while a capture forbids it by the calling thread's capture mode: in global
+ *     mode (a thread's default) any capture, another thread's too; in thread-local mode
+ *     the thread's own; in relaxed mode none;
  *     work on the legacy stream, or asking it whether it captures, while a blocking stream
  *     of its device captures fails (capture implicit; the work also invalidates it). The capture's end fails when it was invalidated, or
  *     (stricter than CUDA, which allows a rejoin) when another stream joined it.
