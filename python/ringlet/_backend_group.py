@@ -5,7 +5,7 @@ import weakref
 import torch
 from torch._C import _distributed_c10d as _c10d
 
-from . import _lib
+from . import _backend_coalesce as _coalesce, _lib
 from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
                                _nbytes, _op_name, _ptr)
 from ._backend_work import _Core, _Launch, _close_group, _device_of, _live_groups, _sync_call
@@ -187,16 +187,14 @@ class ProcessGroupRinglet(_ProcessGroup):
         try:
             src = _contig(inp)
             nb = _nbytes(src)
-            if _adjacent(outs, nb):
-                dst = outs[0]
-            else:
-                dst = torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev)
-
+            direct = _adjacent(outs, nb)
+            dst = outs[0] if direct else torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev)
+            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst) if nb else None, nb, _lib.UINT8)
+            if not direct:
                 def out():
                     for r, o in enumerate(outs):
                         o.copy_(dst[r])
                 ln.then(out)
-            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst) if nb else None, nb, _lib.UINT8)
             ln.keep += outs + [inp, src, dst]
         except BaseException as e:
             ln.abandon(e)
@@ -204,26 +202,33 @@ class ProcessGroupRinglet(_ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         what = "_allgather_base (all_gather_into_tensor)"
+        self._check_gather_pair(output, input, what)
+        dev = _device_of((output, input), what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            self._allgather_into(ln, output, input)
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([output])
+
+    def _check_gather_pair(self, output, input, what):
         _check_dense(output, what)
         _check_dense(input, what)
         if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
             raise RuntimeError("ringlet: %s: output has %d elements of %s, input %d of %s; the output must hold "
                                "%d x the input's elements, of its dtype" % (what, output.numel(), output.dtype,
                                                                            input.numel(), input.dtype, self._size))
-        dev = _device_of((output, input), what)
-        ln = _Launch(self._core, what, dev, sync=_sync_call())
-        try:
-            src = _contig(input)
-            dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
-                                                                              device=dev)
-            nb = _nbytes(src)
-            ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst), nb, _lib.UINT8)
-            if dst is not output:
-                ln.then(lambda: output.copy_(dst))
-            ln.keep += (output, input, src, dst)
-        except BaseException as e:
-            ln.abandon(e)
-        return ln.work([output])
+
+    def _allgather_into(self, ln, output, input):
+        """Every rank's input, in rank order, into output (size x its elements)."""
+        src = _contig(input)
+        dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
+                                                                          device=output.device)
+        nb = _nbytes(src)
+        ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst), nb, _lib.UINT8)
+        if dst is not output:
+            ln.then(lambda: output.copy_(dst))
+        ln.keep += (output, input, src, dst)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         what = "allgather_coalesced"
@@ -297,12 +302,7 @@ class ProcessGroupRinglet(_ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         what = "_reduce_scatter_base (reduce_scatter_tensor)"
-        _check_dense(output, what)
-        _check_dense(input, what)
-        if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
-            raise RuntimeError("ringlet: %s: input has %d elements of %s, output %d of %s; the input must hold "
-                               "%d x the output's elements, of its dtype" % (what, input.numel(), input.dtype,
-                                                                            output.numel(), output.dtype, self._size))
+        self._check_scatter_pair(output, input, what)
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         dev = _device_of((output, input), what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
@@ -311,6 +311,14 @@ class ProcessGroupRinglet(_ProcessGroup):
         except BaseException as e:
             ln.abandon(e)
         return ln.work([output])
+
+    def _check_scatter_pair(self, output, input, what):
+        _check_dense(output, what)
+        _check_dense(input, what)
+        if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
+            raise RuntimeError("ringlet: %s: input has %d elements of %s, output %d of %s; the input must hold "
+                               "%d x the output's elements, of its dtype" % (what, input.numel(), input.dtype,
+                                                                            output.numel(), output.dtype, self._size))
 
     def alltoall_base(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         what = "alltoall_base (all_to_all_single)"
@@ -393,18 +401,16 @@ class ProcessGroupRinglet(_ProcessGroup):
             src = _contig(inp)
             nb = _nbytes(src)
             dst = None
+            staged = me == root and not _adjacent(outs, nb)
             if me == root:
-                if _adjacent(outs, nb):
-                    dst = outs[0]
-                else:
-                    dst = torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev)
-
-                    def out():
-                        for r, o in enumerate(outs):
-                            o.copy_(dst[r])
-                    ln.then(out)
+                dst = torch.empty((self._size,) + tuple(inp.shape), dtype=inp.dtype, device=dev) if staged else outs[0]
             ln.call(_L.ringlet_igather, _L.ringlet_gather, _ptr(src), _ptr(dst) if dst is not None else None, nb,
                     _lib.UINT8, root)
+            if staged:
+                def out():
+                    for r, o in enumerate(outs):
+                        o.copy_(dst[r])
+                ln.then(out)
             ln.keep += outs + [inp, src, dst]
         except BaseException as e:
             ln.abandon(e)
@@ -484,31 +490,11 @@ class ProcessGroupRinglet(_ProcessGroup):
         raise RuntimeError("ringlet: recv from any source (dist.recv/irecv without src) is not supported: ringlet "
                            "receives from a named rank; pass src")
 
-    # torch 2.x's batch_isend_irecv on CUDA tensors brackets its sends and receives with
-    # these (NCCL-style coalescing): the calls in between go into one ringlet group, which
-    # runs them at once (device sends and receives outside a group run one by one, in
-    # order, so two ranks that both send first would wait for each other, as with NCCL).
-    # Only the Work of _end_coalescing covers them. CPU tensors need no group (host sends
-    # and receives are posted and overlap).
-    def _start_coalescing(self, device=None):
-        dev = torch.device(device) if device is not None else torch.device("cpu")
-        if dev.type == "cuda" and self._core.coalescing is None:
-            self._core.coalescing = dev
-            _L.ringlet_group_start()
-
-    def _end_coalescing(self, device=None):
-        dev = self._core.coalescing
-        if dev is None:  # nothing was grouped (CPU): nothing to wait for
-            return _Launch(self._core, "coalesced operations", torch.device("cpu")).work([])
-        self._core.coalescing = None
-        ln = _Launch(self._core, "coalesced sends and receives", dev, p2p=True)
-        try:
-            rc = _L.ringlet_group_end()
-            if rc:
-                raise self._core._make_error(rc, ln.what, self._core._last_error(1))
-        except BaseException as e:
-            ln.abandon(e)
-        return ln.work([])
+    # torch 2.x's coalescing (_backend_coalesce.py)
+    _start_coalescing = _coalesce.start_coalescing
+    _end_coalescing = _coalesce.end_coalescing
+    allgather_into_tensor_coalesced = _coalesce.allgather_into_tensor_coalesced
+    reduce_scatter_tensor_coalesced = _coalesce.reduce_scatter_tensor_coalesced
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         raise RuntimeError("ringlet: monitored_barrier is Gloo's; use barrier() (ringlet names a failed or silent rank "

@@ -194,6 +194,7 @@ class _CudaWork(_TorchWork):
         self._pg = pg
         self._what = what
         self._device = device
+        self._stream = stream
         self._event = event
         self._outputs = outputs
         with torch.cuda.stream(stream):  # the future's events: recorded on the group's stream
@@ -286,7 +287,8 @@ class _Launch:
     """Collects one operation's ringlet calls: non-blocking on CPU tensors (a request
     each), stream-ordered on CUDA tensors (the group's stream for the device)."""
 
-    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci", "sync")
+    __slots__ = ("pg", "what", "device", "stream", "reqs", "finish", "keep", "_ctx", "_group", "ci", "sync", "_calls",
+                 "_early")
 
     def __init__(self, pg, what, device, p2p=False, sync=False):
         self.pg = pg
@@ -299,6 +301,8 @@ class _Launch:
         self.keep = []
         self._ctx = None
         self._group = False
+        self._calls = 0
+        self._early = False  # a then() before any call()
         self.stream = None
         if device.type == "cuda":
             side = pg._side_stream(device, self.ci)
@@ -310,6 +314,10 @@ class _Launch:
             raise RuntimeError("ringlet: %s: %s tensors are not supported (CPU and CUDA are)" % (what, device.type))
 
     def call(self, nb_fn, b_fn, *args):
+        if self._early:  # on CUDA it would have been queued before the call: a bug of the backend's
+            raise RuntimeError("ringlet: internal error: %s: a step that must follow the operation was given "
+                               "before its call" % self.what)
+        self._calls += 1
         h = self.pg._live(self.what, self.ci)
         if self.stream is None and self.sync:
             rc = b_fn(*args, h, None)
@@ -339,9 +347,14 @@ class _Launch:
                 raise self.pg._make_error(rc, self.what, self.pg._last_error(self.ci))
 
     def then(self, fn):
-        """fn runs once the operation is done (CPU), or is queued after it (CUDA)."""
+        """fn runs once the operation is done (CPU), or is queued after it (CUDA); given after
+        the operation's calls. Inside a coalescing group (CUDA) the calls are queued only at
+        its end, so fn waits for _end_coalescing."""
+        self._early = self._early or not self._calls
         if self.stream is None:
             self.finish.append(fn)
+        elif self.pg.coalescing is not None:
+            self.pg.after_group.append((self.stream, fn))
         else:
             fn()
 
@@ -361,6 +374,8 @@ class _Launch:
             self._ctx = None
             w = _CudaWork(pg, self.what, self.device, self.stream, ev, outputs)
         pg._track(w)
+        if pg.coalesced is not None:  # covered by the Work of _end_coalescing
+            pg.coalesced.append(w)
         return w
 
     def abandon(self, exc):
@@ -434,7 +449,12 @@ class _Core:
         self.unwaited = collections.deque(maxlen=4096)
         self.sides = {}
         self.mu = threading.Lock()
+        # Between _start_coalescing and _end_coalescing: the CUDA device whose calls go into
+        # one ringlet group (else None), what must follow the group's calls on their streams,
+        # and the Works launched (the one of _end_coalescing covers them all).
         self.coalescing = None
+        self.after_group = []
+        self.coalesced = None
 
     @property
     def _handle(self):

@@ -4,7 +4,8 @@
 #      collectives use, against Gloo on the same random inputs, synchronous and asynchronous
 #      (wait, get_future, is_completed), over 10 to 12 dtypes (bool and complex converted),
 #      non-contiguous and empty tensors, wait(timeout), a receive pending across a
-#      collective, a subgroup destroyed (its communicator gone at once), the clear errors.
+#      collective, a subgroup destroyed (its communicator gone at once), torch 2.x's coalesced
+#      fast path (one Work covering all), the clear errors.
 #   2. tests/python/backend_ddp.py at P = 2 and 4: torch's DistributedDataParallel over
 #      "ringlet" against the same over "gloo", 1e-6: BatchNorm buffers,
 #      find_unused_parameters, no_sync, gradient_as_bucket_view, static_graph, a Python comm

@@ -14,6 +14,10 @@ expected result computed locally (float64 for floats; integers wrap as ringlet d
 Integers and data movement must match exactly; floats within a tolerance of a few units
 in the last place per rank (stated in tol()).
 
+torch 2.x's coalescing fast path (_coalescing_manager: all_gather_into_tensor, reduce_scatter_tensor
+and all_reduce gathered into one call, whose Work is _end_coalescing's) runs through torch's
+manager where it has one, else through the group's methods as torch 2.x calls them; on CPU,
+rank 0 must see that Work incomplete before the other ranks launch.
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
 bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
@@ -380,6 +384,96 @@ def case_allgather():
             same("%s[%d][%d] (%s, vs gloo)" % (case, r, i, mode), outs[r][i], wants[r][i])
 
 
+def _manager():
+    """torch 2.x's _coalescing_manager(group, device, async_ops), or None (torch 1.13's takes
+    a list of Works and has no fast path)."""
+    import inspect
+    m = getattr(dist.distributed_c10d, "_coalescing_manager", None)
+    return m if m is not None and "async_ops" in inspect.signature(m).parameters else None
+
+
+def coalesced(kind, outs, ins, op):
+    """The Work torch 2.x's _coalescing_manager(device=DEV, async_ops=True) gives for the
+    all_gather_into_tensor / reduce_scatter_tensor / all_reduce calls of outs and ins: one
+    call of the group's fast-path method inside _start_coalescing and _end_coalescing, whose
+    Work covers it. Without torch 2.x's manager the group's methods are called as it calls them."""
+    m = _manager()
+    if m is not None:
+        with m(device=DEV, async_ops=True) as cm:
+            for o, i in zip(outs, ins):
+                if kind == "allgather":
+                    dist.all_gather_into_tensor(o, i, async_op=True)
+                elif kind == "reduce_scatter":
+                    dist.reduce_scatter_tensor(o, i, op=redop(op), async_op=True)
+                else:
+                    dist.all_reduce(o, op=redop(op), async_op=True)
+        assert len(cm.works) == 1, cm.works
+        return cm.works[0]
+    pg = dist.distributed_c10d._get_default_group()
+    pg._start_coalescing(DEV)
+    if kind == "allgather":
+        pg.allgather_into_tensor_coalesced(outs, ins)
+    elif kind == "reduce_scatter":
+        opts = dist.ReduceScatterOptions()
+        opts.reduceOp = redop(op)
+        pg.reduce_scatter_tensor_coalesced(outs, ins, opts)
+    else:
+        opts = torch._C._distributed_c10d.AllreduceCoalescedOptions()
+        opts.reduceOp = redop(op)
+        pg.allreduce_coalesced(outs, opts)
+    return pg._end_coalescing(DEV)
+
+
+def case_coalesced_fast():
+    """torch 2.x's coalescing fast path (_coalescing_manager): the Work it returns must cover
+    every operation. On CPU, ranks other than 0 launch only after rank 0 has seen its Work
+    not yet complete (they cannot have taken part), so a Work that covers nothing fails."""
+    global checks
+    shapes = [(3, 5), (7,), (1,), (2, 2)] if not a.quick else [(3, 5), (1,)]
+    for dtype in (torch.float32, torch.int64):
+        for kind in ("allgather", "reduce_scatter", "allreduce"):
+            op = "AVG" if dtype.is_floating_point and kind != "allgather" else "SUM"
+            case = "coalesced_fast/%s/%s/%s" % (kind, dtype, op)
+            mode = next_mode()
+            if kind == "allgather":
+                xs = [rand(case + str(k), dtype, s) for k, s in enumerate(shapes)]
+                outs = [dev(torch.empty((P * s[0],) + s[1:], dtype=dtype)) for s in shapes]
+                outs[0] = dev(torch.empty(shapes[0][1], P * shapes[0][0], dtype=dtype).t())  # staged: a step after
+            elif kind == "reduce_scatter":
+                xs = [rand(case + str(k), dtype, (P * s[0],) + s[1:]) for k, s in enumerate(shapes)]
+                outs = [dev(torch.empty(s, dtype=dtype)) for s in shapes]
+                outs[0] = dev(torch.empty(shapes[0][1], shapes[0][0], dtype=dtype).t())
+            else:
+                xs = [rand(case + str(k), dtype, s) for k, s in enumerate(shapes)]
+                outs = [dev(x).clone() for x in xs]
+            ordered = DEV.type == "cpu" and P > 1
+            if ordered and R != 0:
+                dist.barrier(group=GLOO)
+            w = coalesced(kind, outs, [dev(x) for x in xs] if kind != "allreduce" else outs, op)
+            if ordered and R == 0:
+                checks += 1
+                if w.is_completed():
+                    fail("%s: the Work of _end_coalescing was complete before the other ranks took part" % case)
+                dist.barrier(group=GLOO)
+            finish(w, "poll" if mode == "sync" else mode, case)
+            for k, x in enumerate(xs):
+                allx = gathered(x)
+                if kind == "allgather":
+                    want = torch.cat(allx)
+                elif kind == "reduce_scatter":
+                    want = local_reduce([y[R * shapes[k][0]:(R + 1) * shapes[k][0]] for y in allx], op, dtype)
+                else:
+                    want = local_reduce(allx, op, dtype)
+                same("%s[%d] (%s)" % (case, k, mode), outs[k], want, P)
+    # the methods' own checks
+    pg = dist.distributed_c10d._get_default_group()
+    expect_error("allgather_into_tensor_coalesced of mismatched lists",
+                 lambda: pg.allgather_into_tensor_coalesced([dev(torch.empty(2 * P))], []), "1 output", "0 inputs")
+    expect_error("reduce_scatter_tensor_coalesced of a short input",
+                 lambda: pg.reduce_scatter_tensor_coalesced([dev(torch.empty(2))], [dev(torch.empty(3))]),
+                 "must hold %d x" % P)
+
+
 def case_reduce_scatter():
     for dtype in REDUCE_DTYPES:
         for op in ops_for(dtype)[:4]:
@@ -625,7 +719,7 @@ def case_errors():
 
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
-           case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier, case_objects, case_subgroup,
+           case_coalesced_fast, case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier, case_objects, case_subgroup,
            case_errors):
     t0 = time.monotonic()
     try:
