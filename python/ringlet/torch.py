@@ -394,6 +394,14 @@ class DistributedDataParallel(torch.nn.Module):
             if t is not None and t.is_cuda and not self._h.in_buckets(t):
                 t.record_stream(self._ddp_stream)
 
+    def _current_waits_ddp_stream(self):
+        """The caller's current stream waits for the work queued on the DDP's stream (its
+        results written back), before it uses them."""
+        if self._cuda:
+            cur = torch.cuda.current_stream(self.device)
+            if cur != self._ddp_stream:
+                cur.wait_stream(self._ddp_stream)
+
     def _current_buffers(self):
         return [b for _, b in self.module.named_buffers()]
 
@@ -569,10 +577,7 @@ class DistributedDataParallel(torch.nn.Module):
                 err = err or e
         self._join_ddp_stream()
         rc = _lib.lib.ringlet_ddp_finish(h)
-        if self._cuda:  # the write-backs are queued on the DDP's stream: the caller's (the optimizer's) waits
-            cur = torch.cuda.current_stream(self.device)
-            if cur != self._ddp_stream:
-                cur.wait_stream(self._ddp_stream)
+        self._current_waits_ddp_stream()  # the write-backs are on the DDP's stream: the optimizer's waits
         self.backward_hook_times = (self._first_hook_time, time.monotonic())
         st = _lib.DDPStats()
         if _lib.lib.ringlet_ddp_stats(h, ctypes.byref(st)) == 0 and st.bucket_rebuilds != self._rebuilds:
@@ -611,8 +616,7 @@ class DistributedDataParallel(torch.nn.Module):
         with self._on_device():
             self._join_ddp_stream()
             self._check(_lib.lib.ringlet_ddp_broadcast_buffers(h), "broadcast_buffers")
-            if self._cuda and torch.cuda.current_stream(self.device) != self._ddp_stream:
-                torch.cuda.current_stream(self.device).wait_stream(self._ddp_stream)
+            self._current_waits_ddp_stream()
 
     @property
     def num_buckets(self):

@@ -63,11 +63,8 @@ for f in "$RUN" "$PROG"; do
         exit 1
     fi
 done
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-collectives.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-# Killed (a step's budget on the GPU machine): which run, and what its ranks had printed.
-CURRENT=""
-trap 'echo "collectives.sh: killed during: ${CURRENT:-no run}"; grep -ahv " INFO: " "$TMP/out" "$TMP/err" 2>/dev/null | tail -n 40; exit 143' TERM
+source "$(dirname "$0")/lib/scratch.bash"
+scratch_dir collectives
 
 TRANSPORTS=${RINGLET_TEST_TRANSPORTS:-shm tcp}
 SAN=${SANITIZE:-}

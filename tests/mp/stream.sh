@@ -53,11 +53,8 @@ for f in "$RUN" "$PROG"; do
 done
 export RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}
 if [ "$RINGLET_DEVICE" = sim ]; then export RINGLET_SIM_JITTER=${RINGLET_SIM_JITTER:-100}; fi
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-stream.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-# Killed (a step's budget on the GPU machine): which run, and what its ranks had printed.
-CURRENT=""
-trap 'echo "stream.sh: killed during: ${CURRENT:-no run}"; grep -ahv " INFO: " "$TMP/out" "$TMP/err" 2>/dev/null | tail -n 40; exit 143' TERM
+source "$(dirname "$0")/lib/scratch.bash"
+scratch_dir stream
 COUNT=300007
 case "${SANITIZE:-}" in *thread*) COUNT=30011 ;; esac
 fails=0
