@@ -10,7 +10,9 @@ ringlet group, which runs them at once at the end (device sends and receives out
 group run one by one, in order, so two ranks that both send first would wait for each
 other, as with NCCL); what must follow a call on its stream (copies out of staging) is
 queued after the group. CPU tensors need no group (host calls are posted and overlap).
-torch 1.13 calls _start_coalescing() and _end_coalescing(its list of Works).
+torch 1.13 calls _start_coalescing() and _end_coalescing(its list of Works). A ringlet group
+is the calling thread's, so the window is too (_Window): it opens at the first CUDA launch
+of the thread after _start_coalescing, whatever the process group.
 """
 import datetime
 import time
@@ -18,46 +20,51 @@ import time
 import torch
 
 from ._backend_tensors import _L, _TorchWork, _contig, _op_name
-from ._backend_work import _CudaWork, _Launch, _device_of
+from ._backend_work import _CudaWork, _Launch, _Window, _device_of, _set_window, _window
 
 
 def start_coalescing(self, device=None):
-    core = self._core
-    if core.coalesced is not None:
-        raise RuntimeError("ringlet: _start_coalescing: the group is coalescing already")
-    dev = torch.device(device) if isinstance(device, (str, torch.device)) else torch.device("cpu")
-    core.coalesced = []
-    if dev.type == "cuda":
-        core.coalescing = dev
-        core.after_group = []
-        _L.ringlet_group_start()
+    stale = _window()
+    if stale is not None:  # one torch's manager left open when it raised: its group runs now
+        _set_window(None)
+        if stale.device is not None:
+            _L.ringlet_group_end()
+    _set_window(_Window())
 
 
-def end_coalescing(self, device=None):
+def end_coalescing(self, device=None, reqs=None):
+    """torch 2.x passes the device (2.0 also its list of Works), 1.13 its list of Works."""
     core = self._core
-    works, core.coalesced = core.coalesced or [], None
+    win = _window()
+    _set_window(None)
+    works = win.works if win is not None else []
     outputs = [t for w in works for t in w._outputs]
-    dev = core.coalescing
-    if dev is None:  # CPU: the Works' requests were posted; wait for them all
+    if win is None or win.device is None:  # host calls only: posted already; wait for them all
         w = _JoinedWork(core, "coalesced operations", works, outputs)
         core._track(w)
         return w
-    core.coalescing = None
-    after, core.after_group = core.after_group, []
-    ln = _Launch(core, "coalesced operations", dev, p2p=True)
+    host = [w for w in works if not isinstance(w, _CudaWork)]  # launched before the window's first CUDA one
+    works = [w for w in works if isinstance(w, _CudaWork)]
+    ln = _Launch(core, "coalesced operations", win.device, p2p=True)
     try:
         rc = _L.ringlet_group_end()
         if rc:
             raise core._make_error(rc, ln.what, core._last_error(1))
-        for stream, fn in after:  # now behind the calls the group queued
+        for stream, fn in win.after:  # now behind the calls the group queued
             with torch.cuda.stream(stream):
                 fn()
-        for s in {id(w._stream): w._stream for w in works if isinstance(w, _CudaWork)}.values():
+        for w in works:  # each call's own Work is done when it is, not when it was recorded
+            w._event.record(w._stream)
+        for s in {id(w._stream): w._stream for w in works}.values():
             if s != ln.stream:
                 ln.stream.wait_stream(s)
     except BaseException as e:
         ln.abandon(e)
-    return ln.work(outputs)
+    w = ln.work(outputs)  # win.keep goes at the return, now that the calls that use it are queued
+    if host:
+        w = _JoinedWork(core, "coalesced operations", host + [w], outputs)
+        core._track(w)
+    return w
 
 
 def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):

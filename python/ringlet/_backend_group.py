@@ -260,7 +260,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                         o.copy_(_as_like(dst[off:off + n], o))
                         off += n
             ln.then(out)
-            ln.keep += [src, dst] + input_list
+            ln.keep += [src, dst] + input_list + [o for lst in output_lists for o in lst]
         except BaseException as e:
             ln.abandon(e)
         return ln.work([o for lst in output_lists for o in lst])

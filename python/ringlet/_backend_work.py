@@ -197,9 +197,7 @@ class _CudaWork(_TorchWork):
         self._stream = stream
         self._event = event
         self._outputs = outputs
-        with torch.cuda.stream(stream):  # the future's events: recorded on the group's stream
-            self._fut = torch.futures.Future(devices=[device])
-            self._fut.set_result(outputs)
+        self._fut = None
         self._seen = False
 
     def _check(self):
@@ -231,6 +229,10 @@ class _CudaWork(_TorchWork):
         return self._pg._async_error(self._what)
 
     def get_future(self):
+        if self._fut is None:  # made at the first ask: a coalesced call's is queued at the window's end
+            with torch.cuda.stream(self._stream):  # the future's events: recorded on the group's stream
+                self._fut = torch.futures.Future(devices=[self._device])
+                self._fut.set_result(self._outputs)
         self._seen_done()
         return self._fut
 
@@ -283,6 +285,31 @@ class _Completer:
 
 # ---- launching one operation ----
 
+class _Window:
+    """A coalescing window (torch's _start_coalescing to _end_coalescing) open on this
+    thread; see _backend_coalesce.py. A ringlet group is the thread's, over every
+    communicator, so the window is too: it covers every launch this thread makes in it."""
+
+    __slots__ = ("device", "works", "after", "keep")
+
+    def __init__(self):
+        self.device = None  # the CUDA device once a launch on one has opened the ringlet group
+        self.works = []  # the Works launched in it
+        self.after = []  # (stream, fn): steps that follow a call recorded in the ringlet group
+        self.keep = []  # what those calls use, kept until the group has queued them
+
+
+_tls = threading.local()
+
+
+def _window():
+    return getattr(_tls, "window", None)
+
+
+def _set_window(w):
+    _tls.window = w
+
+
 class _Launch:
     """Collects one operation's ringlet calls: non-blocking on CPU tensors (a request
     each), stream-ordered on CUDA tensors (the group's stream for the device)."""
@@ -304,7 +331,14 @@ class _Launch:
         self._calls = 0
         self._early = False  # a then() before any call()
         self.stream = None
+        win = _window()
+        if win is not None and win.device is not None and device.type != "cuda":
+            raise RuntimeError("ringlet: %s: %s tensors inside a coalescing block that holds CUDA operations (they "
+                               "run as one group at its end): issue it before or after the block" % (what, device.type))
         if device.type == "cuda":
+            if win is not None and win.device is None:  # the window's first CUDA launch: one group from here on
+                _L.ringlet_group_start()
+                win.device = device
             side = pg._side_stream(device, self.ci)
             side.wait_stream(torch.cuda.current_stream(device))
             self.stream = side
@@ -348,13 +382,14 @@ class _Launch:
 
     def then(self, fn):
         """fn runs once the operation is done (CPU), or is queued after it (CUDA); given after
-        the operation's calls. Inside a coalescing group (CUDA) the calls are queued only at
+        the operation's calls. Inside a coalescing window (CUDA) the calls are queued only at
         its end, so fn waits for _end_coalescing."""
         self._early = self._early or not self._calls
+        win = _window()
         if self.stream is None:
             self.finish.append(fn)
-        elif self.pg.coalescing is not None:
-            self.pg.after_group.append((self.stream, fn))
+        elif win is not None and win.device is not None:
+            win.after.append((self.stream, fn))
         else:
             fn()
 
@@ -374,14 +409,23 @@ class _Launch:
             self._ctx = None
             w = _CudaWork(pg, self.what, self.device, self.stream, ev, outputs)
         pg._track(w)
-        if pg.coalesced is not None:  # covered by the Work of _end_coalescing
-            pg.coalesced.append(w)
+        win = _window()
+        if win is not None:  # covered by the Work of _end_coalescing
+            win.works.append(w)
+            if self.stream is not None:
+                win.keep.append(self.keep)  # temporaries too: their calls are queued at group_end
         return w
 
     def abandon(self, exc):
         """The operation failed part-way: what was issued is waited for, then exc raised."""
         if self._group:
             self._group = False
+            _L.ringlet_group_end()
+        win = _window()
+        if win is not None and win.device is not None:
+            # torch's manager raises on, without _end_coalescing: close the window (its group
+            # runs what it recorded) rather than leave this thread's calls recorded forever
+            _set_window(None)
             _L.ringlet_group_end()
         for r in self.reqs:
             if r:
@@ -449,12 +493,6 @@ class _Core:
         self.unwaited = collections.deque(maxlen=4096)
         self.sides = {}
         self.mu = threading.Lock()
-        # Between _start_coalescing and _end_coalescing: the CUDA device whose calls go into
-        # one ringlet group (else None), what must follow the group's calls on their streams,
-        # and the Works launched (the one of _end_coalescing covers them all).
-        self.coalescing = None
-        self.after_group = []
-        self.coalesced = None
 
     @property
     def _handle(self):

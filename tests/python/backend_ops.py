@@ -465,13 +465,20 @@ def case_coalesced_fast():
                 else:
                     want = local_reduce(allx, op, dtype)
                 same("%s[%d] (%s)" % (case, k, mode), outs[k], want, P)
-    # the methods' own checks
+    # the methods' own checks, inside a block that torch's manager then leaves open (it
+    # raises on without _end_coalescing): the next block must work
     pg = dist.distributed_c10d._get_default_group()
+    pg._start_coalescing(DEV)
     expect_error("allgather_into_tensor_coalesced of mismatched lists",
                  lambda: pg.allgather_into_tensor_coalesced([dev(torch.empty(2 * P))], []), "1 output", "0 inputs")
     expect_error("reduce_scatter_tensor_coalesced of a short input",
                  lambda: pg.reduce_scatter_tensor_coalesced([dev(torch.empty(2))], [dev(torch.empty(3))]),
                  "must hold %d x" % P)
+    case = "coalesced_fast/after a block left open"
+    x = rand(case, torch.int32, (5,))
+    out = dev(torch.empty(5 * P, dtype=torch.int32))
+    finish(coalesced("allgather", [out], [dev(x)], "SUM"), "wait", case)
+    same(case, out, torch.cat(gathered(x)))
 
 
 def case_reduce_scatter():
@@ -564,13 +571,15 @@ def case_gather_scatter():
 
 def case_p2p_barrier():
     # a ring: every rank sends to the next and receives from the previous, async both ways
-    # (CPU: both posted at once; CUDA: batch_isend_irecv, one ringlet group, as with NCCL:
-    # device sends and receives outside a group run one by one)
+    # (CPU: both posted at once, or batch_isend_irecv; CUDA: batch_isend_irecv, one ringlet
+    # group, as with NCCL: device sends and receives outside a group run one by one). The
+    # bfloat16 and bool receives are strided: received into staging, copied out after.
     for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.bool):
         case = "sendrecv/%s" % dtype
         x = rand(case, dtype, (1001,))
-        got = dev(torch.empty(1001, dtype=dtype))
-        if DEV.type == "cuda":
+        strided = dtype in (torch.bfloat16, torch.bool)
+        got = dev(torch.empty(2002, dtype=dtype))[::2] if strided else dev(torch.empty(1001, dtype=dtype))
+        if DEV.type == "cuda" or dtype in (torch.int64, torch.bool):
             ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, dev(x), (R + 1) % P),
                                          dist.P2POp(dist.irecv, got, (R - 1) % P)])
         else:
