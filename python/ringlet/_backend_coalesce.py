@@ -12,59 +12,58 @@ other, as with NCCL); what must follow a call on its stream (copies out of stagi
 queued after the group. CPU tensors need no group (host calls are posted and overlap).
 torch 1.13 calls _start_coalescing() and _end_coalescing(its list of Works). A ringlet group
 is the calling thread's, so the window is too (_Window): it opens at the first CUDA launch
-of the thread after _start_coalescing, whatever the process group.
+of the thread after _start_coalescing, whatever the process group. A call of the group
+that raises inside the window closes it (torch 2.x's manager then raises on without
+_end_coalescing); an error raised by torch or by the caller inside the block leaves it
+open, as an NCCL group left open is: the thread's later calls are only recorded.
 """
 import datetime
 import time
 
 import torch
 
-from ._backend_tensors import _L, _TorchWork, _contig, _op_name
-from ._backend_work import _CudaWork, _Launch, _Window, _device_of, _set_window, _window
+from ._backend_tensors import _TorchWork, _contig, _op_name
+from ._backend_work import _CudaWork, _Launch, _Window, _close_window, _device_of, _set_window, _window
 
 
 def start_coalescing(self, device=None):
-    stale = _window()
-    if stale is not None:  # one torch's manager left open when it raised: its group runs now
-        _set_window(None)
-        if stale.device is not None:
-            _L.ringlet_group_end()
-    _set_window(_Window())
+    win = _window()
+    if win is not None:  # a block inside a block: the outer one's end runs them all
+        win.marks.append(len(win.works))
+    else:
+        _set_window(_Window())
 
 
 def end_coalescing(self, device=None, reqs=None):
-    """torch 2.x passes the device (2.0 also its list of Works), 1.13 its list of Works."""
+    """torch 2.x passes the device (2.0 also its list of Works), 1.13 its list of Works;
+    torch 1.13 and 2.0 return those Works, not this one, which then keeps no tensors."""
     core = self._core
+    legacy = isinstance(device, list) or reqs is not None
     win = _window()
+    if win is None:  # nothing was launched (or a failed call closed the window)
+        return _JoinedWork(core, "coalesced operations", [], [])
+    if win.marks:  # an inner block: its calls run at the outer block's end
+        works = win.works[win.marks.pop():]
+        outputs = [] if legacy else [t for w in works for t in w._outputs]
+        return _JoinedWork(core, "coalesced operations", works, outputs)
     _set_window(None)
-    works = win.works if win is not None else []
-    outputs = [t for w in works for t in w._outputs]
-    if win is None or win.device is None:  # host calls only: posted already; wait for them all
-        w = _JoinedWork(core, "coalesced operations", works, outputs)
-        core._track(w)
-        return w
+    works = win.works
+    outputs = [] if legacy else [t for w in works for t in w._outputs]
+    if win.device is None:  # host calls only: posted already; wait for them all
+        return _JoinedWork(core, "coalesced operations", works, outputs)
     host = [w for w in works if not isinstance(w, _CudaWork)]  # launched before the window's first CUDA one
-    works = [w for w in works if isinstance(w, _CudaWork)]
     ln = _Launch(core, "coalesced operations", win.device, p2p=True)
     try:
-        rc = _L.ringlet_group_end()
+        rc = _close_window(win)
         if rc:
             raise core._make_error(rc, ln.what, core._last_error(1))
-        for stream, fn in win.after:  # now behind the calls the group queued
-            with torch.cuda.stream(stream):
-                fn()
-        for w in works:  # each call's own Work is done when it is, not when it was recorded
-            w._event.record(w._stream)
-        for s in {id(w._stream): w._stream for w in works}.values():
+        for s in {id(w._stream): w._stream for w in works if isinstance(w, _CudaWork)}.values():
             if s != ln.stream:
                 ln.stream.wait_stream(s)
     except BaseException as e:
         ln.abandon(e)
     w = ln.work(outputs)  # win.keep goes at the return, now that the calls that use it are queued
-    if host:
-        w = _JoinedWork(core, "coalesced operations", host + [w], outputs)
-        core._track(w)
-    return w
+    return _JoinedWork(core, "coalesced operations", host + [w], outputs) if host else w
 
 
 def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):

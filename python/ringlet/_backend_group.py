@@ -8,7 +8,7 @@ from torch._C import _distributed_c10d as _c10d
 from . import _backend_coalesce as _coalesce, _lib
 from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
                                _nbytes, _op_name, _ptr)
-from ._backend_work import _Core, _Launch, _close_group, _device_of, _live_groups, _sync_call
+from ._backend_work import _Core, _Launch, _close_group, _closes_window, _device_of, _live_groups, _sync_call
 
 
 class ProcessGroupRinglet(_ProcessGroup):
@@ -561,3 +561,11 @@ class ProcessGroupRinglet(_ProcessGroup):
             if q != me and sends[q].numel():
                 ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(sends[q]), sends[q].numel(), _lib.UINT8, q)
         ln.group_end()
+
+
+# A call that raises inside a coalescing block closes the thread's window (_drop_window).
+for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "_allgather_base",
+              "allgather_coalesced", "reduce_scatter", "_reduce_scatter_base", "alltoall_base", "alltoall", "gather",
+              "scatter", "barrier", "send", "recv", "recv_anysource", "allgather_into_tensor_coalesced",
+              "reduce_scatter_tensor_coalesced"):
+    setattr(ProcessGroupRinglet, _name, _closes_window(getattr(ProcessGroupRinglet, _name)))

@@ -288,15 +288,18 @@ class _Completer:
 class _Window:
     """A coalescing window (torch's _start_coalescing to _end_coalescing) open on this
     thread; see _backend_coalesce.py. A ringlet group is the thread's, over every
-    communicator, so the window is too: it covers every launch this thread makes in it."""
+    communicator, so the window is too: it covers every launch this thread makes in it.
+    A block inside a block (another _start_coalescing before the first one's end) nests,
+    as NCCL's groups do: only the outermost end runs the group."""
 
-    __slots__ = ("device", "works", "after", "keep")
+    __slots__ = ("device", "works", "after", "keep", "marks")
 
     def __init__(self):
         self.device = None  # the CUDA device once a launch on one has opened the ringlet group
         self.works = []  # the Works launched in it
         self.after = []  # (stream, fn): steps that follow a call recorded in the ringlet group
         self.keep = []  # what those calls use, kept until the group has queued them
+        self.marks = []  # for each inner block open, where its Works start in works
 
 
 _tls = threading.local()
@@ -308,6 +311,36 @@ def _window():
 
 def _set_window(w):
     _tls.window = w
+
+
+def _close_window(win):
+    """Ends a window's ringlet group, if its CUDA launches opened one: the calls recorded
+    are queued (run), then the steps that follow them, and each call's own Work is done
+    when the call is (its event recorded again). Returns group_end's result."""
+    if win.device is None:
+        return 0
+    rc = _L.ringlet_group_end()
+    if not rc:
+        for stream, fn in win.after:
+            with torch.cuda.stream(stream):
+                fn()
+        for w in win.works:
+            if isinstance(w, _CudaWork):
+                w._event.record(w._stream)
+    return rc
+
+
+def _drop_window():
+    """A call failed inside a block: torch 2.x then raises on without _end_coalescing, so the
+    window is closed here (what it recorded runs) rather than keep recording this thread's
+    calls, which would never run."""
+    win = _window()
+    if win is not None:
+        _set_window(None)
+        try:
+            _close_window(win)
+        except Exception:  # noqa: BLE001 (the call's own error is the one to raise)
+            pass
 
 
 class _Launch:
@@ -333,6 +366,7 @@ class _Launch:
         self.stream = None
         win = _window()
         if win is not None and win.device is not None and device.type != "cuda":
+            _drop_window()
             raise RuntimeError("ringlet: %s: %s tensors inside a coalescing block that holds CUDA operations (they "
                                "run as one group at its end): issue it before or after the block" % (what, device.type))
         if device.type == "cuda":
@@ -421,12 +455,7 @@ class _Launch:
         if self._group:
             self._group = False
             _L.ringlet_group_end()
-        win = _window()
-        if win is not None and win.device is not None:
-            # torch's manager raises on, without _end_coalescing: close the window (its group
-            # runs what it recorded) rather than leave this thread's calls recorded forever
-            _set_window(None)
-            _L.ringlet_group_end()
+        _drop_window()
         for r in self.reqs:
             if r:
                 _L.ringlet_wait(ctypes.byref(r))
@@ -450,7 +479,25 @@ def _sync_call():
         f = sys._getframe(2)
     except ValueError:
         return False
-    return f.f_code.co_filename.endswith(_C10D_FILE) and f.f_locals.get("async_op") is False
+    while f is not None and f.f_code in _TRANSPARENT:
+        f = f.f_back
+    return f is not None and f.f_code.co_filename.endswith(_C10D_FILE) and f.f_locals.get("async_op") is False
+
+
+_TRANSPARENT = set()  # the code of wrappers between torch and the group's methods (_closes_window)
+
+
+def _closes_window(method):
+    """method, closing this thread's coalescing window when it raises (_drop_window)."""
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            _drop_window()
+            raise
+    guarded.__name__, guarded.__doc__, guarded.__wrapped__ = method.__name__, method.__doc__, method
+    _TRANSPARENT.add(guarded.__code__)
+    return guarded
 
 
 def _device_of(tensors, what):

@@ -17,7 +17,8 @@ in the last place per rank (stated in tol()).
 torch 2.x's coalescing fast path (_coalescing_manager: all_gather_into_tensor, reduce_scatter_tensor
 and all_reduce gathered into one call, whose Work is _end_coalescing's) runs through torch's
 manager where it has one, else through the group's methods as torch 2.x calls them; on CPU,
-rank 0 must see that Work incomplete before the other ranks launch.
+rank 0 must see that Work incomplete before the other ranks launch; a failed call closes the
+block; blocks nest.
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
 bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
@@ -43,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 import ringlet.torch  # noqa: F401  (registers the backend)
+from ringlet._backend_work import _window  # the thread's coalescing window (checked after a failed call)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true", help="fewer sizes and dtypes")
@@ -474,11 +476,37 @@ def case_coalesced_fast():
     expect_error("reduce_scatter_tensor_coalesced of a short input",
                  lambda: pg.reduce_scatter_tensor_coalesced([dev(torch.empty(2))], [dev(torch.empty(3))]),
                  "must hold %d x" % P)
+    checks += 1
+    if _window() is not None:  # on CUDA, the thread's later calls would only be recorded
+        fail("coalesced_fast: a call that raised inside a block left the thread's window open")
     case = "coalesced_fast/after a block left open"
     x = rand(case, torch.int32, (5,))
     out = dev(torch.empty(5 * P, dtype=torch.int32))
     finish(coalesced("allgather", [out], [dev(x)], "SUM"), "wait", case)
     same(case, out, torch.cat(gathered(x)))
+    # a block inside a block (e.g. batch_isend_irecv inside a coalescing manager): the outer
+    # end covers both; on CPU rank 0 sees it incomplete before the others launch
+    case = "coalesced_fast/nested"
+    x, y = rand(case + "x", torch.int64, (6,)), rand(case + "y", torch.int64, (4,))
+    outx, outy = dev(torch.empty(6 * P, dtype=torch.int64)), dev(torch.empty(4, dtype=torch.int64))
+    ordered = DEV.type == "cpu" and P > 1
+    if ordered and R != 0:
+        dist.barrier(group=GLOO)
+    pg._start_coalescing(DEV)
+    pg.allgather_into_tensor_coalesced([outx], [dev(x)])
+    pg._start_coalescing(DEV)
+    pg.allreduce_coalesced([outy.copy_(dev(y))])
+    inner = pg._end_coalescing(DEV)
+    w = pg._end_coalescing(DEV)
+    if ordered and R == 0:
+        checks += 1
+        if w.is_completed():
+            fail("%s: the outer block's Work was complete before the other ranks took part" % case)
+        dist.barrier(group=GLOO)
+    finish(w, "wait", case)
+    finish(inner, "wait", case)
+    same(case + " outer", outx, torch.cat(gathered(x)))
+    same(case + " inner", outy, local_reduce(gathered(y), "SUM", torch.int64))
 
 
 def case_reduce_scatter():
