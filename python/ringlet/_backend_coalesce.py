@@ -14,24 +14,27 @@ torch 1.13 calls _start_coalescing() and _end_coalescing(its list of Works). A r
 is the calling thread's, so the window is too (_Window): it opens at the first CUDA launch
 of the thread after _start_coalescing, whatever the process group. A call of the group
 that raises inside the window closes it (torch 2.x's manager then raises on without
-_end_coalescing); an error raised by torch or by the caller inside the block leaves it
-open, as an NCCL group left open is: the thread's later calls are only recorded.
+_end_coalescing), and so does the next block of the same group after an error raised by
+torch or by the caller inside one; a block of another group inside it nests.
 """
 import datetime
 import time
 
 import torch
 
-from ._backend_tensors import _TorchWork, _contig, _op_name
-from ._backend_work import _CudaWork, _Launch, _Window, _close_window, _device_of, _set_window, _window
+from ._backend_tensors import _contig, _op_name
+from ._backend_work import (_CudaWork, _Launch, _Window, _Work, _close_window, _device_of, _drop_window, _set_window,
+                            _window)
 
 
 def start_coalescing(self, device=None):
     win = _window()
-    if win is not None:  # a block inside a block: the outer one's end runs them all
+    if win is not None and win.core is not self._core:  # inside another group's block: its end runs both
         win.marks.append(len(win.works))
-    else:
-        _set_window(_Window())
+        return
+    if win is not None:  # this group's block left open (torch raised on inside it): it runs now
+        _drop_window()
+    _set_window(_Window(self._core))
 
 
 def end_coalescing(self, device=None, reqs=None):
@@ -109,7 +112,7 @@ def _check_pairs(outputs, inputs, what):
     return outputs, inputs
 
 
-class _JoinedWork(_TorchWork):
+class _JoinedWork(_Work):
     """The Work of _end_coalescing: done when every Work launched while coalescing is
     (torch 2.x returns it in place of theirs)."""
 
@@ -159,15 +162,6 @@ class _JoinedWork(_TorchWork):
             return outs
         self._seen_done()
         return torch.futures.collect_all([w.get_future() for w in self._works]).then(joined)
-
-    def result(self):
-        self.wait()
-        return list(self._outputs)
-
-    def source_rank(self):
-        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
-
-    _source_rank = source_rank
 
     def synchronize(self):
         self.wait()

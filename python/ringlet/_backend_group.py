@@ -212,12 +212,17 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([output])
 
     def _check_gather_pair(self, output, input, what):
-        _check_dense(output, what)
-        _check_dense(input, what)
-        if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
-            raise RuntimeError("ringlet: %s: output has %d elements of %s, input %d of %s; the output must hold "
-                               "%d x the input's elements, of its dtype" % (what, output.numel(), output.dtype,
-                                                                           input.numel(), input.dtype, self._size))
+        self._check_pair(output, "output", input, "input", what)
+
+    def _check_pair(self, big, big_name, small, small_name, what):
+        """big must hold the group's size x small's elements, of small's dtype."""
+        _check_dense(big, what)
+        _check_dense(small, what)
+        if big.dtype != small.dtype or big.numel() != small.numel() * self._size:
+            raise RuntimeError("ringlet: %s: %s has %d elements of %s, %s %d of %s; the %s must hold %d x the %s's "
+                               "elements, of its dtype" % (what, big_name, big.numel(), big.dtype, small_name,
+                                                          small.numel(), small.dtype, big_name, self._size,
+                                                          small_name))
 
     def _allgather_into(self, ln, output, input):
         """Every rank's input, in rank order, into output (size x its elements)."""
@@ -313,12 +318,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([output])
 
     def _check_scatter_pair(self, output, input, what):
-        _check_dense(output, what)
-        _check_dense(input, what)
-        if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
-            raise RuntimeError("ringlet: %s: input has %d elements of %s, output %d of %s; the input must hold "
-                               "%d x the output's elements, of its dtype" % (what, input.numel(), input.dtype,
-                                                                            output.numel(), output.dtype, self._size))
+        self._check_pair(input, "input", output, "output", what)
 
     def alltoall_base(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         what = "alltoall_base (all_to_all_single)"

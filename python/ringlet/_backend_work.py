@@ -15,7 +15,20 @@ from . import _lib, RingletError
 from ._backend_tensors import _Failed, _L, _TorchWork, _check_dense, _future
 
 
-class _CpuWork(_TorchWork):
+class _Work(_TorchWork):
+    """What the backend's Works share: the outputs, and no receive from any source."""
+
+    def result(self):
+        self.wait()
+        return list(self._outputs)
+
+    def source_rank(self):
+        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
+
+    _source_rank = source_rank
+
+
+class _CpuWork(_Work):
     """An operation on CPU tensors: its ringlet requests, what to do once they are done
     (copies out of staging buffers), and the tensors to keep and to return."""
 
@@ -172,20 +185,11 @@ class _CpuWork(_TorchWork):
         self._seen_done()
         return self._user_fut
 
-    def result(self):
-        self.wait()
-        return list(self._outputs)
-
-    def source_rank(self):
-        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
-
-    _source_rank = source_rank
-
     def synchronize(self):
         pass
 
 
-class _CudaWork(_TorchWork):
+class _CudaWork(_Work):
     """An operation on CUDA tensors, queued on the group's stream for the device: an
     event recorded after it is what wait() and the future synchronise with."""
 
@@ -239,11 +243,6 @@ class _CudaWork(_TorchWork):
     def result(self):
         return list(self._outputs)
 
-    def source_rank(self):
-        raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
-
-    _source_rank = source_rank
-
     def synchronize(self):
         self.wait()
 
@@ -289,12 +288,14 @@ class _Window:
     """A coalescing window (torch's _start_coalescing to _end_coalescing) open on this
     thread; see _backend_coalesce.py. A ringlet group is the thread's, over every
     communicator, so the window is too: it covers every launch this thread makes in it.
-    A block inside a block (another _start_coalescing before the first one's end) nests,
-    as NCCL's groups do: only the outermost end runs the group."""
+    A block of another process group inside it nests, as NCCL's groups do: only the
+    outermost end runs the group. A new block of the group that opened it means that block
+    was left open (torch raised on inside it, without _end_coalescing): it is closed."""
 
-    __slots__ = ("device", "works", "after", "keep", "marks")
+    __slots__ = ("core", "device", "works", "after", "keep", "marks")
 
-    def __init__(self):
+    def __init__(self, core):
+        self.core = core  # the process group's whose block opened it
         self.device = None  # the CUDA device once a launch on one has opened the ringlet group
         self.works = []  # the Works launched in it
         self.after = []  # (stream, fn): steps that follow a call recorded in the ringlet group

@@ -18,7 +18,7 @@ torch 2.x's coalescing fast path (_coalescing_manager: all_gather_into_tensor, r
 and all_reduce gathered into one call, whose Work is _end_coalescing's) runs through torch's
 manager where it has one, else through the group's methods as torch 2.x calls them; on CPU,
 rank 0 must see that Work incomplete before the other ranks launch; a failed call closes the
-block; blocks nest.
+block, and so does the group's next block one left open; another group's block nests.
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
 bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
@@ -484,9 +484,19 @@ def case_coalesced_fast():
     out = dev(torch.empty(5 * P, dtype=torch.int32))
     finish(coalesced("allgather", [out], [dev(x)], "SUM"), "wait", case)
     same(case, out, torch.cat(gathered(x)))
-    # a block inside a block (e.g. batch_isend_irecv inside a coalescing manager): the outer
-    # end covers both; on CPU rank 0 sees it incomplete before the others launch
+    # a block that torch left open (an error raised inside the manager, not by the group):
+    # the group's next block closes it, and after that block's end no window is left
+    pg._start_coalescing(DEV)
+    finish(coalesced("allgather", [out], [dev(x)], "SUM"), "wait", case + ", again")
+    same(case + ", again", out, torch.cat(gathered(x)))
+    checks += 1
+    if _window() is not None:
+        fail("coalesced_fast: a block left open was never closed (the thread's calls would only be recorded)")
+    # a block of another group inside a block (e.g. batch_isend_irecv on a subgroup inside a
+    # coalescing manager): the outer end covers both; on CPU rank 0 sees it incomplete
+    # before the others launch
     case = "coalesced_fast/nested"
+    other = dist.new_group()  # ringlet's too, over every rank
     x, y = rand(case + "x", torch.int64, (6,)), rand(case + "y", torch.int64, (4,))
     outx, outy = dev(torch.empty(6 * P, dtype=torch.int64)), dev(torch.empty(4, dtype=torch.int64))
     ordered = DEV.type == "cpu" and P > 1
@@ -494,9 +504,9 @@ def case_coalesced_fast():
         dist.barrier(group=GLOO)
     pg._start_coalescing(DEV)
     pg.allgather_into_tensor_coalesced([outx], [dev(x)])
-    pg._start_coalescing(DEV)
-    pg.allreduce_coalesced([outy.copy_(dev(y))])
-    inner = pg._end_coalescing(DEV)
+    other._start_coalescing(DEV)
+    other.allreduce_coalesced([outy.copy_(dev(y))])
+    inner = other._end_coalescing(DEV)
     w = pg._end_coalescing(DEV)
     if ordered and R == 0:
         checks += 1
@@ -507,6 +517,7 @@ def case_coalesced_fast():
     finish(inner, "wait", case)
     same(case + " outer", outx, torch.cat(gathered(x)))
     same(case + " inner", outy, local_reduce(gathered(y), "SUM", torch.int64))
+    dist.destroy_process_group(other)
 
 
 def case_reduce_scatter():
