@@ -19,6 +19,7 @@ and all_reduce gathered into one call, whose Work is _end_coalescing's) runs thr
 manager where it has one, else through the group's methods as torch 2.x calls them; on CPU,
 rank 0 must see that Work incomplete before the other ranks launch; a failed call closes the
 block, and so does the group's next block one left open; another group's block nests.
+async_op=False must take ringlet's blocking form, async_op=True the non-blocking one.
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
 bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
@@ -745,6 +746,33 @@ def expect_error(what, fn, *words):
     fail("%s: no error" % what)
 
 
+def case_sync_form():
+    """async_op=False takes ringlet's blocking form, on the caller's thread (the group's
+    methods find torch's caller through the wrapper that closes a coalescing window);
+    async_op=True the non-blocking one. Read from the launches the group makes."""
+    global checks
+    from ringlet import _backend_work as bw
+    seen = []
+    orig = bw._Launch.__init__
+
+    def spy(self, pg, what, device, p2p=False, sync=False):
+        seen.append((what, sync))
+        orig(self, pg, what, device, p2p, sync)
+    bw._Launch.__init__ = spy
+    try:
+        t = dev(torch.ones(3))
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+        dist.broadcast(t, 0)
+    finally:
+        bw._Launch.__init__ = orig
+    want = [("allreduce", True), ("allreduce", False), ("broadcast", True)]
+    checks += 1
+    if seen != want:
+        fail("sync form: the launches were %s, expected %s" % (seen, want))
+    same("sync form: the all-reduces' result", t, torch.full((3,), float(P * P)))
+
+
 def case_errors():
     expect_error("BAND on int32", lambda: dist.all_reduce(dev(torch.ones(4, dtype=torch.int32)),
                                                           op=dist.ReduceOp.BAND), "BAND", "int32")
@@ -767,8 +795,8 @@ def case_errors():
 
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
-           case_coalesced_fast, case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier, case_objects, case_subgroup,
-           case_errors):
+           case_coalesced_fast, case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier,
+           case_objects, case_subgroup, case_sync_form, case_errors):
     t0 = time.monotonic()
     try:
         fn()
