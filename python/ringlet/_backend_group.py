@@ -41,6 +41,36 @@ class ProcessGroupRinglet(_ProcessGroup):
     def __repr__(self):
         return "ProcessGroupRinglet(group %s, rank %d of %d)" % (self._group_name, self._rank, self._size)
 
+    # torch 2.x keeps a group's name in the backends it registers on the group; a Python
+    # backend's group registers none, so torch's own getter raises "ProcessGroup name not
+    # set" (destroy_process_group, DeviceMesh, functional collectives read it). The group
+    # keeps its name: Python callers take the property and _set_group_name, C++ callers
+    # getGroupName and setGroupName (the names torch's trampoline looks up).
+    @property
+    def group_name(self):
+        return self._group_name
+
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    # torch 2.x asks a group for its backend of a device (init_process_group(device_id=...),
+    # timeouts, splits); this group is its own, for CPU and CUDA. It cannot split (torch then
+    # makes subgroups with new_group), and coalesces (_start_coalescing, _end_coalescing).
+    supports_splitting = False
+    supports_coalescing = True
+
+    def _get_backend(self, device):
+        dev = torch.device(device)
+        if dev.type not in ("cpu", "cuda"):
+            raise RuntimeError("ringlet: no backend for device type %s (ringlet serves cpu and cuda)" % dev.type)
+        return self
+
     @property
     def _device_types(self):  # torch 2.x asks a group which devices it serves
         devs = [torch.device("cpu")]
@@ -496,6 +526,14 @@ class ProcessGroupRinglet(_ProcessGroup):
     allgather_into_tensor_coalesced = _coalesce.allgather_into_tensor_coalesced
     reduce_scatter_tensor_coalesced = _coalesce.reduce_scatter_tensor_coalesced
 
+    # newer torch's names (its trampoline looks up all_gather_single and
+    # reduce_scatter_single with no fallback to the old names)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+    start_coalescing = _coalesce.start_coalescing
+    end_coalescing = _coalesce.end_coalescing
+
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         raise RuntimeError("ringlet: monitored_barrier is Gloo's; use barrier() (ringlet names a failed or silent rank "
                            "by itself, within the group's timeout)")
@@ -563,9 +601,10 @@ class ProcessGroupRinglet(_ProcessGroup):
         ln.group_end()
 
 
-# A call that raises inside a coalescing block closes the thread's window (_drop_window).
-for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "_allgather_base",
-              "allgather_coalesced", "reduce_scatter", "_reduce_scatter_base", "alltoall_base", "alltoall", "gather",
-              "scatter", "barrier", "send", "recv", "recv_anysource", "allgather_into_tensor_coalesced",
-              "reduce_scatter_tensor_coalesced"):
-    setattr(ProcessGroupRinglet, _name, _closes_window(getattr(ProcessGroupRinglet, _name)))
+# A call that raises inside a coalescing block closes the thread's window (_drop_window). Every
+# public method is wrapped, and torch's two underscored operations, so that a new operation
+# cannot be missed (for the others, a raise closing the window is as right).
+for _name, _fn in list(vars(ProcessGroupRinglet).items()):
+    if callable(_fn) and _name not in ("start_coalescing", "end_coalescing") and (
+            not _name.startswith("_") or _name in ("_allgather_base", "_reduce_scatter_base")):
+        setattr(ProcessGroupRinglet, _name, _closes_window(_fn))

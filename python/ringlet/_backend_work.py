@@ -295,7 +295,7 @@ class _Window:
     __slots__ = ("core", "device", "works", "after", "keep", "marks")
 
     def __init__(self, core):
-        self.core = core  # the process group's whose block opened it
+        self.core = core  # the core of the process group whose block opened it
         self.device = None  # the CUDA device once a launch on one has opened the ringlet group
         self.works = []  # the Works launched in it
         self.after = []  # (stream, fn): steps that follow a call recorded in the ringlet group

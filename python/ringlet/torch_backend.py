@@ -54,6 +54,7 @@ from . import _lib, RingletError
 from ._backend_tensors import BACKEND, _L
 from ._backend_work import _live_groups
 from ._backend_group import ProcessGroupRinglet
+from . import _backend_p2p
 
 __all__ = ["ProcessGroupRinglet", "register", "BACKEND"]
 
@@ -171,6 +172,7 @@ def register():
         if "devices" in params:  # torch 2.x
             kw["devices"] = ["cpu"] + (["cuda"] if torch.version.cuda is not None else [])
         dist.Backend.register_backend(BACKEND, _create_extended, **kw)
+    _backend_p2p.install()
     _fill_launcher_env()
     _registered = True
 

@@ -36,6 +36,7 @@ import argparse
 import faulthandler
 faulthandler.enable()
 import datetime
+import inspect
 import os
 import sys
 import time
@@ -43,6 +44,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _C10D
 
 import ringlet.torch  # noqa: F401  (registers the backend)
 from ringlet._backend_work import _window  # the thread's coalescing window (checked after a failed call)
@@ -53,10 +55,14 @@ ap.add_argument("--device", default="cpu")
 ap.add_argument("--seed", type=int, default=int(os.environ.get("RINGLET_TEST_SEED", "1")))
 a = ap.parse_args()
 
-dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=60))
-R, P = dist.get_rank(), dist.get_world_size()
-DEV = torch.device(a.device if a.device == "cpu" else "cuda:%d" % (int(os.environ.get("LOCAL_RANK", R))
+DEV = torch.device(a.device if a.device == "cpu" else "cuda:%d" % (int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
                                                                    % max(1, torch.cuda.device_count())))
+# torch 2.x on CUDA: bound to the device, as torch 2.x's docs advise (it asks the group for its
+# backend of the device, which a Python backend's group has none of unless it answers itself)
+bound = {"device_id": DEV} if DEV.type == "cuda" and "device_id" in inspect.signature(
+    dist.init_process_group).parameters else {}
+dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=60), **bound)
+R, P = dist.get_rank(), dist.get_world_size()
 if DEV.type == "cuda":
     torch.cuda.set_device(DEV)
 GLOO = dist.new_group(backend="gloo")
@@ -727,6 +733,76 @@ def case_subgroup():
     same("allreduce after the subgroup's destroy", t, torch.full((3,), float(P)))
 
 
+def case_torch2_api():
+    """What torch 2.x asks of a group made by a Python backend: batch_isend_irecv as one
+    coalescing block (torch coalesces only a group whose type is exactly ProcessGroup; on
+    CUDA a ring of sends posted one by one would hang), the group's name (torch's getter
+    raises without a registered backend), _get_backend, and newer torch's names of three
+    operations. Checked through the methods themselves, so under torch 1.13 too."""
+    global checks
+    from ringlet._backend_group import ProcessGroupRinglet
+    pg = dist.group.WORLD
+    starts, ends = [], []
+    orig_start, orig_end = ProcessGroupRinglet._start_coalescing, ProcessGroupRinglet._end_coalescing
+
+    def spy_start(self, *args):
+        starts.append(args)
+        return orig_start(self, *args)
+
+    def spy_end(self, *args):
+        ends.append(args)
+        return orig_end(self, *args)
+    ProcessGroupRinglet._start_coalescing, ProcessGroupRinglet._end_coalescing = spy_start, spy_end
+    try:
+        case = "batch_isend_irecv/float64"
+        x = rand(case, torch.float64, (333,))
+        got = dev(torch.empty(333, dtype=torch.float64))
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, (R - 1) % P),
+                                     dist.P2POp(dist.isend, dev(x), (R + 1) % P)])
+        for w in ws:
+            w.wait()
+    finally:
+        ProcessGroupRinglet._start_coalescing, ProcessGroupRinglet._end_coalescing = orig_start, orig_end
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+    checks += 1
+    if len(starts) != 1 or len(ends) != 1 or len(ws) != 2:
+        fail("batch_isend_irecv: %d start(s) and %d end(s) of a coalescing block, %d Works (expected 1, 1, 2)"
+             % (len(starts), len(ends), len(ws)))
+    same(case, got, rand(case, torch.float64, (333,), rank=(R - 1) % P))
+    # the group's name: torch's, as torch gave it to the backend and knows it
+    c10d = dist.distributed_c10d
+    names = c10d._world.pg_names if hasattr(c10d, "_world") else c10d._pg_names
+    checks += 1
+    if pg.group_name != names[pg] or pg.getGroupName() != names[pg]:
+        fail("group name: %r / %r, torch knows the group as %r" % (pg.group_name, pg.getGroupName(), names[pg]))
+    checks += 1
+    if pg._get_backend(torch.device("cpu")) is not pg or pg._get_backend(DEV) is not pg or pg.supports_splitting:
+        fail("_get_backend: not the group itself, or supports_splitting set")
+    expect_error("_get_backend of another device type", lambda: pg._get_backend(torch.device("meta")),
+                 "meta", "cpu and cuda")
+    # newer torch's names: all_gather_single, reduce_scatter_single, all_to_all_single
+    n = 5
+    case = "all_gather_single/int32"
+    x = rand(case, torch.int32, (n,))
+    out = dev(torch.empty(P * n, dtype=torch.int32))
+    pg.all_gather_single(out, dev(x), _C10D.AllgatherOptions()).wait()
+    want = torch.cat([rand(case, torch.int32, (n,), rank=q) for q in range(P)])
+    same(case, out, want)
+    case = "reduce_scatter_single/int64"
+    xs = [rand(case, torch.int64, (P * n,), rank=q, small=True) for q in range(P)]
+    out = dev(torch.empty(n, dtype=torch.int64))
+    pg.reduce_scatter_single(out, dev(xs[R]), _C10D.ReduceScatterOptions()).wait()
+    same(case, out, sum(xs)[R * n:(R + 1) * n])
+    case = "all_to_all_single/float32"
+    xs = [rand(case, torch.float32, (P * n,), rank=q) for q in range(P)]
+    out = dev(torch.empty(P * n, dtype=torch.float32))
+    pg.all_to_all_single(out, dev(xs[R]), [], [], _C10D.AllToAllOptions()).wait()
+    same(case, out, torch.cat([xs[q][R * n:(R + 1) * n] for q in range(P)]))
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+
+
 def expect_error(what, fn, *words):
     global checks
     checks += 1
@@ -796,7 +872,7 @@ def case_errors():
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
            case_coalesced_fast, case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier,
-           case_objects, case_subgroup, case_sync_form, case_errors):
+           case_objects, case_subgroup, case_sync_form, case_torch2_api, case_errors):
     t0 = time.monotonic()
     try:
         fn()

@@ -1,0 +1,55 @@
+"""torch's batch_isend_irecv, for ringlet's groups: the operations in one coalescing block.
+
+newer torch (2.x) coalesces a batch (its _coalescing_manager: _start_coalescing, the
+sends and receives, _end_coalescing) only when the group's type is exactly ProcessGroup
+with a backend that says it coalesces; a group made by a Python backend is a subclass, so
+torch posts the operations one by one. On CUDA tensors that hangs: a device send or
+receive outside a group runs alone, in order (as with NCCL), so a ring in which every rank
+sends first waits until the timeout. (torch 1.13 coalesces every group's batch.)
+So for a ringlet group the batch runs here, between the group's _start_coalescing and
+_end_coalescing, in every torch; any other group's batch goes to torch's function.
+"""
+import functools
+
+from torch.distributed import distributed_c10d as _c10d
+
+from ._backend_group import ProcessGroupRinglet
+from ._backend_work import _drop_window, _window
+
+
+def _batch_isend_irecv_for(original):
+    @functools.wraps(original)
+    def batch_isend_irecv(p2p_op_list):
+        check = getattr(_c10d, "_check_p2p_op_list", None)
+        if check is not None:
+            check(p2p_op_list)
+        group = (p2p_op_list[0].group if p2p_op_list else None) or _c10d._get_default_group()
+        if not isinstance(group, ProcessGroupRinglet):
+            return original(p2p_op_list)
+        device = p2p_op_list[0].tensor.device
+        inside = _window() is not None  # already in a block (the caller's): its end runs these too
+        if not inside:
+            group._start_coalescing(device)
+        try:
+            # (tensor, peer, group, tag): isend's and irecv's order in every torch; peer is global
+            works = [op.op(op.tensor, op.peer, op.group, op.tag) for op in p2p_op_list]
+        except BaseException:
+            if not inside:
+                _drop_window()
+            raise
+        if not inside:
+            group._end_coalescing(device)
+        return works
+
+    batch_isend_irecv._ringlet = True
+    return batch_isend_irecv
+
+
+def install():
+    """Puts the function in place in torch.distributed (once)."""
+    import torch.distributed as dist
+    if getattr(_c10d.batch_isend_irecv, "_ringlet", False):
+        return
+    ours = _batch_isend_irecv_for(_c10d.batch_isend_irecv)
+    _c10d.batch_isend_irecv = ours
+    dist.batch_isend_irecv = ours
