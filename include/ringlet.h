@@ -218,6 +218,11 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * use one kind of memory (host, or one device). */
 ringlet_result_t ringlet_group_start(void);
 ringlet_result_t ringlet_group_end(void);
+/* Ends the innermost level of this thread's group without running anything: at the
+ * outermost level the calls recorded are dropped (none of them ran; the buffers are as
+ * they were). *ndropped (may be NULL) gets how many were dropped. Without a group_start
+ * before it: RINGLET_ERR_INVALID_USAGE. */
+ringlet_result_t ringlet_group_cancel(int *ndropped);
 
 /* ---- pre-multiplied sum ----
  * A reduction op for comm: each rank's input is multiplied by its own scalar (one element

@@ -596,6 +596,17 @@ ringlet_result_t ringlet_group_end(void) {
     return first;
 }
 
+ringlet_result_t ringlet_group_cancel(int *ndropped) {
+    if (ndropped) *ndropped = 0;
+    if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_cancel: no group_start before it");
+    if (--t_group.depth) return RINGLET_SUCCESS;
+    if (ndropped) *ndropped = t_group.n;
+    free(t_group.ops); /* recorded only: nothing was counted or posted for them */
+    t_group.ops = NULL;
+    t_group.n = t_group.cap = 0;
+    return RINGLET_SUCCESS;
+}
+
 /* blocking() clears a request's fields around its message: the field after it is device. */
 _Static_assert(offsetof(struct ringlet_request, device) == offsetof(struct ringlet_request, err) + RL_MSG_MAX,
                "struct ringlet_request: device must follow err");

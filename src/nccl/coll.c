@@ -181,11 +181,24 @@ ncclResult_t ncclGroupEnd(void) {
     return inits != ncclSuccess && inits != ncclInProgress ? inits : rc != ncclSuccess ? rc : inits;
 }
 
+/* NCCL's simulation ends the group (its callers, PyTorch's time estimator among them, call
+ * no ncclGroupEnd after it) and runs nothing. ringlet has no cost model to fill simInfo:
+ * it ends the group the same way, dropping its operations, and refuses. Left open, the
+ * group would have recorded every later call of the thread, their results never written. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
     (void)info;
+    if (!t_group_depth)
+        return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart before it");
+    ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
+    int dropped = 0;
+    ncclResult_t rc = shim_check(NULL, ringlet_group_cancel(&dropped));
+    if (!t_group_depth) group_leave_all();
+    if (inits != ncclSuccess && inits != ncclInProgress) return inits;
+    if (rc) return rc;
     return shim_fail(NULL, ncclInvalidUsage,
-                     "ncclGroupSimulateEnd is not provided by ringlet (it has no cost model); end the group with "
-                     "ncclGroupEnd");
+                     "ncclGroupSimulateEnd: ringlet has no cost model to estimate the group's time; the group is "
+                     "ended, as NCCL's simulation ends it, and its %d operation(s) dropped, not run",
+                     dropped);
 }
 
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t d, ncclScalarResidence_t res,

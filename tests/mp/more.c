@@ -214,6 +214,18 @@ static void test_group_colls(size_t n, int k, rl_dev_stream_t st2) {
     buf_new(&a, n), buf_new(&b, n), buf_new(&c2, n);
     for (size_t i = 0; i < n; i++) a.h[i] = val(g_rank, k, i), b.h[i] = val(g_rank, k + 1, i), c2.h[i] = val(g_rank, k + 2, i);
     to_dev(&a), to_dev(&b), to_dev(&c2);
+    /* A group cancelled first (two levels): its all-reduce of a is dropped, so a is summed
+     * once below, not twice, and no group is left open. */
+    int dropped[2] = {-1, -1};
+    check_rc("group_start", ringlet_group_start());
+    check_rc("group_start", ringlet_group_start());
+    check_rc("allreduce in a cancelled group",
+             ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT32, RINGLET_SUM, g_comm, stream()));
+    check_rc("group_cancel (inner)", ringlet_group_cancel(&dropped[0]));
+    check_rc("group_cancel (outer)", ringlet_group_cancel(&dropped[1]));
+    g_checks += 2;
+    if (dropped[0] != 0 || dropped[1] != 1) FAIL("group_cancel dropped %d then %d calls, not 0 then 1", dropped[0], dropped[1]);
+    if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end after a cancelled group: not INVALID_USAGE");
     check_rc("group_start", ringlet_group_start());
     check_rc("allreduce in a group", ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT32, RINGLET_SUM, g_comm, stream()));
     check_rc("allreduce in a group",
