@@ -96,6 +96,10 @@ const char *ringlet_version(void);
  * ...). The process that made the id must be the one that calls init as rank 0: it
  * already listens on the id's address. The id carries a random job secret. */
 ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id);
+/* Gives back an id of ringlet_get_unique_id that no init will use: its listening socket is
+ * closed (a process holds at most 64 ids that no init has used yet). An id this process did
+ * not make, or one an init has taken, is left alone (success). */
+ringlet_result_t ringlet_unique_id_release(const ringlet_unique_id_t *id);
 ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank);
 /* From the launcher's environment: torchrun's MASTER_ADDR, MASTER_PORT, RANK,
  * WORLD_SIZE, LOCAL_RANK; Slurm's SLURM_PROCID/SLURM_NTASKS; Open MPI's

@@ -54,6 +54,12 @@ ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
     return rc ? rl_error(NULL, rc, "get_unique_id: %s", err) : RINGLET_SUCCESS;
 }
 
+ringlet_result_t ringlet_unique_id_release(const ringlet_unique_id_t *id) {
+    if (!id) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "unique_id_release: id is NULL");
+    (void)rl_boot_release_id(id);
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_comm_init_rank(ringlet_comm_t *comm, int nranks, ringlet_unique_id_t id, int rank) {
     return ringlet_comm_init_rank_stoppable(comm, nranks, id, rank, NULL);
 }

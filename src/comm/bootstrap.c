@@ -110,6 +110,22 @@ ringlet_result_t rl_boot_make_id(ringlet_unique_id_t *id, char *err) {
     return RINGLET_SUCCESS;
 }
 
+int rl_boot_release_id(const ringlet_unique_id_t *id) {
+    struct id_layout l;
+    memcpy(&l, id->internal, sizeof l);
+    int fd = -1;
+    pthread_mutex_lock(&g_ids_mu);
+    for (int i = 0; l.magic == ID_MAGIC && i < g_nids; i++)
+        if (g_ids[i].port == l.port && rl_ct_equal(g_ids[i].secret, l.secret, 32)) {
+            fd = g_ids[i].fd;
+            g_ids[i] = g_ids[--g_nids];
+            break;
+        }
+    pthread_mutex_unlock(&g_ids_mu);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+}
+
 ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_boot_target *t, char *err) {
     struct id_layout l;
     memcpy(&l, id->internal, sizeof l);

@@ -11,6 +11,8 @@ typedef struct rl_boot_target {
     int listen_fd;                /* rank 0: the listener already open (unique id), or -1 */
 } rl_boot_target;
 ringlet_result_t rl_boot_make_id(ringlet_unique_id_t *id, char *err);
+/* Closes the listener of an id this process made and no init took; 1 if there was one. */
+int rl_boot_release_id(const ringlet_unique_id_t *id);
 ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_boot_target *t, char *err);
 ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err);
 /* Every rank's info to every rank, authenticated; leaves the monitor running. */

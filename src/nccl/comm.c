@@ -388,7 +388,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 }
 
 /* ringlet's id names the rank-0 process and its job secret: one id is enough, so the
- * first of commIds is used (every rank holds it). */
+ * first of commIds is used (every rank holds it). The others were made by root ranks
+ * (PyTorch: one per 128 ranks) that no init will use: this process's own are given back,
+ * or each group would keep a listening socket open at each of those ranks, and the 65th
+ * ncclGetUniqueId there would fail. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int nId, ncclUniqueId *ids,
                                       ncclConfig_t *config) {
     if (nId < 1 || !ids)
@@ -397,6 +400,12 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, in
     int blocking;
     ncclResult_t rc = read_config(config, "ncclCommInitRankScalable", 1, &blocking);
     if (rc) return rc;
+    for (int i = 1; i < nId; i++) {
+        if (!memcmp(&ids[i], &ids[0], sizeof ids[0])) continue; /* the id in use, given twice */
+        ringlet_unique_id_t rid;
+        memcpy(&rid, &ids[i], sizeof rid);
+        (void)ringlet_unique_id_release(&rid);
+    }
     return init_rank(comm, nranks, &ids[0], rank, blocking, "ncclCommInitRankScalable");
 }
 

@@ -162,6 +162,17 @@ int main(void) {
     OK(ncclGetUniqueId(&id));
     OK(ncclCommInitRankScalable(&c, 1, 0, 1, &id, NULL));
     OK(ncclCommDestroy(c));
+    /* Several roots' ids (PyTorch: one per 128 ranks): ringlet uses the first, and this
+     * process's others are given back: 70 inits, each with a second id of its own, leave
+     * ncclGetUniqueId working (a process holds at most 64 unused ids). */
+    int scalable_ok = 1;
+    for (int k = 0; k < 70 && scalable_ok; k++) {
+        ncclUniqueId two[2];
+        scalable_ok = ncclGetUniqueId(&two[0]) == ncclSuccess && ncclGetUniqueId(&two[1]) == ncclSuccess &&
+                      ncclCommInitRankScalable(&c, 1, 0, 2, two, NULL) == ncclSuccess && ncclCommDestroy(c) == ncclSuccess;
+        if (!scalable_ok) printf("FAIL: scalable init %d: %s\n", k, pncclGetLastError(NULL));
+    }
+    TRUE(scalable_ok);
     ncclComm_t all[2];
     OK(ncclCommInitAll(all, 2, NULL));
     for (int i = 0; i < N; i++) want[i] = 2 * a[i];
