@@ -2,6 +2,7 @@
  * sums, mapped onto ringlet's calls. A stream of 0 is CUDA's default stream. On a
  * non-blocking communicator a call outside a group is issued as ringlet's non-blocking
  * form and returns ncclInProgress; ncclCommGetAsyncError follows it. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,11 +183,11 @@ ncclResult_t ncclGroupEnd(void) {
 }
 
 /* NCCL's simulation ends the group (its callers, PyTorch's time estimator among them, call
- * no ncclGroupEnd after it) and runs nothing. ringlet has no cost model to fill simInfo:
- * it ends the group the same way, dropping its operations, and refuses. Left open, the
- * group would have recorded every later call of the thread, their results never written. */
+ * no ncclGroupEnd after it) and runs nothing. ringlet ends it the same way, dropping its
+ * operations (left open, the group would record every later call of the thread, their
+ * results never written), and has no cost model: the estimate is NCCL_UNDEF_FLOAT, which
+ * NCCL also gives when it has none (PyTorch then uses its own formula). */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
-    (void)info;
     if (!t_group_depth)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart before it");
     ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
@@ -195,10 +196,16 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
     if (!t_group_depth) group_leave_all();
     if (inits != ncclSuccess && inits != ncclInProgress) return inits;
     if (rc) return rc;
-    return shim_fail(NULL, ncclInvalidUsage,
-                     "ncclGroupSimulateEnd: ringlet has no cost model to estimate the group's time; the group is "
-                     "ended, as NCCL's simulation ends it, and its %d operation(s) dropped, not run",
-                     dropped);
+    if (info && (info->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof info->estimatedTime ||
+                 info->magic != 0x74685283u))
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER (size %zu, "
+                         "magic 0x%x); the group was ended, its %d operation(s) dropped",
+                         info->size, info->magic, dropped);
+    if (info) info->estimatedTime = NCCL_UNDEF_FLOAT;
+    if (dropped) shim_info("ncclGroupSimulateEnd: no estimate (ringlet has no cost model); %d operation(s) "
+                           "dropped, not run, as NCCL's simulation runs none", dropped);
+    return inits;
 }
 
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t d, ncclScalarResidence_t res,

@@ -10,8 +10,10 @@
  *     (ncclInvalidArgument);
  *   - a call on a stream that is capturing a CUDA graph is refused (ncclInvalidUsage)
  *     before it touches the stream;
- *   - ncclCommShrink, ncclCommRevoke, the window registration and ncclGroupSimulateEnd
- *     return ncclInvalidUsage with a message saying so;
+ *   - ncclCommShrink, ncclCommRevoke and the window registration return
+ *     ncclInvalidUsage with a message saying so;
+ *   - ncclGroupSimulateEnd ends the group, running nothing, with no estimate
+ *     (estimatedTime NCCL_UNDEF_FLOAT);
  *   - of NCCL 2.28's device API (declared below, host side only), the team queries answer
  *     and the rest return ncclInvalidUsage.
  * With CUDA's headers on the include path it includes cuda_runtime.h, cuda_fp16.h and

@@ -129,19 +129,26 @@ int main(void) {
     EXPECT(ncclCommWindowRegister(c, a, 4096, &w, NCCL_WIN_DEFAULT), ncclInvalidUsage);
     EXPECT(ncclCommWindowDeregister(c, w), ncclInvalidUsage);
     /* NCCL's simulation ends the group and runs nothing (PyTorch's time estimator calls no
-     * ncclGroupEnd after it): ringlet, with no cost model, refuses it and ends the group the
-     * same way, its call dropped; the next call runs at once. */
+     * ncclGroupEnd after it): ringlet ends the group the same way, its call dropped, with no
+     * estimate (NCCL_UNDEF_FLOAT: no cost model); the next call runs at once. */
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    si.estimatedTime = 5.0f;
     memset(b, 0, N * 4);
     memset(want, 0, N * 4);
     OK(ncclGroupStart());
     OK(ncclAllReduce(a, b, N, ncclInt32, ncclSum, c, NULL));
-    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage);
-    TRUE(strstr(pncclGetLastError(NULL), "1 operation(s) dropped") != NULL);
+    OK(ncclGroupSimulateEnd(&si));
+    TRUE(si.estimatedTime == NCCL_UNDEF_FLOAT);
     TRUE(!memcmp(b, want, N * 4));
     EXPECT(ncclGroupEnd(), ncclInvalidUsage); /* no group left open */
     OK(ncclAllReduce(a, b, N, ncclInt32, ncclSum, c, NULL));
     TRUE(!memcmp(b, a, N * 4));
+    ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+    bad.magic = 0;
+    OK(ncclGroupStart());
+    EXPECT(ncclGroupSimulateEnd(&bad), ncclInvalidArgument); /* the group ended all the same */
+    TRUE(strstr(pncclGetLastError(NULL), "NCCL_SIM_INFO_INITIALIZER") != NULL);
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
     /* Device memory: from the device backend when there is one (RINGLET_DEVICE=sim). */
     void *d = NULL;
     ncclResult_t mr = ncclMemAlloc(&d, 1 << 20);
