@@ -60,10 +60,17 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._group_name = name
 
     # torch 2.x asks a group for its backend of a device (init_process_group(device_id=...),
-    # timeouts, splits); this group is its own, for CPU and CUDA. It cannot split (torch then
-    # makes subgroups with new_group), and coalesces (_start_coalescing, _end_coalescing).
+    # timeouts, splits, Inductor's time estimates); this group is its own, for CPU and CUDA.
+    # It coalesces (_start_coalescing, _end_coalescing); it cannot split (torch then makes
+    # subgroups with new_group), shrink, estimate a collective's time (torch then uses its
+    # own formula) or allocate tensors.
     supports_splitting = False
     supports_coalescing = True
+    supports_shrinking = False
+    supports_time_estimate = False
+
+    def supports_tensor_alloc(self, device):
+        return False
 
     def _get_backend(self, device):
         dev = torch.device(device)

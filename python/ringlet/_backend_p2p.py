@@ -14,7 +14,7 @@ import functools
 from torch.distributed import distributed_c10d as _c10d
 
 from ._backend_group import ProcessGroupRinglet
-from ._backend_work import _drop_window, _window
+from ._backend_work import _drop_window
 
 
 def _batch_isend_irecv_for(original):
@@ -27,18 +27,18 @@ def _batch_isend_irecv_for(original):
         if not isinstance(group, ProcessGroupRinglet):
             return original(p2p_op_list)
         device = p2p_op_list[0].tensor.device
-        inside = _window() is not None  # already in a block (the caller's): its end runs these too
-        if not inside:
-            group._start_coalescing(device)
+        if any(op.tensor.device != device for op in p2p_op_list):  # one block holds one device's
+            return original(p2p_op_list)
+        # Inside another group's block this one nests (that block's end runs it); a block of
+        # this group left open by an error is closed first (_start_coalescing).
+        group._start_coalescing(device)
         try:
             # (tensor, peer, group, tag): isend's and irecv's order in every torch; peer is global
             works = [op.op(op.tensor, op.peer, op.group, op.tag) for op in p2p_op_list]
         except BaseException:
-            if not inside:
-                _drop_window()
+            _drop_window()
             raise
-        if not inside:
-            group._end_coalescing(device)
+        group._end_coalescing(device)
         return works
 
     batch_isend_irecv._ringlet = True

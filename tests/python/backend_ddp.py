@@ -24,7 +24,9 @@ Prints per configuration the largest difference, then "backend_ddp: rank R: PASS
 import argparse
 import copy
 import datetime
+import faulthandler
 import os
+import signal
 import sys
 
 import torch
@@ -32,6 +34,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ringlet.torch  # noqa: F401  (registers the backend)
+
+faulthandler.enable()
+faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)  # a step's budget: where it hung
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=8)
@@ -41,7 +46,7 @@ ap.add_argument("--ref", default="gloo", help="the reference backend (gloo; nccl
 ap.add_argument("--configs", default="bn,unused,no_sync,bucket_view,static_graph,comm_hook,subgroups,zero")
 a = ap.parse_args()
 
-dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=120))
+dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=float(os.environ.get("RINGLET_TIMEOUT") or 120)))
 R, P = dist.get_rank(), dist.get_world_size()
 if a.device == "cuda":
     DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", R)) % torch.cuda.device_count())
