@@ -27,10 +27,13 @@ def _batch_isend_irecv_for(original):
         if not isinstance(group, ProcessGroupRinglet):
             return original(p2p_op_list)
         device = p2p_op_list[0].tensor.device
-        if any(op.tensor.device != device for op in p2p_op_list):  # one block holds one device's
-            return original(p2p_op_list)
-        # Inside another group's block this one nests (that block's end runs it); a block of
-        # this group left open by an error is closed first (_start_coalescing).
+        other = [op.tensor.device for op in p2p_op_list if op.tensor.device != device]
+        if other:  # one block holds one device's calls; posted one by one, a ring would hang
+            raise RuntimeError("ringlet: batch_isend_irecv: tensors on %s and %s in one batch: one batch per "
+                               "device" % (device, other[0]))
+        # Inside another group's block this one nests (that block's end runs it). A block of
+        # this group still open is taken as left open by an error, and closed first
+        # (_start_coalescing): so a batch inside the group's own block ends that block.
         group._start_coalescing(device)
         try:
             # (tensor, peer, group, tag): isend's and irecv's order in every torch; peer is global

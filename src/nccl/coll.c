@@ -195,14 +195,15 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
     ncclResult_t rc = shim_check(NULL, ringlet_group_cancel(&dropped));
     if (!t_group_depth) group_leave_all();
     if (inits != ncclSuccess && inits != ncclInProgress) return inits;
-    if (rc) return rc;
-    if (info && (info->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof info->estimatedTime ||
-                 info->magic != 0x74685283u))
+    if (rc || t_group_depth || !info) return rc ? rc : inits; /* as NCCL: simInfo is the outermost end's */
+    if (info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic || info->magic != 0x74685283u)
         return shim_fail(NULL, ncclInvalidArgument,
-                         "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER (size %zu, "
-                         "magic 0x%x); the group was ended, its %d operation(s) dropped",
-                         info->size, info->magic, dropped);
-    if (info) info->estimatedTime = NCCL_UNDEF_FLOAT;
+                         "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER (size %zu%s); "
+                         "the group was ended, its %d operation(s) dropped",
+                         info->size, info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic ? "" : ", bad magic",
+                         dropped);
+    if (info->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof info->estimatedTime)
+        info->estimatedTime = NCCL_UNDEF_FLOAT;
     if (dropped) shim_info("ncclGroupSimulateEnd: no estimate (ringlet has no cost model); %d operation(s) "
                            "dropped, not run, as NCCL's simulation runs none", dropped);
     return inits;

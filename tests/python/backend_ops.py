@@ -64,12 +64,13 @@ DEV = torch.device(a.device if a.device == "cpu" else "cuda:%d" % (int(os.enviro
 bound = {"device_id": DEV} if DEV.type == "cuda" and "device_id" in inspect.signature(
     dist.init_process_group).parameters else {}
 # the suite's deadline where it sets one (the GPU suite's steps have budgets of their own)
-dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=float(os.environ.get("RINGLET_TIMEOUT") or 60)),
-                        **bound)
+DEADLINE = datetime.timedelta(seconds=float(os.environ.get("RINGLET_TIMEOUT") or 60))
+dist.init_process_group("ringlet", timeout=DEADLINE, **bound)
 R, P = dist.get_rank(), dist.get_world_size()
 if DEV.type == "cuda":
     torch.cuda.set_device(DEV)
-GLOO = dist.new_group(backend="gloo")
+GLOO = dist.new_group(backend="gloo", timeout=DEADLINE)  # the references
+FLAGS = dist.new_group(backend="gloo", timeout=4 * DEADLINE)  # only whether to go on after a case (below)
 assert dist.get_backend() == "ringlet", dist.get_backend()
 
 checks = 0
@@ -777,6 +778,9 @@ def case_torch2_api():
         fail("batch_isend_irecv: %d start(s) and %d end(s) of a coalescing block, %d Works (expected 1, 1, 2)"
              % (len(starts), len(ends), len(ws)))
     same(case, got, rand(case, torch.float64, (333,), rank=(R - 1) % P))
+    expect_error("batch_isend_irecv over two devices", lambda: dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, dev(x), (R + 1) % P), dist.P2POp(dist.irecv, torch.empty(3, device="meta"), (R - 1) % P)]),
+        "one batch per device")
     # the group's name: torch's, as torch gave it to the backend and knows it
     c10d = dist.distributed_c10d
     names = c10d._world.pg_names if hasattr(c10d, "_world") else c10d._pg_names
@@ -895,9 +899,15 @@ for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadc
     # communicators still work, they are in step and the next case can run; where only some
     # raised (the others may have waited in calls no peer made, until the deadline), or a
     # communicator failed, all stop
+    # (a group of their own: a rank that raised alone meets no other call there; FLAGS waits
+    # longer than one case's deadline, which a peer may spend in a call this rank left)
     broken = int(dist.group.WORLD._core._async_error("check") is not None)
     flag = torch.tensor([raised, broken])
-    dist.all_reduce(flag, group=GLOO)
+    try:
+        dist.all_reduce(flag, group=FLAGS)
+    except RuntimeError as e:
+        fail("deciding whether to go on after %s: %s" % (fn.__name__, e))
+        break
     if int(flag[1]) or 0 < int(flag[0]) < P:
         note("%s raised on %d of %d ranks, the group failed on %d: stopping"
              % (fn.__name__, int(flag[0]), P, int(flag[1])))
