@@ -46,18 +46,14 @@ class ProcessGroupRinglet(_ProcessGroup):
     # set" (destroy_process_group, DeviceMesh, functional collectives read it). The group
     # keeps its name: Python callers take the property and _set_group_name, C++ callers
     # getGroupName and setGroupName (the names torch's trampoline looks up).
-    @property
-    def group_name(self):
-        return self._group_name
-
-    def _set_group_name(self, name):
-        self._group_name = name
-
     def getGroupName(self):
         return self._group_name
 
     def setGroupName(self, name):
         self._group_name = name
+
+    group_name = property(getGroupName)
+    _set_group_name = setGroupName
 
     # torch 2.x asks a group for its backend of a device (init_process_group(device_id=...),
     # timeouts, splits, Inductor's time estimates); this group is its own, for CPU and CUDA.
@@ -538,8 +534,8 @@ class ProcessGroupRinglet(_ProcessGroup):
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base
     all_to_all_single = alltoall_base
-    start_coalescing = _coalesce.start_coalescing
-    end_coalescing = _coalesce.end_coalescing
+    start_coalescing = _start_coalescing
+    end_coalescing = _end_coalescing
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         raise RuntimeError("ringlet: monitored_barrier is Gloo's; use barrier() (ringlet names a failed or silent rank "

@@ -196,12 +196,12 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
     if (!t_group_depth) group_leave_all();
     if (inits != ncclSuccess && inits != ncclInProgress) return inits;
     if (rc || t_group_depth || !info) return rc ? rc : inits; /* as NCCL: simInfo is the outermost end's */
-    if (info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic || info->magic != 0x74685283u)
+    int short_size = info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic;
+    if (short_size || info->magic != 0x74685283u)
         return shim_fail(NULL, ncclInvalidArgument,
                          "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER (size %zu%s); "
                          "the group was ended, its %d operation(s) dropped",
-                         info->size, info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic ? "" : ", bad magic",
-                         dropped);
+                         info->size, short_size ? "" : ", bad magic", dropped);
     if (info->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof info->estimatedTime)
         info->estimatedTime = NCCL_UNDEF_FLOAT;
     if (dropped) shim_info("ncclGroupSimulateEnd: no estimate (ringlet has no cost model); %d operation(s) "
