@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "fpenv.h"
 #include "reduce.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -72,9 +73,8 @@ static int use_f16c(void) {
 }
 #endif
 
-void rl_convert_host(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
-                     double scale) {
-    if (!n || !rl_convert_supported(dt) || !rl_convert_supported(st)) return;
+__attribute__((noinline)) static void convert_host(void *dst, ringlet_datatype_t dt, const void *src,
+                                                   ringlet_datatype_t st, size_t n, double scale) {
     if (st == RINGLET_FLOAT64) {
         const double *s = src;
         if (dt == RINGLET_FLOAT64) {
@@ -98,4 +98,13 @@ void rl_convert_host(void *dst, ringlet_datatype_t dt, const void *src, ringlet_
     }
     /* dst may be src (same type): each element is read before it is written. */
     for (size_t i = 0; i < n; i++) store_f(dst, dt, i, load_f(src, st, i) * f);
+}
+
+/* In the default floating-point environment (fpenv.h), as the reductions. */
+void rl_convert_host(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
+                     double scale) {
+    if (!n || !rl_convert_supported(dt) || !rl_convert_supported(st)) return;
+    rl_fpenv e = rl_fpenv_enter();
+    convert_host(dst, dt, src, st, n, scale);
+    rl_fpenv_leave(e);
 }

@@ -30,6 +30,7 @@
  *     there is no signed overflow anywhere.
  */
 #include "reduce.h"
+#include "fpenv.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -527,9 +528,14 @@ static const rl_isa_table_t *rl_isa(void) {
 
 const char *rl_reduce_host_isa(void) { return rl_isa()->name; }
 
+/* The entry points below run their arithmetic in the default floating-point
+ * environment (fpenv.h); the kernels are reached through calls, so none of it moves
+ * across the switch. */
 void rl_reduce_host(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op) {
     if (n == 0 || (unsigned)dt >= RINGLET_NUM_DATATYPES || (unsigned)op >= RINGLET_NUM_OPS) return;
+    rl_fpenv e = rl_fpenv_enter();
     rl_isa()->ew[dt][op](dst, a, b, n);
+    rl_fpenv_leave(e);
 }
 
 void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
@@ -571,8 +577,8 @@ void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n,
     }
 }
 
-void rl_scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar) {
-    if (n == 0 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
+__attribute__((noinline)) static void scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt,
+                                                 const void *scalar) {
     /* Integers multiply as their unsigned twin (wrapping, no undefined behaviour);
      * float16 / bfloat16 in float32, rounded once. Plain loops: a pre-multiplied sum
      * scales this rank's input once per call. */
@@ -622,7 +628,16 @@ void rl_scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt, 
 #undef RL_SCALE_INT
 }
 
+void rl_scale_host(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar) {
+    if (n == 0 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
+    rl_fpenv e = rl_fpenv_enter();
+    scale_host(dst, src, n, dt, scalar);
+    rl_fpenv_leave(e);
+}
+
 void rl_divide_host(void *buf, size_t n, ringlet_datatype_t dt, int divisor) {
     if (n == 0 || divisor <= 1 || (unsigned)dt >= RINGLET_NUM_DATATYPES) return;
+    rl_fpenv e = rl_fpenv_enter();
     rl_isa()->div[dt](buf, n, divisor);
+    rl_fpenv_leave(e);
 }

@@ -9,6 +9,9 @@
  *     around every buffer; bit-exact against a scalar reference (a NaN result only
  *     has to be a NaN);
  *   - rl_divide_host for every dtype, negative integers included;
+ *   - the caller's floating-point settings (flush-to-zero, denormals-are-zero, rounding
+ *     upward, the invalid trap) change no bit of any float reduction, divide, scaling or
+ *     conversion, and are the caller's again after each call (x86-64);
  *   - the first calls come from several threads at once (dispatch set-up under TSan);
  *   - every instruction set the CPU has: the test runs itself again with
  *     RINGLET_CPU_ISA=<each lower one>;
@@ -17,6 +20,7 @@
  * Seed: RINGLET_TEST_SEED=<n> (default: from the clock); printed first.
  * RINGLET_TEST_NO_BENCH=1 skips the bandwidth lines. Exit 0 = pass, 1 = fail. */
 #include "reduce.h"
+#include "convert.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -30,6 +34,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 extern char **environ;
 
@@ -1012,6 +1019,128 @@ static void bench(void) {
 }
 
 /* ---------------------------------------------------------------------------- */
+/* the caller's floating-point settings                                         */
+/* ---------------------------------------------------------------------------- */
+#if defined(__x86_64__)
+/* The calling thread's floating-point settings change no result (kernels/fpenv.h): with
+ * flush-to-zero, denormals-are-zero, rounding upward and the invalid-operation trap set
+ * in MXCSR (as torch.set_flush_denormal, a library built with -Ofast, fesetround and
+ * feenableexcept leave a thread), every float dtype x op, the divide, the scaling and the
+ * conversions give the same bits as in the default environment, and the caller finds its
+ * MXCSR as it set it after each call. Without the switch the subnormal results flush to
+ * zero, the sums round up, and the first NaN made traps (SIGFPE). */
+#define MXCSR_DEFAULT 0x1F80u
+#define MXCSR_ODD ((MXCSR_DEFAULT & ~0x80u) | 0x8000u | 0x0040u | 0x4000u) /* -IM, +FTZ, +DAZ, round up */
+
+static unsigned fp_call_odd(void (*call)(void *), void *arg) {
+    _mm_setcsr(MXCSR_ODD);
+    call(arg);
+    unsigned after = _mm_getcsr();
+    _mm_setcsr(MXCSR_DEFAULT);
+    return after;
+}
+
+typedef struct {
+    int kind; /* 0 reduce, 1 divide, 2 scale, 3 convert */
+    ringlet_datatype_t dt, st;
+    ringlet_op_t op;
+    void *dst;
+    const void *a, *b;
+    size_t n;
+} fp_call_t;
+
+static void fp_call(void *arg) {
+    fp_call_t *c = arg;
+    size_t es = dt_size[c->dt];
+    switch (c->kind) {
+    case 0: rl_reduce_host(c->dst, c->a, c->b, c->n, c->dt, c->op); break;
+    case 1:
+        memcpy(c->dst, c->a, c->n * es);
+        rl_divide_host(c->dst, c->n, c->dt, 3);
+        break;
+    case 2: rl_scale_host(c->dst, c->a, c->n, c->dt, c->b); break;
+    default: rl_convert_host(c->dst, c->dt, c->a, c->st, c->n, 1.0 / 3.0); break;
+    }
+}
+
+/* Runs c in the default environment and under MXCSR_ODD, and compares the bits. */
+static void fp_check(fp_call_t *c, const char *what) {
+    size_t bytes = c->n * dt_size[c->dt];
+    unsigned char *want = malloc(bytes), *got = malloc(bytes);
+    c->dst = want;
+    fp_call(c);
+    c->dst = got;
+    unsigned after = fp_call_odd(fp_call, c);
+    checks++;
+    if ((after & ~0x3Fu) != MXCSR_ODD) fail("fp environment, %s: the caller's MXCSR %#x came back as %#x", what, MXCSR_ODD, after);
+    size_t es = dt_size[c->dt], bad = 0, first = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (memcmp(want + i * es, got + i * es, es) && !bad++) first = i;
+    checks++;
+    if (bad) {
+        char w[64], g[64];
+        fmt_value(c->dt, want + first * es, w, sizeof w);
+        fmt_value(c->dt, got + first * es, g, sizeof g);
+        fail("fp environment, %s: %zu of %zu elements differ from the default environment's (first [%zu]: %s, got %s)",
+             what, bad, c->n, first, w, g);
+    }
+    free(want);
+    free(got);
+}
+
+/* Values of dt with every third one subnormal (gen_values gives few). */
+static void gen_fp_values(ringlet_datatype_t dt, void *buf, size_t n) {
+    gen_values(dt, buf, n);
+    unsigned char *p = buf;
+    for (size_t i = 0; i < n; i += 3) {
+        uint64_t r = rnd() | 1; /* not zero */
+        switch (dt) {
+        case RINGLET_FLOAT32: { uint32_t v = (uint32_t)r & 0x807fffffu; memcpy(p + 4 * i, &v, 4); break; }
+        case RINGLET_FLOAT64: { uint64_t v = r & 0x800fffffffffffffull; memcpy(p + 8 * i, &v, 8); break; }
+        case RINGLET_FLOAT16: { uint16_t v = (uint16_t)(r & 0x83ffu); memcpy(p + 2 * i, &v, 2); break; }
+        default: { uint16_t v = (uint16_t)(r & 0x807fu); memcpy(p + 2 * i, &v, 2); break; }
+        }
+    }
+}
+
+static void test_fp_environment(void) {
+    enum { N = 4099 };
+    static const ringlet_datatype_t fts[] = {RINGLET_FLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64, RINGLET_BFLOAT16};
+    char what[128];
+    for (size_t t = 0; t < sizeof fts / sizeof fts[0]; t++) {
+        ringlet_datatype_t dt = fts[t];
+        size_t es = dt_size[dt];
+        unsigned char *a = malloc(N * es), *b = malloc(N * es), scalar[8];
+        gen_fp_values(dt, a, N);
+        gen_fp_values(dt, b, N);
+        for (int op = 0; op < RINGLET_NUM_OPS; op++) {
+            fp_call_t c = {.kind = 0, .dt = dt, .op = (ringlet_op_t)op, .a = a, .b = b, .n = N};
+            snprintf(what, sizeof what, "reduce %s %s", dt_name[dt], op_name[op]);
+            fp_check(&c, what);
+        }
+        fp_call_t d = {.kind = 1, .dt = dt, .a = a, .n = N};
+        snprintf(what, sizeof what, "divide %s by 3", dt_name[dt]);
+        fp_check(&d, what);
+        gen_values(dt, scalar, 1); /* a scaling factor that rounds */
+        if (dt == RINGLET_FLOAT32) { float k = 0.1f; memcpy(scalar, &k, 4); }
+        if (dt == RINGLET_FLOAT64) { double k = 0.1; memcpy(scalar, &k, 8); }
+        fp_call_t sc = {.kind = 2, .dt = dt, .a = a, .b = scalar, .n = N};
+        snprintf(what, sizeof what, "scale %s", dt_name[dt]);
+        fp_check(&sc, what);
+        for (size_t u = 0; u < sizeof fts / sizeof fts[0]; u++) {
+            fp_call_t cv = {.kind = 3, .dt = fts[u], .st = dt, .a = a, .n = N};
+            snprintf(what, sizeof what, "convert %s to %s, scaled by 1/3", dt_name[dt], dt_name[fts[u]]);
+            fp_check(&cv, what);
+        }
+        free(a);
+        free(b);
+    }
+}
+#else
+static void test_fp_environment(void) { printf("test_kernels: not x86-64, floating-point environment not tested\n"); }
+#endif
+
+/* ---------------------------------------------------------------------------- */
 /* the other instruction sets: run this program again with RINGLET_CPU_ISA set  */
 /* ---------------------------------------------------------------------------- */
 static void run_other_isas(const char *self_isa, uint64_t seed) {
@@ -1106,6 +1235,7 @@ int main(void) {
     test_reduce_half_exhaustive();
     test_reduce_many();
     test_divide();
+    test_fp_environment();
     if (!child) {
         const char *nb = getenv("RINGLET_TEST_NO_BENCH");
         if (!(nb && *nb && strcmp(nb, "0") != 0)) bench();
