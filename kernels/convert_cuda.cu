@@ -37,8 +37,9 @@ int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &
     const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
     M k = static_cast<M>(scale);
     void *args[] = {&pd, &ps, &n, &k};
-    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
-                                             dim3(256), args, 0, go.stream));
+    const unsigned nb = grid(static_cast<unsigned>(blocks));
+    return static_cast<int>(
+        cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(nb), dim3(256), args, 0, go.stream));
 }
 
 template <typename S>

@@ -16,6 +16,15 @@ constexpr int kThreads = 256; /* threads per block */
 constexpr int kUnroll = 2;    /* 16-byte groups of each input in flight per thread */
 constexpr int kVecBytes = 16;
 
+/* rl_cuda_test_grid_cap's value (0: none), defined in reduce_cuda.cu; grid() applies it
+ * to a launcher's block count. */
+extern unsigned g_test_grid_cap;
+
+inline unsigned grid(unsigned blocks) {
+    const unsigned cap = __atomic_load_n(&g_test_grid_cap, __ATOMIC_RELAXED);
+    return cap && blocks > cap ? cap : blocks;
+}
+
 /* Where a launcher's kernel goes: launched on stream, or only loaded (load). */
 struct Go {
     cudaStream_t stream;

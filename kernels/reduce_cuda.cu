@@ -279,8 +279,8 @@ int launch_span(void *dst, const void *a, const void *b, Span s, F f, const Go &
     Bits *pd = static_cast<Bits *>(dst);
     const Bits *pa = static_cast<const Bits *>(a), *pb = static_cast<const Bits *>(b);
     void *args[] = {&pd, &pa, &pb, &s, &f};
-    return static_cast<int>(
-        cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(kThreads), args, 0, go.stream));
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(grid(blocks)), dim3(kThreads),
+                                             args, 0, go.stream));
 }
 
 /* dst[i] = f(a[i], b[i]) (or f(a[i]) when Unary; b is then ignored) for i < n. */
@@ -404,7 +404,7 @@ int launch_many(void *dst, const void *const *srcs, int nsrc, size_t n, F f, con
     const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
     Bits *pd = static_cast<Bits *>(dst);
     void *args[] = {&pd, &src, &n, &f};
-    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(many_kernel<D, F>), dim3(blocks),
+    return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void *>(many_kernel<D, F>), dim3(grid(blocks)),
                                              dim3(kThreads), args, 0, go.stream));
 }
 
@@ -516,6 +516,12 @@ int scale_any(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const
 }
 
 } // namespace
+
+unsigned rl_cuda::g_test_grid_cap;
+
+extern "C" void rl_cuda_test_grid_cap(unsigned blocks) {
+    __atomic_store_n(&rl_cuda::g_test_grid_cap, blocks, __ATOMIC_RELAXED);
+}
 
 extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                                 ringlet_op_t op, void *stream) {

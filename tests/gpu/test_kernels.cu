@@ -35,7 +35,10 @@
  *     that 600 (issue 21, rule a). The test's own polls (cudaStreamQuery) clear the
  *     not-ready error they leave, as PyTorch does, so that this case alone shows it;
  *   - rl_cuda_load_kernels: loads every kernel (returns 0), after which a first launch
- *     behind a held stream works (rule b: lazy loading could wait for the held stream).
+ *     behind a held stream works (rule b: lazy loading could wait for the held stream);
+ *   - reduce, divide, many, scale and convert again at 4099 and 65537 elements with the
+ *     grid capped at 1 and at 3 blocks (rl_cuda_test_grid_cap): the second unrolled group
+ *     and the grid-stride steps, which full grids take only from millions of elements.
  *
  *   test_kernels [--seed N] [--max-n N]      (RINGLET_TEST_SEED also sets the seed)
  *
@@ -906,6 +909,21 @@ int main(int argc, char **argv) {
     test_many(stream);
     test_scale(ar, sizes, stream);
     test_convert(ar, sizes, stream);
+    /* The same at small sizes on grids of 1 and 3 blocks (rl_cuda_test_grid_cap): a
+     * thread then takes its second unrolled group and the grid-stride steps, which a full
+     * grid reaches only from millions of elements. */
+    for (unsigned cap : {1u, 3u}) {
+        rl_cuda_test_grid_cap(cap);
+        printf("grid capped at %u blocks:\n", cap);
+        std::vector<size_t> small = {4099};
+        if (max_n >= 65537) small.push_back(65537);
+        test_reduce(ar, small, stream);
+        test_divide(ar, small, stream);
+        test_many(stream);
+        test_scale(ar, small, stream);
+        test_convert(ar, small, stream);
+    }
+    rl_cuda_test_grid_cap(0);
     test_wait_flag();
     test_write_flag();
     test_not_ready_then_launch(ar, stream);
