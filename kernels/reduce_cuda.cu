@@ -523,13 +523,21 @@ extern "C" void rl_cuda_test_grid_cap(unsigned blocks) {
     __atomic_store_n(&rl_cuda::g_test_grid_cap, blocks, __ATOMIC_RELAXED);
 }
 
+/* The entry points refuse an unknown type or op (or scalar, source count) at any n, as
+ * the simulated GPU does; n == 0 then launches nothing. */
+static bool known(ringlet_datatype_t dt, ringlet_op_t op) {
+    return (unsigned)dt < RINGLET_NUM_DATATYPES && (unsigned)op < RINGLET_NUM_OPS;
+}
+
 extern "C" int rl_reduce_device(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt,
                                 ringlet_op_t op, void *stream) {
+    if (!known(dt, op)) return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
     return reduce_any(dst, a, b, n, dt, op, launching(stream));
 }
 
 extern "C" int rl_divide_device(void *buf, size_t n, ringlet_datatype_t dt, int divisor, void *stream) {
+    if (!known(dt, RINGLET_SUM)) return cudaErrorInvalidValue;
     if (n == 0 || divisor <= 1) return cudaSuccess;
     return divide_any(buf, n, dt, divisor, launching(stream));
 }
@@ -550,11 +558,12 @@ extern "C" int rl_stream_write_flag(volatile uint64_t *flag, uint64_t value, voi
 
 extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsrc, size_t n, ringlet_datatype_t dt,
                                      ringlet_op_t op, void *stream) {
+    if (!known(dt, op) || nsrc < 1 || nsrc > kMaxSources) return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
-    if (nsrc < 1 || nsrc > kMaxSources) return cudaErrorInvalidValue;
     static const size_t sizes[RINGLET_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
     if (nsrc == 1) {
-        if ((unsigned)dt >= RINGLET_NUM_DATATYPES) return cudaErrorInvalidValue;
+        if (reinterpret_cast<uintptr_t>(dst) % sizes[dt] || reinterpret_cast<uintptr_t>(srcs[0]) % sizes[dt])
+            return cudaErrorInvalidValue; /* as the kernel's launcher refuses it */
         return dst == srcs[0] ? cudaSuccess
                               : static_cast<int>(cudaMemcpyAsync(dst, srcs[0], n * sizes[dt], cudaMemcpyDefault,
                                                                  static_cast<cudaStream_t>(stream)));
@@ -564,6 +573,7 @@ extern "C" int rl_reduce_device_many(void *dst, const void *const *srcs, int nsr
 
 extern "C" int rl_scale_device(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
                                void *stream) {
+    if (!known(dt, RINGLET_SUM) || !scalar) return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
     return scale_any(dst, src, n, dt, scalar, launching(stream));
 }

@@ -2,10 +2,15 @@
  *
  * A launch is checked as cudaLaunchKernel checks it (the stream belongs to the current
  * device; the kernel is loaded, at its first launch unless all were loaded before) and
- * returns its own status only. The kernel itself is the CPU twin of kernels/, run by the
- * stream's thread; an operand the device cannot reach (pageable host memory, a range past
- * an allocation, misaligned) becomes a fault that sets the sticky error when it runs, as
- * an illegal address does on a GPU. */
+ * returns its own status only. Before that, arguments that kernels/reduce_cuda.cu's
+ * launchers refuse (an unknown type or op, an operand not aligned to its element) are
+ * refused as they refuse them: invalid value, the thread's last error untouched. The
+ * kernel itself is the CPU twin of kernels/, run by the stream's thread; an operand the
+ * device cannot reach (pageable host memory, a range past an allocation; a misaligned
+ * flag) becomes a fault that sets the sticky error when it runs, as an illegal address
+ * does on a GPU. */
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +41,30 @@ static int float_index(ringlet_datatype_t t) {
     case RINGLET_FLOAT32: return 2;
     default: return 3;
     }
+}
+
+/* A launcher's refusal of its arguments (unknown type or op, a pointer not aligned to its
+ * element, too many sources), as kernels/reduce_cuda.cu's launchers refuse them: invalid
+ * value, before any CUDA call, so the thread's last error stays as it was and nothing is
+ * queued (on a GPU a misaligned load would be a sticky fault; the launcher never makes
+ * one). */
+__attribute__((format(printf, 1, 2))) static int refuse(const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int saved = sim_thread_error();
+    sim_fail(RL_RT_ERR_INVALID_VALUE, "%s (refused by the launcher)", msg);
+    return sim_driver_failed(RL_RT_ERR_INVALID_VALUE, saved);
+}
+
+/* 0, or the refusal of the first of ptrs not aligned to align. */
+static int refuse_misaligned(const char *kernel, size_t align, const void *const *ptrs, int np) {
+    for (int i = 0; i < np; i++)
+        if ((uintptr_t)ptrs[i] % align)
+            return refuse("%s: operand at %p is not aligned to its element size (%zu bytes)", kernel, ptrs[i], align);
+    return 0;
 }
 
 /* The checks of a launch before it is queued: the sticky error, the stream's device
@@ -94,10 +123,11 @@ static int submit(rl_dev_stream_t s, sim_op *o, int ok, const char *name) {
 int sim_launch_reduce(void *dst, const void *a, const void *b, size_t n, ringlet_datatype_t dt, ringlet_op_t op,
                       rl_dev_stream_t s) {
     size_t es = ringlet_datatype_size(dt);
-    if (!es || (unsigned)op >= RINGLET_NUM_OPS)
-        return sim_fail(RL_RT_ERR_INVALID_VALUE, "reduce: dtype %d, op %d", (int)dt, (int)op);
+    if (!es || (unsigned)op >= RINGLET_NUM_OPS) return refuse("reduce: dtype %d, op %d", (int)dt, (int)op);
     if (!n) return RL_RT_SUCCESS; /* the launcher launches nothing */
-    int rc = launch_checks(s, K_REDUCE + (int)dt * RINGLET_NUM_OPS + (int)op, "reduce");
+    const void *ptrs[3] = {dst, a, b};
+    int rc = refuse_misaligned("reduce", es, ptrs, 3);
+    if (!rc) rc = launch_checks(s, K_REDUCE + (int)dt * RINGLET_NUM_OPS + (int)op, "reduce");
     if (rc) return rc;
     sim_op *o = sim_new_op(OP_REDUCE);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "reduce: out of memory");
@@ -112,9 +142,12 @@ int sim_launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t 
                            ringlet_op_t op, rl_dev_stream_t s) {
     size_t es = ringlet_datatype_size(dt);
     if (!es || (unsigned)op >= RINGLET_NUM_OPS || nsrc < 1 || nsrc > SIM_MAX_SOURCES)
-        return sim_fail(RL_RT_ERR_INVALID_VALUE, "reduce_many: dtype %d, op %d, %d sources", (int)dt, (int)op, nsrc);
+        return refuse("reduce_many: dtype %d, op %d, %d sources", (int)dt, (int)op, nsrc);
     if (!n) return RL_RT_SUCCESS;
-    int rc = launch_checks(s, K_MANY + (int)dt * RINGLET_NUM_OPS + (int)op, "reduce_many");
+    const void *d0[1] = {dst};
+    int rc = refuse_misaligned("reduce_many", es, d0, 1);
+    if (!rc) rc = refuse_misaligned("reduce_many", es, (const void *const *)srcs, nsrc);
+    if (!rc) rc = launch_checks(s, K_MANY + (int)dt * RINGLET_NUM_OPS + (int)op, "reduce_many");
     if (rc) return rc;
     sim_op *o = sim_new_op(OP_REDUCE_MANY);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "reduce_many: out of memory");
@@ -132,9 +165,11 @@ int sim_launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t 
 int sim_launch_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt, const void *scalar,
                      rl_dev_stream_t s) {
     size_t es = ringlet_datatype_size(dt);
-    if (!es || !scalar) return sim_fail(RL_RT_ERR_INVALID_VALUE, "scale: dtype %d", (int)dt);
+    if (!es || !scalar) return refuse("scale: dtype %d, scalar %p", (int)dt, scalar);
     if (!n) return RL_RT_SUCCESS;
-    int rc = launch_checks(s, K_SCALE + (int)dt, "scale");
+    const void *ptrs[2] = {dst, src};
+    int rc = refuse_misaligned("scale", es, ptrs, 2);
+    if (!rc) rc = launch_checks(s, K_SCALE + (int)dt, "scale");
     if (rc) return rc;
     sim_op *o = sim_new_op(OP_SCALE);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "scale: out of memory");
@@ -150,11 +185,14 @@ int sim_launch_scale(void *dst, const void *src, size_t n, ringlet_datatype_t dt
 int sim_launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
                        double scale, rl_dev_stream_t s) {
     if (!rl_convert_supported(dt) || !rl_convert_supported(st))
-        return sim_fail(RL_RT_ERR_INVALID_VALUE, "convert: dtypes %d and %d (floating types only)", (int)dt, (int)st);
+        return refuse("convert: dtypes %d and %d (floating types only)", (int)dt, (int)st);
     if (!n) return RL_RT_SUCCESS;
-    int rc = launch_checks(s, K_CONVERT + 4 * float_index(st) + float_index(dt), "convert");
-    if (rc) return rc;
     size_t ed = ringlet_datatype_size(dt), es = ringlet_datatype_size(st);
+    const void *d0[1] = {dst}, *s0[1] = {src};
+    int rc = refuse_misaligned("convert", ed, d0, 1);
+    if (!rc) rc = refuse_misaligned("convert", es, s0, 1);
+    if (!rc) rc = launch_checks(s, K_CONVERT + 4 * float_index(st) + float_index(dt), "convert");
+    if (rc) return rc;
     sim_op *o = sim_new_op(OP_CONVERT);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "convert: out of memory");
     void *d, *x;
@@ -165,9 +203,11 @@ int sim_launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringle
 
 int sim_launch_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s) {
     size_t es = ringlet_datatype_size(dt);
-    if (!es) return sim_fail(RL_RT_ERR_INVALID_VALUE, "divide: dtype %d", (int)dt);
+    if (!es) return refuse("divide: dtype %d", (int)dt);
     if (!n || divisor < 2) return RL_RT_SUCCESS; /* the launcher launches nothing */
-    int rc = launch_checks(s, K_DIVIDE + (int)dt, "divide");
+    const void *ptrs[1] = {buf};
+    int rc = refuse_misaligned("divide", es, ptrs, 1);
+    if (!rc) rc = launch_checks(s, K_DIVIDE + (int)dt, "divide");
     if (rc) return rc;
     sim_op *o = sim_new_op(OP_DIVIDE);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "divide: out of memory");

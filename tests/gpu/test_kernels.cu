@@ -13,7 +13,8 @@
  *     and inputs that are not dst must be left unchanged;
  *   - rl_divide_device: every dtype, the same sizes, divisors 0, 1, -5 (no-ops), 2,
  *     3, 7, 64, 200, 1000003, against rl_divide_host;
- *   - argument handling: n == 0 with NULL pointers, unknown dtype / op;
+ *   - argument handling: n == 0 with NULL pointers, unknown dtype / op (at n == 0 too),
+ *     misaligned pointers, a NULL scalar: refused, as the simulated GPU refuses them;
  *   - rl_stream_wait_flag: a stream stays blocked while the mapped flag is below the
  *     value, is released once the host raises it (within a timeout), and work queued
  *     after the wait runs only then.
@@ -396,6 +397,16 @@ void test_arguments(const Arena &ar, cudaStream_t stream) {
         fail("rl_divide_device with an unknown dtype returned 0");
     if (rl_reduce_device(p + 1, p, p, 16, RINGLET_INT32, RINGLET_SUM, stream) == 0)
         fail("rl_reduce_device with a pointer not aligned to the element size returned 0");
+    /* As the simulated GPU refuses them (tests/unit/test_simrules.c, rule launcher). */
+    if (rl_reduce_device(p, p, p, 0, static_cast<ringlet_datatype_t>(99), RINGLET_SUM, stream) == 0)
+        fail("rl_reduce_device with an unknown dtype and n == 0 returned 0");
+    if (rl_scale_device(p, p, 16, RINGLET_INT32, nullptr, stream) == 0)
+        fail("rl_scale_device with a NULL scalar returned 0");
+    const void *one[1] = {p + 2};
+    if (rl_reduce_device_many(p, one, 1, 16, RINGLET_INT32, RINGLET_SUM, stream) == 0)
+        fail("rl_reduce_device_many with one misaligned source returned 0");
+    if (rl_convert_device(p, RINGLET_INT32, p, RINGLET_FLOAT32, 0, 1.0, stream) == 0)
+        fail("rl_convert_device to int32 with n == 0 returned 0");
     CK(cudaStreamSynchronize(stream));
     CK(cudaGetLastError());
     check_window(p, 0, nullptr, "buffer", "arguments: refused calls");

@@ -20,6 +20,9 @@
  *               the device takes the bytes at the call and returns at once, the copy in
  *               stream order; either is refused on a capturing stream
  *   driver-error a failed driver call leaves the thread's last error as it was
+ *   launcher    the kernels' launchers refuse misaligned operands, unknown types and ops
+ *               (at n 0 too) and a NULL factor: invalid value, nothing queued, no sticky
+ *               fault, the thread's last error untouched
  *   fork        a child forked once the GPU was used cannot use it; nor one forked after only
  *               the device count (fork-count, a fresh process)
  *   legacy      the legacy default stream and the blocking streams wait for each other;
@@ -334,6 +337,60 @@ static void rule_driver_error(void) {
     CHECK(R->peek_at_last_error() == RL_RT_SUCCESS, "the device layer left its own runtime failure as the last error");
     DEV_OK(D->event_destroy(ev));
     DEV_OK(D->stream_destroy(s));
+}
+
+/* The launchers' refusals (kernels/reduce_cuda.cu): an operand not aligned to its element,
+ * an unknown type or op (at any n, 0 included), a NULL scaling factor, a misaligned
+ * one-source reduce_many. Each returns invalid value at once, queues nothing (no sticky
+ * fault: the device goes on), and leaves the thread's last error as it was (no CUDA call
+ * failed; failure_recorded says so). Before, a misaligned operand was queued as a fault
+ * that made the device unusable, which the GPU's launchers never do. */
+static void rule_launcher(void) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    uint32_t *x = NULL, *h = NULL;
+    RT_OK(R->malloc((void **)&x, 4096));
+    RT_OK(R->host_alloc((void **)&h, 4096));
+    for (int i = 0; i < 64; i++) h[i] = (uint32_t)(i * 7 + 1);
+    RT_OK(R->memcpy_async(x, h, 256, s));
+    char *c = (char *)x;
+    const void *one[1] = {c + 2}, *two[2] = {x, c + 1};
+    /* An error of the program's own, unread, before the refusals. */
+    CHECK(R->set_device(999) == RL_RT_ERR_INVALID_DEVICE, "set_device(999) did not fail");
+    struct {
+        const char *what;
+        int rc;
+    } refused[] = {
+        {"reduce, dst misaligned", R->launch_reduce(c + 1, x, x, 16, RINGLET_INT32, RINGLET_SUM, s)},
+        {"reduce, b misaligned", R->launch_reduce(x, x, c + 2, 16, RINGLET_FLOAT32, RINGLET_SUM, s)},
+        {"reduce, unknown dtype at n 0", R->launch_reduce(x, x, x, 0, (ringlet_datatype_t)99, RINGLET_SUM, s)},
+        {"reduce_many, a source misaligned", R->launch_reduce_many(x, two, 2, 16, RINGLET_INT32, RINGLET_MAX, s)},
+        {"reduce_many, one misaligned source", R->launch_reduce_many(x, one, 1, 16, RINGLET_INT32, RINGLET_SUM, s)},
+        {"scale, src misaligned", R->launch_scale(x, c + 4 + 2, 8, RINGLET_FLOAT64, h, s)},
+        {"scale, NULL factor", R->launch_scale(x, x, 16, RINGLET_INT32, NULL, s)},
+        {"convert, dst misaligned", R->launch_convert(c + 1, RINGLET_FLOAT16, x, RINGLET_FLOAT32, 16, 1.0, s)},
+        {"convert, unknown type at n 0", R->launch_convert(x, RINGLET_INT32, x, RINGLET_FLOAT32, 0, 1.0, s)},
+        {"divide, buf misaligned", R->launch_divide(c + 3, 16, RINGLET_INT32, 3, s)},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        CHECK(refused[i].rc == RL_RT_ERR_INVALID_VALUE, "launcher, %s: returned %d, not invalid value (1)",
+              refused[i].what, refused[i].rc);
+    CHECK(R->failure_recorded(RL_RT_ERR_INVALID_VALUE) == 0, "launcher: a refusal was recorded as the thread's error");
+    int e = R->peek_at_last_error();
+    CHECK(e == RL_RT_ERR_INVALID_DEVICE, "launcher: the refusals changed the thread's last error to %d", e);
+    R->get_last_error();
+    /* Nothing was queued and the device goes on: a good reduction runs, its result right. */
+    RT_OK(R->launch_reduce(x, x, x, 64, RINGLET_INT32, RINGLET_SUM, s));
+    RT_OK(R->memcpy_async(h, x, 256, s));
+    RT_OK(R->stream_synchronize(s));
+    int right = 1;
+    for (int i = 0; i < 64; i++) right &= h[i] == (uint32_t)(2 * (i * 7 + 1));
+    CHECK(right, "launcher: the reduction after the refusals gave a wrong result (something refused had run)");
+    CHECK(R->get_last_error() == RL_RT_SUCCESS, "launcher: an error after the good reduction");
+    RT_OK(R->free(x));
+    RT_OK(R->free_host(h));
+    RT_OK(R->stream_destroy(s));
 }
 
 /* A child forked once CUDA is in use cannot use it: each call fails, saying so (the
@@ -1392,6 +1449,7 @@ int main(int argc, char **argv) {
     setenv("RINGLET_SIM_ON_DEADLOCK", "error", 1);
     rule_last_error();
     rule_driver_error();
+    rule_launcher();
     rule_loading();
     rule_sync();
     rule_destroy();
