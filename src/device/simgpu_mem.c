@@ -396,7 +396,8 @@ int sim_ipc_open(void **p, const rl_dev_handle *h) {
     if (x.magic != HANDLE_MAGIC || x.bytes == 0)
         return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_open: not a handle of the simulated GPU");
     if (x.pid == (int32_t)getpid())
-        return sim_fail(RL_RT_ERR_INVALID_VALUE, "ipc_open: the handle is this process's own memory");
+        return sim_fail(RL_RT_ERR_INVALID_CONTEXT, "ipc_open: the handle is this process's own memory (CUDA opens "
+                        "handles of other processes only: invalid device context)");
     /* Testing aid: refuse as CUDA does between containers, or two GPUs without peer access. */
     if (rl_env_int("RINGLET_SIM_IPC_DENY", 0, 0, 1))
         return sim_fail(RL_RT_ERR_MAP_FAILED, "ipc_open: permission denied (RINGLET_SIM_IPC_DENY=1: as if the processes "

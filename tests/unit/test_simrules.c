@@ -43,7 +43,8 @@
  *               run in thread-local mode whatever the thread's
  *   ipc-free    freeing memory that another live process has open through IPC (CUDA:
  *               undefined) stops the process that frees it; an importer that closed every
- *               open of it, or exited, lets the free go
+ *               open of it, or exited, lets the free go; a process's own handle does not
+ *               open in it (invalid device context)
  *   ipc-close   closing an IPC mapping waits for nothing: it stops the process where work
  *               queued or running still uses the mapping, and else fails behind a held
  *               stream (it may synchronise)
@@ -1272,6 +1273,12 @@ static void rule_ipc_free(void) {
     void *d = NULL;
     DEV_OK(D->mem_alloc(&d, 4096));
     DEV_OK(D->mem_export(d, &h));
+    /* A handle of this process's own memory does not open here (CUDA: "invalid device
+     * context", 201). */
+    void *own = NULL;
+    int rc = R->ipc_open(&own, &h);
+    CHECK(rc == RL_RT_ERR_INVALID_CONTEXT, "opening this process's own handle returned %d, not 201", rc);
+    R->get_last_error();
     char hex[2 * RL_DEV_HANDLE_BYTES + 1];
     handle_hex(&h, hex);
     CHECK(run_child("ipc-import-exit", "SIMRULES_HANDLE", hex) == 0, "the importer that exits failed");
