@@ -162,13 +162,21 @@ static inline void ring_rank(ipc_ctx *x, int peer) {
 
 static inline void ring_peer(ipc_conn *k) { ring_rank(k->ctx, k->peer); }
 
-/* Stream and events of a connection, on the current device. */
+/* Stream and events of a connection, on the current device: those it lacks (a mapping
+ * tried again after a failure keeps what the first try made; conn_free destroys them). */
 static inline int conn_streams(ipc_conn *k, char *err) {
     const rl_device_ops *d = k->ctx->d;
-    if (d->stream_create(&k->stream) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc stream: %s", rl_dev_error()), -1;
-    for (uint32_t i = 0; i < k->nslots; i++)
-        if (d->event_create(&k->ev[i]) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
-    if (d->event_create(&k->drain) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
+    rl_dev_stream_t s = NULL;
+    if (!k->stream) {
+        if (d->stream_create(&s) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc stream: %s", rl_dev_error()), -1;
+        k->stream = s;
+    }
+    for (uint32_t i = 0; i <= k->nslots; i++) { /* the slots' events, then drain */
+        rl_dev_event_t *at = i < k->nslots ? &k->ev[i] : &k->drain, e = NULL;
+        if (*at) continue;
+        if (d->event_create(&e) != RL_DEV_OK) return snprintf(err, RL_ERR_MAX, "cuda_ipc events: %s", rl_dev_error()), -1;
+        *at = e;
+    }
     return 0;
 }
 
