@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "fpenv.h"
 
 namespace {
 
@@ -35,7 +36,12 @@ int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &
     if (blocks > 4096) blocks = 4096;
     typename D::Bits *pd = static_cast<typename D::Bits *>(dst);
     const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
-    M k = static_cast<M>(scale);
+    /* Narrowed on the host in the default floating-point environment, as rl_convert_host
+     * narrows it (fpenv.h): a caller's rounding mode would give another factor. */
+    const rl_fpenv env = rl_fpenv_enter();
+    volatile M narrowed = static_cast<M>(*static_cast<volatile const double *>(&scale));
+    rl_fpenv_leave(env);
+    M k = narrowed;
     void *args[] = {&pd, &ps, &n, &k};
     const unsigned nb = grid(static_cast<unsigned>(blocks));
     return static_cast<int>(

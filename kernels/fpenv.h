@@ -9,14 +9,20 @@
  * own (one-shot, recursive doubling), a GPU rank (whose kernels never read the host's
  * settings) would differ from a CPU rank, and a trap on a NaN would kill the process.
  * Each entry point switches to the default on entry where the thread differs, and puts
- * the thread's own settings back (its status flags included) on return.
+ * the thread's own settings back on return, with its status flags as they were before the
+ * call (the flags the call raised are then dropped; where no switch was needed they stay).
  *
  * x86-64: MXCSR (the SSE/AVX unit, which does all float and double arithmetic there).
- * aarch64: FPCR. Elsewhere the caller's environment is used as it is. */
+ * aarch64: FPCR (not tested here: CI runs on x86-64). Elsewhere (32-bit x86 among them,
+ * where the x87 unit computes) the caller's environment is used as it is.
+ *
+ * The arithmetic to protect must not move across the switch: the entry points reach it
+ * through calls (a function table, a noinline function), or through volatile variables
+ * (convert_cuda.cu's factor). */
 #ifndef RINGLET_FPENV_H
 #define RINGLET_FPENV_H
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #include <xmmintrin.h>
 
 typedef struct {

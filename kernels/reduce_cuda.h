@@ -48,9 +48,10 @@ int rl_cuda_load_kernels(void);
 /* convert_cuda.cu's part of it (rl_cuda_load_kernels calls it). */
 int rl_cuda_load_convert_kernels(void);
 
-/* For tests: every launcher above uses at most this many blocks (0, the default: as many
- * as fill the device), so that a small size takes the paths a large one takes on a full
- * grid (the grid-stride steps, the second unrolled group of a thread). Process-wide. */
+/* For tests: every launcher above uses at most this many blocks (0, the default: each its
+ * own limit, as many as fill the device for the reductions, 4096 for conversions), so
+ * that a small size takes the paths a large one takes on a full grid (the grid-stride
+ * steps, the second unrolled group of a thread). Process-wide. */
 void rl_cuda_test_grid_cap(unsigned blocks);
 
 #ifdef __cplusplus

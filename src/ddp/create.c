@@ -1,6 +1,7 @@
 /* Construction of a DDP object (collective): the local checks, the registrations the
  * ranks compare (with the first difference named on every rank), the initial broadcast
  * of rank 0's values; destruction. */
+#include <fenv.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -186,6 +187,19 @@ static void first_difference(const unsigned char *a, size_t alen, const unsigned
 }
 
 /* ---- tensors -------------------------------------------------------------------- */
+
+/* 1 / n rounded to nearest, whatever the thread set (fesetround, an enabled trap on
+ * inexact): a rank whose thread rounds otherwise would scale its gradients by another
+ * factor. The volatile variables keep the division between the switches. */
+static double inverse_of(int n) {
+    fenv_t env;
+    feholdexcept(&env); /* saves the environment, clears the flags, stops traps */
+    fesetround(FE_TONEAREST);
+    volatile double one = 1.0, den = n, q;
+    q = one / den;
+    fesetenv(&env);
+    return q;
+}
 
 static void free_tensors(tensor_t *ts, int n) {
     if (!ts) return;
@@ -529,7 +543,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
     desc.p = NULL;
 
     /* 4. buckets and per-iteration state */
-    d->scale = d->opt.average_gradients ? 1.0 / d->nranks : 1.0;
+    d->scale = d->opt.average_gradients ? inverse_of(d->nranks) : 1.0;
     if ((rc = ddp_build_buckets(d))) {
         memcpy(ddp_t_last_error, d->last_error, sizeof ddp_t_last_error);
         goto fail;

@@ -2,9 +2,11 @@
  *
  * A launch is checked as cudaLaunchKernel checks it (the stream belongs to the current
  * device; the kernel is loaded, at its first launch unless all were loaded before) and
- * returns its own status only. Before that, arguments that kernels/reduce_cuda.cu's
- * launchers refuse (an unknown type or op, an operand not aligned to its element) are
- * refused as they refuse them: invalid value, the thread's last error untouched. The
+ * returns its own status only. Before that, arguments that the launchers of
+ * kernels/reduce_cuda.cu and convert_cuda.cu refuse (an unknown type or op, a NULL scaling
+ * factor, an operand not aligned to its element) are refused as they refuse them: invalid
+ * value, the thread's last error untouched. A one-source reduce_many is a copy there, and
+ * here (or nothing, in place). The
  * kernel itself is the CPU twin of kernels/, run by the stream's thread; an operand the
  * device cannot reach (pageable host memory, a range past an allocation; a misaligned
  * flag) becomes a fault that sets the sticky error when it runs, as an illegal address
@@ -44,7 +46,8 @@ static int float_index(ringlet_datatype_t t) {
 }
 
 /* A launcher's refusal of its arguments (unknown type or op, a pointer not aligned to its
- * element, too many sources), as kernels/reduce_cuda.cu's launchers refuse them: invalid
+ * element, a source count out of range, a NULL scaling factor), as the CUDA launchers
+ * refuse them: invalid
  * value, before any CUDA call, so the thread's last error stays as it was and nothing is
  * queued (on a GPU a misaligned load would be a sticky fault; the launcher never makes
  * one). */
@@ -147,6 +150,7 @@ int sim_launch_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t 
     const void *d0[1] = {dst};
     int rc = refuse_misaligned("reduce_many", es, d0, 1);
     if (!rc) rc = refuse_misaligned("reduce_many", es, (const void *const *)srcs, nsrc);
+    if (!rc && nsrc == 1) return dst == srcs[0] ? RL_RT_SUCCESS : sim_memcpy_async(dst, srcs[0], n * es, s);
     if (!rc) rc = launch_checks(s, K_MANY + (int)dt * RINGLET_NUM_OPS + (int)op, "reduce_many");
     if (rc) return rc;
     sim_op *o = sim_new_op(OP_REDUCE_MANY);

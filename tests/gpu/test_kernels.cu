@@ -39,7 +39,8 @@
  *     behind a held stream works (rule b: lazy loading could wait for the held stream);
  *   - reduce, divide, many, scale and convert again at 4099 and 65537 elements with the
  *     grid capped at 1 and at 3 blocks (rl_cuda_test_grid_cap): the second unrolled group
- *     and the grid-stride steps, which full grids take only from millions of elements.
+ *     and the grid-stride steps, which a full grid (about 270k threads on an H200) takes
+ *     only above the quick tier's --max-n.
  *
  *   test_kernels [--seed N] [--max-n N]      (RINGLET_TEST_SEED also sets the seed)
  *
@@ -922,7 +923,7 @@ int main(int argc, char **argv) {
     test_convert(ar, sizes, stream);
     /* The same at small sizes on grids of 1 and 3 blocks (rl_cuda_test_grid_cap): a
      * thread then takes its second unrolled group and the grid-stride steps, which a full
-     * grid reaches only from millions of elements. */
+     * grid reaches only above the quick tier's sizes. */
     for (unsigned cap : {1u, 3u}) {
         rl_cuda_test_grid_cap(cap);
         printf("grid capped at %u blocks:\n", cap);

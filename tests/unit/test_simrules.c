@@ -359,24 +359,23 @@ static void rule_launcher(void) {
     const void *one[1] = {c + 2}, *two[2] = {x, c + 1};
     /* An error of the program's own, unread, before the refusals. */
     CHECK(R->set_device(999) == RL_RT_ERR_INVALID_DEVICE, "set_device(999) did not fail");
-    struct {
-        const char *what;
-        int rc;
-    } refused[] = {
-        {"reduce, dst misaligned", R->launch_reduce(c + 1, x, x, 16, RINGLET_INT32, RINGLET_SUM, s)},
-        {"reduce, b misaligned", R->launch_reduce(x, x, c + 2, 16, RINGLET_FLOAT32, RINGLET_SUM, s)},
-        {"reduce, unknown dtype at n 0", R->launch_reduce(x, x, x, 0, (ringlet_datatype_t)99, RINGLET_SUM, s)},
-        {"reduce_many, a source misaligned", R->launch_reduce_many(x, two, 2, 16, RINGLET_INT32, RINGLET_MAX, s)},
-        {"reduce_many, one misaligned source", R->launch_reduce_many(x, one, 1, 16, RINGLET_INT32, RINGLET_SUM, s)},
-        {"scale, src misaligned", R->launch_scale(x, c + 4 + 2, 8, RINGLET_FLOAT64, h, s)},
-        {"scale, NULL factor", R->launch_scale(x, x, 16, RINGLET_INT32, NULL, s)},
-        {"convert, dst misaligned", R->launch_convert(c + 1, RINGLET_FLOAT16, x, RINGLET_FLOAT32, 16, 1.0, s)},
-        {"convert, unknown type at n 0", R->launch_convert(x, RINGLET_INT32, x, RINGLET_FLOAT32, 0, 1.0, s)},
-        {"divide, buf misaligned", R->launch_divide(c + 3, 16, RINGLET_INT32, 3, s)},
-    };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        CHECK(refused[i].rc == RL_RT_ERR_INVALID_VALUE, "launcher, %s: returned %d, not invalid value (1)",
-              refused[i].what, refused[i].rc);
+    /* One after another (an initializer's calls run in no set order). */
+    const char *what[10];
+    int rc[10], k = 0;
+#define REFUSED(w, call) (what[k] = (w), rc[k++] = (call))
+    REFUSED("reduce, dst misaligned", R->launch_reduce(c + 1, x, x, 16, RINGLET_INT32, RINGLET_SUM, s));
+    REFUSED("reduce, b misaligned", R->launch_reduce(x, x, c + 2, 16, RINGLET_FLOAT32, RINGLET_SUM, s));
+    REFUSED("reduce, unknown dtype at n 0", R->launch_reduce(x, x, x, 0, (ringlet_datatype_t)99, RINGLET_SUM, s));
+    REFUSED("reduce_many, a source misaligned", R->launch_reduce_many(x, two, 2, 16, RINGLET_INT32, RINGLET_MAX, s));
+    REFUSED("reduce_many, one misaligned source", R->launch_reduce_many(x, one, 1, 16, RINGLET_INT32, RINGLET_SUM, s));
+    REFUSED("scale, src misaligned", R->launch_scale(x, c + 4 + 2, 8, RINGLET_FLOAT64, h, s));
+    REFUSED("scale, NULL factor", R->launch_scale(x, x, 16, RINGLET_INT32, NULL, s));
+    REFUSED("convert, dst misaligned", R->launch_convert(c + 1, RINGLET_FLOAT16, x, RINGLET_FLOAT32, 16, 1.0, s));
+    REFUSED("convert, unknown type at n 0", R->launch_convert(x, RINGLET_INT32, x, RINGLET_FLOAT32, 0, 1.0, s));
+    REFUSED("divide, buf misaligned", R->launch_divide(c + 3, 16, RINGLET_INT32, 3, s));
+#undef REFUSED
+    for (int i = 0; i < k; i++)
+        CHECK(rc[i] == RL_RT_ERR_INVALID_VALUE, "launcher, %s: returned %d, not invalid value (1)", what[i], rc[i]);
     CHECK(R->failure_recorded(RL_RT_ERR_INVALID_VALUE) == 0, "launcher: a refusal was recorded as the thread's error");
     int e = R->peek_at_last_error();
     CHECK(e == RL_RT_ERR_INVALID_DEVICE, "launcher: the refusals changed the thread's last error to %d", e);
@@ -389,6 +388,14 @@ static void rule_launcher(void) {
     for (int i = 0; i < 64; i++) right &= h[i] == (uint32_t)(2 * (i * 7 + 1));
     CHECK(right, "launcher: the reduction after the refusals gave a wrong result (something refused had run)");
     CHECK(R->get_last_error() == RL_RT_SUCCESS, "launcher: an error after the good reduction");
+    /* A one-source reduce_many is a copy (CUDA's launcher copies: no kernel, none loaded). */
+    const void *src1[1] = {x};
+    RT_OK(R->launch_reduce_many(x + 64, src1, 1, 64, RINGLET_INT32, RINGLET_MIN, s));
+    RT_OK(R->memcpy_async(h, x + 64, 256, s));
+    RT_OK(R->stream_synchronize(s));
+    right = 1;
+    for (int i = 0; i < 64; i++) right &= h[i] == (uint32_t)(2 * (i * 7 + 1));
+    CHECK(right, "launcher: a one-source reduce_many did not copy its source");
     RT_OK(R->free(x));
     RT_OK(R->free_host(h));
     RT_OK(R->stream_destroy(s));
