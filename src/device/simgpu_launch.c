@@ -6,11 +6,10 @@
  * kernels/reduce_cuda.cu and convert_cuda.cu refuse (an unknown type or op, a NULL scaling
  * factor, an operand not aligned to its element) are refused as they refuse them: invalid
  * value, the thread's last error untouched. A one-source reduce_many is a copy there, and
- * here (or nothing, in place). The
- * kernel itself is the CPU twin of kernels/, run by the stream's thread; an operand the
- * device cannot reach (pageable host memory, a range past an allocation; a misaligned
- * flag) becomes a fault that sets the sticky error when it runs, as an illegal address
- * does on a GPU. */
+ * here (or nothing, in place). The kernel itself is the CPU twin of kernels/, run by the
+ * stream's thread; an operand the device cannot reach (pageable host memory, a range past
+ * an allocation; a misaligned flag) becomes a fault that sets the sticky error when it
+ * runs, as an illegal address does on a GPU. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,10 +46,9 @@ static int float_index(ringlet_datatype_t t) {
 
 /* A launcher's refusal of its arguments (unknown type or op, a pointer not aligned to its
  * element, a source count out of range, a NULL scaling factor), as the CUDA launchers
- * refuse them: invalid
- * value, before any CUDA call, so the thread's last error stays as it was and nothing is
- * queued (on a GPU a misaligned load would be a sticky fault; the launcher never makes
- * one). */
+ * refuse them: invalid value, before any CUDA call, so the thread's last error stays as it
+ * was and nothing is queued (on a GPU a misaligned load would be a sticky fault; the
+ * launcher never makes one). */
 __attribute__((format(printf, 1, 2))) static int refuse(const char *fmt, ...) {
     char msg[256];
     va_list ap;
