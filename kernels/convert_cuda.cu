@@ -38,10 +38,9 @@ int convert_typed(void *dst, const void *src, size_t n, double scale, const Go &
     const typename S::Bits *ps = static_cast<const typename S::Bits *>(src);
     /* Narrowed on the host in the default floating-point environment, as rl_convert_host
      * narrows it (fpenv.h): a caller's rounding mode would give another factor. */
-    const rl_fpenv env = rl_fpenv_enter();
-    volatile M narrowed = static_cast<M>(*static_cast<volatile const double *>(&scale));
-    rl_fpenv_leave(env);
-    M k = narrowed;
+    M k;
+    if constexpr (std::is_same<M, float>::value) k = rl_fpenv_to_float(scale);
+    else k = scale;
     void *args[] = {&pd, &ps, &n, &k};
     const unsigned nb = grid(static_cast<unsigned>(blocks));
     return static_cast<int>(

@@ -18,7 +18,7 @@
  *
  * The arithmetic to protect must not move across the switch: the entry points reach it
  * through calls (a function table, a noinline function), or through volatile variables
- * (convert_cuda.cu's factor). */
+ * (rl_fpenv_to_float). */
 #ifndef RINGLET_FPENV_H
 #define RINGLET_FPENV_H
 
@@ -59,16 +59,16 @@ typedef struct {
 /* FPCR 0: round to nearest, FZ / FZ16 / DN off, no trap enabled (Linux's default). */
 static inline rl_fpenv rl_fpenv_enter(void) {
     rl_fpenv e = {0, 0};
-    __asm__ volatile("mrs %0, fpcr" : "=r"(e.saved));
+    __asm__ volatile("mrs %0, fpcr" : "=r"(e.saved) : : "memory");
     if (e.saved != 0) {
-        __asm__ volatile("msr fpcr, %0" : : "r"((uint64_t)0));
+        __asm__ volatile("msr fpcr, %0" : : "r"((uint64_t)0) : "memory");
         e.changed = 1;
     }
     return e;
 }
 
 static inline void rl_fpenv_leave(rl_fpenv e) {
-    if (e.changed) __asm__ volatile("msr fpcr, %0" : : "r"(e.saved));
+    if (e.changed) __asm__ volatile("msr fpcr, %0" : : "r"(e.saved) : "memory");
 }
 
 #else
@@ -81,5 +81,16 @@ static inline rl_fpenv rl_fpenv_enter(void) {
 }
 static inline void rl_fpenv_leave(rl_fpenv e) { (void)e; }
 #endif
+
+/* (float)x rounded to nearest whatever the thread set: a factor the host narrows for a
+ * kernel. The volatile copies keep the conversion between the switches (the compiler may
+ * move arithmetic on registers across them, not these loads and stores). */
+static inline float rl_fpenv_to_float(double x) {
+    volatile double wide = x;
+    rl_fpenv e = rl_fpenv_enter();
+    volatile float narrow = (float)wide;
+    rl_fpenv_leave(e);
+    return narrow;
+}
 
 #endif

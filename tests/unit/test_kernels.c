@@ -21,6 +21,7 @@
  * RINGLET_TEST_NO_BENCH=1 skips the bandwidth lines. Exit 0 = pass, 1 = fail. */
 #include "reduce.h"
 #include "convert.h"
+#include "fpenv.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -1103,8 +1104,28 @@ static void gen_fp_values(ringlet_datatype_t dt, void *buf, size_t n) {
     }
 }
 
+static void fp_narrow_call(void *arg) {
+    double *x = arg;
+    float f = rl_fpenv_to_float(x[0]);
+    memcpy(&x[1], &f, sizeof f);
+}
+
 static void test_fp_environment(void) {
     enum { N = 4099 };
+    /* rl_fpenv_to_float (the GPU conversion's factor): 1/3, 1 + 2^-30 and a subnormal float
+     * narrowed as round-to-nearest narrows them, under round-up with FTZ. */
+    static const double wides[] = {1.0 / 3.0, 1.0 + 0x1p-30, 0x1.2345678p-140};
+    for (size_t i = 0; i < sizeof wides / sizeof wides[0]; i++) {
+        volatile double w = wides[i];
+        float want = (float)w, got;
+        double x[2] = {w, 0};
+        unsigned after = fp_call_odd(fp_narrow_call, x);
+        memcpy(&got, &x[1], sizeof got);
+        checks++;
+        if (memcmp(&want, &got, sizeof want) || (after & ~0x3Fu) != MXCSR_ODD)
+            fail("fp environment: rl_fpenv_to_float(%a) gave %a, want %a (MXCSR %#x after)", (double)w, (double)got,
+                 (double)want, after);
+    }
     static const ringlet_datatype_t fts[] = {RINGLET_FLOAT16, RINGLET_FLOAT32, RINGLET_FLOAT64, RINGLET_BFLOAT16};
     char what[128];
     for (size_t t = 0; t < sizeof fts / sizeof fts[0]; t++) {
