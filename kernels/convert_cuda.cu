@@ -9,6 +9,10 @@
 #include "cuda_common.cuh"
 #include "fpenv.h"
 
+extern "C" {
+#include "convert.h" /* rl_convert_supported */
+}
+
 namespace {
 
 using namespace rl_cuda;
@@ -73,10 +77,7 @@ int convert_any(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datat
 
 extern "C" int rl_convert_device(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n,
                                  double scale, void *stream) {
-    const auto floating = [](ringlet_datatype_t t) {
-        return t == RINGLET_FLOAT16 || t == RINGLET_BFLOAT16 || t == RINGLET_FLOAT32 || t == RINGLET_FLOAT64;
-    };
-    if (!floating(dt) || !floating(st)) return cudaErrorInvalidValue; /* at any n, as the simulated GPU */
+    if (!rl_convert_supported(dt) || !rl_convert_supported(st)) return cudaErrorInvalidValue; /* at any n, as the simulator */
     if (n == 0) return cudaSuccess;
     return convert_any(dst, dt, src, st, n, scale, launching(stream));
 }
