@@ -152,9 +152,9 @@ void ringlet_ddp_options_init(ringlet_ddp_options_t *options);
 
 /* Collective over comm: every rank calls it with its lists (same counts, shapes,
  * dtypes and memory kinds, in the same order) and options (the caps, broadcast_buffers,
- * average_gradients, find_unused_parameters, compression and init_sync must agree;
- * gradient_as_bucket_view may differ). options NULL: defaults. On any error every rank
- * fails with the same message (argument errors found on one rank included), except
+ * average_gradients, find_unused_parameters, compression, init_sync and rebuild_buckets
+ * must agree; gradient_as_bucket_view may differ). options NULL: defaults. On any error
+ * every rank fails with the same message (argument errors found on one rank included), except
  * when ddp or comm is NULL (nothing is sent). The lists are copied; data and grad
  * pointers must stay valid (or be replaced through ringlet_ddp_set_buffer /
  * ringlet_ddp_grad_ready) while the object lives. */
@@ -220,7 +220,9 @@ ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *gra
 ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t ddp);
 
 /* Device memory: the stream of the next iterations (the framework's current stream;
- * NULL: the default stream). Between iterations only (not while buckets are in flight). */
+ * NULL: the default stream). Between iterations only (not while buckets are in flight).
+ * A change of stream waits on the host until the work queued on the previous one (the
+ * last iteration's write-backs) is done: the new stream refills the same buckets. */
 ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t ddp, void *stream);
 
 /* ---- introspection ---- */

@@ -48,6 +48,8 @@ struct ib_req {
     uint64_t done;     /* send: chunks completed */
     struct ibv_mr *mr; /* send: the caller's registration covering buf, or NULL */
     int finished;
+    int doomed;              /* on the list of a break (rl_ib_conn_break) */
+    struct ib_req *doom_next;
 };
 
 struct ib_mr {

@@ -33,6 +33,13 @@ void rl_ib_fail_req(struct ib_conn *c, struct ib_req *r, ringlet_result_t code, 
     rl_ib_finish_req(c, r);
 }
 
+static void doom(struct ib_req *r, struct ib_req **list) {
+    if (r->finished || r->doomed) return;
+    r->doomed = 1;
+    r->doom_next = *list;
+    *list = r;
+}
+
 void rl_ib_conn_break(struct ib_conn *c, ringlet_result_t code, const char *fmt, ...) {
     if (c->state != ST_BROKEN) {
         va_list ap;
@@ -43,17 +50,26 @@ void rl_ib_conn_break(struct ib_conn *c, ringlet_result_t code, const char *fmt,
         c->state = ST_BROKEN;
         RL_INFO(c->ctx->in.rank, "ib: %s", c->why);
     }
-    for (struct ib_req *r = c->sq_head; r; r = r->next) rl_ib_fail_req(c, r, c->why_code, c->why);
+    /* Every request is listed first, each once (a send may be both queued and in a
+     * slot), and only then failed: a failed request is finished, and its owner may free
+     * it at once (it lives in its rl_treq), so nothing is read from it after. */
+    struct ib_req *doomed = NULL;
+    for (struct ib_req *r = c->sq_head; r; r = r->next) doom(r, &doomed);
     c->sq_head = c->sq_tail = NULL;
     if (c->slot_req)
         for (int k = 0; k < c->nslots; k++)
             if (c->slot_req[k]) {
-                rl_ib_fail_req(c, c->slot_req[k], c->why_code, c->why);
+                doom(c->slot_req[k], &doomed);
                 c->slot_req[k] = NULL;
             }
-    for (struct ib_req *r = c->rq_head; r; r = r->next) rl_ib_fail_req(c, r, c->why_code, c->why);
+    for (struct ib_req *r = c->rq_head; r; r = r->next) doom(r, &doomed);
     c->rq_head = c->rq_tail = NULL;
     c->wait_since = 0;
+    while (doomed) {
+        struct ib_req *r = doomed;
+        doomed = r->doom_next;
+        rl_ib_fail_req(c, r, c->why_code, c->why);
+    }
 }
 
 static int send_ctrl(struct ib_conn *c, int type, uint32_t val) {

@@ -201,9 +201,9 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
 
 /* Takes one connection off the listener and files its hello under the sender's rank
  * if it is genuine; strangers and garbage are closed and logged. */
-static void accept_one(struct ib_ctx *x, int fd) {
+static void accept_one(struct ib_ctx *x, int fd, double deadline) {
     rl_ib_hello h;
-    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_now() + 5.0, x->in.stop);
+    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_hello_deadline(deadline), x->in.stop);
     if (r != RL_IO_OK || rl_ib_check_hello(x->secret, &h, x->in.rank, x->in.nranks) != RL_IB_OK) {
         RL_WARN(x->in.rank, "ib: refused a handshake that did not authenticate (%s)",
                 r == RL_IO_OK ? "bad hello" : rl_io_str(r));
@@ -230,7 +230,7 @@ ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
             snprintf(err, RL_ERR_MAX, "ib: waiting for rank %d to connect: %s", peer, rl_io_str(r));
             return r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
         }
-        accept_one(x, fd);
+        accept_one(x, fd, deadline);
     }
     int fd = x->stash[peer].fd;
     rl_ib_hello h = x->stash[peer].h;

@@ -483,10 +483,11 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
 
 /* Takes one connection off the listener and files it under (rank, index) if its
  * hello is genuine. Strangers and garbage are closed and logged. */
-static void accept_one(struct tcp_ctx *ctx, int fd) {
+static void accept_one(struct tcp_ctx *ctx, int fd, double deadline) {
     rl_tcp_hello h;
-    /* A genuine peer sends its hello right after connecting. */
-    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_now() + 5.0, ctx->in.stop);
+    /* A genuine peer sends its hello right after connecting: a silent one is given 5 s,
+     * and never more than the accept's own deadline. */
+    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_hello_deadline(deadline), ctx->in.stop);
     if (r != RL_IO_OK ||
         rl_tcp_check_hello(ctx->secret, ctx->listener, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks,
                            ctx->peer_nsocks) != 0) {
@@ -520,7 +521,7 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
             snprintf(err, RL_ERR_MAX, "tcp: waiting for rank %d to connect: %s", peer, rl_io_str(r));
             return r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
         }
-        accept_one(ctx, fd);
+        accept_one(ctx, fd, deadline);
     }
     struct tcp_conn *c = conn_new(ctx, peer, 0);
     if (!c) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;

@@ -127,16 +127,23 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
     }
 }
 
+double rl_hello_deadline(double deadline) {
+    double d = rl_now() + 5.0;
+    return d < deadline ? d : deadline;
+}
+
 rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd) {
     for (;;) {
+        /* The deadline first: a stream of strangers, each taken off the backlog and
+         * refused, must not keep the caller past it. */
+        if (stopped(stop)) return RL_IO_STOPPED;
+        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
         int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (s >= 0) {
             *fd = s;
             return RL_IO_OK;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return RL_IO_ERR;
-        if (stopped(stop)) return RL_IO_STOPPED;
-        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
         struct pollfd p = {lfd, POLLIN, 0};
         poll(&p, 1, slice(deadline));
     }

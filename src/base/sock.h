@@ -17,8 +17,11 @@ int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
 /* Connects, retrying refused/unreachable attempts every 50-500 ms until the deadline. */
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd);
-/* Accepts one connection; RL_IO_TIMEOUT at the deadline. */
+/* Accepts one connection; RL_IO_TIMEOUT at the deadline (checked before each accept:
+ * connections still queued then are left). */
 rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd);
+/* How long to wait for an accepted connection's hello: 5 s, never past deadline. */
+double rl_hello_deadline(double deadline);
 /* Whole buffer, on a non-blocking socket. */
 rl_io_t rl_sock_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *stop);
 rl_io_t rl_sock_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *stop);

@@ -115,9 +115,17 @@ size_t ddp_small_bytes(const tensor_t *ts, int n, size_t slot) {
 ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d) {
     if (!d->nbuffers) return RINGLET_SUCCESS;
     d->stats.buffer_broadcasts++;
+    /* This broadcast's own copy failures only: the iteration's (which its finish reports)
+     * are put aside and given back. */
+    ringlet_result_t iter_mem_rc = d->mem_rc;
+    char iter_mem_msg[MSG_MAX];
+    memcpy(iter_mem_msg, d->mem_msg, sizeof iter_mem_msg);
+    d->mem_rc = RINGLET_SUCCESS;
     ringlet_result_t rc = ddp_bcast_tensors(d, d->buffers, d->nbuffers, d->staging, d->staging_slot);
     if (rc) ddp_set_error(d, rc, "buffer broadcast: %s", ringlet_comm_last_error(d->comm));
     else if (d->mem_rc) rc = ddp_set_error(d, d->mem_rc, "buffer broadcast: %s", d->mem_msg);
+    d->mem_rc = iter_mem_rc;
+    memcpy(d->mem_msg, iter_mem_msg, sizeof iter_mem_msg);
     return rc;
 }
 

@@ -48,11 +48,11 @@ static void wb_put(wbuf_t *w, const void *src, size_t n, int hashed) {
 static void wb_u64(wbuf_t *w, uint64_t v) { wb_put(w, &v, 8, 1); }
 
 enum { OPT_BUCKET_CAP, OPT_FIRST_CAP, OPT_BCAST_BUFFERS, OPT_AVERAGE, OPT_FIND_UNUSED, OPT_COMPRESSION, OPT_INIT_SYNC,
-       OPT_BCAST_BYTES, OPT_DIRECT_BYTES, OPT_COUNT };
+       OPT_BCAST_BYTES, OPT_DIRECT_BYTES, OPT_REBUILD, OPT_COUNT };
 static const char *opt_names[OPT_COUNT] = {"bucket_cap_bytes",       "first_bucket_cap_bytes", "broadcast_buffers",
                                            "average_gradients",      "find_unused_parameters", "compression",
                                            "init_sync",              "RINGLET_DDP_BCAST_BYTES",
-                                           "RINGLET_DDP_DIRECT_BYTES"};
+                                           "RINGLET_DDP_DIRECT_BYTES", "rebuild_buckets"};
 
 static void opt_values(const ringlet_ddp_options_t *o, size_t bcast_cap, size_t direct_min, uint64_t v[OPT_COUNT]) {
     v[OPT_BUCKET_CAP] = o->bucket_cap_bytes;
@@ -64,6 +64,7 @@ static void opt_values(const ringlet_ddp_options_t *o, size_t bcast_cap, size_t 
     v[OPT_INIT_SYNC] = o->init_sync != 0;
     v[OPT_BCAST_BYTES] = bcast_cap;
     v[OPT_DIRECT_BYTES] = direct_min;
+    v[OPT_REBUILD] = o->rebuild_buckets != 0; /* the rebuild's broadcast is a collective */
 }
 
 static void describe(wbuf_t *w, const ringlet_ddp_options_t *o, size_t bcast_cap, size_t direct_min,
@@ -588,7 +589,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         }
         rc = ddp_bcast_tensors(d, all_t, nt, stg, slot);
         if (!rc && d->mem_rc)
-            rc = ddp_set_error(d, d->mem_rc, "copying to and from the broadcast staging: %s", ringlet_comm_last_error(NULL));
+            rc = ddp_set_error(d, d->mem_rc, "copying to and from the broadcast staging: %s", d->mem_msg);
         ddp_mem_free(d->on_device, stg);
         free(all_t);
         if (rc) {

@@ -464,16 +464,36 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t d) {
     return rc;
 }
 
+/* Device memory, the stream changing: the work queued on the old one (the previous
+ * iteration's write-backs, which read the buckets; broadcast copies through the staging)
+ * must be done before the new stream refills them, and nothing orders the two streams:
+ * the host waits for the old one. The all-reduces are waited for first (the stream may
+ * be held until they end); their outcome stays for ddp_settle_previous to report. */
+static ringlet_result_t drain_old_stream(struct ringlet_ddp *d) {
+    ringlet_result_t ignored = RINGLET_SUCCESS;
+    char m[MSG_MAX];
+    for (int b = 0; b < d->nbuckets; b++) wait_bucket(d, b, &ignored, m);
+    ringlet_result_t rc = ringlet_stream_synchronize(ddp_dstream(d));
+    if (rc)
+        return ddp_set_error(d, rc, "ringlet_ddp_set_stream: waiting for the work queued on the previous stream: %s",
+                             ringlet_comm_last_error(NULL));
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t d, void *stream) {
     CHECK_DDP(d, "ringlet_ddp_set_stream");
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_set_stream", &prev); /* the default stream's device */
+    if (rc) return rc;
     pthread_mutex_lock(&d->mu);
-    ringlet_result_t rc = RINGLET_SUCCESS;
     if (d->state == IT_SYNC && d->nready > 0)
         rc = ddp_set_error(d, RINGLET_ERR_INVALID_USAGE,
                        "ringlet_ddp_set_stream: buckets of an unfinished iteration are in flight (set it before the "
                        "forward or after ringlet_ddp_finish)");
-    else
-        d->stream = stream;
+    else if (d->on_device && stream != d->stream)
+        rc = drain_old_stream(d);
+    if (!rc) d->stream = stream;
     pthread_mutex_unlock(&d->mu);
+    ddp_device_leave(prev);
     return rc;
 }

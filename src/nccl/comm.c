@@ -705,6 +705,7 @@ static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclSuccess; /* as NCCL: cleanup after a failed init (which left NULL) */
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
     pthread_mutex_lock(&comm->mu);
@@ -753,6 +754,7 @@ void shim_leave(struct ncclComm *c) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclSuccess; /* as NCCL */
     /* An init still running stops within about 100 ms (NCCL's own abort may wait for it). */
     if (comm && comm->magic == SHIM_MAGIC) ringlet_stop_token_fire(comm->init_stop);
     ncclResult_t rc = comm_settle(comm, "ncclCommAbort");

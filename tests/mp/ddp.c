@@ -44,13 +44,15 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "device.h" /* the device layer: only to hold a stream (test_nowait) */
+#include "device.h" /* the device layer: only to hold a stream (test_nowait, test_stream_switch) */
 #include "ringlet.h"
 #include "ringlet_ddp.h"
 
@@ -776,6 +778,11 @@ static void test_misuse_create(void) {
         if (g_rank == last) o2.bucket_cap_bytes = 4096;
         expect_create_error(&m, &o2, RINGLET_ERR_INVALID_USAGE, "option mismatch", "bucket_cap_bytes", "8192",
                             "4096");
+        /* rebuild_buckets too: the rebuild is a broadcast every rank must make */
+        o2 = o;
+        if (g_rank == last) o2.rebuild_buckets = 1;
+        expect_create_error(&m, &o2, RINGLET_ERR_INVALID_USAGE, "rebuild option mismatch", "rebuild_buckets",
+                            "0 on rank 0", "1 on rank");
         model_free(&m);
 
         /* an argument error on rank 1 only: every rank fails, naming it */
@@ -1016,6 +1023,82 @@ static void test_nowait(void) {
     model_free(&m);
 }
 
+/* Device memory, a change of stream between iterations (PyTorch's DDP takes the current
+ * stream at each forward): the first iteration's write-backs are queued on stream s1,
+ * held there by a flag wait of the test's; the second iteration runs on s2 and refills
+ * the buckets. The hold is released once the second iteration is finished, or by a
+ * helper thread after 300 ms when the switch waits (as it must) for s1: either way s1's
+ * write-backs run; they must have read the first iteration's results, not the second's. */
+typedef struct {
+    uint64_t *hold;
+    int go;
+} release_t;
+static void *release_hold(void *arg) {
+    release_t *r = arg;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double el = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        if (__atomic_load_n(&r->go, __ATOMIC_ACQUIRE) || el > 0.3) break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    __atomic_store_n(r->hold, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+static void test_stream_switch(void) {
+    const rl_device_ops *D = rl_device();
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    ringlet_ddp_t d = create(&m, &o);
+    uint64_t *hold = NULL;
+    rl_dev_stream_t s1 = NULL, s2 = NULL;
+    void *g2[16] = {0};
+    if (!d || !D || D->host_alloc((void **)&hold, 64) != RL_DEV_OK || D->stream_create(&s1) != RL_DEV_OK ||
+        D->stream_create(&s2) != RL_DEV_OK) {
+        CHECK(0, "stream switch: setup failed: %s", rl_dev_error());
+        goto out;
+    }
+    *hold = 0;
+    for (int i = 0; i < m.np; i++) {
+        fill_grad(m.p[i].grad, &m.p[i], 11, i, 1);
+        g2[i] = talloc(m.p[i].count * ringlet_datatype_size(m.p[i].dtype));
+        fill_grad(g2[i], &m.p[i], 12, i, 1);
+    }
+    DRC(d, ringlet_ddp_set_stream(d, s1));
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+    for (int i = m.np - 1; i >= 0; i--) DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+    CHECK(D->wait_flag(hold, 1, s1) == RL_DEV_OK, "stream switch: holding s1: %s", rl_dev_error());
+    DRC(d, ringlet_ddp_finish(d)); /* the write-backs wait on s1, behind the hold */
+    release_t rel = {hold, 0};
+    pthread_t th;
+    int started = pthread_create(&th, NULL, release_hold, &rel) == 0;
+    if (!started) *hold = 1;
+    DRC(d, ringlet_ddp_set_stream(d, s2));
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+    for (int i = m.np - 1; i >= 0; i--) DRC(d, ringlet_ddp_grad_ready(d, i, g2[i]));
+    DRC(d, ringlet_ddp_finish(d));
+    __atomic_store_n(&rel.go, 1, __ATOMIC_RELEASE);
+    if (started) pthread_join(th, NULL);
+    CHECK(D->stream_sync(s1) == RL_DEV_OK && D->stream_sync(s2) == RL_DEV_OK, "stream switch: sync: %s",
+          rl_dev_error());
+    for (int i = 0; i < m.np; i++) {
+        check_grad(m.p[i].grad, &m.p[i], 11, i, 1, 1, 0, -1, "stream switch (the first iteration's, on s1)");
+        check_grad(g2[i], &m.p[i], 12, i, 1, 1, 0, -1, "stream switch (the second iteration's, on s2)");
+    }
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_NO_GRAD)); /* collects the iteration */
+out:
+    if (d) ringlet_ddp_destroy(d);
+    for (int i = 0; i < 16; i++)
+        if (g2[i]) tfree(g2[i]);
+    if (s1) D->stream_destroy(s1);
+    if (s2) D->stream_destroy(s2);
+    if (hold) D->host_free(hold);
+    model_free(&m);
+}
+
 int main(int argc, char **argv) {
     int iters = 4;
     for (int k = 1; k < argc; k++) {
@@ -1049,6 +1132,7 @@ int main(int argc, char **argv) {
     test_other_device();
     test_misuse_iterations();
     if (g_dev) test_nowait();
+    if (g_dev) test_stream_switch();
 
     printf("ddp: rank %d of %d: %d checks, %d failed%s\n", g_rank, g_size, g_checks, g_failed,
            g_dev ? " on device memory" : "");

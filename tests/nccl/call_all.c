@@ -194,6 +194,9 @@ int main(void) {
     /* Bad input: clear errors. */
     EXPECT(ncclCommInitRank(&c, 2, id, 5), ncclInvalidArgument);
     EXPECT(ncclCommCount(NULL, &n), ncclInvalidArgument);
+    /* NULL (what a failed init leaves) to destroy and abort: nothing to do, as NCCL */
+    OK(ncclCommDestroy(NULL));
+    OK(ncclCommAbort(NULL));
     free(a), free(b), free(b2), free(want);
     printf("call_all: %ld checks, %ld failed\n", g_checks, g_failed);
     return g_failed ? 1 : 0;

@@ -7,13 +7,16 @@
  * blob otherwise (A's listener id): what a peer of an aborted communicator does when the
  * port it connects to was taken by a new communicator's listener. B must refuse it (its
  * accept of rank 0 then times out, after the refusal), and must still accept C's
- * connection made with B's own blob, and carry a message over it. Exit status 0 on
+ * connection made with B's own blob, and carry a message over it. Silent strangers
+ * queued on B's listener do not keep its accept past its deadline. Exit status 0 on
  * success; each failure is printed. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "tcp.h"
 #include "transport.h"
@@ -69,6 +72,25 @@ int main(void) {
            rl_now() - t0, rc ? err : "(it took the stale connection)");
     if (bs) t->close(bs), bs = NULL;
     if (cs) t->close(cs), cs = NULL;
+
+    /* Silent strangers (a port scanner: connected, never a byte) queued on B's listener:
+     * each is refused once its hello is overdue, and B's accept still ends at its own
+     * deadline (0.5 s), not 5 s per stranger. */
+    int silent[3];
+    for (int k = 0; k < 3; k++) {
+        silent[k] = socket(b.addr.ss_family, SOCK_STREAM, 0);
+        check("a silent stranger connects",
+              silent[k] >= 0 && connect(silent[k], (struct sockaddr *)&b.addr, sizeof(struct sockaddr_in)) == 0);
+    }
+    t0 = rl_now();
+    rc = t->accept(B, 0, &bs, err);
+    double took = rl_now() - t0;
+    printf("B's accept behind 3 silent strangers: %s after %.2f s\n", rc ? err : "succeeded", took);
+    check("B's accept behind silent strangers times out", rc == RINGLET_ERR_TIMEOUT && bs == NULL);
+    check("... at its deadline, not 5 s per stranger (15 s)", took < 4.0);
+    for (int k = 0; k < 3; k++)
+        if (silent[k] >= 0) close(silent[k]);
+    if (bs) t->close(bs), bs = NULL;
 
     /* The genuine one still works. */
     check("C connects to B with B's blob", t->connect(C, 1, blob_b, lb, &cs, err) == RINGLET_SUCCESS);
