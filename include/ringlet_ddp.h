@@ -198,8 +198,11 @@ ringlet_result_t ringlet_ddp_set_buffer(ringlet_ddp_t ddp, int index, void *data
  * ringlet_ddp_finish returns (frameworks do not touch a finished gradient during
  * backward). When the gradient completes its bucket and every bucket before it is
  * complete, those buckets' all-reduces start. Reporting a parameter twice in one
- * iteration is RINGLET_ERR_INVALID_USAGE (naming it). Does nothing after a
- * RINGLET_DDP_NO_SYNC pre_forward. */
+ * iteration is RINGLET_ERR_INVALID_USAGE (naming it). After a RINGLET_DDP_NO_SYNC
+ * pre_forward it only notes the use (and grad): with find_unused_parameters, a parameter
+ * used in a no_sync iteration counts as used at the next synchronising one, as in
+ * PyTorch's DDP (its accumulated gradient is reduced even if that iteration reports it
+ * unused). */
 ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t ddp, int index, void *grad);
 /* Parameter index got no gradient in this iteration (it was not used by the forward):
  * it contributes the content of grad, or zeros when grad is NULL; the result goes to grad,

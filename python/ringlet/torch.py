@@ -294,6 +294,7 @@ class DistributedDataParallel(torch.nn.Module):
             acc.register_hook(self._make_hook(i))
             self._grad_accs.append(acc)
         self._expect_hooks = False
+        self._nosync_usage = False
         self._callback_queued = False
         self._ready = bytearray(len(self._params))
         self._unused = set()
@@ -435,6 +436,9 @@ class DistributedDataParallel(torch.nn.Module):
             self._check(_lib.lib.ringlet_ddp_pre_forward(h, mode), "pre_forward")
         if grad:
             self._expect_hooks = sync
+            # no_sync forwards: their use of a parameter counts at the next sync (as in
+            # PyTorch's reducer), which find_unused_parameters needs to hear of
+            self._nosync_usage = not sync and self.find_unused_parameters
         if sync:
             self._ready = bytearray(len(self._params))
             self._unused = set()
@@ -484,6 +488,8 @@ class DistributedDataParallel(torch.nn.Module):
     def _make_hook(self, i):
         def hook(*_):
             if not self._expect_hooks:
+                if self._nosync_usage and self._params[i].grad is not None:
+                    self._check(_lib.lib.ringlet_ddp_grad_ready(self._ptr(), i, None), "no_sync usage")
                 return
             try:
                 self._on_grad_ready(i)
@@ -654,6 +660,7 @@ class DistributedDataParallel(torch.nn.Module):
         """Frees the C object; gradients that were views into its buckets get memory of
         their own first (_Handle.close)."""
         self._expect_hooks = False
+        self._nosync_usage = False
         self._bucket_tensors = []
         self._views = []
         self._h.close()

@@ -113,7 +113,7 @@ static void mark(struct ringlet_ddp *d, int i, int used, int src) {
         p->launch_on = v;
     }
     d->ready[i] = 1;
-    d->used_local[i] = (uint8_t)(used != 0);
+    if (used) d->used_local[i] = 1; /* (or in a no_sync iteration since the last finish) */
     d->nready++;
     d->order[d->norder++] = i;
     b->pending--;
@@ -130,8 +130,7 @@ ringlet_result_t ddp_check_param(struct ringlet_ddp *d, int i, const char *fn) {
 
 static void reset_iteration(struct ringlet_ddp *d, int grad_sync) {
     size_t np = d->nparams ? (size_t)d->nparams : 1;
-    memset(d->ready, 0, np);
-    memset(d->used_local, 0, np);
+    memset(d->ready, 0, np); /* used_local is not: no_sync iterations add to it until a finish */
     memset(d->used_global, 1, np);
     for (int b = 0; b < d->nbuckets; b++) {
         d->buckets[b].pending = d->buckets[b].nparams;
@@ -188,6 +187,9 @@ static ringlet_result_t report(struct ringlet_ddp *d, int i, void *grad, int use
     char nb[200];
     if (d->state == IT_NOSYNC) { /* no_sync: the gradient only accumulates locally */
         if (grad) p->grad = grad;
+        /* but the use counts (as in PyTorch's reducer): with find_unused_parameters, a
+         * parameter used only in the no_sync iterations is still reduced at the next sync */
+        if (used) d->used_local[i] = 1;
         goto out;
     }
     if (d->state == IT_NONE) {
@@ -446,6 +448,7 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
         ddp_rebuild(d);
     }
 done:
+    memset(d->used_local, 0, d->nparams ? (size_t)d->nparams : 1); /* sent (used_req waited for, or none) */
     d->state = IT_FINISHED;
     d->stats.iterations++;
     d->stats.finish_end_time = ddp_now_s();

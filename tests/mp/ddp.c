@@ -698,6 +698,65 @@ static void test_unused(void) {
     model_free(&m);
 }
 
+/* find_unused_parameters with no_sync: a parameter used only in the no_sync iterations
+ * counts as used (PyTorch's reducer marks a use whenever the hook fires), so its
+ * accumulated gradient, reported unused at the synchronising iteration, is averaged. */
+static void test_nosync_unused(void) {
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    o.find_unused_parameters = 1;
+    ringlet_ddp_t d = create(&m, &o);
+    if (!d) {
+        model_free(&m);
+        return;
+    }
+    const int k = 4; /* fc1.bias: used in the no_sync iteration only */
+    for (int it = 0; it < 2; it++) {
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_NO_SYNC));
+        fill_grad(m.p[k].grad, &m.p[k], 20 + it, k, 1);
+        DRC(d, ringlet_ddp_grad_ready(d, k, NULL));
+        DRC(d, ringlet_ddp_finish(d));
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        for (int i = m.np - 1; i >= 0; i--) {
+            if (i == k) {
+                DRC(d, ringlet_ddp_grad_unused(d, k, m.p[k].grad)); /* not used now: its accumulated gradient */
+                continue;
+            }
+            fill_grad(m.p[i].grad, &m.p[i], 20 + it, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+        }
+        DRC(d, ringlet_ddp_finish(d));
+        int used = -1;
+        DRC(d, ringlet_ddp_param_used(d, k, &used));
+        CHECK(used == 1, "nosync+unused: parameter %d, used in the no_sync iteration only: used = %d", k, used);
+        for (int i = 0; i < m.np; i++) check_grad(m.p[i].grad, &m.p[i], 20 + it, i, 1, 1, 0, -1, "nosync+unused");
+    }
+    /* the use is forgotten after the synchronising iteration: unused everywhere now, the
+     * gradient is left alone */
+    DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+    for (int i = m.np - 1; i >= 0; i--) {
+        if (i == k) continue;
+        fill_grad(m.p[i].grad, &m.p[i], 30, i, 1);
+        DRC(d, ringlet_ddp_grad_ready(d, i, NULL));
+    }
+    fill_grad(m.p[k].grad, &m.p[k], 31, k, 1);
+    DRC(d, ringlet_ddp_finish(d));
+    int used = -1;
+    DRC(d, ringlet_ddp_param_used(d, k, &used));
+    CHECK(used == 0, "nosync+unused: parameter %d, unused since the last sync: used = %d", k, used);
+    if (g_size > 1) { /* its own values still: not averaged with the other ranks' */
+        size_t bytes = m.p[k].count * ringlet_datatype_size(m.p[k].dtype);
+        void *h = hcopy(m.p[k].grad, bytes);
+        int bad = 0;
+        for (size_t j = 0; j < m.p[k].count; j++) bad += get(h, m.p[k].dtype, j) != grad_val(g_rank, 31, k, j, 1);
+        free(h);
+        CHECK(bad == 0, "nosync+unused: the gradient of a parameter unused everywhere changed (%d elements)", bad);
+    }
+    ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
 /* create must fail on every rank with the same message containing every needle. */
 static void expect_create_error(model_t *m, const ringlet_ddp_options_t *o, ringlet_result_t want, const char *what,
                                 const char *n1, const char *n2, const char *n3) {
@@ -1128,6 +1187,7 @@ int main(int argc, char **argv) {
     test_nosync(0);
     test_nosync(1);
     test_unused();
+    test_nosync_unused();
     test_misuse_create();
     test_other_device();
     test_misuse_iterations();
