@@ -91,12 +91,20 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
     } else if (r->kind == RL_OP_RECV) {
         n.recv_from[r->peer] = 1;
     } else { /* a group: its collectives one after another, its messages all at once */
+        /* a lane per distinct peer of the messages (the exchange's), counted apart from
+         * the collectives' marks: a collective before them marks every rank */
+        unsigned char *p2p = calloc((size_t)c->nranks, 1);
+        if (!p2p) {
+            free(n.send_to), free(n.recv_from);
+            return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+        }
         int peers = 0;
         for (int i = 0; i < r->nsub; i++) {
             const rl_subop *o = &r->sub[i];
             if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) {
                 unsigned char *mark = o->kind == RL_OP_SEND ? n.send_to : n.recv_from;
-                if (o->peer != c->rank && !n.send_to[o->peer] && !n.recv_from[o->peer]) peers++;
+                if (o->peer != c->rank && !p2p[o->peer]) peers++;
+                p2p[o->peer] = 1;
                 mark[o->peer] = 1;
                 continue;
             }
@@ -115,6 +123,7 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
             collective_needs(c, &one, &n);
             mark_all(c, &n);
         }
+        free(p2p);
         if (peers > n.lanes) n.lanes = peers;
     }
     if (n.lanes > RL_DEV_MAX_LANES) n.lanes = RL_DEV_MAX_LANES; /* the exchange refuses more itself */

@@ -11,7 +11,8 @@
  *   in place), blocking and non-blocking (with a stream on device memory);
  *   a group of sends and receives with every peer (an all-to-all made by hand, which
  *   deadlocks unless the group runs them at once), a group of two all-reduces and a
- *   broadcast (run in order), a group that uses two streams (device);
+ *   broadcast (run in order), a group that uses two streams (device); on a new
+ *   communicator, a group of an all-reduce and then sends and receives with every peer;
  *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
  *   RINGLET_SPLIT_NOCOLOR, also inside a group; an all-gather on the new communicators
  *   checks membership;
@@ -201,6 +202,37 @@ static int32_t want_sum(size_t i, void *a) {
     int32_t t = 0;
     for (int q = 0; q < g_P; q++) t += val(q, c->k, i);
     return t;
+}
+
+/* A group of an all-reduce and then sends and receives with every peer, as the first
+ * calls of a new communicator (nothing prepared before it: on device memory the
+ * messages need a staging lane per peer, which the all-reduce before them must not hide). */
+static void test_group_mixed(size_t n, int k) {
+    size_t P = (size_t)g_P;
+    ringlet_comm_t nc = NULL;
+    check_rc("comm_split (a new communicator)", ringlet_comm_split(g_comm, 0, g_rank, &nc));
+    if (!nc) return;
+    buf_t a, s, r;
+    buf_new(&a, n), buf_new(&s, n * P), buf_new(&r, n * P);
+    for (size_t i = 0; i < n; i++) a.h[i] = val(g_rank, k + 1, i);
+    for (size_t i = 0; i < n * P; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+    memcpy(r.h + (size_t)g_rank * n, s.h + (size_t)g_rank * n, n * 4);
+    to_dev(&a), to_dev(&s), to_dev(&r);
+    check_rc("group_start", ringlet_group_start());
+    check_rc("allreduce in a mixed group", ringlet_allreduce(p_of(&a), p_of(&a), n, RINGLET_INT32, RINGLET_SUM, nc, stream()));
+    for (int q = 0; q < g_P; q++) {
+        if (q == g_rank) continue;
+        check_rc("send in a mixed group", ringlet_send(p_of(&s) + (size_t)q * n, n, RINGLET_INT32, q, nc, stream()));
+        check_rc("recv in a mixed group", ringlet_recv(p_of(&r) + (size_t)q * n, n, RINGLET_INT32, q, nc, stream()));
+    }
+    check_rc("group_end (all-reduce, then sends and receives)", ringlet_group_end());
+    to_host(&a), to_host(&r);
+    ctx_t c = {k + 1, 0, 0, n};
+    expect("all-reduce of a mixed group", a.h, n, want_sum, &c);
+    c.k = k;
+    expect("sends and receives of a mixed group", r.h, n * P, want_a2a, &c);
+    buf_free(&a), buf_free(&s), buf_free(&r);
+    check_rc("destroy of the new communicator", ringlet_comm_destroy(nc));
 }
 static int32_t want_bcast(size_t i, void *a) {
     ctx_t *c = a;
@@ -481,6 +513,7 @@ int main(int argc, char **argv) {
         size_t n = counts[ci];
         test_spread(n, 10 * ci);
         test_group_p2p(n, 10 * ci + 1);
+        if (ci == 3) test_group_mixed(n, 10 * ci + 7);
         test_group_colls(n, 10 * ci + 2, st2);
         test_premul_group(n, 10 * ci + 6); /* first: its own device needs, not premul's */
         test_premul(n, 10 * ci + 5);
