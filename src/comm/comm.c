@@ -213,6 +213,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     memcpy(c->secret, t->secret, 32);
     c->timeout_s = timeout_s > 0 ? timeout_s : rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
+    c->chunk_bytes &= ~(size_t)63; /* staging slots are this far apart: each starts aligned for every type */
     c->chunk_fixed = c->chunk_bytes != 0;
     c->nslots = (int)rl_env_int("RINGLET_NCHUNKS_INFLIGHT", 4, 1, 64);
     const char *algo = getenv("RINGLET_ALGO");

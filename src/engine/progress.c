@@ -22,13 +22,15 @@ void rl_request_free(struct ringlet_request *r) {
 /* An operation is over: release its stream, hand the result to the waiter (or, for a
  * stream call nobody waits on, to the communicator). */
 static void finish(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t rc) {
+    if (r->detached && rc) {
+        /* A stream call: its error is the communicator's (ringlet_comm_get_async_error),
+         * made so before the flag is set: a caller waiting for the flag (rl_devcomm_sync)
+         * reads the communicator's state the moment it is, and must not find it sound. */
+        rl_error(c, rc, "%s", r->err);
+        if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
+    }
     if (c->dev) rl_devcomm_release(c, r);
     if (r->detached) {
-        /* A stream call: its error is the communicator's (ringlet_comm_get_async_error). */
-        if (rc) {
-            rl_error(c, rc, "%s", r->err);
-            if (!atomic_load(&c->failed)) rl_comm_fail(c, rc, "%s", r->err);
-        }
         rl_request_free(r);
         rl_comm_notify(c); /* a caller may wait for the flag (rl_devcomm_sync) */
         return;
