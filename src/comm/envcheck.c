@@ -86,6 +86,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_DEVICE_REDUCE", .kind = K_WORD, .words = "direct,copy"},
     {.name = "RINGLET_SIM_JITTER", .kind = K_INT, .lo = 0, .hi = 1000000},
     {.name = "RINGLET_SIM_DEVICES", .kind = K_INT, .lo = 1, .hi = 64},
+    {.name = "RINGLET_SIM_MEMORY", .kind = K_INT, .lo = 0, .hi = 1LL << 50},
     {.name = "RINGLET_SIM_IPC_DENY", .kind = K_BOOL},
     {.name = "RINGLET_SIM_MEMOPS", .kind = K_BOOL},
     {.name = "RINGLET_SIM_PEER", .kind = K_BOOL},

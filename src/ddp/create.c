@@ -417,6 +417,27 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
     return RINGLET_SUCCESS;
 }
 
+/* Every rank's outcome of a step of its own, agreed on: when a rank failed, the highest
+ * such rank's code and message become every rank's error. */
+static ringlet_result_t agree_or_fail(struct ringlet_ddp *d, ringlet_comm_t comm, ringlet_result_t lrc,
+                                      const char *lmsg) {
+    int32_t mine = lrc ? (int32_t)(d->rank + 1) * 64 + (int32_t)lrc : 0, worst = 0;
+    ringlet_result_t rc = ringlet_allreduce(&mine, &worst, 1, RINGLET_INT32, RINGLET_MAX, comm, NULL);
+    if (rc) return ddp_set_error(NULL, rc, "ringlet_ddp_create: %s", ringlet_comm_last_error(comm));
+    if (!worst) return RINGLET_SUCCESS;
+    int bad = worst / 64 - 1;
+    ringlet_result_t code = (ringlet_result_t)(worst % 64);
+    if (code == RINGLET_SUCCESS || code >= RINGLET_NUM_RESULTS) code = RINGLET_ERR_SYSTEM;
+    char rmsg[MSG_MAX];
+    memset(rmsg, 0, sizeof rmsg);
+    const char *own = "ringlet_ddp_create: "; /* said once, in front */
+    if (d->rank == bad) snprintf(rmsg, sizeof rmsg, "%s", strncmp(lmsg, own, strlen(own)) ? lmsg : lmsg + strlen(own));
+    rc = ringlet_broadcast(rmsg, rmsg, sizeof rmsg, RINGLET_UINT8, bad, comm, NULL);
+    if (rc) return ddp_set_error(NULL, rc, "ringlet_ddp_create: %s", ringlet_comm_last_error(comm));
+    rmsg[sizeof rmsg - 1] = 0;
+    return ddp_set_error(NULL, code, "ringlet_ddp_create: rank %d: %s", bad, rmsg);
+}
+
 ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, const ringlet_ddp_tensor_t *params,
                                     int nparams, const ringlet_ddp_tensor_t *buffers, int nbuffers,
                                     const ringlet_ddp_options_t *options) {
@@ -545,25 +566,29 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
 
     /* 4. buckets and per-iteration state */
     d->scale = d->opt.average_gradients ? inverse_of(d->nranks) : 1.0;
-    if ((rc = ddp_build_buckets(d))) {
-        memcpy(ddp_t_last_error, d->last_error, sizeof ddp_t_last_error);
-        goto fail;
-    }
+    ringlet_result_t lrc4 = ddp_build_buckets(d);
+    char msg4[MSG_MAX];
+    if (lrc4) memcpy(msg4, d->last_error, sizeof msg4);
     size_t np = d->nparams ? (size_t)d->nparams : 1;
-    d->ready = calloc(np, 1);
-    d->used_local = calloc(np, 1);
-    d->used_global = calloc(np, 1);
-    d->order = malloc(sizeof(int) * np);
-    size_t bsmall = ddp_small_bytes(d->buffers, d->nbuffers, d->bcast_cap);
-    d->staging_slot = bsmall < d->bcast_cap ? (bsmall ? bsmall : 1) : d->bcast_cap;
-    if (d->staging_slot < ALIGN_BYTES) d->staging_slot = ALIGN_BYTES;
-    d->staging = ddp_mem_alloc(d, 2 * d->staging_slot);
-    if (d->on_device && ringlet_host_alloc((void **)&d->value_pinned, 64)) d->value_pinned = NULL;
-    if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order ||
-        (d->on_device && !d->value_pinned)) {
-        rc = ddp_set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
-        goto fail;
+    if (!lrc4) {
+        d->ready = calloc(np, 1);
+        d->used_local = calloc(np, 1);
+        d->used_global = calloc(np, 1);
+        d->order = malloc(sizeof(int) * np);
+        size_t bsmall = ddp_small_bytes(d->buffers, d->nbuffers, d->bcast_cap);
+        d->staging_slot = bsmall < d->bcast_cap ? (bsmall ? bsmall : 1) : d->bcast_cap;
+        if (d->staging_slot < ALIGN_BYTES) d->staging_slot = ALIGN_BYTES;
+        d->staging = ddp_mem_alloc(d, 2 * d->staging_slot);
+        if (d->on_device && ringlet_host_alloc((void **)&d->value_pinned, 64)) d->value_pinned = NULL;
+        if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order ||
+            (d->on_device && !d->value_pinned)) {
+            lrc4 = RINGLET_ERR_SYSTEM;
+            ddp_msgf(msg4, sizeof msg4, "out of memory (buckets and staging%s)", d->on_device ? ", device memory" : "");
+        }
     }
+    /* 4b. a rank that could not make them (device memory running out on one GPU) fails
+     * every rank, with its message: the others would wait for it in the broadcasts below */
+    if ((rc = agree_or_fail(d, comm, lrc4, msg4))) goto fail;
     memset(d->used_global, 1, np);
     d->state = IT_NONE;
     d->prev_forward_synced = 1;

@@ -43,8 +43,8 @@ static void launch_ready(struct ringlet_ddp *d) {
         bucket_t *b = &d->buckets[k];
         int last = k == d->nbuckets - 1;
         size_t ws = ringlet_datatype_size(b->wire);
-        if (b->has_flag) {
-            d->own_flag = d->iter_rc ? 1.0 : 0.0;
+        if (b->has_flag) { /* a failed copy into a bucket is as bad as a usage error: the others must know */
+            d->own_flag = d->iter_rc || d->mem_rc ? 1.0 : 0.0;
             ddp_mem_store_value(d, (char *)b->wire_mem + b->flag_index * ws, b->wire, d->own_flag);
         }
         b->t_launch = ddp_now_s();
@@ -103,7 +103,10 @@ static void mark(struct ringlet_ddp *d, int i, int used, int src) {
             ddp_mem_convert(d, w, b->wire, g, p->dtype, p->count, d->scale);
         else
             ddp_mem_zero(d, w, p->count * ringlet_datatype_size(b->wire));
-    } else if (p->direct && used && g) { /* in place on the gradient: no copy */
+    } else if (p->direct && used && g && (uintptr_t)g % ringlet_datatype_size(p->dtype) == 0) {
+        /* in place on the gradient: no copy (a misaligned gradient, which an all-reduce
+         * refuses, goes through its slot: a refusal here would skip a collective the
+         * other ranks make) */
         p->launch_on = g;
     } else { /* averaging is the all-reduce's (RINGLET_AVG): a plain copy */
         if (g && g != v)
@@ -291,13 +294,14 @@ static void wait_bucket(struct ringlet_ddp *d, int b, ringlet_result_t *crc, cha
  * ranks' error flags are summed by a small non-blocking all-reduce on host memory, queued
  * behind the buckets; ddp_settle_previous collects both at the next call. */
 static void finish_queued(struct ringlet_ddp *d) {
+    int bad_input = d->iter_rc || d->mem_rc; /* before the write-backs: their failures are this rank's own */
     for (int b = 0; b < d->nbuckets; b++) {
         if (!d->buckets[b].rc) write_back(d, b);
         d->buckets[b].t_done = ddp_now_s();
     }
-    d->flag_send = d->iter_rc ? 1.0 : 0.0;
+    d->flag_send = bad_input ? 1.0 : 0.0;
     d->flag_recv = 0;
-    d->flag_own_error = d->iter_rc != RINGLET_SUCCESS;
+    d->flag_own_error = d->iter_rc != RINGLET_SUCCESS || d->mem_rc != RINGLET_SUCCESS;
     ringlet_result_t rc =
         ringlet_iallreduce(&d->flag_send, &d->flag_recv, 1, RINGLET_FLOAT64, RINGLET_SUM, d->comm, NULL, &d->flag_req);
     if (rc) {
@@ -333,7 +337,8 @@ ringlet_result_t ddp_settle_previous(struct ringlet_ddp *d, const char *fn) {
     if (others > 0.5 && !d->flag_own_error)
         return ddp_set_error(d, RINGLET_ERR_INVALID_USAGE,
                              "%s: in the previous iteration %.0f other rank(s) reported a DDP usage error (for example "
-                             "a gradient reported twice, or a parameter that got no gradient); see their messages. The "
+                             "a gradient reported twice, a parameter that got no gradient, or a failed copy of a "
+                             "gradient); see their messages. The "
                              "gradients of that iteration were not valid (on device memory ringlet_ddp_finish does not "
                              "wait, so this is reported here)",
                              fn, others);
@@ -436,7 +441,8 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
             char m[MSG_MAX];
             ddp_msgf(m, sizeof m,
                      "ringlet_ddp_finish: %.0f other rank(s) reported a DDP usage error in this iteration (for "
-                     "example a gradient reported twice, or a parameter that got no gradient); see their messages. "
+                     "example a gradient reported twice, a parameter that got no gradient, or a failed copy of a "
+                     "gradient); see their messages. "
                      "The gradients of this iteration are not valid",
                      others);
             ddp_iter_fail(d, RINGLET_ERR_INVALID_USAGE, m);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +259,28 @@ static int32_t live_importer(const alloc_t *a) {
         if (sticky_) return sticky_;                                                                                   \
     } while (0)
 
+/* A GPU's memory is finite: cudaMalloc past it fails with cudaErrorMemoryAllocation.
+ * RINGLET_SIM_MEMORY=N gives each simulated device N bytes in this process (read at each
+ * call: a test may give one rank less); unset or 0: as much as the host has. */
+#define SIM_MEM_DEVICES 64
+static _Atomic size_t g_dev_used[SIM_MEM_DEVICES];
+static int reserve_device_memory(int dev, size_t bytes) {
+    size_t cap = (size_t)rl_env_int("RINGLET_SIM_MEMORY", 0, 0, 1LL << 50);
+    _Atomic size_t *used = &g_dev_used[(unsigned)dev % SIM_MEM_DEVICES];
+    size_t u = atomic_load(used);
+    do {
+        if (cap && (u > cap || bytes > cap - u))
+            return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION,
+                            "malloc: %zu bytes: out of memory (device %d has %zu of its %zu bytes in use: "
+                            "RINGLET_SIM_MEMORY)",
+                            bytes, dev, u, cap);
+    } while (!atomic_compare_exchange_weak(used, &u, u + bytes));
+    return RL_RT_SUCCESS;
+}
+static void release_device_memory(int dev, size_t bytes) {
+    atomic_fetch_sub(&g_dev_used[(unsigned)dev % SIM_MEM_DEVICES], bytes);
+}
+
 /* cudaMalloc: may synchronise the device (sim_device_sync). */
 int sim_malloc(void **p, size_t bytes) {
     *p = NULL;
@@ -266,8 +289,12 @@ int sim_malloc(void **p, size_t bytes) {
     if (rc) return rc;
     if (bytes == 0) return RL_RT_SUCCESS; /* as cudaMalloc */
     if (bytes > SIZE_MAX - 2 * PAGE) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: %zu bytes: out of memory", bytes);
+    if ((rc = reserve_device_memory(sim_current_device(), bytes))) return rc;
     alloc_t *a = calloc(1, sizeof *a);
-    if (!a) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: out of memory");
+    if (!a) {
+        release_device_memory(sim_current_device(), bytes);
+        return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "malloc: out of memory");
+    }
     a->kind = KIND_DEVICE;
     a->device = sim_current_device();
     a->bytes = bytes;
@@ -297,6 +324,7 @@ int sim_malloc(void **p, size_t bytes) {
     if (rc) {
         if (a->hdr) munmap(a->hdr, PAGE);
         if (a->fd >= 0) close(a->fd);
+        release_device_memory(a->device, bytes);
         free(a);
         return rc;
     }
@@ -322,6 +350,7 @@ int sim_free(void *p) {
                 p, (int)getpid(), (int)importer);
         abort();
     }
+    release_device_memory(a->device, a->bytes);
     unmap(a);
     return RL_RT_SUCCESS;
 }

@@ -274,7 +274,7 @@ static const char *const env_bad[][2] = {
     {"RINGLET_SOCKET_BUFSIZE", "big"}, {"RINGLET_CHUNK_SIZE", "-5"},
     {"RINGLET_NCHUNKS_INFLIGHT", "0"}, {"RINGLET_BOOTSTRAP_PORT", "70000"},
     {"RINGLET_DEVICE", "gpu"},         {"RINGLET_DEVICE_REDUCE", "fast"},
-    {"RINGLET_SIM_JITTER", "-1"},      {"RINGLET_SIM_DEVICES", "0"},
+    {"RINGLET_SIM_JITTER", "-1"},      {"RINGLET_SIM_DEVICES", "0"}, {"RINGLET_SIM_MEMORY", "-1"},
     {"RINGLET_SIM_IPC_DENY", "2"},     {"RINGLET_CHECK", "yes"},
     {"RINGLET_SIM_MEMOPS", "on"},      {"RINGLET_STREAM_HOLD", "spin"},
     {"RINGLET_SIM_PEER", "no"},        {"RINGLET_SIM_ON_DEADLOCK", "abort"},

@@ -757,6 +757,56 @@ static void test_nosync_unused(void) {
     model_free(&m);
 }
 
+/* A gradient at a misaligned address (2 bytes off) on the last rank. Uncompressed it is
+ * reduced all the same: a direct parameter's in-place all-reduce would refuse it while
+ * the other ranks make theirs, so it goes through its bucket slot (the direct case runs
+ * with RINGLET_DDP_DIRECT_BYTES=64), and the result lands at that address. With float16
+ * compression the conversion refuses it: every rank fails that iteration, the last
+ * naming the address, the others naming another rank's failure (on device memory at
+ * the next call, as finish does not wait). */
+static void test_misaligned(void) {
+    int last = g_size - 1;
+    const int k = 3; /* fc1.weight: float32 [40, 64] */
+    for (int comp = 0; comp < 2; comp++) {
+        const char *what = comp ? "misaligned+float16" : "misaligned";
+        model_t m;
+        model_init(&m, 1);
+        ringlet_ddp_options_t o = small_opts();
+        if (comp) o.compression = RINGLET_DDP_COMPRESS_FLOAT16;
+        ringlet_ddp_t d = create(&m, &o);
+        if (!d) {
+            model_free(&m);
+            return;
+        }
+        size_t bytes = m.p[k].count * ringlet_datatype_size(m.p[k].dtype);
+        char *raw = talloc(bytes + 8);
+        void *mis = raw + 2;
+        for (int i = 0; i < m.np; i++) fill_grad(m.p[i].grad, &m.p[i], 40, i, 1);
+        if (g_rank == last) fill_grad(mis, &m.p[k], 40, k, 1);
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        for (int i = m.np - 1; i >= 0; i--) DRC(d, ringlet_ddp_grad_ready(d, i, i == k && g_rank == last ? mis : NULL));
+        ringlet_result_t rc = ringlet_ddp_finish(d);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ringlet_ddp_last_error(d));
+        ringlet_result_t rc2 = ringlet_ddp_pre_forward(d, RINGLET_DDP_NO_GRAD); /* collects it (device) */
+        if (!rc && rc2) snprintf(msg, sizeof msg, "%s", ringlet_ddp_last_error(d));
+        if (!comp) {
+            CHECK(rc == RINGLET_SUCCESS && rc2 == RINGLET_SUCCESS, "%s: %s / %s: %s", what, ringlet_strerror(rc),
+                  ringlet_strerror(rc2), msg);
+            for (int i = 0; i < m.np; i++)
+                check_grad(i == k && g_rank == last ? mis : m.p[i].grad, &m.p[i], 40, i, 1, 1, 0, -1, what);
+        } else {
+            CHECK(rc != RINGLET_SUCCESS || rc2 != RINGLET_SUCCESS, "%s: rank %d saw no failure", what, g_rank);
+            const char *want = g_rank == last ? "aligned" : "other rank";
+            CHECK(strstr(msg, want) != NULL, "%s: rank %d's message lacks \"%s\": %s", what, g_rank, want, msg);
+            if (g_rank == 0) printf("ddp: %s -> %s\n", what, msg);
+        }
+        ringlet_ddp_destroy(d);
+        tfree(raw);
+        model_free(&m);
+    }
+}
+
 /* create must fail on every rank with the same message containing every needle. */
 static void expect_create_error(model_t *m, const ringlet_ddp_options_t *o, ringlet_result_t want, const char *what,
                                 const char *n1, const char *n2, const char *n3) {
@@ -903,6 +953,33 @@ static void test_misuse_create(void) {
  * call makes device 0 current for itself and gives device 1 back: the gradients are right
  * (the copies are on device 0's default stream, which the checks synchronise), and the
  * rebuilt buckets are made on device 0. */
+/* Device memory full on the last rank only (the simulated GPU given no room for more:
+ * RINGLET_SIM_MEMORY): its buckets cannot be made after the ranks agreed on the model,
+ * and every rank's create fails at once with its message (the others would otherwise
+ * wait for it in the initial broadcast). */
+static void test_device_full(void) {
+    const char *dev = getenv("RINGLET_DEVICE");
+    if (!g_dev || g_size < 2 || !dev || strcmp(dev, "sim") != 0) return;
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    char rk[32];
+    snprintf(rk, sizeof rk, "rank %d", g_size - 1);
+    if (g_rank == g_size - 1) setenv("RINGLET_SIM_MEMORY", "1", 1);
+    ringlet_ddp_t d = NULL;
+    ringlet_result_t rc = ringlet_ddp_create(&d, g_comm, m.p, m.np, m.b, m.nb, &o);
+    unsetenv("RINGLET_SIM_MEMORY");
+    const char *msg = ringlet_ddp_last_error(NULL);
+    CHECK(rc != RINGLET_SUCCESS && d == NULL, "device full on %s: create returned %s", rk, ringlet_strerror(rc));
+    CHECK(strstr(msg, rk) && strstr(msg, "out of memory"), "device full on %s: message \"%s\"", rk, msg);
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", msg);
+    CHECK(same_everywhere(copy), "device full: the ranks' messages differ (this rank: %s)", copy);
+    if (g_rank == 0) printf("ddp: device memory full on %s -> %s\n", rk, copy);
+    if (d) ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
 static void test_other_device(void) {
     int ndev = 0;
     ringlet_device_count(&ndev);
@@ -1188,8 +1265,10 @@ int main(int argc, char **argv) {
     test_nosync(1);
     test_unused();
     test_nosync_unused();
+    test_misaligned();
     test_misuse_create();
     test_other_device();
+    test_device_full();
     test_misuse_iterations();
     if (g_dev) test_nowait();
     if (g_dev) test_stream_switch();
