@@ -308,8 +308,13 @@ static ringlet_result_t ready_connections(struct ringlet_comm *c, struct rl_devc
 /* Whether a receiving end need marks goes over a transport that moves device memory
  * (its pieces may not fit a lane's pinned slot: device staging slots then). */
 static int device_receiving(const struct ringlet_comm *c, const rl_dev_needs *need) {
-    for (int q = 0; need->recv_from && q < c->nranks; q++)
-        if (need->recv_from[q] && c->recv_conns_dev[q].h && c->recv_conns_dev[q].tp->device_memory) return 1;
+    for (int q = 0; need->recv_from && q < c->nranks; q++) {
+        if (!need->recv_from[q]) continue;
+        /* the device buffers' connection: its own table only where it is another
+         * transport than host buffers take (with RINGLET_TRANSPORT=cuda_ipc, both) */
+        const rl_conn *k = c->recv_conns_dev[q].h ? &c->recv_conns_dev[q] : &c->recv_conns[q];
+        if (k->h && k->tp->device_memory) return 1;
+    }
     return 0;
 }
 

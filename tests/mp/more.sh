@@ -3,7 +3,8 @@
 # through ringlet-run at P = 1..4: on host memory over shm and tcp, and on device memory
 # over the device layer's backend RINGLET_TEST_DEVICE (default sim, with
 # RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
-# and tcp, then host memory once more (shm, P = 2) with the device backend present.
+# and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it), then
+# host memory once more (shm, P = 2) with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
 set -u
 BUILD=${BUILD:-build}
@@ -40,6 +41,8 @@ if [ "$RINGLET_DEVICE" = sim ]; then export RINGLET_SIM_JITTER=${RINGLET_SIM_JIT
 for P in 1 2 3 4; do
     for tr in ipc shm tcp; do one device "$tr" "$P"; done
 done
+# every connection over cuda_ipc (host and device buffers take the same one)
+one device cuda_ipc 3
 # Host buffers in a process with a device backend (as on a GPU machine): the communicator
 # has the current device (ringlet_comm_device).
 one host shm 2
