@@ -271,8 +271,10 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
 }
 
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };
-/* The most ranks the small-message paths (one-shot, star, recursive doubling, board) take. */
-#define RL_ONESHOT_MAX_RANKS 65
+/* The most ranks the small-message paths (one-shot, star, recursive doubling, board) take:
+ * the one-shot and star reductions take every rank's block in one reduce_many call, which
+ * takes at most 64 sources on a device (host or device buffers: every rank chooses alike). */
+#define RL_ONESHOT_MAX_RANKS 64
 /* How long a waiter bound alone polls a peer before it sleeps, unless RINGLET_SPIN_US says. */
 #define RL_ALONE_SPIN_US 10000
 
