@@ -73,7 +73,10 @@ void rl_ib_conn_break(struct ib_conn *c, ringlet_result_t code, const char *fmt,
 }
 
 static int send_ctrl(struct ib_conn *c, int type, uint32_t val) {
-    if (c->ctrl_inflight >= IB_CTRL_MAX) return -1;
+    /* Credits wait for a free control slot (a later one carries the count); the one error
+     * notice a connection ever sends must not be dropped: it takes one of the send
+     * queue's two spare entries (ib_qp.c), and the peer has receives posted for it. */
+    if (c->ctrl_inflight >= IB_CTRL_MAX && (type != IMM_ERROR || c->ctrl_inflight >= IB_CTRL_MAX + 2)) return -1;
     struct ibv_send_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
     wr.wr_id = WRID(WR_CTRL, 0);

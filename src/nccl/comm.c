@@ -287,8 +287,12 @@ ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
     ncclResult_t forked = comm_forked(c, fn);
     if (forked) return forked;
     join_init(c); /* a call on a communicator whose non-blocking init still runs waits for it */
-    if (c->init_rc != ncclSuccess || !c->rc)
-        return shim_fail(c, ncclInvalidUsage, "%s: the communicator's init failed: %s", fn, c->err);
+    if (c->init_rc != ncclSuccess || !c->rc) {
+        /* the init's own code, as NCCL answers; said for this thread only: c keeps the
+         * init's message (ncclGetLastError(c)) rather than one more prefix per call */
+        ncclResult_t code = c->init_rc != ncclSuccess && c->init_rc != ncclInProgress ? c->init_rc : ncclInvalidUsage;
+        return shim_fail(NULL, code, "%s: the communicator's init failed: %s", fn, c->err);
+    }
     return ncclSuccess;
 }
 

@@ -29,8 +29,8 @@
 # large count too); P = 4 --phase 1 with RINGLET_BOARD_BYTES=40 (over shared memory, a
 # one-shot call through the board up to 40 bytes, messages above: both in one communicator;
 # every other shared-memory run takes the board up to its 16 KiB); sanitizer runs with RINGLET_CHUNK_SIZE=8192 so that their smaller L
-# still spans many chunks. On device buffers, P = 2 over shared memory with a chunk size
-# that is no multiple of 8 (1048580: the staging slots stay aligned, it is rounded down).
+# still spans many chunks. On device buffers, P = 2 with a chunk size that is no multiple
+# of 8 (1048580: over shm and tcp the staging slots stay aligned, as it is rounded down).
 # Reduction threads (POOLPLAN below), over tcp when it is in TRANSPORTS: the reducing
 # collectives with RINGLET_REDUCE_THREADS=3 (forced: more threads than a 2-core machine has),
 # P = 2 at the default chunks, P = 3 with 64 KiB chunks and RINGLET_REDUCE_MIN_BYTES=4096 (every
@@ -149,7 +149,7 @@ if [ -z "$SAN" ]; then
 5|RINGLET_ALGO=halving $JIT|--colls allreduce --max-count 100003
 3|RINGLET_ALGO=doubling RINGLET_CHUNK_SIZE=16384 $JIT|--colls allreduce --max-count 30011
 3|RINGLET_ALGO=star $JIT|--colls allreduce --max-count 4099 --quick
-2|RINGLET_TRANSPORT=shm RINGLET_ALGO=ring RINGLET_CHUNK_SIZE=1048580|--colls allreduce --max-count 524288 --quick"
+2|RINGLET_ALGO=ring RINGLET_CHUNK_SIZE=1048580|--colls allreduce --max-count 524288 --quick"
 else
     case "$SAN" in
     *thread*) DLARGE="--max-count 16411 --quick" ;;
