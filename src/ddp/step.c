@@ -425,6 +425,7 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
             d->buckets[b].t_done = ddp_now_s();
         }
     }
+    ringlet_result_t coll_rc = crc; /* the collectives': every rank's alike (a copy's failure is this rank's) */
     if (!crc && d->mem_rc) {
         crc = d->mem_rc;
         ddp_msgf(cmsg, sizeof cmsg, "a copy or conversion of the gradients failed: %s", d->mem_msg);
@@ -449,7 +450,7 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
         }
     }
     /* every rank reaches this point in the same (first) iteration: the broadcast matches */
-    if (d->opt.rebuild_buckets && !d->rebuilt && !crc) {
+    if (d->opt.rebuild_buckets && !d->rebuilt && !coll_rc) {
         d->rebuilt = 1;
         ddp_rebuild(d);
     }
