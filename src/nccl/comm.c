@@ -120,21 +120,15 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 
-/* comm's last error where it has one, else the process's; a copy for this thread (the
- * others may write both meanwhile). */
+/* The process's latest error, whichever communicator (or none) it was of, as NCCL answers
+ * (the comm argument is not read: a communicator's older message must not hide a newer
+ * failure, and a forked child must not touch a parent's lock); a copy for this thread. */
 const char *ncclGetLastError(ncclComm_t c) {
+    (void)c;
     static _Thread_local char copy[SHIM_MSG_MAX];
-    copy[0] = 0;
-    if (c && c->magic == SHIM_MAGIC) {
-        pthread_mutex_lock(&c->mu);
-        snprintf(copy, sizeof copy, "%s", c->err);
-        pthread_mutex_unlock(&c->mu);
-    }
-    if (!copy[0]) {
-        pthread_mutex_lock(&g_last_mu);
-        snprintf(copy, sizeof copy, "%s", g_last_err);
-        pthread_mutex_unlock(&g_last_mu);
-    }
+    pthread_mutex_lock(&g_last_mu);
+    snprintf(copy, sizeof copy, "%s", g_last_err);
+    pthread_mutex_unlock(&g_last_mu);
     return copy;
 }
 

@@ -116,6 +116,9 @@ int main(void) {
     /* float8: refused. */
     EXPECT(ncclAllReduce(a, b, 8, ncclFloat8e5m2, ncclSum, c, NULL), ncclInvalidArgument);
     TRUE(strstr(ncclGetLastError(c), "float8") != NULL);
+    /* The latest error, not the communicator's older one (as NCCL: comm is not read). */
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    TRUE(strstr(ncclGetLastError(c), "float8") == NULL && strstr(ncclGetLastError(c), "ncclGroupEnd") != NULL);
     /* Registration. */
     void *h = NULL;
     OK(ncclCommRegister(c, a, N * 4, &h));
