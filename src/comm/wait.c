@@ -43,7 +43,9 @@ typedef struct {
 
 static int poll_for(void *arg) {
     wait_for *w = arg;
-    return w->ready ? w->ready(w->arg) : comm_poll(w->c);
+    if (!w->ready) return comm_poll(w->c);
+    rl_comm_progress(w->c); /* this rank's posted messages still move (wait_polled says why) */
+    return w->ready(w->arg);
 }
 
 enum { RL_NAP_WAITS = 1024 };
@@ -109,6 +111,10 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
         int busy = 0;
         for (unsigned n = 0;; n++) {
             if (ready && ready(arg)) return;
+            /* Waiting on the board, this rank's posted messages must still move: a peer
+             * may wait for one (an isend, then a collective here; a blocking receive of
+             * it there) before it marks the board. Their progress is not this wait's. */
+            if (ready) rl_comm_progress(c);
             int p = ready ? 0 : rl_comm_progress(c);
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;

@@ -18,8 +18,12 @@
  *   checks membership;
  *   pre-multiplied sum with a host scalar and (device) a device scalar: all-reduce,
  *   reduce, reduce-scatter; inside a group, each op destroyed before group_end;
+ *   host memory: an isend larger than the shared-memory FIFO, then a small all-reduce
+ *   before its wait, while the receiver receives first;
  *   argument errors: a group_end without group_start, a non-blocking call inside a group,
- *   an op of another datatype.
+ *   an op of another datatype, a call refused inside a group (group_end then runs none of
+ *   the group's calls and returns the refusal), a split whose new leader cannot make an
+ *   id (every rank fails at once).
  * Prints "more: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <stdint.h>
@@ -466,6 +470,33 @@ static void test_split(int in_group) {
     check_rc("destroy of the split communicator", ringlet_comm_destroy(sub));
 }
 
+/* Host memory: rank 0 sends 8 MiB to rank 1 (non-blocking: more than the shared-memory
+ * FIFO holds), then joins a small all-reduce (the board over shared memory) before it
+ * waits; rank 1 receives first, blocking. Rank 0's wait on the board must still move its
+ * message, or both wait for each other until the deadline. */
+static void test_isend_then_collective(void) {
+    if (g_P < 2 || D) return;
+    size_t n = (size_t)2 << 20; /* int32: 8 MiB */
+    int32_t *buf = malloc(n * 4), x = 1;
+    if (!buf) exit(3);
+    ringlet_request_t q = NULL;
+    if (g_rank == 0) {
+        for (size_t i = 0; i < n; i++) buf[i] = val(0, 77, i);
+        check_rc("isend of 8 MiB", ringlet_isend(buf, n, RINGLET_INT32, 1, g_comm, NULL, &q));
+    } else if (g_rank == 1) {
+        check_rc("recv of 8 MiB", ringlet_recv(buf, n, RINGLET_INT32, 0, g_comm, NULL));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += buf[i] != val(0, 77, i);
+        g_checks++;
+        if (bad) FAIL("8 MiB sent while the sender waited in an all-reduce: %zu elements wrong", bad);
+    }
+    check_rc("a small all-reduce after the isend", ringlet_allreduce(&x, &x, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    if (q) check_rc("wait for the isend", ringlet_wait(&q));
+    g_checks++;
+    if (x != g_P) FAIL("the all-reduce after the isend: %d, want %d", x, g_P);
+    free(buf);
+}
+
 static void test_errors(void) {
     g_checks++;
     if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end without group_start was accepted");
@@ -476,6 +507,42 @@ static void test_errors(void) {
     if (ringlet_iallreduce(&x, &x, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL, &q) != RINGLET_ERR_INVALID_USAGE)
         FAIL("a non-blocking call inside a group was accepted");
     check_rc("empty group_end", ringlet_group_end());
+    /* A call refused inside a group spoils it (on every rank here): group_end runs none of
+     * its calls and returns the refusal, so the valid all-reduce after it is not run. */
+    int32_t y[4] = {g_rank + 1, 2, 3, 4};
+    check_rc("group_start", ringlet_group_start());
+    g_checks++;
+    if (ringlet_allreduce(y, NULL, 4, RINGLET_INT32, RINGLET_SUM, g_comm, NULL) != RINGLET_ERR_INVALID_ARGUMENT)
+        FAIL("an all-reduce into NULL inside a group was accepted");
+    check_rc("a valid all-reduce after it, in the group", ringlet_allreduce(y, y, 4, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    ringlet_result_t rc = ringlet_group_end();
+    g_checks++;
+    if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(ringlet_comm_last_error(NULL), "none of the group"))
+        FAIL("group_end of a group with a refused call: %s (%s)", ringlet_strerror(rc), ringlet_comm_last_error(NULL));
+    g_checks++;
+    if (y[0] != g_rank + 1 || y[1] != 2) FAIL("group_end ran the rest of a group with a refused call: %d %d", y[0], y[1]);
+    check_rc("a group after it", ringlet_group_start());
+    check_rc("... its all-reduce", ringlet_allreduce(y, y, 4, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    check_rc("... and its group_end", ringlet_group_end());
+    g_checks++;
+    if (y[1] != 2 * g_P) FAIL("the group after a spoilt one: %d, want %d", y[1], 2 * g_P);
+    /* A split whose new leader (rank 0) cannot make an id (its process holds the most
+     * unused ids it may): every rank fails at once, and the communicator goes on. */
+    ringlet_unique_id_t held[64];
+    int nheld = 0;
+    while (g_rank == 0 && nheld < 64 && ringlet_get_unique_id(&held[nheld]) == RINGLET_SUCCESS) nheld++;
+    ringlet_comm_t sub = NULL;
+    rc = ringlet_comm_split(g_comm, 0, g_rank, &sub);
+    g_checks++;
+    if (rc == RINGLET_SUCCESS || sub) FAIL("split with a leader that cannot make an id succeeded");
+    else if (g_rank > 0 && !strstr(ringlet_comm_last_error(g_comm), "rank 0, the first of color 0"))
+        FAIL("split with a leader that cannot make an id: %s", ringlet_comm_last_error(g_comm));
+    if (sub) ringlet_comm_destroy(sub);
+    for (int i = 0; i < nheld; i++) ringlet_unique_id_release(&held[i]);
+    y[0] = 1;
+    check_rc("an all-reduce after the failed split", ringlet_allreduce(y, y, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    g_checks++;
+    if (y[0] != g_P) FAIL("the all-reduce after the failed split: %d, want %d", y[0], g_P);
 }
 
 int main(int argc, char **argv) {
@@ -520,6 +587,7 @@ int main(int argc, char **argv) {
     }
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
+    test_isend_then_collective();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;
