@@ -87,6 +87,8 @@ static _Thread_local struct {
     int depth;
     grouped_t *ops;
     int n, cap;
+    ringlet_result_t refused; /* a call of the group was refused: group_end runs none of it */
+    char why[RL_MSG_MAX];
 } t_group;
 
 static int stream_home(struct ringlet_comm *c, const void *stream, int device);
@@ -360,7 +362,20 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
 
 /* ---- groups: the calls of this thread between group_start and group_end ---- */
 
+static ringlet_result_t group_record(struct ringlet_comm *c, const call_t *a);
+
+/* A call inside a group is recorded; one refused spoils the group (as NCCL's group fails
+ * whole): running the rest would pair this rank's calls with the wrong ones elsewhere. */
 static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
+    ringlet_result_t rc = group_record(c, a);
+    if (rc && !t_group.refused) {
+        t_group.refused = rc;
+        snprintf(t_group.why, sizeof t_group.why, "%s", ringlet_comm_last_error(NULL));
+    }
+    return rc;
+}
+
+static ringlet_result_t group_record(struct ringlet_comm *c, const call_t *a) {
     ringlet_result_t rc = check_call(c, a);
     int device;
     if (rc || (rc = buffers_device(c, a, &device))) return rc;
@@ -395,7 +410,7 @@ int rl_group_set_aside(void) {
 void rl_group_restore(int depth) { t_group.depth = depth; }
 
 ringlet_result_t ringlet_group_start(void) {
-    t_group.depth++;
+    if (!t_group.depth++) t_group.refused = RINGLET_SUCCESS;
     return RINGLET_SUCCESS;
 }
 
@@ -534,6 +549,13 @@ ringlet_result_t ringlet_group_end(void) {
     int n = t_group.n;
     t_group.ops = NULL;
     t_group.n = t_group.cap = 0;
+    if (t_group.refused) { /* recorded only: nothing was counted or posted for them */
+        ringlet_result_t rc = t_group.refused;
+        t_group.refused = RINGLET_SUCCESS;
+        free(ops);
+        return rl_error(NULL, rc, "group_end: none of the group's %d call(s) ran: one was refused (%.400s)", n,
+                        t_group.why);
+    }
     /* Each call counts as a waiter on its communicator until the end (submit). */
     for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].c->waiters, 1);
     /* Per communicator, in the order of their first call; every submission before any
@@ -601,6 +623,7 @@ ringlet_result_t ringlet_group_cancel(int *ndropped) {
     if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_cancel: no group_start before it");
     if (--t_group.depth) return RINGLET_SUCCESS;
     if (ndropped) *ndropped = t_group.n;
+    t_group.refused = RINGLET_SUCCESS;
     free(t_group.ops); /* recorded only: nothing was counted or posted for them */
     t_group.ops = NULL;
     t_group.n = t_group.cap = 0;
