@@ -209,7 +209,6 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
         if (t->listen_fd >= 0) close(t->listen_fd);
         return rl_error(NULL, RINGLET_ERR_SYSTEM, "init: out of memory");
     }
-    rl_stop_token_attach(token, &c->stop);
     memcpy(c->secret, t->secret, 32);
     c->timeout_s = timeout_s > 0 ? timeout_s : rl_timeout_s();
     c->chunk_bytes = (size_t)rl_env_int("RINGLET_CHUNK_SIZE", 0, 4096, 1LL << 30); /* 0: chosen after bootstrap */
@@ -269,6 +268,9 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     }
     c->ifaddr = nif[0].addr;
     snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
+    /* The token from here, where no return frees c without rl_comm_open_done (which
+     * detaches it): the settings refused above must not leave it pointing into c. */
+    rl_stop_token_attach(token, &c->stop);
 
     rl_doorbell_open(c);
     rl_transport_init tin = {rank,           nranks,    &c->stop,  rl_comm_notify,    c, c->timeout_s,

@@ -351,6 +351,22 @@ int main(int argc, char **argv) {
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
         stop_one_init("stop a rank 0 whose rank 1 never joins", 0, 0);
         stop_one_init("a token fired before init", 0, 1);
+        /* An init refused at once (a setting): the token must not be left pointing into
+         * the freed communicator (a fire after it wrote there: address sanitizer). */
+        ringlet_stop_token_t tok = NULL;
+        ringlet_unique_id_t id;
+        if (ringlet_get_unique_id(&id) || ringlet_stop_token_create(&tok)) {
+            FAIL("refused init: no unique id or token: %s", ringlet_comm_last_error(NULL));
+        } else {
+            setenv("RINGLET_SOCKET_IFNAME", "nosuch0", 1);
+            ringlet_comm_t c = NULL;
+            ringlet_result_t rc = ringlet_comm_init_rank_stoppable(&c, 2, id, 0, tok);
+            unsetenv("RINGLET_SOCKET_IFNAME");
+            if (rc == RINGLET_SUCCESS || c) FAIL("init with RINGLET_SOCKET_IFNAME=nosuch0 succeeded");
+            ringlet_stop_token_fire(tok);
+            ringlet_stop_token_destroy(tok);
+            printf("lifecycle: rank 0: OK a refused init, then its token fired: %s\n", ringlet_strerror(rc));
+        }
         return g_failed ? 1 : 0;
     }
     for (int i = 1; i < argc; i++) {

@@ -56,7 +56,7 @@ one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 12
 one "a child forked after init" "$RUN" -n 2 --timeout 120 "$PROG" --fork
 # a rank that aborts: the others' error quotes what it said (rank 2 hears it through rank 0)
 WANT_OK=3 one "a peer that aborted says why" "$RUN" -n 3 --timeout 120 "$PROG" --peer-why
-if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 3 ]; then
+if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 4 ]; then
     echo "ok:   inits stopped through a stop token"
     sed 's/^/      /' "$TMP/out" | grep OK
 else
