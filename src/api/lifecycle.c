@@ -187,10 +187,22 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
         if (kq < key || (kq == key && q < me)) newrank++;
         if (leader < 0 || kq < all[3 * leader + 1] || (kq == all[3 * leader + 1] && q < leader)) leader = q;
     }
-    ringlet_unique_id_t id;
+    ringlet_unique_id_t id, none;
     memset(&id, 0, sizeof id);
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) rc = ringlet_get_unique_id(&id);
+    memset(&none, 0, sizeof none);
+    /* A leader that cannot make an id still takes part in the exchange, with zeros: the
+     * others then fail at once, rather than wait for an exchange it would skip. */
+    ringlet_result_t idrc = RINGLET_SUCCESS;
+    char idmsg[RL_MSG_MAX] = "";
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0 && (idrc = ringlet_get_unique_id(&id))) {
+        snprintf(idmsg, sizeof idmsg, "%s", ringlet_comm_last_error(NULL));
+        memset(&id, 0, sizeof id);
+    }
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
+    if (!rc && idrc) rc = rl_error(NULL, idrc, "this rank, the first of its color, could not make the new id: %s", idmsg);
+    else if (!rc && color != RINGLET_SPLIT_NOCOLOR && !memcmp(&ids[leader], &none, sizeof none))
+        rc = rl_error(NULL, RINGLET_ERR_REMOTE, "rank %d, the first of color %d, could not make the new communicator's id",
+                      leader, color);
     /* The new communicator is on comm's device, not on the caller's current one (as NCCL's
      * split is): a thread that drives ranks on several devices splits them all from one.
      * Its init runs there (cuda_ipc's probe memory is made on the current device), if that
