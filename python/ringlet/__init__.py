@@ -79,6 +79,25 @@ def _op(op):
     raise ValueError("ringlet: unknown reduction op %r (sum, prod, max, min, avg)" % (op,))
 
 
+def _is_bool(t):
+    if _is_torch(t):
+        return t.dtype == sys.modules["torch"].bool
+    return getattr(getattr(t, "dtype", None), "name", None) == "bool"
+
+
+def _reduce_op(t, op):
+    """The ringlet op for tensor t: bool tensors reduce as bytes 0/1, so sum and max are
+    "or", prod and min "and" (a byte sum would leave 2, not a bool)."""
+    code = _op(op)
+    if not _is_bool(t):
+        return code
+    if code in (_lib.SUM, _lib.MAX):
+        return _lib.MAX
+    if code in (_lib.PROD, _lib.MIN):
+        return _lib.MIN
+    raise ValueError("ringlet: avg is not defined for bool tensors (sum/max = or, prod/min = and)")
+
+
 # ---- tensors: (pointer, element count, ringlet dtype) ----
 
 _NUMPY_DTYPES = {"int8": _lib.INT8, "uint8": _lib.UINT8, "int32": _lib.INT32, "uint32": _lib.UINT32,
@@ -238,8 +257,8 @@ class Communicator:
                 raise ValueError("ringlet: all_reduce: output has %d elements of dtype %d, input %d of %d"
                                  % (m, dt2, n, dt))
         L = _lib.lib
-        return self._run("all_reduce", L.ringlet_allreduce, L.ringlet_iallreduce, (p, q, n, dt, _op(op)),
-                         async_op, (tensor, output))
+        return self._run("all_reduce", L.ringlet_allreduce, L.ringlet_iallreduce,
+                         (p, q, n, dt, _reduce_op(tensor, op)), async_op, (tensor, output))
 
     def broadcast(self, tensor, src=0, async_op=False):
         p, n, dt = _buffer(tensor, "broadcast")
@@ -250,8 +269,8 @@ class Communicator:
     def reduce(self, tensor, dst=0, op="sum", async_op=False):
         p, n, dt = _buffer(tensor, "reduce")
         L = _lib.lib
-        return self._run("reduce", L.ringlet_reduce, L.ringlet_ireduce, (p, p, n, dt, _op(op), int(dst)),
-                         async_op, (tensor,))
+        return self._run("reduce", L.ringlet_reduce, L.ringlet_ireduce,
+                         (p, p, n, dt, _reduce_op(tensor, op), int(dst)), async_op, (tensor,))
 
     def all_gather(self, output, tensor, async_op=False):
         """output: a tensor of size * tensor.numel() elements, or a list of size tensors
@@ -280,7 +299,7 @@ class Communicator:
             raise ValueError("ringlet: reduce_scatter: input has %d elements, expected %d x %d" % (m, self.size, n))
         L = _lib.lib
         return self._run("reduce_scatter", L.ringlet_reduce_scatter, L.ringlet_ireduce_scatter,
-                         (p, q, n, dt, _op(op)), async_op, (output, tensor))
+                         (p, q, n, dt, _reduce_op(tensor, op)), async_op, (output, tensor))
 
     def barrier(self, async_op=False):
         L = _lib.lib

@@ -7,7 +7,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from . import _backend_coalesce as _coalesce, _lib
 from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
-                               _nbytes, _op_name, _ptr)
+                               _nbytes, _one_storage, _op_name, _ptr)
 from ._backend_work import _Core, _Launch, _close_group, _closes_window, _device_of, _live_groups, _sync_call
 
 
@@ -328,7 +328,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         dev = _device_of(ins + [out], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
-            if _adjacent(ins, _nbytes(out)):  # one buffer already (chunks of one tensor)
+            if _adjacent(ins, _nbytes(out)) and _one_storage(ins):  # chunks of one tensor: one buffer already
                 src = ins[0].as_strided((self._size * out.numel(),), (1,), ins[0].storage_offset())
             else:
                 src = torch.stack([i.reshape(out.shape) for i in ins]).reshape(-1)
@@ -367,10 +367,12 @@ class ProcessGroupRinglet(_ProcessGroup):
             src = _contig(input)
             dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype, device=dev)
             if even:
-                if input.numel() % P or output.numel() != input.numel():
-                    raise RuntimeError("ringlet: %s: without split sizes, input (%d elements) and output (%d) must "
-                                       "hold the same number of elements, divisible by %d ranks"
-                                       % (what, input.numel(), output.numel(), P))
+                rows_in = input.shape[0] if input.dim() else 1
+                rows_out = output.shape[0] if output.dim() else 1
+                if rows_in % P or rows_out % P or output.numel() != input.numel():
+                    raise RuntimeError("ringlet: %s: without split sizes, input and output must hold the same number "
+                                       "of elements (%d, %d) and split evenly along dim 0 (%d and %d rows) among %d "
+                                       "ranks" % (what, input.numel(), output.numel(), rows_in, rows_out, P))
                 nb = _nbytes(src) // P
                 ln.call(_L.ringlet_ialltoall, _L.ringlet_alltoall, _ptr(src), _ptr(dst), nb, _lib.UINT8)
             else:

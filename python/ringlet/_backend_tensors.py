@@ -108,6 +108,18 @@ def _adjacent(tensors, nbytes):
     return True
 
 
+def _one_storage(tensors):
+    """The tensors are views of one storage (separate tensors may lie back to back in
+    memory, but a view spanning them is refused by torch)."""
+    def ptr(t):
+        try:
+            return t.untyped_storage().data_ptr()
+        except AttributeError:  # torch 1.x
+            return t.storage().data_ptr()
+    first = ptr(tensors[0])
+    return all(ptr(t) == first for t in tensors[1:])
+
+
 def _bytes(t):
     """A contiguous 1-D uint8 view of t's elements (a copy if t is not contiguous)."""
     t = _contig(t).reshape(-1)

@@ -49,6 +49,7 @@ Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 """
 import contextlib
 import ctypes
+import dataclasses
 import sys
 import time
 import weakref
@@ -172,13 +173,16 @@ class _Handle:
 
 
 def _find_tensors(obj):
-    """Every tensor in a (nested) output: tensors, lists, tuples, dicts, dataclass-like."""
+    """Every tensor in a (nested) output: tensors, lists, tuples, dicts, dataclasses (as
+    torch's DDP walks them)."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (list, tuple)):
         return [t for o in obj for t in _find_tensors(o)]
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in _find_tensors(o)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [t for f in dataclasses.fields(obj) for t in _find_tensors(getattr(obj, f.name))]
     return []
 
 

@@ -558,6 +558,21 @@ def case_reduce_scatter():
                 same("%s tensor (%s, vs gloo-gathered)" % (case, mode), out2, want, P)
 
 
+def case_reduce_scatter_apart():
+    # separate tensors that happen to lie back to back (one bytearray, a tensor per block):
+    # not one tensor, so no view may span them; the result as with any list
+    n = 6
+    ins = [rand("rs-apart%d" % q, torch.float32, (n,)) for q in range(P)]
+    buf = bytearray(P * n * 4)
+    apart = [torch.frombuffer(buf, dtype=torch.float32, count=n, offset=q * n * 4) for q in range(P)]
+    for q in range(P):
+        apart[q].copy_(ins[q])
+    want = local_reduce([x[R] for x in gathered(torch.stack(ins))], "SUM", torch.float32)
+    out = dev(torch.empty(n))
+    dist.reduce_scatter(out, [dev(t) for t in apart])
+    same("reduce_scatter of back-to-back separate tensors", out, want, P)
+
+
 def case_alltoall():
     for dtype in MOVE_DTYPES:
         for n in (SIZES[1:] if not a.quick else [3]):
@@ -876,6 +891,9 @@ def case_errors():
     expect_error("recv without src", lambda: dist.recv(dev(torch.ones(4))), "src")
     expect_error("send with a tag", lambda: dist.send(dev(torch.ones(4)), (R + 1) % P, tag=7), "tag")
     expect_error("sparse", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "sparse")
+    if P > 1:  # split along dim 0, as Gloo and NCCL require: P + 1 rows do not split among P ranks
+        expect_error("all_to_all_single, rows not divisible", lambda: dist.all_to_all_single(
+            dev(torch.empty(P + 1, P)), dev(torch.ones(P + 1, P))), "dim 0")
     # the group still works after those (local) errors
     t = dev(torch.ones(2))
     dist.all_reduce(t)
@@ -884,7 +902,7 @@ def case_errors():
 
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
-           case_coalesced_fast, case_reduce_scatter, case_alltoall, case_gather_scatter, case_p2p_barrier,
+           case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_gather_scatter, case_p2p_barrier,
            case_objects, case_subgroup, case_sync_form, case_torch2_api, case_errors):
     t0 = time.monotonic()
     raised = 0

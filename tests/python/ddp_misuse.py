@@ -14,10 +14,13 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             the gradients set to None before each (zero_grad(set_to_none=True), PyTorch 2's
             default): right averages, and a gradient of an earlier iteration (kept alive
             here; freed memory in a program that drops it) is never written again
+  find-dataclass  find_unused_parameters with a dataclass output: its tensors are found
+            (nothing taken for unused), and the gradients are the average
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
 """
+import dataclasses
 import hashlib
 import os
 import sys
@@ -64,6 +67,20 @@ class Branchy(torch.nn.Module):
         if self.use_sometimes:
             h = h + self.sometimes(h)
         return self.head(h)
+
+
+@dataclasses.dataclass
+class Out:
+    out: torch.Tensor
+
+
+class DataclassOut(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return Out(self.inner(x))
 
 
 def averaged(rank, world, case, base, seed, xin):
@@ -173,6 +190,21 @@ def main():
         check(rank, case, stale == 0, "iteration %d: %d gradient(s) of earlier iterations were written" % (it, stale))
         check(rank, case, averaged(rank, world, case, base, 11, xin),
               "iteration %d: gradients are the average (a branch used on rank %d only)" % (it, it % world))
+    ddp.close()
+
+    # find-dataclass: the output a dataclass (as transformers' models return): its tensors
+    # are found, so the parameters they depend on are not taken for unused
+    case = "find-dataclass"
+    base = Branchy(seed=13)
+    ddp = RingletDDP(DataclassOut(base), bucket_cap_mb=300 / 2 ** 20, find_unused_parameters=True)
+    base.use_sometimes = rank == last
+    g = torch.Generator().manual_seed(300 + rank)
+    xin = torch.randn(4, 8, generator=g)
+    try:
+        ddp(xin).out.sum().backward()
+        check(rank, case, averaged(rank, world, case, base, 13, xin), "gradients are the average")
+    except Exception as e:  # noqa: BLE001
+        check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
     ddp.close()
 
     # outlive: gradients that are bucket views outlive the communicator's destroy (which

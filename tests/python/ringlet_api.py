@@ -1,6 +1,6 @@
 """The Python binding's collectives on torch tensors and numpy arrays.
 
-all_reduce (every op; float32, float64, bfloat16, int64, bool as uint8; out of place
+all_reduce (every op; float32, float64, bfloat16, int64, bool: sum/max "or", prod/min "and"; out of place
 too), broadcast from every root, reduce, all_gather (flat and list forms), reduce_scatter,
 barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed), and the errors:
 a non-CPU tensor (RingletError, invalid usage), a non-contiguous one (ValueError), an
@@ -44,6 +44,17 @@ def main():
     b = torch.tensor([r % 2 == 0, True, False])
     ringlet.all_reduce(b, op="max")
     check(b.tolist() == [True, True, False], "bool all_reduce %s" % b)
+    # bool sum is "or", prod "and": bytes 0/1, never a byte 2 (the default op is sum)
+    b = torch.tensor([r == 0, True, False, True])
+    ringlet.all_reduce(b)
+    check(b.view(torch.uint8).tolist() == [1, 1, 0, 1], "bool all_reduce sum: %s" % b.view(torch.uint8).tolist())
+    b = torch.tensor([r == 0, True, False, True])
+    ringlet.all_reduce(b, op="prod")
+    want = [int(w == 1), 1, 0, 1]
+    check(b.view(torch.uint8).tolist() == want, "bool all_reduce prod: %s" % b.view(torch.uint8).tolist())
+    nb = np.array([r == 0, True, False])
+    comm.all_reduce(nb)
+    check(nb.view(np.uint8).tolist() == [1, 1, 0], "numpy bool all_reduce sum: %s" % nb.view(np.uint8).tolist())
     a = np.full(7, vals[r], dtype=np.float32)
     out = np.zeros(7, dtype=np.float32)
     comm.all_reduce(a, output=out)
