@@ -49,6 +49,17 @@ void rl_ib_conn_break(struct ib_conn *c, ringlet_result_t code, const char *fmt,
         c->why_code = code;
         c->state = ST_BROKEN;
         RL_INFO(c->ctx->in.rank, "ib: %s", c->why);
+        /* A sending end's queue pairs go to the error state before its requests fail: a
+         * zero-copy write still queued reads the caller's buffer, which the caller owns
+         * again once its request failed (and a retry must not land later). The receiving
+         * end keeps its own: its error notice to the sender is still on its way. */
+        for (int i = 0; c->is_send && i < c->nqps; i++)
+            if (c->qp[i]) {
+                struct ibv_qp_attr a;
+                memset(&a, 0, sizeof a);
+                a.qp_state = IBV_QPS_ERR;
+                c->ctx->v->modify_qp(c->qp[i], &a, IBV_QP_STATE);
+            }
     }
     /* Every request is listed first, each once (a send may be both queued and in a
      * slot), and only then failed: a failed request is finished, and its owner may free
