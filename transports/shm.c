@@ -147,8 +147,8 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
         return RINGLET_ERR_SYSTEM;
     }
     void *base = MAP_FAILED;
-    if (posix_fallocate(fd, 0, SHM_PAGE) != 0) e = errno ? errno : ENOSPC;
-    else base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if ((e = posix_fallocate(fd, 0, SHM_PAGE)) == 0) /* it returns the error (errno is not set) */
+        base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!e && base == MAP_FAILED) e = errno;
     if (e) {
         snprintf(err, RL_ERR_MAX, "shared memory segment %s of %zu bytes: %s", x->name, x->seg_len, strerror(e));
@@ -180,6 +180,15 @@ static ringlet_result_t map_peer(shm_ctx *x, const char *name, int peer, size_t 
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's shared memory %s: %s", peer, name, strerror(errno)), RINGLET_ERR_SYSTEM;
     ringlet_result_t rc = RINGLET_SUCCESS;
+    /* A segment shorter than what is read of it would fault (SIGBUS), not fail: any sender
+     * may truncate it (it opens it read-write). */
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)SHM_PAGE || (uint64_t)st.st_size < (uint64_t)off + len) {
+        close(fd);
+        return snprintf(err, RL_ERR_MAX, "shared memory %s is not rank %d's of this job (refused: %lld bytes)", name,
+                        peer, (long long)st.st_size),
+               RINGLET_ERR_SYSTEM;
+    }
     seg_hdr *h = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     uint8_t tag[32];
     seg_tag(x->secret, name, tag);

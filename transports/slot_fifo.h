@@ -113,9 +113,13 @@ void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, char *why, size_
 
 /* A piece's record (the message's length, the piece's, as the sender wrote them) against
  * the receive posted for len bytes of which off have arrived, slots of slot_bytes: 0 when
- * the piece belongs there (tests/fuzz/shm.c runs this on arbitrary records). */
+ * the piece belongs there, which is exactly the length the sender cuts (a short or empty
+ * piece would leave a lent slot behind, or the receive never ending); tests/fuzz/shm.c
+ * runs this on arbitrary records. */
 static inline int rl_fifo_check_piece(uint64_t msg_len, uint64_t piece, size_t len, size_t off, uint64_t slot_bytes) {
-    return msg_len != len || piece > len - off || piece > slot_bytes ? -1 : 0;
+    if (msg_len != len || off > len || slot_bytes == 0) return -1;
+    uint64_t want = len - off < slot_bytes ? len - off : slot_bytes;
+    return piece == want ? 0 : -1;
 }
 
 /* Piece rpos for a receive of len bytes of which off have arrived: 1 when it is

@@ -41,6 +41,7 @@ static void piece(fz_in *in) {
     if (rl_fifo_check_piece(msg_len, piece, (size_t)len, (size_t)off, slot) != 0) return;
     /* What progress_recv then copies: piece bytes of the slot to buf + off. */
     FZ_CHECK(msg_len == len && piece <= slot && off + piece <= len && off + piece >= off);
+    FZ_CHECK(off == len || piece > 0); /* every piece moves the receive on */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
