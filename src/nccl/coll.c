@@ -107,6 +107,21 @@ static void group_leave_all(void) {
     t_group_comms.n = t_group_comms.cap = 0;
 }
 
+/* A call the shim refused inside a group (its communicator, its datatype) spoils the
+ * group as ringlet's own refusals do: ncclGroupEnd runs none of it (as NCCL's). */
+static _Thread_local ncclResult_t t_group_refused;
+static _Thread_local char t_group_why[512];
+
+static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream);
+static ncclResult_t issue_one(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
+    ncclResult_t rc = issue(c, a, stream);
+    if (rc && t_group_depth > 0 && !t_group_refused) {
+        t_group_refused = rc;
+        snprintf(t_group_why, sizeof t_group_why, "%s", ncclGetLastError(NULL));
+    }
+    return rc;
+}
+
 static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
     /* Entered before shim_ready, which may wait for a non-blocking init: an abort meanwhile
      * leaves the handle's end to this call. A grouped call stays entered until ncclGroupEnd. */
@@ -125,7 +140,7 @@ static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stre
     return rc;
 }
 
-#define ISSUE(comm, stream, ...) issue(comm, &(call_t){__VA_ARGS__}, stream)
+#define ISSUE(comm, stream, ...) issue_one(comm, &(call_t){__VA_ARGS__}, stream)
 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t d, ncclRedOp_t op, ncclComm_t c,
                            cudaStream_t st) {
@@ -168,7 +183,7 @@ ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t d, int peer, ncclComm_t 
 int shim_group_depth(void) { return t_group_depth; }
 
 ncclResult_t ncclGroupStart(void) {
-    t_group_depth++;
+    if (!t_group_depth++) t_group_refused = ncclSuccess;
     return shim_check(NULL, ringlet_group_start());
 }
 
@@ -177,6 +192,14 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
     if (!t_group_depth) return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart before it");
     ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
+    if (!t_group_depth && t_group_refused) { /* drop what the group recorded, run nothing */
+        ncclResult_t refused = t_group_refused;
+        t_group_refused = ncclSuccess;
+        ringlet_group_cancel(NULL);
+        group_leave_all();
+        return shim_fail(NULL, refused, "ncclGroupEnd: none of the group's calls ran: one was refused (%.400s)",
+                         t_group_why);
+    }
     ncclResult_t rc = shim_check(NULL, ringlet_group_end());
     if (!t_group_depth) group_leave_all();
     return inits != ncclSuccess && inits != ncclInProgress ? inits : rc != ncclSuccess ? rc : inits;
@@ -192,6 +215,7 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart before it");
     ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
     int dropped = 0;
+    if (!t_group_depth) t_group_refused = ncclSuccess;
     ncclResult_t rc = shim_check(NULL, ringlet_group_cancel(&dropped));
     if (!t_group_depth) group_leave_all();
     if (inits != ncclSuccess && inits != ncclInProgress) return inits;

@@ -116,6 +116,17 @@ int main(void) {
     /* float8: refused. */
     EXPECT(ncclAllReduce(a, b, 8, ncclFloat8e5m2, ncclSum, c, NULL), ncclInvalidArgument);
     TRUE(strstr(ncclGetLastError(c), "float8") != NULL);
+    /* A call refused inside a group (float8) spoils it: ncclGroupEnd runs none of it. */
+    memset(b, 0, N * 4);
+    OK(ncclGroupStart());
+    EXPECT(ncclAllReduce(a, b, 8, ncclFloat8e5m2, ncclSum, c, NULL), ncclInvalidArgument);
+    OK(ncclAllReduce(a, b, N, ncclInt32, ncclSum, c, NULL));
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument);
+    TRUE(strstr(pncclGetLastError(NULL), "none of the group") != NULL);
+    int32_t zero[4] = {0, 0, 0, 0};
+    TRUE(!memcmp(b, zero, sizeof zero));
+    OK(ncclAllReduce(a, b, N, ncclInt32, ncclSum, c, NULL));
+    TRUE(!memcmp(b, a, N * 4));
     /* The latest error, not the communicator's older one (as NCCL: comm is not read). */
     EXPECT(ncclGroupEnd(), ncclInvalidUsage);
     TRUE(strstr(ncclGetLastError(c), "float8") == NULL && strstr(ncclGetLastError(c), "ncclGroupEnd") != NULL);
