@@ -219,9 +219,10 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
  * it and every call without one is done; its first error). The
  * non-blocking forms are refused inside a group. Calls of one group on one communicator
- * use one kind of memory (host, or one device). A call refused inside a group (its error
- * returned at the call) spoils the group, as NCCL's: group_end then runs none of its
- * calls and returns that error (the other ranks' calls find no partner here). */
+ * use one kind of memory (host, or one device). A collective or send/receive refused for
+ * its arguments inside a group (its error returned at the call) spoils the group, as
+ * NCCL's: group_end then runs none of its calls and returns that error (the other ranks'
+ * calls find no partner here). A non-blocking form, refused there, spoils nothing. */
 ringlet_result_t ringlet_group_start(void);
 ringlet_result_t ringlet_group_end(void);
 /* Ends the innermost level of this thread's group without running anything: at the

@@ -595,32 +595,32 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
 
     /* 5. rank 0's values everywhere */
     if (d->opt.init_sync) {
+        /* Local failures (memory, a copy) are agreed on before and after the broadcast:
+         * the others would wait in it, or succeed beside a rank that failed. */
         int nt = d->nparams + d->nbuffers;
         tensor_t *all_t = calloc(nt ? (size_t)nt : 1, sizeof *all_t);
-        if (!all_t) {
-            rc = ddp_set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
-            goto fail;
+        unsigned char *stg = NULL;
+        size_t slot = ALIGN_BYTES;
+        if (all_t) {
+            memcpy(all_t, d->params, sizeof *all_t * (size_t)d->nparams);
+            memcpy(all_t + d->nparams, d->buffers, sizeof *all_t * (size_t)d->nbuffers);
+            size_t s = ddp_small_bytes(all_t, nt, d->bcast_cap);
+            slot = s < d->bcast_cap ? (s ? s : 1) : d->bcast_cap;
+            if (slot < ALIGN_BYTES) slot = ALIGN_BYTES;
+            stg = ddp_mem_alloc(d, 2 * slot);
         }
-        memcpy(all_t, d->params, sizeof *all_t * (size_t)d->nparams);
-        memcpy(all_t + d->nparams, d->buffers, sizeof *all_t * (size_t)d->nbuffers);
-        size_t s = ddp_small_bytes(all_t, nt, d->bcast_cap);
-        size_t slot = s < d->bcast_cap ? (s ? s : 1) : d->bcast_cap;
-        if (slot < ALIGN_BYTES) slot = ALIGN_BYTES;
-        unsigned char *stg = ddp_mem_alloc(d, 2 * slot);
-        if (!stg) {
-            free(all_t);
-            rc = ddp_set_error(NULL, RINGLET_ERR_SYSTEM, "ringlet_ddp_create: out of memory");
-            goto fail;
+        rc = agree_or_fail(d, comm, all_t && stg ? RINGLET_SUCCESS : RINGLET_ERR_SYSTEM,
+                           "out of memory (the initial broadcast's staging)");
+        if (!rc) {
+            rc = ddp_bcast_tensors(d, all_t, nt, stg, slot);
+            if (rc) ddp_set_error(NULL, rc, "ringlet_ddp_create: %s", d->last_error);
         }
-        rc = ddp_bcast_tensors(d, all_t, nt, stg, slot);
-        if (!rc && d->mem_rc)
-            rc = ddp_set_error(d, d->mem_rc, "copying to and from the broadcast staging: %s", d->mem_msg);
-        ddp_mem_free(d->on_device, stg);
+        if (stg) ddp_mem_free(d->on_device, stg);
         free(all_t);
-        if (rc) {
-            ddp_set_error(NULL, rc, "ringlet_ddp_create: %s", d->last_error);
-            goto fail;
-        }
+        if (rc) goto fail;
+        char cmsg[MSG_MAX];
+        ddp_msgf(cmsg, sizeof cmsg, "copying to and from the broadcast staging: %s", d->mem_msg);
+        if ((rc = agree_or_fail(d, comm, d->mem_rc, cmsg))) goto fail;
     }
 
     /* 6. gradients as views of their buckets */

@@ -163,7 +163,9 @@ def main():
             # torch does: here the replicas must agree, and the side branch must have learnt.
             log(rank, "ddp_vs_torch: variant %s: torch %s leaves the replicas different (it does not count uses in "
                 "no_sync); ringlet checked for agreement only" % (variant, torch.__version__))
-            moved = (mine.module.side.bias.detach() - init.side.bias.detach()).abs().max().item()
+            start = init.side.bias.detach().clone()
+            ringlet.broadcast(start, src=0)  # the DDP began from rank 0's values
+            moved = (mine.module.side.bias.detach() - start).abs().max().item()
             rel = 0.0 if moved > 0 else 1.0
         tr = mine.bucket_trace()
         nb = mine.num_buckets
