@@ -109,8 +109,9 @@ static ringlet_result_t assign_buckets(struct ringlet_ddp *d, const int *order, 
         b->mem = ddp_mem_alloc(d, b->count * es);
         b->wire_mem = compress ? ddp_mem_alloc(d, b->count * ringlet_datatype_size(b->wire)) : b->mem;
         if (!b->mem || !b->wire_mem || !b->reqs) {
+            size_t count = b->count; /* b goes with bs */
             ddp_free_buckets(d->on_device, bs, nb);
-            return ddp_set_error(d, RINGLET_ERR_SYSTEM, "out of memory for bucket %d (%zu elements)", k, b->count);
+            return ddp_set_error(d, RINGLET_ERR_SYSTEM, "out of memory for bucket %d (%zu elements)", k, count);
         }
     }
     *out = bs;
