@@ -39,8 +39,8 @@ void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len);
 
 /* The chunk size for an exchange whose longest step moves step_bytes: a quarter of a step,
  * so that a middle-sized call still keeps several chunks in flight, in whole 4 KiB, at
- * least the communicator's chunk_floor (RL_CHUNK_FLOOR over shared memory, 256 KiB over a
- * network) and at most its chunk_bytes (which RINGLET_CHUNK_SIZE fixes for every call). The
+ * least the communicator's chunk_floor (RL_CHUNK_FLOOR over shared memory, its chunk_bytes
+ * over a network) and at most its chunk_bytes (which RINGLET_CHUNK_SIZE fixes for every call). The
  * same on every rank. */
 #define RL_CHUNK_FLOOR ((size_t)64 << 10)
 size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes);
