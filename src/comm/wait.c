@@ -114,8 +114,8 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
             /* Waiting on the board, this rank's posted messages must still move: a peer
              * may wait for one (an isend, then a collective here; a blocking receive of
              * it there) before it marks the board. Their progress is not this wait's. */
-            if (ready) rl_comm_progress(c);
-            int p = ready ? 0 : rl_comm_progress(c);
+            int p = rl_comm_progress(c);
+            if (ready) p = 0;
             if ((p & RL_PROGRESS_MOVED) || atomic_load(&b->gen) != gen) return;
             busy |= p & RL_PROGRESS_BUSY;
             if (p & RL_PROGRESS_THREADED) spin_s = c->spin_s;

@@ -105,11 +105,12 @@ ringlet_result_t ddp_bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts, in
     return rc;
 }
 
-size_t ddp_small_bytes(const tensor_t *ts, int n, size_t slot) {
+size_t ddp_staging_slot(const tensor_t *ts, int n, size_t cap) {
     size_t s = 0;
     for (int i = 0; i < n; i++)
-        if (!goes_direct(&ts[i], slot)) s += ts[i].bytes;
-    return s;
+        if (!goes_direct(&ts[i], cap)) s += ts[i].bytes;
+    if (s > cap) s = cap;
+    return s < ALIGN_BYTES ? ALIGN_BYTES : s;
 }
 
 ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d) {

@@ -575,9 +575,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         d->used_local = calloc(np, 1);
         d->used_global = calloc(np, 1);
         d->order = malloc(sizeof(int) * np);
-        size_t bsmall = ddp_small_bytes(d->buffers, d->nbuffers, d->bcast_cap);
-        d->staging_slot = bsmall < d->bcast_cap ? (bsmall ? bsmall : 1) : d->bcast_cap;
-        if (d->staging_slot < ALIGN_BYTES) d->staging_slot = ALIGN_BYTES;
+        d->staging_slot = ddp_staging_slot(d->buffers, d->nbuffers, d->bcast_cap);
         d->staging = ddp_mem_alloc(d, 2 * d->staging_slot);
         if (d->on_device && ringlet_host_alloc((void **)&d->value_pinned, 64)) d->value_pinned = NULL;
         if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order ||
@@ -604,9 +602,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         if (all_t) {
             memcpy(all_t, d->params, sizeof *all_t * (size_t)d->nparams);
             memcpy(all_t + d->nparams, d->buffers, sizeof *all_t * (size_t)d->nbuffers);
-            size_t s = ddp_small_bytes(all_t, nt, d->bcast_cap);
-            slot = s < d->bcast_cap ? (s ? s : 1) : d->bcast_cap;
-            if (slot < ALIGN_BYTES) slot = ALIGN_BYTES;
+            slot = ddp_staging_slot(all_t, nt, d->bcast_cap);
             stg = ddp_mem_alloc(d, 2 * slot);
         }
         rc = agree_or_fail(d, comm, all_t && stg ? RINGLET_SUCCESS : RINGLET_ERR_SYSTEM,

@@ -191,7 +191,9 @@ RL_DDP_HIDDEN double rl_ddp_load_value(const void *src, ringlet_datatype_t dtype
 /* broadcast.c */
 RL_DDP_HIDDEN ringlet_result_t ddp_bcast_tensors(struct ringlet_ddp *d, const tensor_t *ts, int n,
                                                  unsigned char *staging, size_t slot);
-RL_DDP_HIDDEN size_t ddp_small_bytes(const tensor_t *ts, int n, size_t slot);
+/* The staging slot that ddp_bcast_tensors needs for these tensors (the staging is two of
+ * them): the bytes of those packed together, at most cap, at least ALIGN_BYTES. */
+RL_DDP_HIDDEN size_t ddp_staging_slot(const tensor_t *ts, int n, size_t cap);
 RL_DDP_HIDDEN ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d);
 
 /* buckets.c */
