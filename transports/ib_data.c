@@ -58,7 +58,10 @@ void rl_ib_conn_break(struct ib_conn *c, ringlet_result_t code, const char *fmt,
                 struct ibv_qp_attr a;
                 memset(&a, 0, sizeof a);
                 a.qp_state = IBV_QPS_ERR;
-                c->ctx->v->modify_qp(c->qp[i], &a, IBV_QP_STATE);
+                /* Allowed from every state: a failure means the device itself failed
+                 * (and its queued work with it); it is said. */
+                int e = c->ctx->v->modify_qp(c->qp[i], &a, IBV_QP_STATE);
+                if (e) RL_WARN(c->ctx->in.rank, "ib: moving queue pair %d to the error state failed: %s", i, strerror(e));
             }
     }
     /* Every request is listed first, each once (a send may be both queued and in a
