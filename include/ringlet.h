@@ -155,7 +155,9 @@ ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t comm);
  * parent's device); -1 without a device backend. */
 ringlet_result_t ringlet_comm_device(ringlet_comm_t comm, int *device);
 /* Waits (within the deadline) until every operation issued on the communicator so far
- * is done; their errors are the communicator's (get_async_error). */
+ * is done, non-blocking sends and receives not yet waited for included (their requests
+ * stay the caller's, to wait or test); their errors are the communicator's
+ * (get_async_error). */
 ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
 
 /* Splits comm: ranks that pass the same color form a new communicator, ordered by key

@@ -16,6 +16,7 @@
 #include "group_aside.h"
 #include "progress.h"
 #include "util.h"
+#include "wait.h"
 
 /* Stops the progress thread, then the parts below it; the struct stays. */
 static void comm_close(struct ringlet_comm *c, int clean) {
@@ -145,14 +146,22 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
     ringlet_result_t forked = rl_comm_forked(c, "finalize");
     if (forked) return forked;
     double until = rl_now() + c->timeout_s;
+    /* The queue's operations, then the sends and receives posted outside it (a
+     * non-blocking one the user has not waited for moves on in the transports). */
+    char what[96] = "";
     for (;;) {
         pthread_mutex_lock(&c->q_mu);
         int busy = c->q_head || c->running;
         pthread_mutex_unlock(&c->q_mu);
+        *what = 0;
+        if (!busy) {
+            rl_comm_progress(c); /* threadless transports move when someone waits */
+            busy = rl_comm_posted_pending(c, what, sizeof what);
+        }
         if (!busy || atomic_load(&c->failed)) break;
         if (rl_now() > until)
-            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: operations still running after %.0f s (RINGLET_TIMEOUT)",
-                            c->timeout_s);
+            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: %s%s still running after %.0f s (RINGLET_TIMEOUT)",
+                            *what ? "" : "operations", what, c->timeout_s);
         rl_sleep_ms(1);
     }
     return ringlet_comm_get_async_error(c);

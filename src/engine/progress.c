@@ -211,6 +211,21 @@ void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add) {
     pthread_mutex_unlock(&c->live_mu);
 }
 
+int rl_comm_posted_pending(struct ringlet_comm *c, char *what, size_t n) {
+    int pending = 0;
+    /* Under the lock a held request cannot be completed and freed meanwhile; its pieces
+     * are only read (the thread that waits for it counts them). */
+    pthread_mutex_lock(&c->live_mu);
+    for (struct ringlet_request *r = c->live; r && !pending; r = r->live_next) {
+        if (!atomic_load_explicit(&r->posted, memory_order_acquire) || atomic_load(&r->done)) continue;
+        for (size_t i = 0; i < r->ntreq && !pending; i++) pending = !rl_treq_done(&r->treqs[i]);
+        if (pending)
+            snprintf(what, n, "%s #%llu with rank %d", rl_op_name(r->kind), (unsigned long long)r->seq, r->peer);
+    }
+    pthread_mutex_unlock(&c->live_mu);
+    return pending;
+}
+
 void rl_comm_free_live(struct ringlet_comm *c) {
     /* Requests never waited on: their transfers stopped with the connections. */
     while (c->live) {

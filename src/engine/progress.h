@@ -31,6 +31,9 @@ int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r);
 int rl_comm_idle(struct ringlet_comm *c);
 /* Track (add = 1) or forget (add = 0) a request the user holds. */
 void rl_comm_track(struct ringlet_comm *c, struct ringlet_request *r, int add);
+/* 1 when a send or receive the user holds was posted and some piece of it has not
+ * finished (what names the first such one); 0 when none. */
+int rl_comm_posted_pending(struct ringlet_comm *c, char *what, size_t n);
 /* Frees requests the user never completed (destroy). */
 void rl_comm_free_live(struct ringlet_comm *c);
 /* Frees a request (its point-to-point pieces too). */

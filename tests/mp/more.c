@@ -497,6 +497,41 @@ static void test_isend_then_collective(void) {
     free(buf);
 }
 
+/* finalize waits for a non-blocking send the caller has not waited for: rank 1 takes it
+ * only after rank 0 said (over another communicator) that it is about to finalize, and
+ * 32 MiB cannot all sit in the transport's buffers, so a finalize that did not wait would
+ * return with the send unfinished. */
+static void test_finalize_waits_isend(void) {
+    if (g_P < 2 || D) return;
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split for finalize", ringlet_comm_split(g_comm, 0, g_rank, &sub));
+    size_t n = (size_t)8 << 20; /* int32: 32 MiB */
+    int32_t *buf = malloc(n * 4), go = 0;
+    if (!buf || !sub) exit(3);
+    if (g_rank == 0) {
+        ringlet_request_t q = NULL;
+        for (size_t i = 0; i < n; i++) buf[i] = val(0, 91, i);
+        check_rc("isend of 32 MiB", ringlet_isend(buf, n, RINGLET_INT32, 1, sub, NULL, &q));
+        go = 1;
+        check_rc("send of the go-ahead", ringlet_send(&go, 1, RINGLET_INT32, 1, g_comm, NULL));
+        check_rc("finalize with an isend not waited for", ringlet_comm_finalize(sub));
+        int done = 0;
+        check_rc("test after finalize", ringlet_test(&q, &done));
+        g_checks++;
+        if (!done) FAIL("finalize returned before the isend it was given had finished");
+        if (!done) check_rc("wait for the isend", ringlet_wait(&q));
+    } else if (g_rank == 1) {
+        check_rc("recv of the go-ahead", ringlet_recv(&go, 1, RINGLET_INT32, 0, g_comm, NULL));
+        check_rc("recv of 32 MiB", ringlet_recv(buf, n, RINGLET_INT32, 0, sub, NULL));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += buf[i] != val(0, 91, i);
+        g_checks++;
+        if (bad || go != 1) FAIL("32 MiB sent while the sender finalized: %zu elements wrong (go-ahead %d)", bad, go);
+    }
+    check_rc("destroy of the finalized communicator", ringlet_comm_destroy(sub));
+    free(buf);
+}
+
 static void test_errors(void) {
     g_checks++;
     if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end without group_start was accepted");
@@ -588,6 +623,7 @@ int main(int argc, char **argv) {
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
     test_isend_then_collective();
+    test_finalize_waits_isend();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;
