@@ -8,6 +8,7 @@
 #include "devcomm.h"
 #include "failure.h"
 #include "log.h"
+#include "reduce.h"
 #include "trace.h"
 #include "util.h"
 
@@ -116,6 +117,16 @@ static ringlet_result_t run_premul(struct ringlet_comm *c, struct ringlet_reques
 
 static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 
+/* avg of float16 as a sum of the inputs each multiplied by 1/P first, as NCCL does for
+ * floating types: float16's largest value is 65504, and a sum of P inputs within range
+ * would overflow to infinity before its division (P = 2: two inputs of 40000 averaged to
+ * inf). The other floating types have float32's range or more, so the sum is divided
+ * after, sparing them the pass that scales the input. */
+static int avg_premul(const struct ringlet_comm *c, const struct ringlet_request *r) {
+    return r->op == RINGLET_AVG && r->dtype == RINGLET_FLOAT16 && c->nranks > 1 &&
+           (r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE || r->kind == RL_OP_REDUCE_SCATTER);
+}
+
 static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
                                       rl_mem *mem, char *err) {
     switch (r->kind) {
@@ -126,6 +137,15 @@ static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_req
     default: break;
     }
     if (r->premul.live) return run_premul(c, r, mem, err);
+    if (avg_premul(c, r)) {
+        struct ringlet_request s;
+        rl_request_shadow(&s, r);
+        s.premul.live = 1;
+        s.premul.dtype = RINGLET_FLOAT16;
+        uint16_t inv = rl_float_to_half((float)(1.0 / c->nranks));
+        memcpy(s.premul.value, &inv, sizeof inv);
+        return run_premul(c, &s, mem, err);
+    }
     if (r->kind == RL_OP_SEND || r->kind == RL_OP_RECV) {
         struct ringlet_request *send = r->kind == RL_OP_SEND ? r : partner, *recv = r->kind == RL_OP_RECV ? r : partner;
         return rl_run_p2p_pipe(c, send, recv, mem, err);

@@ -206,10 +206,13 @@ static int land_receives(run_t *s) {
         p->recv_at(p, i, &dst, &bytes);
         double t0 = tr ? rl_now() : 0;
         if (tr) rl_trace_span(tr, RL_LANE_RECV, "recv", s->t_r[k], t0, opname, p->r_recv->seq, (long long)i, bytes, p->recv_peer);
+        /* An empty piece (a send or receive of 0 elements, whose buffer may be NULL) has
+         * nothing to place or reduce. */
+        int empty = bytes == 0;
         if (s->rdev) {
             /* The transport put it in place, or where the kernel reads it. */
-            s->noev[k] = dst != NULL;
-            if (!dst) p->process(p, i, s->lent[k] ? t->mapped : s->lane->dev_slots + k * s->slot_bytes);
+            s->noev[k] = dst != NULL || empty;
+            if (!dst && !empty) p->process(p, i, s->lent[k] ? t->mapped : s->lane->dev_slots + k * s->slot_bytes);
             if (!s->noev[k] && !p->mem->rc && s->dev->d->event_record(s->lane->ev_recv[k], s->dev->s_recv) != RL_DEV_OK)
                 p->mem->rc = rl_devcomm_error("device", p->mem->err);
             if (p->mem->rc) {
@@ -220,7 +223,8 @@ static int land_receives(run_t *s) {
         } else if (s->dev) {
             /* Into place, or reduced into place, by the device, from the pinned slot. */
             s->noev[k] = 0;
-            if (dst) {
+            if (empty) {
+            } else if (dst) {
                 rl_mem_copy(p->mem, dst, recv_slot(s, i), bytes);
             } else if (s->lane->dev_slots) {
                 char *ds = s->lane->dev_slots + k * s->slot_bytes;
@@ -237,7 +241,7 @@ static int land_receives(run_t *s) {
             }
             s->t_l[k] = t0;
         } else {
-            if (!dst) {
+            if (!dst && !empty) {
                 p->process(p, i, s->lent[k] ? t->mapped : host_stage(s, i));
                 if (tr) rl_trace_span(tr, RL_LANE_REDUCE, "reduce", t0, rl_now(), opname, p->r_recv->seq, (long long)i, bytes, -1);
             }

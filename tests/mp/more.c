@@ -26,6 +26,7 @@
  *   id (every rank fails at once).
  * Prints "more: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +363,51 @@ static void test_premul(size_t n, int k) {
     buf_free(&a), buf_free(&r);
 }
 
+/* float16 averages of values near float16's top (32768 .. 49120, multiples of 32, so
+ * exact): their sum over 2 or more ranks passes 65504, the largest float16, so a sum
+ * divided after would be infinite. The result must be the mean within the bound of
+ * collectives.c: eps * sum|x| + eps * |mean|, eps = 2^-10. */
+static uint16_t big_half(int rank, int k, size_t i) {
+    unsigned m = (unsigned)(mix(g_seed ^ ((uint64_t)k << 40) ^ ((uint64_t)rank << 32) ^ i) % 512);
+    return (uint16_t)((30u << 10) | m); /* 2^15 * (1 + m / 1024) = 32768 + 32 m */
+}
+static double half_value(uint16_t h) {
+    int e = (h >> 10) & 31;
+    double m = h & 1023, v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return h >> 15 ? -v : v;
+}
+static void test_avg_half(size_t n, int k) {
+    if (g_P < 2) return;
+    size_t P = (size_t)g_P, words = (n * P + 1) / 2;
+    buf_t a, r;
+    buf_new(&a, words), buf_new(&r, words);
+    uint16_t *ha = (uint16_t *)a.h, *hr = (uint16_t *)r.h;
+    for (int form = 0; form < 3; form++) { /* all-reduce, reduce to the last rank, reduce-scatter */
+        size_t in_n = form == 2 ? n * P : n;
+        for (size_t i = 0; i < in_n; i++) ha[i] = big_half(g_rank, k + form, i);
+        to_dev(&a);
+        const char *what = form == 0 ? "allreduce" : form == 1 ? "reduce" : "reduce_scatter";
+        ringlet_result_t rc = form == 0 ? ringlet_allreduce(p_of(&a), p_of(&r), n, RINGLET_FLOAT16, RINGLET_AVG, g_comm, stream())
+                              : form == 1 ? ringlet_reduce(p_of(&a), p_of(&r), n, RINGLET_FLOAT16, RINGLET_AVG, g_P - 1, g_comm, stream())
+                                          : ringlet_reduce_scatter(p_of(&a), p_of(&r), n, RINGLET_FLOAT16, RINGLET_AVG, g_comm, stream());
+        check_rc(what, rc);
+        to_host(&r);
+        if (form == 1 && g_rank != g_P - 1) continue;
+        size_t base = form == 2 ? (size_t)g_rank * n : 0;
+        for (size_t i = 0; i < n; i++) {
+            double sum = 0;
+            for (int q = 0; q < g_P; q++) sum += half_value(big_half(q, k + form, base + i));
+            double want = sum / g_P, got = half_value(hr[i]), eps = ldexp(1, -10);
+            g_checks++;
+            if (!(fabs(got - want) <= eps * sum + eps * want)) {
+                FAIL("%s of float16 with avg, values near 65504 / %d: element %zu is %g, want %g", what, g_P, i, got, want);
+                break;
+            }
+        }
+    }
+    buf_free(&a), buf_free(&r);
+}
+
 /* Pre-multiplied sums inside a group, made as PyTorch's NCCL process group makes them:
  * each op created for its call and destroyed as soon as the call returns, before
  * group_end runs the call. A reduce-scatter (int32, host scalar 3(r + 1)), then an
@@ -532,6 +578,51 @@ static void test_finalize_waits_isend(void) {
     free(buf);
 }
 
+/* Empty calls with NULL buffers (an empty tensor's pointer may be NULL): each succeeds
+ * and moves nothing, in every form; the all-reduce after them checks the ranks are still
+ * in step. */
+static void test_zero_null(void) {
+    int next = (g_rank + 1) % g_P, prev = (g_rank + g_P - 1) % g_P, root = g_P - 1;
+    ringlet_comm_t c = g_comm;
+    void *s = stream();
+    check_rc("empty allreduce, NULL", ringlet_allreduce(NULL, NULL, 0, RINGLET_FLOAT32, RINGLET_SUM, c, s));
+    check_rc("empty broadcast, NULL", ringlet_broadcast(NULL, NULL, 0, RINGLET_INT32, 0, c, s));
+    check_rc("empty reduce, NULL", ringlet_reduce(NULL, NULL, 0, RINGLET_INT32, RINGLET_MAX, root, c, s));
+    check_rc("empty allgather, NULL", ringlet_allgather(NULL, NULL, 0, RINGLET_INT32, c, s));
+    check_rc("empty reduce_scatter, NULL", ringlet_reduce_scatter(NULL, NULL, 0, RINGLET_INT32, RINGLET_SUM, c, s));
+    check_rc("empty alltoall, NULL", ringlet_alltoall(NULL, NULL, 0, RINGLET_INT32, c, s));
+    check_rc("empty gather, NULL", ringlet_gather(NULL, NULL, 0, RINGLET_INT32, root, c, s));
+    check_rc("empty scatter, NULL", ringlet_scatter(NULL, NULL, 0, RINGLET_INT32, root, c, s));
+    if (g_P > 1) {
+        check_rc("group_start", ringlet_group_start());
+        check_rc("empty send in a group, NULL", ringlet_send(NULL, 0, RINGLET_INT32, next, c, s));
+        check_rc("empty recv in a group, NULL", ringlet_recv(NULL, 0, RINGLET_INT32, prev, c, s));
+        check_rc("group_end of empty sends", ringlet_group_end());
+        /* Without a stream: on one stream the receive would hold the send back. */
+        ringlet_request_t qs = NULL, qr = NULL;
+        check_rc("empty irecv, NULL", ringlet_irecv(NULL, 0, RINGLET_INT32, prev, c, NULL, &qr));
+        check_rc("empty isend, NULL", ringlet_isend(NULL, 0, RINGLET_INT32, next, c, NULL, &qs));
+        check_rc("wait for the empty irecv", ringlet_wait(&qr));
+        check_rc("wait for the empty isend", ringlet_wait(&qs));
+        if (g_rank % 2 == 0) {
+            check_rc("empty send, NULL", ringlet_send(NULL, 0, RINGLET_INT32, next, c, s));
+            check_rc("empty recv, NULL", ringlet_recv(NULL, 0, RINGLET_INT32, prev, c, s));
+        } else {
+            check_rc("empty recv, NULL", ringlet_recv(NULL, 0, RINGLET_INT32, prev, c, s));
+            check_rc("empty send, NULL", ringlet_send(NULL, 0, RINGLET_INT32, next, c, s));
+        }
+    }
+    buf_t a;
+    buf_new(&a, 1);
+    a.h[0] = g_rank + 1;
+    to_dev(&a);
+    check_rc("allreduce after the empty calls", ringlet_allreduce(p_of(&a), p_of(&a), 1, RINGLET_INT32, RINGLET_SUM, c, s));
+    to_host(&a);
+    g_checks++;
+    if (a.h[0] != g_P * (g_P + 1) / 2) FAIL("allreduce after the empty calls: %d, want %d", a.h[0], g_P * (g_P + 1) / 2);
+    buf_free(&a);
+}
+
 static void test_errors(void) {
     g_checks++;
     if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end without group_start was accepted");
@@ -619,11 +710,13 @@ int main(int argc, char **argv) {
         test_group_colls(n, 10 * ci + 2, st2);
         test_premul_group(n, 10 * ci + 6); /* first: its own device needs, not premul's */
         test_premul(n, 10 * ci + 5);
+        test_avg_half(n, 10 * ci + 8);
     }
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
     test_isend_then_collective();
     test_finalize_waits_isend();
+    test_zero_null();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;
