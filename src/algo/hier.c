@@ -40,13 +40,19 @@ typedef struct {
 
 /* Whether the job has the shape (every host the same number of ranks, at least 2
  * hosts of at least 2 ranks), and this rank's place in it. The ring lists the ranks
- * of a host side by side (comm.c), so host h holds ring positions h*L .. h*L+L-1. */
+ * of a host side by side (comm.c), so host h holds ring positions h*L .. h*L+L-1.
+ * Every rank must answer alike, though L is its own host's count: so each run of L is
+ * one host and the next run another (2 ranks on one host and 4 on another pass the
+ * first test alone where L = 2, and fail it where L = 4). */
 static int get_shape(const struct ringlet_comm *c, shape_t *s) {
     int P = c->nranks, L = c->local_size;
     if (L < 2 || P % L || P / L < 2) return 0;
-    for (int h = 0; h < P / L; h++)
+    for (int h = 0; h < P / L; h++) {
+        const unsigned char *id = c->infos[c->ring[h * L]].hostid;
         for (int i = 1; i < L; i++)
-            if (memcmp(c->infos[c->ring[h * L + i]].hostid, c->infos[c->ring[h * L]].hostid, 16)) return 0;
+            if (memcmp(c->infos[c->ring[h * L + i]].hostid, id, 16)) return 0;
+        if (h > 0 && !memcmp(c->infos[c->ring[(h - 1) * L]].hostid, id, 16)) return 0;
+    }
     s->H = P / L;
     s->L = L;
     s->h = c->ring_pos / L;

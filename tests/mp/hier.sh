@@ -14,8 +14,9 @@
 # RINGLET_DEBUG=INFO. Asserted from the log: every rank sends over TCP to the rank of its
 # own local position on the next host, an edge the flat ring never has (for local position
 # 0 the flat ring sends to a rank of its own host), so the hierarchy ran.
-# Also: a 3+2 job (hosts of different sizes) with RINGLET_ALGO=hier falls back to the ring
-# and is still right; RINGLET_ALGO=auto at 2x2 (with RINGLET_HIER_MIN_BYTES=65536, so that the
+# Also: a 2+4 job (hosts of different sizes) with RINGLET_ALGO=hier falls back to the ring
+# on every rank and is still right (the ranks of the 2-rank host see P a multiple of their
+# host's count: they must still tell that the job has not the shape); RINGLET_ALGO=auto at 2x2 (with RINGLET_HIER_MIN_BYTES=65536, so that the
 # sanitizers' smaller large counts qualify) measures both algorithms for the large counts
 # and every rank logs the same times and the same choice; a bad RINGLET_ALGO fails
 # init naming the accepted values.
@@ -98,8 +99,8 @@ for shape in 2x2 2x3 3x2; do
 done
 
 # Hosts of different sizes: RINGLET_ALGO=hier takes the ring.
-if run uneven 5 "RANK<3?0:1" "RINGLET_ALGO=hier RINGLET_CHUNK_SIZE=16384" --colls allreduce --quick --max-count $LARGE; then
-    echo "ok: uneven 3+2 hosts: right (the ring)"
+if run uneven 6 "RANK<2?0:1" "RINGLET_ALGO=hier RINGLET_CHUNK_SIZE=16384" --colls allreduce --quick --max-count $LARGE; then
+    echo "ok: uneven 2+4 hosts: right (the ring)"
 fi
 
 # auto: the large count is measured both ways; every rank logs the same choice.
