@@ -216,14 +216,15 @@ static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     return STEP_DONE;
 }
 
+static int part_refused(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p);
+
 /* The thread's way: steps, sleeping in poll while the socket is not ready. Waits are
- * bounded by the communicator: it sets *stop on timeout or failure. */
+ * bounded by the communicator: it sets *stop on timeout or failure. A connection broken
+ * meanwhile (another socket's part of the same message found a length mismatch) ends
+ * the part too: its bytes would never come, and the request keeps the first failure. */
 static void part_run(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
     while (part_step(c, s, p) == STEP_AGAIN) {
-        if (atomic_load(c->ctx->in.stop)) {
-            part_fail(c, p, RL_IO_STOPPED, 0);
-            return;
-        }
+        if (part_refused(c, s, p)) return;
         struct pollfd pf = {s->fd, c->is_send ? POLLOUT : POLLIN, 0};
         poll(&pf, 1, 100);
     }

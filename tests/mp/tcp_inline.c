@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large] [--two-comms 0|1]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mismatch")) mm = argv[i + 1];
         else if (!strcmp(argv[i], "--two-comms")) two = atoi(argv[i + 1]);
         else
-            return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large] "
+            return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] "
                                    "[--two-comms 0|1]\n"),
                    2;
     }
@@ -280,6 +280,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < rounds; k++) round_run(comm, k);
     if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200);
     else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000);
+    else if (g_P == 2 && !strcmp(mm, "striped")) mismatch(&comm, 4000, 400000);
     if (comm) ringlet_comm_destroy(comm);
     printf("tcp_inline: rank %d of %d: %ld checks, %ld failed\n", g_rank, g_P, g_checks, g_failed);
     return g_failed ? 1 : 0;

@@ -5,7 +5,9 @@
 # RINGLET_TCP_INLINE_BYTES=64K (a host with cores for the socket threads: larger ones are
 # the threads'); P = 3 with 3 sockets per peer; P = 2 with RINGLET_SPIN_US=0 (waiters hand
 # their receives to the socket threads at once); and a length mismatch on the inline path
-# (100 / 200 bytes) and on the thread's (300000 / 200000, under the 64 KiB limit):
+# (100 / 200 bytes), on the thread's (300000 / 200000, under the 64 KiB limit) and where
+# the receive is striped over 4 sockets and the send is one part (4000 / 400000: the
+# stripes that get nothing must end with the one that failed, not at the deadline):
 # the receiver fails naming both lengths and the sender, the sender's
 # next receive fails naming the receiver. As root, also --two-comms (an irecv on one
 # communicator completed while its owner blocks on another) in a network namespace whose
@@ -44,6 +46,7 @@ RINGLET_NSOCKS_PERPEER=3 one "P=3, 3 sockets per peer" 3 --seed 2
 RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
+RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     cat >"$TMP/smallbuf" <<'EOF2'
 #!/usr/bin/env bash
