@@ -345,15 +345,13 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
              * then fits one lent slot and stays in cache), 512 KiB when any of it crosses a
              * network. Every rank must pick the same (a ring step's chunks are counted from
              * it on both ends), so a job of several hosts takes 512 KiB on every rank, also
-             * on ranks whose own two neighbours are local. */
-            int tn = RL_TP_TCP, tp = RL_TP_TCP;
-            char e2[RL_ERR_MAX];
-            if (nranks > 1 && c->local_size == nranks &&
-                rl_conn_pick_transport(c, c->next, 0, &tn, e2) == RINGLET_SUCCESS &&
-                rl_conn_pick_transport(c, c->prev, 0, &tp, e2) == RINGLET_SUCCESS && tn == RL_TP_SHM && tp == RL_TP_SHM)
-                c->chunk_bytes = 256 << 10;
-            else
-                c->chunk_bytes = 512 << 10;
+             * on ranks whose own two neighbours are local; and so does a job where one
+             * rank has no shared memory (RINGLET_SHM_DISABLE, a full /dev/shm): every pair
+             * of the ring is judged, from what every rank published. */
+            int all_shm = nranks > 1 && c->local_size == nranks;
+            for (int i = 0; i < nranks && all_shm; i++)
+                all_shm = rl_conn_host_transport(c, c->ring[i], c->ring[(i + 1) % nranks]) == RL_TP_SHM;
+            c->chunk_bytes = all_shm ? 256 << 10 : 512 << 10;
             /* Over a network a call's chunks are the whole 512 KiB (or the whole step when
              * it is shorter): each chunk costs system calls and thread handoffs on both
              * ends, and the reduction a smaller chunk would hide is short beside them (TCP
