@@ -122,7 +122,7 @@ static ringlet_result_t run_one(struct ringlet_comm *c, struct ringlet_request *
  * would overflow to infinity before its division (P = 2: two inputs of 40000 averaged to
  * inf). The other floating types have float32's range or more, so the sum is divided
  * after, sparing them the pass that scales the input. */
-static int avg_premul(const struct ringlet_comm *c, const struct ringlet_request *r) {
+int rl_avg_premul(const struct ringlet_comm *c, const struct ringlet_request *r) {
     return r->op == RINGLET_AVG && r->dtype == RINGLET_FLOAT16 && c->nranks > 1 &&
            (r->kind == RL_OP_ALLREDUCE || r->kind == RL_OP_REDUCE || r->kind == RL_OP_REDUCE_SCATTER);
 }
@@ -137,7 +137,7 @@ static ringlet_result_t run_algorithm(struct ringlet_comm *c, struct ringlet_req
     default: break;
     }
     if (r->premul.live) return run_premul(c, r, mem, err);
-    if (avg_premul(c, r)) {
+    if (rl_avg_premul(c, r)) {
         struct ringlet_request s;
         rl_request_shadow(&s, r);
         s.premul.live = 1;
@@ -301,6 +301,7 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV && r->kind != RL_OP_GROUP)
         rc = check_call(c, r, err);
+    int checked = rc != RINGLET_SUCCESS;
     if (!rc) rc = prepare(c, r, &mem, err);
     if (!rc && partner) rc = prepare(c, partner, &mem, err);
     if (!rc) rc = run_algorithm(c, r, partner, &mem, err);
@@ -312,6 +313,15 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
             rc = drc;
             snprintf(err, RL_MSG_MAX, "%s #%llu: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, derr);
         }
+    }
+    if (rc && !checked && c->nranks > 1 && !atomic_load(&c->failed)) {
+        /* A failure of this rank's own (memory, a device, a usage only it got wrong) left
+         * its peers in the operation, or its messages half sent: the communicator fails,
+         * so that they hear of it at once, naming this rank, rather than at their
+         * deadline, and this rank's next call does not meet their current one. */
+        char what[RL_MSG_MAX];
+        snprintf(what, sizeof what, "%s", err);
+        rc = rl_comm_op_failed(c, r, rc, what, err);
     }
     if (partner && rc) {
         /* One exchange ran both, and both failed: each message names its own call. */

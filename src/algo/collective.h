@@ -41,6 +41,8 @@ ringlet_result_t rl_run_star(struct ringlet_comm *c, struct ringlet_request *r, 
  * choice between it and the ring (measured per size class, the same on every rank),
  * and the algorithm itself (the ring where the job has not that shape). */
 int rl_hier_candidate(const struct ringlet_comm *c, const struct ringlet_request *r);
+/* avg of float16, run as a sum of inputs each multiplied by 1/P first (collective.c). */
+int rl_avg_premul(const struct ringlet_comm *c, const struct ringlet_request *r);
 ringlet_result_t rl_run_allreduce_choosing(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 ringlet_result_t rl_run_hier(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err);
 /* The all-reduce by recursive halving and doubling (halving.c): whether r takes it (the

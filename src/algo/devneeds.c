@@ -10,7 +10,8 @@
  *                 2P) blocks of pinned memory when staged
  *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
  *                 device scratch
- *   premul sum    the scaled input (device scratch), 64 pinned bytes (a device scalar);
+ *   premul sum    (and avg of float16) the scaled input (device scratch), 64 pinned bytes
+ *                 (a device scalar);
  *                 in a group, the most any of its calls needs
  *   every peer a call exchanges with over a transport that maps device memory: its
  *   connection, made ready. */
@@ -41,7 +42,7 @@ static void collective_needs(const struct ringlet_comm *c, const struct ringlet_
         n->scratch = max_size(n->scratch, all);
         n->pinned = max_size(n->pinned, all + (r->kind == RL_OP_REDUCE_SCATTER ? all : bytes));
     }
-    if (r->premul.live) {
+    if (r->premul.live || rl_avg_premul(c, r)) {
         n->scratch2 = max_size(n->scratch2, r->kind == RL_OP_REDUCE_SCATTER ? all : bytes);
         n->pinned = max_size(n->pinned, 64);
     }

@@ -607,6 +607,33 @@ static void test_exchange_first_contact(void) {
     check_rc("destroy of the exchange's communicator", ringlet_comm_destroy(sub));
 }
 
+/* A failure of one rank's own inside an operation (here a group whose send to itself has
+ * no receive, on rank 0 alone) fails the communicator, so that rank 1, waiting in that
+ * group for rank 0's message, is told at once why and by whom, not at its deadline. */
+static void test_local_failure_told(void) {
+    if (g_P < 2 || D) return;
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split for the local failure", ringlet_comm_split(g_comm, 0, g_rank, &sub));
+    if (!sub) exit(3);
+    int32_t x[2] = {g_rank, g_rank};
+    if (g_rank == 0) {
+        check_rc("group_start", ringlet_group_start());
+        check_rc("send to itself (no receive)", ringlet_send(&x[0], 1, RINGLET_INT32, 0, sub, NULL));
+        check_rc("send to rank 1", ringlet_send(&x[1], 1, RINGLET_INT32, 1, sub, NULL));
+        ringlet_result_t rc = ringlet_group_end();
+        g_checks++;
+        if (rc == RINGLET_SUCCESS || !strstr(ringlet_comm_last_error(sub), "sends to this rank itself"))
+            FAIL("a group with a send to itself and no receive: %s (%s)", ringlet_strerror(rc), ringlet_comm_last_error(sub));
+    } else if (g_rank == 1) {
+        ringlet_result_t rc = ringlet_recv(&x[0], 1, RINGLET_INT32, 0, sub, NULL);
+        const char *m = ringlet_comm_last_error(sub);
+        g_checks++;
+        if (rc == RINGLET_SUCCESS || !strstr(m, "rank 0") || !strstr(m, "sends to this rank itself"))
+            FAIL("rank 1's receive from rank 0, whose group failed there: %s (%s)", ringlet_strerror(rc), m);
+    }
+    ringlet_comm_destroy(sub);
+}
+
 /* Empty calls with NULL buffers (an empty tensor's pointer may be NULL): each succeeds
  * and moves nothing, in every form; the all-reduce after them checks the ranks are still
  * in step. */
@@ -747,6 +774,7 @@ int main(int argc, char **argv) {
     test_finalize_waits_isend();
     test_zero_null();
     test_exchange_first_contact();
+    test_local_failure_told();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;
