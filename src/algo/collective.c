@@ -301,7 +301,10 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV && r->kind != RL_OP_GROUP)
         rc = check_call(c, r, err);
-    int checked = rc != RINGLET_SUCCESS;
+    /* The check's verdict of a mismatch is the same on every rank (they all stop there,
+     * after a barrier): the communicator stays usable. Its other failures are this
+     * rank's alone (memory) or the communicator's already. */
+    int checked = rc == RINGLET_ERR_INVALID_USAGE;
     if (!rc) rc = prepare(c, r, &mem, err);
     if (!rc && partner) rc = prepare(c, partner, &mem, err);
     if (!rc) rc = run_algorithm(c, r, partner, &mem, err);

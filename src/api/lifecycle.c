@@ -147,9 +147,13 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
     if (forked) return forked;
     double until = rl_now() + c->timeout_s;
     /* The queue's operations, then the sends and receives posted outside it (a
-     * non-blocking one the user has not waited for moves on in the transports). */
+     * non-blocking one the user has not waited for moves on in the transports). Counted
+     * as a waiter, as a wait is: an abort from another thread tears the transports down
+     * only once this has left them. */
     char what[96] = "";
-    for (;;) {
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    atomic_fetch_add(&c->waiters, 1);
+    while (!atomic_load(&c->failed)) {
         pthread_mutex_lock(&c->q_mu);
         int busy = c->q_head || c->running;
         pthread_mutex_unlock(&c->q_mu);
@@ -158,12 +162,16 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
             rl_comm_progress(c); /* threadless transports move when someone waits */
             busy = rl_comm_posted_pending(c, what, sizeof what);
         }
-        if (!busy || atomic_load(&c->failed)) break;
-        if (rl_now() > until)
-            return rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: %s%s still running after %.0f s (RINGLET_TIMEOUT)",
-                            *what ? "" : "operations", what, c->timeout_s);
+        if (!busy) break;
+        if (rl_now() > until) {
+            rc = rl_error(c, RINGLET_ERR_TIMEOUT, "finalize: %s%s still running after %.0f s (RINGLET_TIMEOUT)",
+                          *what ? "" : "operations", what, c->timeout_s);
+            break;
+        }
         rl_sleep_ms(1);
     }
+    atomic_fetch_sub(&c->waiters, 1);
+    if (rc) return rc;
     return ringlet_comm_get_async_error(c);
 }
 

@@ -58,14 +58,6 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
     int dev_table = device && tp != host_tp;
     rl_conn *slot = dev_table ? (send ? &c->send_conns_dev[peer] : &c->recv_conns_dev[peer])
                               : (send ? &c->send_conns[peer] : &c->recv_conns[peer]);
-    if (!slot->h && !send && (tp == RL_TP_TCP || tp == RL_TP_IB) && c->nranks > 2) {
-        /* Their accept waits for the peer's connect, which does not wait for an accept:
-         * this rank's own connection to the peer first, so that two ranks that each
-         * receive from the other before they send (irecv, then isend) meet. (Ring
-         * neighbours are connected at init; at 2 ranks every pair is.) */
-        rl_conn *out;
-        if ((rc = get_conn(c, peer, 1, device, &out, err))) return rc;
-    }
     if (!slot->h) {
         const rl_transport_ops *ops = rl_transports[tp];
         rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)
