@@ -216,7 +216,17 @@ static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     return STEP_DONE;
 }
 
-static int part_refused(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p);
+/* A part that must not move (the communicator stopped, or the stream broke): failed, 1. */
+static int part_refused(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
+    if (atomic_load(c->ctx->in.stop)) {
+        part_fail(c, p, RL_IO_STOPPED, 0);
+        return 1;
+    }
+    if (!conn_stopped(c, s)) return 0;
+    rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: connection no longer usable",
+                 c->is_send ? "send to" : "receive from", c->peer);
+    return 1;
+}
 
 /* The thread's way: steps, sleeping in poll while the socket is not ready. Waits are
  * bounded by the communicator: it sets *stop on timeout or failure. A connection broken
@@ -237,18 +247,6 @@ static void to_thread(struct tcp_sock *s) {
     if (owner != SOCK_THREAD) atomic_fetch_add(&s->conn->ctx->nthreaded, 1);
     atomic_store(&s->owner, SOCK_THREAD);
     pthread_cond_signal(&s->cv);
-}
-
-/* A part that must not move (the communicator stopped, or the stream broke): failed, 1. */
-static int part_refused(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p) {
-    if (atomic_load(c->ctx->in.stop)) {
-        part_fail(c, p, RL_IO_STOPPED, 0);
-        return 1;
-    }
-    if (!conn_stopped(c, s)) return 0;
-    rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "%s rank %d: connection no longer usable",
-                 c->is_send ? "send to" : "receive from", c->peer);
-    return 1;
 }
 
 /* The pollers' turn (caller holds s->mu, the pollers own the queue): moves parts in order

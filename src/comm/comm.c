@@ -358,7 +358,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
              * on 2 cores: 1 MiB at 2, 3 and 4 ranks took 10-20% less in 256 KiB chunks than
              * in the quarter step's 128 / 88 KiB, and about 5% less again in 512 KiB ones);
              * over shared memory the algorithms' own floor (0: RL_CHUNK_FLOOR, 64 KiB). */
-            c->chunk_floor = c->chunk_bytes == (256 << 10) ? 0 : c->chunk_bytes;
+            c->chunk_floor = all_shm ? 0 : c->chunk_bytes;
         }
         char a[96];
         rl_sockaddr_str((struct sockaddr *)&c->ifaddr, a, sizeof a);
