@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -79,6 +80,9 @@ struct tcp_sock {
     struct tcp_part *head, *tail;
     atomic_int owner;
     atomic_int quit; /* written under mu, read without it by conn_stopped */
+    /* A receive socket's ACK mode (delay_acks): asked for delayed ACKs, and when. */
+    int acks_delayed;
+    double acks_delayed_at;
 };
 
 struct tcp_ctx {
@@ -180,6 +184,32 @@ static int hdr_ok(struct tcp_conn *c, struct tcp_part *p) {
 
 enum { STEP_DONE, STEP_AGAIN, STEP_FAILED };
 
+/* Delayed ACKs for small messages on a receive socket. A socket that only receives is
+ * never in Linux's interactive ("pingpong") mode, which only data sent back puts it in:
+ * it answers each small message with an ACK segment of its own, a second pass through
+ * the network stack for both ends (in the receiver's read, and in the sender's softirq).
+ * TCP_QUICKACK = 0 puts the socket in that mode, where such an ACK waits and rides with
+ * the next one due (every second small message, or second full segment). Over loopback
+ * on the 2-core machine that took 14% off an 8-byte all-reduce of 2 ranks and 12-16% off
+ * 4 KiB at 2 and 4 ranks, but made 32 KiB messages 10-20% slower; at 16 KiB it was even
+ * (perf/results/2core-amd-2026-12-04-tcp-delayed-ack.txt). So a part of at most
+ * TCP_DELACK_MAX payload bytes asks for the mode, a larger one leaves it (TCP_QUICKACK =
+ * 1, which also sends an ACK owed), each at its first step. The kernel leaves the mode by
+ * itself when a delayed ACK's timer fires (the socket idle for 40 ms or more), so a small
+ * part asks again when the last ask is over 1 ms old. Called by the part's mover, which
+ * owns the socket's queue. */
+#define TCP_DELACK_MAX (16 * 1024)
+static void delay_acks(struct tcp_sock *s, size_t len) {
+    int want = len <= TCP_DELACK_MAX;
+    if (!want && !s->acks_delayed) return;
+    double now = rl_now();
+    if (want && s->acks_delayed && now - s->acks_delayed_at < 1e-3) return;
+    int quick = !want;
+    setsockopt(s->fd, IPPROTO_TCP, TCP_QUICKACK, &quick, sizeof quick);
+    s->acks_delayed = want;
+    s->acks_delayed_at = now;
+}
+
 /* Moves as much of part p (header, then payload) as the socket takes or has now, never
  * blocking: one system call for both while both fit. A receive may read payload before
  * it checks the header; on a mismatch the request fails and the connection is broken,
@@ -191,6 +221,7 @@ static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     static const char zeroes[PAD];
     static _Thread_local char sink[PAD];
     const size_t H = sizeof p->hdr, W = RL_TCP_HDR_WIRE;
+    if (!c->is_send && p->done == 0) delay_acks(s, p->len);
     while (p->done < W + p->len) {
         struct iovec iov[3];
         size_t n = 0, off = p->done < W ? 0 : p->done - W;
