@@ -333,6 +333,12 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             rc = RINGLET_ERR_REMOTE;
             break;
         }
+        if (r == RL_IO_ERR) { /* out of descriptors or memory: nobody is late, rank 0 cannot take them */
+            snprintf(msg, sizeof msg, "bootstrap: rank 0 could not take a rank's connection (accept: %s), %d of %d "
+                     "ranks had joined", strerror(errno), joined, P);
+            rc = RINGLET_ERR_SYSTEM;
+            break;
+        }
         if (r != RL_IO_OK) {
             int n = snprintf(msg, sizeof msg, "bootstrap: %d of %d ranks never joined within %.0f s:", P - joined, P,
                              c->timeout_s);
@@ -346,6 +352,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         rl_random_bytes(ch.nonce, 16);
         rl_boot_hello h;
         double hd = rl_now() + HELLO_WAIT_S;
+        if (hd > deadline) hd = deadline;
         r = rl_sock_send_all(fd, &ch, sizeof ch, hd, &c->stop);
         if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, &c->stop);
         int verdict = r == RL_IO_OK ? rl_boot_check_hello(t->secret, ch.nonce, &h, P, fds, msg, sizeof msg) : -1;

@@ -65,7 +65,7 @@ struct rl_monitor {
     double beat_s, next_beat;
     /* The end of init (rl_boot_ready): root: ranks whose init is done (MON_READY heard);
      * the others: rank 0 said every init is done (MON_GO heard). */
-    int *ready;         /* root: per rank (monitor thread only) */
+    atomic_int *ready;  /* root: per rank (set by the monitor thread, read by rl_boot_ready's timeout) */
     atomic_int nready;
     atomic_int go;
     int nranks;
@@ -164,7 +164,7 @@ struct rl_monitor *rl_monitor_new(int is_root, int nfds) {
     m->said_bye = calloc((size_t)m->nfds, sizeof(int));
     m->heard = calloc((size_t)m->nfds, sizeof(double));
     m->silent = calloc((size_t)m->nfds, sizeof(int));
-    m->ready = calloc((size_t)m->nfds, sizeof(int));
+    m->ready = calloc((size_t)m->nfds, sizeof(atomic_int));
     if (!m->fds || !m->said_bye || !m->heard || !m->silent || !m->ready) {
         mon_free(m);
         return NULL;
@@ -289,8 +289,8 @@ static void *monitor_thread(void *arg) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
                     atomic_fetch_sub(&m->nlive, 1);
-                } else if (r == RL_IO_OK && f.type == MON_READY && !m->ready[i]) {
-                    m->ready[i] = 1;
+                } else if (r == RL_IO_OK && f.type == MON_READY && !atomic_load(&m->ready[i])) {
+                    atomic_store(&m->ready[i], 1);
                     atomic_fetch_add(&m->nready, 1);
                     rl_comm_notify(c);
                 } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
@@ -369,9 +369,11 @@ ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err) {
             if (!m->is_root)
                 return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 did not say within %.0f s (RINGLET_TIMEOUT) that "
                                 "every rank's init is done", c->timeout_s), RINGLET_ERR_TIMEOUT;
-            return snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
-                            "(RINGLET_TIMEOUT)", c->nranks - 1 - atomic_load(&m->nready), c->nranks, c->timeout_s),
-                   RINGLET_ERR_TIMEOUT;
+            int n = snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
+                             "(RINGLET_TIMEOUT):", c->nranks - 1 - atomic_load(&m->nready), c->nranks, c->timeout_s);
+            for (int i = 1, shown = 0; i < m->nfds && shown < 16 && n < RL_MSG_MAX - 16; i++)
+                if (!atomic_load(&m->ready[i])) shown++, n += snprintf(err + n, RL_MSG_MAX - (size_t)n, " rank %d", i);
+            return RINGLET_ERR_TIMEOUT;
         }
         rl_comm_wait_event(c, gen, 20);
     }

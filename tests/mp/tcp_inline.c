@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -32,13 +32,25 @@
  * a receive left for pollers would stall rank 1's send, and both ranks would wait until
  * RINGLET_TIMEOUT.
  *
+ * --emfile 1 (3 ranks), instead of the rounds: rank 1 lowers its limit of open files to the
+ * descriptors it has (and fills the free numbers below it), then receives from rank 2, which it has no receive connection from
+ * yet (the ring's are 0 -> 1 -> 2 -> 0): the accept finds no descriptor left. The receive
+ * must fail with RINGLET_ERR_SYSTEM saying so and naming rank 2 (not "socket error", nor a
+ * wait until the deadline for a rank that did connect). That failure is rank 1's alone and
+ * passes: with its descriptors back, a second receive gets rank 2's message, whole, and an
+ * all-reduce of the three ranks is right.
+ *
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ringlet.h"
 
@@ -255,17 +267,71 @@ static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen) {
     free(buf);
 }
 
+/* The highest descriptor this process has open, or -1. */
+static int highest_fd(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int top = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        int fd = atoi(e->d_name);
+        if (fd > top && fd != dirfd(d)) top = fd;
+    }
+    closedir(d);
+    return top;
+}
+
+static void emfile(ringlet_comm_t comm) {
+    enum { N = 100 };
+    unsigned char buf[N + GUARD];
+    for (size_t i = 0; i < N; i++) buf[i] = byte_at(0, 0, 2, i);
+    memset(buf + N, 0xA5, GUARD);
+    if (g_rank == 2) {
+        ringlet_result_t rc = ringlet_send(buf, N, RINGLET_UINT8, 1, comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "send to rank 1: %s", rc ? ringlet_comm_last_error(comm) : "ok");
+    }
+    if (g_rank == 1) {
+        struct rlimit old, cut;
+        int top = highest_fd();
+        CHECK(top >= 0 && getrlimit(RLIMIT_NOFILE, &old) == 0, "could not read /proc/self/fd or the file limit");
+        if (top < 0) return;
+        cut = old;
+        cut.rlim_cur = (rlim_t)top + 1;
+        CHECK(setrlimit(RLIMIT_NOFILE, &cut) == 0, "could not lower the file limit to %d", top + 1);
+        /* Descriptors are taken lowest first: fill the free numbers below the limit too. */
+        static int holes[4096];
+        int nholes = 0;
+        while (nholes < 4096 && (holes[nholes] = open("/dev/null", O_RDONLY)) >= 0) nholes++;
+        memset(buf, 0, N);
+        ringlet_result_t rc = ringlet_recv(buf, N, RINGLET_UINT8, 2, comm, NULL);
+        while (nholes > 0) close(holes[--nholes]);
+        setrlimit(RLIMIT_NOFILE, &old);
+        const char *m = ringlet_comm_last_error(comm);
+        CHECK(rc == RINGLET_ERR_SYSTEM && strstr(m, "accept: Too many open files") && strstr(m, "rank 2"),
+              "receive from rank 2 with no descriptor left: %s: %s", ringlet_strerror(rc), rc ? m : "succeeded");
+        printf("tcp_inline: rank 1: no descriptor left: %s\n", m);
+        /* Nothing was lost: rank 2's connection waits in the listener's backlog. */
+        rc = ringlet_recv(buf, N, RINGLET_UINT8, 2, comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "receive from rank 2 again: %s", rc ? ringlet_comm_last_error(comm) : "ok");
+        if (!rc) check_recv(buf, N, 0, 0, 2, "after the descriptors came back");
+    }
+    int32_t x = 1000 + g_rank, sum = 0;
+    ringlet_result_t rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, comm, NULL);
+    CHECK(rc == RINGLET_SUCCESS && sum == 3003, "all-reduce after rank 1's failed receive: %s, sum %d (want 3003)",
+          rc ? ringlet_comm_last_error(comm) : "ok", (int)sum);
+}
+
 int main(int argc, char **argv) {
-    int rounds = 40, two = 0;
+    int rounds = 40, two = 0, emf = 0;
     const char *mm = "none";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--mismatch")) mm = argv[i + 1];
         else if (!strcmp(argv[i], "--two-comms")) two = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--emfile")) emf = atoi(argv[i + 1]);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] "
-                                   "[--two-comms 0|1]\n"),
+                                   "[--two-comms 0|1] [--emfile 0|1]\n"),
                    2;
     }
     ringlet_comm_t comm;
@@ -276,7 +342,8 @@ int main(int argc, char **argv) {
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
     if (two && g_P == 2) two_comms(comm);
-    if (g_P >= 2)
+    if (emf && g_P == 3) emfile(comm);
+    else if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);
     if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200);
     else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000);

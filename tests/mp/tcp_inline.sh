@@ -8,9 +8,10 @@
 # (100 / 200 bytes), on the thread's (300000 / 200000, under the 64 KiB limit) and where
 # the receive is striped over 4 sockets and the send is one part (4000 / 400000: the
 # stripes that get nothing must end with the one that failed, not at the deadline):
-# the receiver fails naming both lengths and the sender, the sender's
-# next receive fails naming the receiver. As root, also --two-comms (an irecv on one
-# communicator completed while its owner blocks on another) in a network namespace whose
+# the receiver fails naming both lengths and the sender, the sender's next receive fails
+# naming the receiver. P = 3 with --emfile: a receive whose accept finds no descriptor left
+# fails saying so, and a second receive then gets the message. As root, also --two-comms
+# (an irecv on one communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
 # socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
 # Exit 0 = passed, 1 = failed.
@@ -33,7 +34,7 @@ one() { # name P args... (environment before the name; WRAP: a command to run th
     n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
     if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
         echo "ok:   $name: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank"
-        grep -E 'mismatch:|after the mismatch' "$TMP/out" | sed 's/^/      /'
+        grep -E 'mismatch:|after the mismatch|descriptor left' "$TMP/out" | sed 's/^/      /'
     else
         fails=$((fails + 1))
         echo "FAIL: $name: launcher exit status $rc, $n of $P ranks passed"
@@ -47,6 +48,7 @@ RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
 RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
+one "P=3, no descriptor left for an accept" 3 --seed 9 --emfile 1
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     cat >"$TMP/smallbuf" <<'EOF2'
 #!/usr/bin/env bash
