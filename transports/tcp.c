@@ -547,13 +547,7 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
         if (want && have == want) break;
         int fd;
         rl_io_t r = rl_sock_accept(ctx->lfd, deadline, ctx->in.stop, &fd);
-        if (r != RL_IO_OK) {
-            if (r == RL_IO_ERR) /* this rank's own (out of descriptors, ...), not the peer's */
-                return snprintf(err, RL_ERR_MAX, "tcp: waiting for rank %d to connect: accept: %s", peer,
-                                strerror(errno)), RINGLET_ERR_SYSTEM;
-            snprintf(err, RL_ERR_MAX, "tcp: waiting for rank %d to connect: %s", peer, rl_io_str(r));
-            return r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
-        }
+        if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, err);
         accept_one(ctx, fd, deadline);
     }
     struct tcp_conn *c = conn_new(ctx, peer, 0);

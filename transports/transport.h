@@ -167,6 +167,12 @@ void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) __att
 void rl_treq_start(rl_treq *r, size_t len, int parts);
 /* Marks one part done; returns 1 when it was the last. */
 int rl_treq_part_done(rl_treq *r);
+/* An accept that gave up waiting for peer's connection (io: sock.h's rl_io_t, not OK):
+ * the message, "<tp>: waiting for rank <peer> to connect: ...", in err (RL_ERR_MAX), and
+ * the code: the deadline's, a stop as the peer's side (the communicator failed), and a
+ * failure of the accept itself (this rank out of descriptors, ...) as this rank's own,
+ * with errno's reason. */
+ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, char *err);
 /* reg_mr / dereg_mr of a transport that needs no registration: *mr = NULL. */
 ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **mr, char *err);
 void rl_transport_dereg_none(void *ctx, void *mr);

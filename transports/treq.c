@@ -1,8 +1,11 @@
 /* Request bookkeeping shared by the transports, and the registration of those that need
  * none. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "sock.h"
 #include "transport.h"
 
 void rl_treq_start(rl_treq *r, size_t len, int parts) {
@@ -32,3 +35,11 @@ ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **
 }
 
 void rl_transport_dereg_none(void *ctx, void *mr) { (void)ctx, (void)mr; }
+
+ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, char *err) {
+    if (io == RL_IO_ERR)
+        return snprintf(err, RL_ERR_MAX, "%s: waiting for rank %d to connect: accept: %s", tp, peer, strerror(errno)),
+               RINGLET_ERR_SYSTEM;
+    snprintf(err, RL_ERR_MAX, "%s: waiting for rank %d to connect: %s", tp, peer, rl_io_str((rl_io_t)io));
+    return io == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
+}
