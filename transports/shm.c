@@ -276,6 +276,15 @@ static ringlet_result_t shm_connect(void *ctx, int peer, const void *blob, size_
 
 static ringlet_result_t shm_accept(void *ctx, int peer, void **out, char *err) {
     shm_ctx *x = ctx;
+    /* The FIFO's pages reserved here too (the sender reserves them when it connects, which
+     * may come later): a receive polls them at once, and on a full /dev/shm the first
+     * touch of a sparse page is SIGBUS, not an error. */
+    off_t at = (off_t)(SHM_PAGE + (size_t)peer * x->fifo_stride);
+    int e = posix_fallocate(x->lock_fd, at, (off_t)x->fifo_stride);
+    if (e)
+        return snprintf(err, RL_ERR_MAX, "shared memory for rank %d's messages (%zu bytes in /dev/shm): %s", peer,
+                        (size_t)x->fifo_stride, strerror(e)),
+               RINGLET_ERR_SYSTEM;
     shm_conn *k = conn_new(x, peer, 0);
     if (!k) return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     k->state = calloc(x->nslots, 1);

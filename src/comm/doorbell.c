@@ -49,6 +49,9 @@ void rl_doorbell_open(struct ringlet_comm *c) {
     d->mapped = calloc((size_t)c->nranks, sizeof *d->mapped);
     pthread_mutex_init(&d->mu, NULL);
     int fd = -1, e = d->peers && d->failed && d->mapped ? rl_shmseg_create("bell", DB_BYTES, d->name, &fd) : ENOMEM;
+    /* Its pages reserved now: on a full /dev/shm the first touch of a sparse page would
+     * be SIGBUS, here or in a peer writing to the board. */
+    if (!e) e = posix_fallocate(fd, 0, DB_BYTES);
     void *m = MAP_FAILED;
     if (!e && (m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (m == MAP_FAILED) {
