@@ -152,6 +152,9 @@ def _buffer(t, what, writable=True):
             raise ValueError("ringlet: %s: the array is not C-contiguous" % what)
         if writable and not t.flags["WRITEABLE"]:
             raise ValueError("ringlet: %s: the array is read-only" % what)
+        if not t.dtype.isnative:  # the name says float32 for '>f4' too: its bytes would be taken as native
+            raise ValueError("ringlet: %s: the array's byte order is not this machine's (%s); convert it with "
+                             ".astype(a.dtype.newbyteorder('='))" % (what, t.dtype.str))
         code = _NUMPY_DTYPES.get(t.dtype.name)
         if code is None:
             raise ValueError("ringlet: %s: dtype %s is not supported" % (what, t.dtype))
@@ -168,9 +171,18 @@ class Work:
         self._what = what
         self._keep = keep  # the tensors stay alive while the operation runs
         self._rc = None
+        self._gone = False
+
+    def _lost(self):
+        """The communicator was destroyed or aborted before this was waited for: destroy frees
+        every request not waited for, so the C request is not touched. The work is over, failed."""
+        if self._rc is None and not self._comm._handle:
+            self._finish(_lib.ERR_INVALID_USAGE)
+            self._gone = True
+        return self._rc is not None
 
     def is_completed(self):
-        if self._rc is not None:
+        if self._lost():
             return True
         done = ctypes.c_int(0)
         rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
@@ -181,8 +193,11 @@ class Work:
         return self._rc is not None
 
     def wait(self, timeout=None):
-        if self._rc is None:
+        if not self._lost():
             self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))
+        if self._rc and self._gone:
+            raise RingletError(self._rc, "ringlet.%s: the communicator was destroyed or aborted before this operation "
+                               "was waited for" % self._what)
         if self._rc:
             raise self._comm._error(self._rc, self._what)
         return True
@@ -274,16 +289,26 @@ class Communicator:
 
     def all_gather(self, output, tensor, async_op=False):
         """output: a tensor of size * tensor.numel() elements, or a list of size tensors
-        shaped like tensor (then this call blocks even with async_op)."""
+        shaped like tensor (then this call blocks even with async_op, and returns a Work already
+        complete)."""
         p, n, dt = _buffer(tensor, "all_gather input", writable=False)
         if isinstance(output, (list, tuple)):
             if len(output) != self.size:
                 raise ValueError("ringlet: all_gather: %d output tensors for %d ranks" % (len(output), self.size))
+            for r, o in enumerate(output):
+                _, m, dt2 = _buffer(o, "all_gather output %d" % r)
+                if m != n or dt2 != dt:
+                    raise ValueError("ringlet: all_gather: output %d has %d elements of type %d, the input %d of "
+                                     "type %d" % (r, m, dt2, n, dt))
             flat = _empty_like_n(tensor, n * self.size)
             self.all_gather(flat, tensor)
             for r, o in enumerate(output):
                 _copy_into(o, flat, r * n, n)
-            return None
+            if not async_op:
+                return None
+            w = Work(self, None, "all_gather", None)
+            w._finish(0)
+            return w
         q, m, dt2 = _buffer(output, "all_gather output")
         if m != n * self.size or dt2 != dt:
             raise ValueError("ringlet: all_gather: output has %d elements, expected %d x %d" % (m, self.size, n))

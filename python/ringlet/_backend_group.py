@@ -588,7 +588,10 @@ class ProcessGroupRinglet(_ProcessGroup):
 
     def _exchange(self, ln, sends, recvs):
         """Block q of sends to rank q, block q of recvs from rank q (byte tensors): sends and
-        receives posted at once (host), or one group (device)."""
+        receives posted at once (host), or one group (device). Sends first: on host memory
+        each call is posted in turn, and a receive from a rank this one has no connection
+        from waits (TCP, IB) for that rank to connect, which it does at its first send to
+        this rank: receives first, each rank would wait for one still in its own receives."""
         me = self._rank
         ln.sync = False  # every send and receive posted at once, whatever torch does next
         if recvs[me].numel() != sends[me].numel():
@@ -598,11 +601,11 @@ class ProcessGroupRinglet(_ProcessGroup):
             recvs[me].copy_(sends[me])
         ln.group_start()
         for q in range(self._size):
-            if q != me and recvs[q].numel():
-                ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(recvs[q]), recvs[q].numel(), _lib.UINT8, q)
-        for q in range(self._size):
             if q != me and sends[q].numel():
                 ln.call(_L.ringlet_isend, _L.ringlet_send, _ptr(sends[q]), sends[q].numel(), _lib.UINT8, q)
+        for q in range(self._size):
+            if q != me and recvs[q].numel():
+                ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(recvs[q]), recvs[q].numel(), _lib.UINT8, q)
         ln.group_end()
 
 

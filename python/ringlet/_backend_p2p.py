@@ -36,8 +36,16 @@ def _batch_isend_irecv_for(original):
         # (_start_coalescing): so a batch inside the group's own block ends that block.
         group._start_coalescing(device)
         try:
-            # (tensor, peer, group, tag): isend's and irecv's order in every torch; peer is global
-            works = [op.op(op.tensor, op.peer, op.group, op.tag) for op in p2p_op_list]
+            # (tensor, peer, group, tag): isend's and irecv's order in every torch; peer is global.
+            # The sends first (each kind in the list's order, so each pair's messages keep theirs):
+            # on host memory the calls are posted one by one, and a receive from a rank with no
+            # connection yet waits (TCP, IB) for that rank's first send to this one.
+            sends = [i for i, op in enumerate(p2p_op_list) if getattr(op.op, "__name__", "") == "isend"]
+            order = sends + [i for i in range(len(p2p_op_list)) if i not in set(sends)]
+            works = [None] * len(p2p_op_list)
+            for i in order:
+                op = p2p_op_list[i]
+                works[i] = op.op(op.tensor, op.peer, op.group, op.tag)
         except BaseException:
             _drop_window()
             raise

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The torch.distributed backend "ringlet" (python/ringlet/torch_backend.py) on torch 1.13, CPU:
-#   1. tests/python/backend_ops.py at P = 2, 3, 4: every ProcessGroup operation torch's
-#      collectives use, against Gloo on the same random inputs, synchronous and asynchronous
+#   1. tests/python/backend_ops.py at P = 2, 3, 4, and at P = 3 over TCP (a fresh group's
+#      first exchange receives from ranks it has no connection from): every ProcessGroup
+#      operation torch's collectives use, against Gloo on the same random inputs,
+#      synchronous and asynchronous
 #      (wait, get_future, is_completed), over 10 to 12 dtypes (bool and complex converted),
 #      non-contiguous and empty tensors, wait(timeout), a receive pending across a
 #      collective, a subgroup destroyed (its communicator gone at once), torch 2.x's coalesced
@@ -29,6 +31,11 @@ pass='^\[[0-9]+\] backend_%s: rank [0-9]+: %s'
 for P in 2 3 4; do
     py_run backend_ops "$P" "$(printf "$pass" ops '[0-9]+ checks, 0 failed')" tests/python/backend_ops.py
 done
+# over TCP too: a receive from a rank with no connection yet waits for that rank's connect
+# (case_first_exchange: exchanges that posted their receives first waited to the deadline)
+# shellcheck disable=SC2059
+RINGLET_TRANSPORT=tcp py_run "backend_ops over tcp" 3 "$(printf "$pass" ops '[0-9]+ checks, 0 failed')" \
+    tests/python/backend_ops.py
 for P in 2 4; do
     # shellcheck disable=SC2059
     py_run backend_ddp "$P" "$(printf "$pass" ddp PASS)" tests/python/backend_ddp.py

@@ -611,6 +611,41 @@ def case_alltoall():
         same("%s lists (%s, vs gloo all_to_all_single)" % (case, mode), torch.cat(outs), want)
 
 
+def case_first_exchange():
+    """A fresh group (a communicator with only its ring's connections) whose first call
+    receives from ranks it has no connection from: the uneven all-to-all, then a batch that
+    lists every receive before every send, to and from every other rank. Over TCP
+    (torch_backend.sh also runs this file with RINGLET_TRANSPORT=tcp), a receive posted
+    before this rank's sends waited in its accept for a peer that did the same, until the
+    deadline."""
+    if P < 3:
+        return
+    for what in ("alltoall", "batch"):
+        g = dist.new_group()  # ringlet, every rank: a new communicator
+        case = "first_exchange/%s" % what
+        if what == "alltoall":
+            sp = lambda q, k: (q + k) % 3 + 1  # rows rank q sends rank k  # noqa: E731
+            xs = [rand(case, torch.float32, (sum(sp(q, k) for k in range(P)), 3), rank=q) for q in range(P)]
+            out = dev(torch.empty(sum(sp(q, R) for q in range(P)), 3))
+            dist.all_to_all_single(out, dev(xs[R]), [sp(q, R) for q in range(P)], [sp(R, k) for k in range(P)],
+                                   group=g)
+            want = torch.cat([xs[q][sum(sp(q, k) for k in range(R)):][:sp(q, R)] for q in range(P)])
+            same(case, out, want)
+        else:
+            xs = [rand(case, torch.int64, (7,), rank=q) for q in range(P)]
+            got = [dev(torch.empty(7, dtype=torch.int64)) for _ in range(P)]
+            ops = [dist.P2POp(dist.irecv, got[q], q, g) for q in range(P) if q != R]
+            ops += [dist.P2POp(dist.isend, dev(xs[R]), q, g) for q in range(P) if q != R]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            if DEV.type == "cuda":
+                torch.cuda.current_stream().synchronize()
+            for q in range(P):
+                if q != R:
+                    same("%s from rank %d" % (case, q), got[q], xs[q])
+        dist.destroy_process_group(g)
+
+
 def case_gather_scatter():
     for dtype in MOVE_DTYPES:
         n = 1001 if not a.quick else 7
@@ -902,7 +937,8 @@ def case_errors():
 
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
-           case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_gather_scatter, case_p2p_barrier,
+           case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_first_exchange, case_gather_scatter,
+           case_p2p_barrier,
            case_objects, case_subgroup, case_sync_form, case_torch2_api, case_errors):
     t0 = time.monotonic()
     raised = 0

@@ -2,9 +2,11 @@
 
 all_reduce (every op; float32, float64, bfloat16, int64, bool: sum/max "or", prod/min "and"; out of place
 too), broadcast from every root, reduce, all_gather (flat and list forms), reduce_scatter,
-barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed), and the errors:
-a non-CPU tensor (RingletError, invalid usage), a non-contiguous one (ValueError), an
-unknown op. Prints "ringlet_api: rank R: N checks, F failed".
+barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed; all_gather into a
+list returns a Work already complete), and the errors: a non-CPU tensor (RingletError,
+invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array of the other
+byte order, all_gather outputs of the wrong size, a Work waited for after its communicator's
+destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
 """
 import os
 import sys
@@ -112,7 +114,29 @@ def main():
         check(False, "op xor accepted")
     except ValueError:
         check(True, "")
+    try:
+        comm.all_reduce(np.arange(4, dtype=">f4"))
+        check(False, "a big-endian numpy array was accepted (its bytes would be summed as native floats)")
+    except ValueError as e:
+        check("byte order" in str(e), "big-endian array error: %s" % e)
+    lst = [torch.zeros(2, dtype=torch.int64) for _ in range(w)]
+    wk = ringlet.all_gather(lst, torch.tensor([r, -r]), async_op=True)
+    check(wk is not None and wk.wait() and wk.is_completed(), "all_gather list async_op: a Work already complete")
+    check([x.tolist() for x in lst] == [[k, -k] for k in range(w)], "all_gather list async_op: %s" % lst)
+    try:
+        ringlet.all_gather([torch.zeros(1) for _ in range(w)], torch.zeros(2))
+        check(False, "all_gather into outputs of 1 element for an input of 2 was accepted")
+    except ValueError as e:
+        check("output 0 has 1 elements" in str(e), "all_gather output size error: %s" % e)
+    # a Work not waited for when its communicator goes: destroy frees its request
+    last = ringlet.all_reduce(torch.ones(3), async_op=True)
     ringlet.destroy()
+    try:
+        last.wait()
+        check(False, "wait on a Work whose communicator was destroyed succeeded")
+    except ringlet.RingletError as e:
+        check(e.code == ringlet.ERR_INVALID_USAGE and "destroyed" in str(e), "wait after destroy: %s" % e)
+    check(last.is_completed(), "is_completed after destroy")
     print("ringlet_api: rank %d: %d checks, %d failed" % (r, checks[0], checks[1]), flush=True)
     return 1 if checks[1] else 0
 
