@@ -7,7 +7,10 @@
 #include <stdint.h>
 
 #define RL_SHM_MAGIC 0x524c534du /* "RLSM" */
-#define RL_SHM_PAGE 4096u        /* the segment header's page; FIFOs follow */
+/* The segment header's page; FIFOs follow, each a whole number of these. 64 KiB, the
+ * largest page Linux uses (arm64 and ppc64le kernels may have 64 KiB pages): a sender maps
+ * the receiver's FIFO at its offset, and mmap takes only offsets on a page boundary. */
+#define RL_SHM_PAGE 65536u
 #define RL_SHM_FIFO_HDR 256u     /* at the start of every FIFO */
 #define RL_SHM_SLOT_HDR 32u      /* at the start of every slot */
 /* The geometry init writes (RINGLET_SHM_SLOT_SIZE, RINGLET_SHM_NSLOTS). */
