@@ -373,6 +373,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    if (comm) *comm = NULL; /* also when the config is refused: a caller may destroy what it got */
     int blocking;
     ncclResult_t rc = read_config(config, "ncclCommInitRankConfig", 1, &blocking);
     if (rc) return rc;
@@ -380,6 +381,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    if (comm) *comm = NULL;
     int blocking;
     ncclResult_t rc = read_config(NULL, "ncclCommInitRank", 1, &blocking); /* NCCL_COMM_BLOCKING */
     return rc ? rc : init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRank");
@@ -392,6 +394,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
  * ncclGetUniqueId there would fail. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int nId, ncclUniqueId *ids,
                                       ncclConfig_t *config) {
+    if (comm) *comm = NULL;
     if (nId < 1 || !ids)
         return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitRankScalable: %d ids at %p (at least one)", nId,
                          (void *)ids);
@@ -476,7 +479,13 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     }
     int started = 0;
     for (; started < ndev && !rc; started++)
-        if (pthread_create(&th[started], NULL, init_thread_keep, &args[started]) != 0) rc = ncclSystemError;
+        if (pthread_create(&th[started], NULL, init_thread_keep, &args[started]) != 0) {
+            rc = ncclSystemError;
+            break; /* th[started] is no thread */
+        }
+    /* Those started wait for ranks that never will: stop their inits rather than let them
+     * wait out the deadline. */
+    for (int i = 0; i < started && rc; i++) ringlet_stop_token_fire(s->members[i]->init_stop);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < started && !rc; i++)
         if (s->members[i]->init_rc) rc = s->members[i]->init_rc;

@@ -527,6 +527,17 @@ static void test_refusals(ncclComm_t c) {
     bad.magic = 0;
     ncclComm_t x = NULL;
     EXPECT(ncclCommSplit(c, 0, 0, &x, &bad), ncclInvalidArgument, -1);
+    /* A refused config leaves *comm NULL, so that a caller's cleanup may destroy it. */
+    ncclUniqueId uid;
+    memset(&uid, 0, sizeof uid);
+    x = (ncclComm_t)&bad; /* not a communicator: it must be overwritten */
+    EXPECT(ncclCommInitRankConfig(&x, 2, uid, 0, &bad), ncclInvalidArgument, -1);
+    g_checks++;
+    if (x) FAIL("ncclCommInitRankConfig with a refused config left *comm set");
+    x = (ncclComm_t)&bad;
+    EXPECT(ncclCommInitRankScalable(&x, 2, 0, 0, &uid, NULL), ncclInvalidArgument, -1);
+    g_checks++;
+    if (x) FAIL("ncclCommInitRankScalable with no ids left *comm set");
     bfree(b);
 }
 
