@@ -24,7 +24,9 @@
 #include "util.h"
 
 #define IPC_MAGIC 0x43504952u /* "RIPC" */
-#define IPC_PAGE 4096u
+/* The control segment's header page and the unit of its per-peer blocks: 64 KiB, the largest
+ * page Linux uses, since a peer maps its block at its offset (as shm.h's RL_SHM_PAGE). */
+#define IPC_PAGE 65536u
 #define IPC_MAX_SLOTS 64
 #define IPC_NAME_MAX 64
 enum { IPC_MAPPED = 0, IPC_UNMAPPED = 1, IPC_UNMAP_LATER = 2 }; /* ctl_t.unmapped */

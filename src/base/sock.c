@@ -143,7 +143,14 @@ rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd
             *fd = s;
             return RL_IO_OK;
         }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return RL_IO_ERR;
+        /* Linux hands a pending connection's network error to accept: taken as "try again"
+         * (accept(2)), as the connection is gone; what is left (out of descriptors or
+         * memory) is this rank's own. */
+        int e = errno;
+        int again = e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED || e == ENETDOWN ||
+                    e == EPROTO || e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH ||
+                    e == EOPNOTSUPP || e == ENETUNREACH;
+        if (!again) return RL_IO_ERR;
         struct pollfd p = {lfd, POLLIN, 0};
         poll(&p, 1, slice(deadline));
     }

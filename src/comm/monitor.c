@@ -369,11 +369,15 @@ ringlet_result_t rl_boot_ready(struct ringlet_comm *c, char *err) {
             if (!m->is_root)
                 return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 did not say within %.0f s (RINGLET_TIMEOUT) that "
                                 "every rank's init is done", c->timeout_s), RINGLET_ERR_TIMEOUT;
-            int n = snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
-                             "(RINGLET_TIMEOUT):", c->nranks - 1 - atomic_load(&m->nready), c->nranks, c->timeout_s);
-            for (int i = 1, shown = 0; i < m->nfds && shown < 16 && n < RL_MSG_MAX - 16; i++)
-                if (!atomic_load(&m->ready[i])) shown++, n += snprintf(err + n, RL_MSG_MAX - (size_t)n, " rank %d", i);
-            return RINGLET_ERR_TIMEOUT;
+            /* One read of the flags for the count and the list: a rank may turn ready meanwhile. */
+            char list[RL_MSG_MAX / 2] = "";
+            int late = 0, n = 0;
+            for (int i = 1; i < m->nfds; i++)
+                if (!atomic_load(&m->ready[i]) && late++ < 16 && n < (int)sizeof list - 16)
+                    n += snprintf(list + n, sizeof list - (size_t)n, " rank %d", i);
+            return snprintf(err, RL_MSG_MAX, "bootstrap: %d of %d ranks did not finish their init within %.0f s "
+                            "(RINGLET_TIMEOUT):%s", late, c->nranks, c->timeout_s, list),
+                   RINGLET_ERR_TIMEOUT;
         }
         rl_comm_wait_event(c, gen, 20);
     }

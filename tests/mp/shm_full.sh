@@ -11,8 +11,8 @@ BUILD=${BUILD:-build}
 RUN="$BUILD/bin/ringlet-run"
 PROG="$BUILD/tests/mp/shm_full"
 for f in "$RUN" "$PROG"; do [ -x "$f" ] || { echo "FAIL: $f not found (build first)"; exit 1; }; done
-if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
-    echo "SKIP: needs root for a private /dev/shm (unshare -m)"
+if [ "$(id -u)" != 0 ] || ! unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null; then
+    echo "SKIP: needs root and a tmpfs mount in a mount namespace, for a private /dev/shm (unshare -m)"
     exit 77
 fi
 OUT=$(mktemp "${TMPDIR:-/tmp}/ringlet-shm-full.XXXXXX")
