@@ -226,7 +226,7 @@ ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
     while (x->stash[peer].fd < 0) {
         int fd;
         rl_io_t r = rl_sock_accept(x->lfd, deadline, x->in.stop, &fd);
-        if (r != RL_IO_OK) return rl_transport_accept_failed("ib", peer, r, err);
+        if (r != RL_IO_OK) return rl_transport_accept_failed("ib", peer, r, r == RL_IO_ERR ? -fd : 0, err);
         accept_one(x, fd, deadline);
     }
     int fd = x->stash[peer].fd;

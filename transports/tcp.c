@@ -58,7 +58,9 @@ struct tcp_part {
     char *ptr;
     size_t len;
     size_t done;    /* bytes of header and payload moved so far */
-    rl_tcp_hdr hdr; /* the header sent, or as received */
+    rl_tcp_hdr hdr; /* the header sent, or as received; before a receive's first byte, its
+                     * pad says that delay_acks has yet to run for it (the request's
+                     * private area has no room for another field at 16 sockets) */
 };
 
 struct tcp_conn;
@@ -196,8 +198,8 @@ enum { STEP_DONE, STEP_AGAIN, STEP_FAILED };
  * TCP_DELACK_MAX payload bytes asks for the mode, a larger one leaves it (TCP_QUICKACK =
  * 1, which also sends an ACK owed), each at its first step. The kernel leaves the mode by
  * itself when a delayed ACK's timer fires (the socket idle for 40 ms or more), so a small
- * part asks again when the last ask is over 1 ms old. Called by the part's mover, which
- * owns the socket's queue. */
+ * part asks again when the last ask is over 1 ms old. Called once per part, at its first
+ * step, by its mover, which owns the socket's queue. */
 #define TCP_DELACK_MAX (16 * 1024)
 static void delay_acks(struct tcp_sock *s, size_t len) {
     int want = len <= TCP_DELACK_MAX;
@@ -221,7 +223,10 @@ static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     static const char zeroes[PAD];
     static _Thread_local char sink[PAD];
     const size_t H = sizeof p->hdr, W = RL_TCP_HDR_WIRE;
-    if (!c->is_send && p->done == 0) delay_acks(s, p->len);
+    if (!c->is_send && p->done == 0 && p->hdr.pad) {
+        p->hdr.pad = 0;
+        delay_acks(s, p->len);
+    }
     while (p->done < W + p->len) {
         struct iovec iov[3];
         size_t n = 0, off = p->done < W ? 0 : p->done - W;
@@ -547,7 +552,7 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
         if (want && have == want) break;
         int fd;
         rl_io_t r = rl_sock_accept(ctx->lfd, deadline, ctx->in.stop, &fd);
-        if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, err);
+        if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, r == RL_IO_ERR ? -fd : 0, err);
         accept_one(ctx, fd, deadline);
     }
     struct tcp_conn *c = conn_new(ctx, peer, 0);
@@ -615,7 +620,7 @@ static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *re
         parts[i].ptr = (char *)buf + off;
         parts[i].len = n;
         parts[i].done = 0;
-        parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, 0};
+        parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, !c->is_send};
         off += n;
     }
     int inl = nparts == 1 && len <= c->ctx->inline_max;

@@ -171,8 +171,8 @@ int rl_treq_part_done(rl_treq *r);
  * the message, "<tp>: waiting for rank <peer> to connect: ...", in err (RL_ERR_MAX), and
  * the code: the deadline's, a stop as the peer's side (the communicator failed), and a
  * failure of the accept itself (this rank out of descriptors, ...) as this rank's own,
- * with errno's reason. */
-ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, char *err);
+ * with the reason of sys_errno (accept's errno). */
+ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, int sys_errno, char *err);
 /* reg_mr / dereg_mr of a transport that needs no registration: *mr = NULL. */
 ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **mr, char *err);
 void rl_transport_dereg_none(void *ctx, void *mr);

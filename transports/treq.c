@@ -36,9 +36,9 @@ ringlet_result_t rl_transport_reg_none(void *ctx, void *buf, size_t len, void **
 
 void rl_transport_dereg_none(void *ctx, void *mr) { (void)ctx, (void)mr; }
 
-ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, char *err) {
+ringlet_result_t rl_transport_accept_failed(const char *tp, int peer, int io, int sys_errno, char *err) {
     if (io == RL_IO_ERR)
-        return snprintf(err, RL_ERR_MAX, "%s: waiting for rank %d to connect: accept: %s", tp, peer, strerror(errno)),
+        return snprintf(err, RL_ERR_MAX, "%s: waiting for rank %d to connect: accept: %s", tp, peer, strerror(sys_errno)),
                RINGLET_ERR_SYSTEM;
     snprintf(err, RL_ERR_MAX, "%s: waiting for rank %d to connect: %s", tp, peer, rl_io_str((rl_io_t)io));
     return io == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;

@@ -150,7 +150,10 @@ rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd
         int again = e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED || e == ENETDOWN ||
                     e == EPROTO || e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH ||
                     e == EOPNOTSUPP || e == ENETUNREACH;
-        if (!again) return RL_IO_ERR;
+        if (!again) {
+            *fd = -e;
+            return RL_IO_ERR;
+        }
         struct pollfd p = {lfd, POLLIN, 0};
         poll(&p, 1, slice(deadline));
     }

@@ -18,7 +18,8 @@ int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd);
 /* Accepts one connection; RL_IO_TIMEOUT at the deadline (checked before each accept:
- * connections still queued then are left). */
+ * connections still queued then are left). RL_IO_ERR is this process's own failure (out
+ * of descriptors or memory), with accept's errno in *fd as -errno. */
 rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd);
 /* How long to wait for an accepted connection's hello: 5 s, never past deadline. */
 double rl_hello_deadline(double deadline);

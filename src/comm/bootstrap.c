@@ -335,7 +335,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         }
         if (r == RL_IO_ERR) { /* out of descriptors or memory: nobody is late, rank 0 cannot take them */
             snprintf(msg, sizeof msg, "bootstrap: rank 0 could not take a rank's connection (accept: %s), %d of %d "
-                     "ranks had joined", strerror(errno), joined, P);
+                     "ranks had joined", strerror(-fd), joined, P);
             rc = RINGLET_ERR_SYSTEM;
             break;
         }
