@@ -27,10 +27,10 @@
  * GPU when a peer dies or the communicator aborts.
  *
  * Whether a peer's memory can be mapped at all (another container, two GPUs without peer
- * access) is tried once per peer with a probe allocation each rank exports (reachable): at
- * init where its device has a context then, else at its first use of device buffers (the
- * peers wait for it, with no quiet section held: publish, peer_ready); the communicator then
- * falls back to staging through host memory. Where only one
+ * access) is tried once per peer with a probe allocation each rank exports (reachable),
+ * made at its first use of device buffers on their device (the peers wait for it, with no
+ * quiet section held: publish, peer_ready); where it cannot, the communicator falls back
+ * to staging through host memory. Where only one
  * rank of the pair can map the other's memory, the one that cannot marks the pair declined in
  * both control blocks (cuda_ipc_conn.c, decline_peer), and the other's ends fail at once (or,
  * where the other connected first, the one that cannot fails: its reachable says -1).
@@ -167,8 +167,9 @@ static ringlet_result_t map_failed(ipc_conn *k, int fifo_mismatch) {
     /* A sender that died after it connected takes its memory with it: that is the peer's
      * failure (REMOTE: the monitor then names it), not a mapping problem. A process being
      * killed loses its memory before it is gone: give it a second to be. */
-    for (double until = rl_now() + 1.0; !process_gone(k->ctl->sender_pid) && rl_now() < until;) rl_sleep_ms(10);
-    return process_gone(k->ctl->sender_pid) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
+    ipc_proc sender = {k->ctl->sender_pid, k->ctl->sender_pidns};
+    for (double until = rl_now() + 1.0; !process_gone(sender) && rl_now() < until;) rl_sleep_ms(10);
+    return process_gone(sender) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
 }
 
 /* Receiver, before the first operation on device buffers that uses the connection is

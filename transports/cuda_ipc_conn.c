@@ -74,33 +74,21 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     x->seg->rank = in->rank;
     x->seg->nranks = in->nranks;
     x->seg->pid = (int32_t)getpid();
+    x->seg->pidns = rl_pid_ns();
     x->seg->ctl_stride = x->ctl_stride;
     seg_tag(x->secret, x->name, x->seg->tag);
 
     blob_t b;
     memset(&b, 0, sizeof b);
     memcpy(b.name, x->name, sizeof b.name);
-    /* The probe is made at init only where the initialising thread's current device has a
-     * context already (the program chose it, or allocated there); else at the first use of
-     * device buffers (publish_probe). An allocation would make a context, hundreds of MB of
-     * GPU memory, in every process of a job on host buffers that never uses a GPU (device 0
-     * on a thread that chose none). */
-    int cur = -1, active = 0;
-    if (x->d->get_device(&cur) == RL_DEV_OK && x->d->context_active(cur, &active) == RL_DEV_OK && !active) {
-        b.has_probe = x->has_probe = IPC_PROBE_LATER;
-        RL_INFO(in->rank, "cuda_ipc: device %d has no context at init: the probe allocation waits for the first "
-                          "device buffers", cur);
-    } else {
-        char why[RL_ERR_MAX] = "";
-        int quiet = rl_dev_quiet_begin(in->timeout_s, "cuda_ipc's probe allocation") == RL_DEV_OK;
-        if (!quiet) snprintf(why, sizeof why, "%s", rl_dev_error());
-        else if (make_probe(x, &b.probe, why) == 0) b.has_probe = IPC_PROBE_MADE;
-        if (quiet) rl_dev_quiet_end();
-        atomic_store(&x->seg->probe_state, x->has_probe == IPC_PROBE_MADE ? IPC_PROBE_READY : IPC_PROBE_FAILED);
-        if (!b.has_probe)
-            RL_INFO(in->rank, "cuda_ipc: no probe allocation to export (%s): peers will not map this rank's memory",
-                    why);
-    }
+    /* The probe is made at the communicator's first use of device buffers, on their device
+     * (publish_probe), the device whose memory peers will map: the initialising thread's
+     * current device may be another (a program that allocated on one GPU, then passes
+     * buffers of another: its peers would judge the wrong pair of devices), and an
+     * allocation at init would make a context, hundreds of MB of GPU memory, in every
+     * process of a job on host buffers that never uses a GPU. Peers wait for it then
+     * (rl_ipc_peer_ready), as they wait for this rank's connections. */
+    x->has_probe = IPC_PROBE_LATER;
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *out = x;
@@ -110,7 +98,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
 /* Maps len bytes at off of the peer's segment, after checking it is the peer's and this
  * job's. */
 static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t off, size_t len, void **out,
-                                 int32_t *pid, char *err) {
+                                 ipc_proc *proc, char *err) {
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) return snprintf(err, RL_ERR_MAX, "rank %d's control segment %s: %s", peer, name, strerror(errno)), RINGLET_ERR_SYSTEM;
     ringlet_result_t rc = RINGLET_SUCCESS;
@@ -133,7 +121,7 @@ static ringlet_result_t map_peer(ipc_ctx *x, const char *name, int peer, size_t 
             snprintf(err, RL_ERR_MAX, "control block for rank %d: %s", peer, strerror(e ? e : errno));
         } else {
             *out = m;
-            *pid = h->pid;
+            *proc = (ipc_proc){h->pid, h->pidns};
         }
     }
     if (h) munmap(h, IPC_PAGE);
@@ -167,14 +155,14 @@ typedef struct ipc_orphan {
     void *ctl_map;
     size_t ctl_map_len;
     int device;
-    int32_t peer_pid;
+    ipc_proc peer_proc;
 } ipc_orphan;
 
 static pthread_mutex_t g_orphans_mu = PTHREAD_MUTEX_INITIALIZER;
 static ipc_orphan *g_orphans;
 
 static int orphan_done(const ipc_orphan *o) {
-    return atomic_load(&o->ctl->unmapped) == IPC_UNMAPPED || process_gone(o->peer_pid);
+    return atomic_load(&o->ctl->unmapped) == IPC_UNMAPPED || process_gone(o->peer_proc);
 }
 
 /* fini: the context's orphans leave it, once done if wait (a communicator that did not
@@ -299,7 +287,7 @@ static void conn_free(ipc_conn *k) {
         } else {
             ipc_orphan *o = malloc(sizeof *o);
             if (o) {
-                *o = (ipc_orphan){NULL, x, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->device, k->peer_pid};
+                *o = (ipc_orphan){NULL, x, k->slots, k->ctl, k->ctl_map, k->ctl_map_len, k->device, k->peer_proc};
                 pthread_mutex_lock(&g_orphans_mu);
                 o->next = g_orphans, g_orphans = o;
                 pthread_mutex_unlock(&g_orphans_mu);
@@ -330,7 +318,7 @@ ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bl
     k->slot_bytes = x->slot_bytes;
     x->d->get_device(&k->device);
     size_t off = IPC_PAGE + (size_t)x->in.rank * x->ctl_stride;
-    ringlet_result_t rc = map_peer(x, b.name, peer, off, x->ctl_stride, &k->ctl_map, &k->peer_pid, err);
+    ringlet_result_t rc = map_peer(x, b.name, peer, off, x->ctl_stride, &k->ctl_map, &k->peer_proc, err);
     if (!rc) {
         k->ctl_map_len = x->ctl_stride;
         k->ctl = k->ctl_map;
@@ -352,6 +340,7 @@ ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bl
         k->ctl->slot_bytes = k->slot_bytes;
         k->ctl->device = k->device;
         k->ctl->sender_pid = (int32_t)getpid();
+        k->ctl->sender_pidns = rl_pid_ns();
         /* A block is used by one sender connection for the job's life. */
         if (rl_fifo_claim(&k->ctl->fifo) != 0) {
             rc = RINGLET_ERR_INTERNAL;
@@ -404,7 +393,7 @@ static void linger(ipc_conn *k) {
     pthread_mutex_unlock(&x->mu);
     double until = rl_now() + x->in.timeout_s;
     while (atomic_load_explicit(&k->ctl->fifo.tail, memory_order_acquire) < published &&
-           atomic_load(&k->ctl->fifo.receiver) != RL_FIFO_CLOSED && !process_gone(k->peer_pid)) {
+           atomic_load(&k->ctl->fifo.receiver) != RL_FIFO_CLOSED && !process_gone(k->peer_proc)) {
         if (rl_now() > until) {
             RL_WARN(x->in.rank, "cuda_ipc: closing while rank %d has not taken %llu piece(s) sent to it", k->peer,
                     (unsigned long long)(published - atomic_load(&k->ctl->fifo.tail)));
@@ -468,9 +457,9 @@ static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
         RL_WARN(x->in.rank, "cuda_ipc: cannot mark rank %d's control block declined: %s", peer, strerror(e));
     }
     void *m = NULL;
-    int32_t pid = 0;
+    ipc_proc proc;
     char err[RL_ERR_MAX];
-    if (map_peer(x, b->name, peer, IPC_PAGE + (size_t)x->in.rank * x->ctl_stride, x->ctl_stride, &m, &pid, err) ==
+    if (map_peer(x, b->name, peer, IPC_PAGE + (size_t)x->in.rank * x->ctl_stride, x->ctl_stride, &m, &proc, err) ==
         RINGLET_SUCCESS) {
         atomic_store(&((ctl_t *)m)->declined, 1);
         munmap(m, x->ctl_stride);
@@ -505,10 +494,10 @@ ringlet_result_t rl_ipc_publish(void *ctx, char *why) {
 
 /* The state of a peer's probe put off at its init (IPC_PROBE_*: PENDING, READY with *h,
  * FAILED), read from its segment's header; -1 with why where that cannot be mapped. */
-static int peer_probe_state(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, int32_t *pid, char *why) {
+static int peer_probe_state(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, ipc_proc *proc, char *why) {
     void *m = NULL;
     char err[RL_ERR_MAX];
-    if (map_peer(x, b->name, peer, 0, IPC_PAGE, &m, pid, err) != RINGLET_SUCCESS)
+    if (map_peer(x, b->name, peer, 0, IPC_PAGE, &m, proc, err) != RINGLET_SUCCESS)
         return snprintf(why, RL_ERR_MAX, "%s", err), -1;
     seg_hdr *hd = m;
     int st = atomic_load_explicit(&hd->probe_state, memory_order_acquire);
@@ -531,18 +520,18 @@ ringlet_result_t rl_ipc_peer_ready(void *ctx, int peer, const void *blob, size_t
     pthread_mutex_lock(&x->mu);
     int skip = x->reach[peer] || x->has_probe != IPC_PROBE_MADE;
     pthread_mutex_unlock(&x->mu);
-    if (skip || b.has_probe != IPC_PROBE_LATER) return RINGLET_SUCCESS;
+    if (skip) return RINGLET_SUCCESS;
     for (;;) {
-        int32_t pid = 0;
-        int st = peer_probe_state(x, peer, &b, NULL, &pid, why);
+        ipc_proc proc = {0, 0};
+        int st = peer_probe_state(x, peer, &b, NULL, &proc, why);
         if (st < 0) return RINGLET_ERR_REMOTE;
         if (st != IPC_PROBE_PENDING) return RINGLET_SUCCESS;
         if (x->in.stop && atomic_load(x->in.stop))
             return snprintf(why, RL_ERR_MAX, "stopped while waiting for rank %d's device memory probe", peer),
                    RINGLET_ERR_REMOTE;
-        if (process_gone(pid))
+        if (process_gone(proc))
             return snprintf(why, RL_ERR_MAX, "rank %d (pid %d) ended before it made its device memory probe", peer,
-                            (int)pid),
+                            (int)proc.pid),
                    RINGLET_ERR_REMOTE;
         if (rl_now() > deadline)
             return snprintf(why, RL_ERR_MAX, "rank %d made no device memory probe within RINGLET_TIMEOUT: does it call "
@@ -563,12 +552,12 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
     pthread_mutex_lock(&x->mu);
     int quiet = rl_dev_in_quiet();
     if (!x->reach[peer] && quiet) publish_probe(x); /* rl_ipc_publish made it already, as a rule */
-    int later = !x->reach[peer] && quiet && x->has_probe == IPC_PROBE_MADE && b.has_probe == IPC_PROBE_LATER;
+    int later = !x->reach[peer] && quiet && x->has_probe == IPC_PROBE_MADE;
     int st = IPC_PROBE_FAILED;
+    rl_dev_handle probe;
     if (later) {
-        int32_t pid = 0;
-        st = peer_probe_state(x, peer, &b, &b.probe, &pid, why);
-        b.has_probe = st == IPC_PROBE_READY ? IPC_PROBE_MADE : IPC_PROBE_NONE;
+        ipc_proc proc;
+        st = peer_probe_state(x, peer, &b, &probe, &proc, why);
     }
     if (later && (st < 0 || st == IPC_PROBE_PENDING)) {
         /* Not awaited first (rl_ipc_peer_ready): the pair is not decided, a later call tries again. */
@@ -583,7 +572,7 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
         if (x->has_probe != IPC_PROBE_MADE) {
             /* Peers cannot map this rank's memory: the pair stages, on both ends. */
             snprintf(why, RL_ERR_MAX, "this rank exported no device memory of its own (its probe allocation failed)");
-        } else if (b.has_probe != IPC_PROBE_MADE) {
+        } else if (st != IPC_PROBE_READY) {
             snprintf(why, RL_ERR_MAX, "rank %d exported no device memory", peer);
         } else if (rl_dev_work_stuck()) {
             /* The probe could not be unmapped at once, and the peer frees it at its fini
@@ -592,7 +581,7 @@ int rl_ipc_reachable(void *ctx, int peer, const void *blob, size_t bloblen, char
             RL_INFO(x->in.rank, "cuda_ipc: rank %d's memory taken as mappable without its probe (device work of this "
                                 "process did not finish)", peer);
             x->reach[peer] = 1;
-        } else if (x->d->mem_import(&b.probe, &p) != RL_DEV_OK) {
+        } else if (x->d->mem_import(&probe, &p) != RL_DEV_OK) {
             snprintf(why, RL_ERR_MAX, "rank %d's device memory cannot be mapped here: %s", peer, rl_dev_error());
         } else {
             /* Unmapped at once (a quiet section, nothing stuck): the peer frees it at its fini. */

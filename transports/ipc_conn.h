@@ -31,18 +31,19 @@
 #define IPC_NAME_MAX 64
 enum { IPC_MAPPED = 0, IPC_UNMAPPED = 1, IPC_UNMAP_LATER = 2 }; /* ctl_t.unmapped */
 
-/* blob_t.has_probe, ipc_ctx.has_probe: none (the allocation or its export failed), made
- * (in the blob), or made at the first use of device buffers (no context at init: published
- * in the segment's header then, seg_hdr.probe_state). */
+/* ipc_ctx.has_probe: none (the allocation or its export failed), made, or still to be made
+ * (at the communicator's first use of device buffers, published in the segment's header
+ * then, seg_hdr.probe_state). */
 enum { IPC_PROBE_NONE = 0, IPC_PROBE_MADE = 1, IPC_PROBE_LATER = 2 };
 enum { IPC_PROBE_PENDING = 0, IPC_PROBE_READY = 1, IPC_PROBE_FAILED = 2 }; /* seg_hdr.probe_state */
 
 typedef struct {
     uint32_t magic;
     int32_t rank, nranks, pid;
+    uint64_t pidns; /* pid's PID namespace (rl_pid_ns) */
     uint64_t ctl_stride;
     uint8_t tag[32]; /* HMAC(secret, name) */
-    /* A probe made after init (IPC_PROBE_LATER): READY once probe holds its handle. */
+    /* The probe, made at the first use of device buffers: READY once probe holds its handle. */
     atomic_int probe_state;
     rl_dev_handle probe;
 } seg_hdr;
@@ -60,6 +61,7 @@ typedef struct {
     uint64_t slot_bytes;
     int32_t device;
     int32_t sender_pid;   /* to tell a sender that died from a mapping that failed */
+    uint64_t sender_pidns; /* sender_pid's PID namespace (rl_pid_ns) */
     rl_dev_handle handle; /* the sender's slots */
     /* receiver: IPC_UNMAPPED once its close unmapped the sender's slots (or it never
      * mapped them): the sender frees them only then, or when fifo.receiver is still NONE
@@ -79,8 +81,6 @@ typedef struct {
 /* What a rank publishes: its segment, and a probe allocation peers try to map. */
 typedef struct {
     char name[IPC_NAME_MAX];
-    uint32_t has_probe; /* IPC_PROBE_* */
-    rl_dev_handle probe;
 } blob_t;
 _Static_assert(sizeof(blob_t) <= RL_BLOB_MAX, "blob too large");
 
@@ -96,11 +96,17 @@ _Static_assert(sizeof(ipc_op) <= RL_TREQ_PRIV, "request private area too small")
 
 struct ipc_ctx;
 
+/* A peer's process: its pid, which means that process only in its PID namespace ns. */
+typedef struct {
+    int32_t pid;
+    uint64_t ns;
+} ipc_proc;
+
 typedef struct ipc_conn {
     struct ipc_ctx *ctx;
     struct ipc_conn *next;
     int peer, sending, device;
-    int32_t peer_pid; /* sender: the receiver's process */
+    ipc_proc peer_proc; /* sender: the receiver's process */
     ctl_t *ctl;
     void *ctl_map; /* sender: its block mapped from the receiver's segment */
     size_t ctl_map_len;
@@ -183,7 +189,7 @@ static inline int conn_streams(ipc_conn *k, char *err) {
 }
 
 /* A process that exited (or was killed): gone, or a zombie not reaped yet (util.h). */
-static inline int process_gone(int32_t pid) { return rl_process_gone((int)pid); }
+static inline int process_gone(ipc_proc p) { return rl_process_gone_in((int)p.pid, p.ns); }
 
 /* Why the peer will not use cuda_ipc with this rank (ctl_t.declined), in why (RL_ERR_MAX). */
 static inline void declined_why(const ipc_conn *k, char *why) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "log.h"
@@ -36,6 +37,17 @@ int rl_process_gone(int pid) {
     buf[n] = 0;
     const char *close_paren = strrchr(buf, ')'); /* the state follows the command name */
     return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+unsigned long long rl_pid_ns(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+int rl_process_gone_in(int pid, unsigned long long ns) {
+    unsigned long long mine = rl_pid_ns();
+    if (ns != mine && ns && mine) return 0;
+    return rl_process_gone(pid);
 }
 
 int rl_parse_int(const char *s, long long lo, long long hi, long long *out) {

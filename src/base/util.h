@@ -18,6 +18,13 @@ void rl_sleep_ms(int ms);
 /* Whether the process exited (or was killed): gone, or a zombie not reaped yet (its memory
  * and descriptors are already released). 0 for pid <= 0. */
 int rl_process_gone(int pid);
+/* This process's PID namespace (the inode of /proc/self/ns/pid), 0 where unknown. */
+unsigned long long rl_pid_ns(void);
+/* rl_process_gone for a pid another process read in its PID namespace ns (its rl_pid_ns):
+ * 0, "not known to be gone", where ns is not this process's namespace, since that pid
+ * names another process here or none (two containers sharing /dev/shm and the IPC
+ * namespace, not the PID namespace). */
+int rl_process_gone_in(int pid, unsigned long long ns);
 /* Integer from the environment, def when unset; a value that does not parse or is out
  * of [lo, hi] gives def with a warning. K/M/G suffixes (powers of 1024) accepted. Init
  * refuses such values of every RINGLET_* variable first (src/comm/envcheck.c, with the same

@@ -4,7 +4,7 @@
  * and abort lets go of the stream. Run by stream.sh at P = 2 through ringlet-run, on the
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
- *   stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy|legacy-devices|capture
+ *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
  *          |capture-other|per-thread|pending-copies|failed-copies
  *          |abort-copies [--count N]
  *
@@ -45,10 +45,14 @@
  *   then the destroy; afterwards no device may have a context (each is GPU memory, hundreds
  *   of MB on a GPU, that a job on host buffers has no use for; cuda_ipc's probe allocation
  *   at init made one on device 0).
- * late-probe: rank 0 chooses its device before init (cuda_ipc's probe allocation is made
- *   there), rank 1 after (no context at init: its probe is made at its first device buffers,
- *   and rank 0 waits for it then): checked all-reduces on device buffers; stream.sh checks
- *   that both ranks went over cuda_ipc, not staged through host memory.
+ * probe-device: rank 0 makes a context on device 0 before init (it chooses the device and
+ *   allocates there), then passes buffers of the last device, which rank 1 chooses after
+ *   init: checked all-reduces on device buffers; stream.sh checks that both ranks went over
+ *   cuda_ipc. With two devices that cannot access each other (RINGLET_SIM_PEER=0), a probe
+ *   made on the init thread's device judged the wrong pair: rank 1 could not map rank 0's
+ *   device-0 probe, while rank 0 could map rank 1's, so the pair was allowed one way only
+ *   and failed, where both ranks' buffers are on one device.
+ * pidns: see pidns_case.
  * probe-order: two communicators (the world, X, and a split of it, Y), both made before
  *   either rank chose a device, so that each makes its cuda_ipc probe at its first device
  *   buffers. Rank 0 starts an all-reduce on X on a thread of its own, then (once rank 1 says
@@ -586,6 +590,31 @@ static void *probe_thread(void *arg) {
 
 static void probe_group(ringlet_comm_t a, ringlet_comm_t b, int P, size_t n, int dev);
 
+/* pidns: rank 1 runs in a PID namespace of its own (stream.sh starts it through unshare),
+ * as in a container that shares /dev/shm and the IPC namespace but not the PIDs: rank 0's
+ * pid names another process there, or none. Rank 1 calls an all-reduce on device buffers,
+ * rank 0 makes no device call, so its cuda_ipc probe is never made: rank 1 must wait for it
+ * until RINGLET_TIMEOUT and say so, not take rank 0 for gone (its pid looked gone from rank
+ * 1's namespace: "ended before it made its device memory probe" at once, which failed
+ * every first device call that found a peer's probe not made yet). */
+static void pidns_case(ringlet_comm_t comm, size_t n) {
+    if (g_rank == 1) {
+        void *d = NULL;
+        DEV(D->set_device(0));
+        DEV(D->mem_alloc(&d, n * 4));
+        ringlet_result_t rc = ringlet_allreduce(d, d, n, RINGLET_UINT32, RINGLET_SUM, comm, NULL);
+        const char *m = ringlet_comm_last_error(comm);
+        if (rc == RINGLET_SUCCESS) FAIL("pidns: an all-reduce on device buffers succeeded without rank 0's");
+        if (!strstr(m, "made no device memory probe within RINGLET_TIMEOUT"))
+            FAIL("pidns: rank 1's all-reduce failed, but not waiting for rank 0's probe: %s", m);
+        DEV(D->mem_free(d));
+    }
+    /* Ends either way: done, or failed with rank 1's communicator. */
+    (void)ringlet_barrier(comm, NULL);
+    ringlet_comm_abort(comm);
+    ringlet_comm_destroy(comm);
+}
+
 static void probe_order_case(ringlet_comm_t x, int P, size_t n, const char *dir, int dev) {
     ringlet_comm_t y, x2, y2; /* all made before this process chose a device */
     if (ringlet_comm_split(x, 0, g_rank, &y) != RINGLET_SUCCESS || ringlet_comm_split(x, 0, g_rank, &x2) != RINGLET_SUCCESS ||
@@ -907,7 +936,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
-            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|late-probe|probe-order|legacy"
+            fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
                             "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies [--count N] "
                             "[--dir D]\n");
             return 2;
@@ -928,7 +957,13 @@ int main(int argc, char **argv) {
     int fresh = !strcmp(cas, "fresh");
     if (fresh) DEV(D->set_device(1)); /* this process uses device 1 only, from init on */
     const char *env_rank = getenv("RANK");
-    if (!strcmp(cas, "late-probe") && env_rank && !strcmp(env_rank, "0")) DEV(D->set_device(0));
+    int probe_device = !strcmp(cas, "probe-device");
+    if (probe_device && env_rank && !strcmp(env_rank, "0")) { /* a context on device 0 at init */
+        void *p = NULL;
+        DEV(D->set_device(0));
+        DEV(D->mem_alloc(&p, 4096));
+        DEV(D->mem_free(p));
+    }
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm) != RINGLET_SUCCESS) FAIL("%s", ringlet_comm_last_error(NULL));
     int P;
@@ -937,6 +972,11 @@ int main(int argc, char **argv) {
     if (P != 2) FAIL("run with 2 ranks");
     int ndev = 1;
     DEV(D->count(&ndev));
+    if (!strcmp(cas, "pidns")) {
+        pidns_case(comm, n);
+        printf("stream: rank %d: OK pidns\n", g_rank);
+        return 0;
+    }
     if (!strcmp(cas, "probe-order")) {
         probe_order_case(comm, P, n, dir, g_rank % ndev);
         printf("stream: rank %d: OK probe-order\n", g_rank);
@@ -953,7 +993,7 @@ int main(int argc, char **argv) {
         printf("stream: rank %d: OK host: host buffers only, no context on any of %d devices\n", g_rank, ndev);
         return 0;
     }
-    g_dev = fresh ? 1 : g_rank % ndev;
+    g_dev = fresh ? 1 : probe_device ? ndev - 1 : g_rank % ndev;
     DEV(D->set_device(g_dev));
     if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
     char path[4096];
@@ -1049,13 +1089,13 @@ int main(int argc, char **argv) {
         DEV(D->mem_free(d));
         return 0;
     }
-    if (!strcmp(cas, "late-probe")) {
+    if (probe_device) {
         rl_dev_stream_t s;
         DEV(D->stream_create(&s));
-        checked_allreduce(comm, P, n, s, g_dev, "a probe made at init on rank 0, at first use on rank 1");
+        checked_allreduce(comm, P, n, s, g_dev, "both ranks' buffers on the last device, rank 0 at init on device 0");
         DEV(D->stream_destroy(s));
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
-        printf("stream: rank %d: OK late-probe\n", g_rank);
+        printf("stream: rank %d: OK probe-device (device %d of %d)\n", g_rank, g_dev, ndev);
         return 0;
     }
     if (!strcmp(cas, "devices")) {
