@@ -246,9 +246,10 @@ ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scal
 ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t comm);
 
 /* ---- collectives (blocking on host buffers) ----
- * sendbuf == recvbuf is the in-place form. Counts are in elements. The buffers of a
- * reduction (allreduce, reduce, reduce_scatter) are aligned to their element size, else
- * RINGLET_ERR_INVALID_ARGUMENT; the other calls take any alignment. */
+ * sendbuf == recvbuf is the in-place form (each call below says where it differs); buffers
+ * that overlap otherwise are RINGLET_ERR_INVALID_ARGUMENT. Counts are in elements. The
+ * buffers of a reduction (allreduce, reduce, reduce_scatter) are aligned to their element
+ * size, else RINGLET_ERR_INVALID_ARGUMENT; the other calls take any alignment. */
 ringlet_result_t ringlet_allreduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                    ringlet_op_t op, ringlet_comm_t comm, void *stream);
 /* root's sendbuf goes to every rank's recvbuf (root's recvbuf too). sendbuf is read on root only. */

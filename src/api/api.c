@@ -121,6 +121,45 @@ static ringlet_result_t check_capture(struct ringlet_comm *c, const char *fn, co
     return RINGLET_SUCCESS;
 }
 
+/* sendbuf and recvbuf may overlap only in the call's in-place form (ringlet.h): otherwise
+ * the algorithms read blocks of sendbuf that they already wrote through recvbuf, and a
+ * device copy between overlapping ranges is undefined in CUDA (cudaMemcpyAsync), so the
+ * result would be wrong data, not an error. one: a block's bytes; all: nranks blocks for
+ * the calls that take them, else one. */
+static ringlet_result_t check_overlap(struct ringlet_comm *c, const call_t *a, size_t one, size_t all, int is_root) {
+    uintptr_t s = (uintptr_t)a->sendbuf, r = (uintptr_t)a->recvbuf;
+    size_t slen = one, rlen = one;
+    int me = is_root ? a->root : c->rank; /* the block that is this rank's own */
+    int in_place = s == r;
+    const char *form = "sendbuf == recvbuf";
+    switch (a->kind) {
+    case RL_OP_ALLGATHER:
+    case RL_OP_GATHER:
+        rlen = all;
+        in_place = s == r + (uintptr_t)me * one;
+        form = a->kind == RL_OP_GATHER ? "the root's sendbuf == recvbuf + root * count elements"
+                                       : "sendbuf == recvbuf + rank * sendcount elements";
+        break;
+    case RL_OP_REDUCE_SCATTER:
+    case RL_OP_SCATTER:
+        slen = all;
+        in_place = r == s + (uintptr_t)me * one;
+        form = a->kind == RL_OP_SCATTER ? "the root's recvbuf == sendbuf + root * count elements"
+                                        : "recvbuf == sendbuf + rank * recvcount elements";
+        break;
+    case RL_OP_ALLTOALL:
+        slen = rlen = all;
+        break;
+    default:
+        break;
+    }
+    if (in_place || s >= r + rlen || r >= s + slen) return RINGLET_SUCCESS;
+    return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                    "%s: sendbuf (%p, %zu bytes) and recvbuf (%p, %zu bytes) overlap, and not in the in-place form "
+                    "(%s)",
+                    rl_op_name(a->kind), a->sendbuf, slen, a->recvbuf, rlen, form);
+}
+
 static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
@@ -169,6 +208,7 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
                             fn, bad, bad[0] == 's' ? a->sendbuf : (const void *)a->recvbuf, es,
                             rl_dtype_name(a->dtype));
     }
+    if (needs_send && needs_recv) return check_overlap(c, a, a->count * es, span, is_root);
     return RINGLET_SUCCESS;
 }
 

@@ -624,6 +624,33 @@ static int run_p2(void) {
             check_call(reducing[k], &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "recvbuf", d, __LINE__);
         }
     }
+    /* sendbuf and recvbuf overlapping other than in the in-place form (a float past it):
+     * refused, since the result would be wrong data (and a device copy between them is
+     * undefined in CUDA) */
+    {
+        const int me4 = g_rank * 4; /* this rank's block, 4 elements each */
+        for (int k = 0; k < K_NUM; k++) {
+            if (k == K_BARRIER || k == K_SEND || k == K_RECV) continue;
+            a = valid_args();
+            if (k == K_ALLGATHER) a.s = g_r + me4 + 1, a.r = g_r;
+            else if (k == K_REDUCE_SCATTER) a.s = g_s, a.r = (float *)g_s + me4 + 1;
+            else a.s = g_s, a.r = (float *)g_s + 1;
+            check_call(k, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+                       "sendbuf and recvbuf a float apart from the in-place form", __LINE__);
+        }
+        if (g_rank != 0) { /* sendbuf == recvbuf is the in-place form of rank 0 only */
+            a = valid_args();
+            a.s = g_r;
+            check_call(K_ALLGATHER, &a, comm, comm, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+                       "sendbuf == recvbuf on a rank other than 0", __LINE__);
+        }
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+              ringlet_alltoall(g_s, (float *)g_s + 1, 4, RINGLET_FLOAT32, comm, NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+              ringlet_gather(g_r + me4 + 1, g_r, 4, RINGLET_FLOAT32, g_rank, comm, NULL));
+        CHECK(comm, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+              ringlet_scatter(g_s, (float *)g_s + me4 + 1, 4, RINGLET_FLOAT32, g_rank, comm, NULL));
+    }
     {
         uint16_t hv[4] = {0};
         CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "dst",
@@ -699,6 +726,22 @@ static int run_p2(void) {
         }
         free(gall);
         EXPECT(ok, "an all-gather of buffers a byte off their alignment failed or gave a wrong result");
+        /* the in-place forms of all-gather and reduce-scatter (their buffers overlap) work */
+        int32_t *ip = malloc((size_t)P * N * sizeof *ip);
+        for (int i = 0; ip && i < N; i++) ip[(size_t)me * N + (size_t)i] = i * 7 + me * 1009;
+        rc = ip ? ringlet_allgather(ip + (size_t)me * N, ip, N, RINGLET_INT32, comm, NULL) : RINGLET_ERR_SYSTEM;
+        ok = rc == RINGLET_SUCCESS;
+        for (int r = 0; ok && r < P; r++)
+            for (int i = 0; ok && i < N; i++) ok = ip[(size_t)r * N + (size_t)i] == i * 7 + r * 1009;
+        EXPECT(ok, "an in-place all-gather (sendbuf == recvbuf + rank * count) failed or gave a wrong result");
+        for (size_t i = 0; ip && i < (size_t)P * N; i++) ip[i] = (int32_t)(i * 3 + (size_t)me);
+        rc = ip ? ringlet_reduce_scatter(ip, ip + (size_t)me * N, N, RINGLET_INT32, RINGLET_SUM, comm, NULL)
+                : RINGLET_ERR_SYSTEM;
+        ok = rc == RINGLET_SUCCESS;
+        for (int i = 0; ok && i < N; i++)
+            ok = ip[(size_t)me * N + (size_t)i] == (int32_t)(((size_t)me * N + (size_t)i) * 3 * (size_t)P) + P * (P - 1) / 2;
+        EXPECT(ok, "an in-place reduce-scatter (recvbuf == sendbuf + rank * count) failed or gave a wrong result");
+        free(ip);
     }
     device_checks(comm);
 
