@@ -335,10 +335,33 @@ int sim_malloc(void **p, size_t bytes) {
 /* cudaFree: synchronises the device first. Freeing memory that another live process has
  * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
  * importer closes it first); the simulator stops the process there, as a sanitizer would. */
+/* cudaFreeHost: CUDA's documentation promises no synchronisation (cudaFree's is stated:
+ * the Programming Guide's stream-ordered allocator chapter says cudaMalloc and cudaFree
+ * synchronise the GPU across all streams; nothing says it of cudaFreeHost), so work queued
+ * or running that still uses the memory would touch freed memory: the simulator stops the
+ * process that does it (as ipc_close). A free may synchronise all the same, so it fails
+ * where that would hang (a held stream) or is forbidden (a capture). */
+static int free_may_sync(void *p, int kind, const char *what) {
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    const void *eng = a && a->kind == kind && a->user == p ? a->eng : NULL;
+    size_t bytes = eng ? a->bytes : 0;
+    pthread_rwlock_unlock(&g_mu);
+    int dev = -1;
+    if (eng && sim_work_uses(eng, bytes, &dev)) {
+        fprintf(stderr, "simulated GPU: %s(%p) in pid %d while work queued on a stream of device %d still uses that "
+                        "memory (undefined in CUDA, which does not say that a free waits for it: wait for the work "
+                        "first)\n",
+                what, p, (int)getpid(), dev);
+        abort();
+    }
+    return sim_device_may_sync(what);
+}
+
 int sim_free(void *p) {
     CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;
-    int rc = sim_device_sync("cudaFree");
+    int rc = sim_device_sync("cudaFree"); /* waits for every stream (see free_may_sync) */
     if (rc) return rc;
     alloc_t *a = take(p, KIND_DEVICE, NULL);
     if (!a)
@@ -386,7 +409,7 @@ int sim_host_alloc(void **p, size_t bytes) {
 int sim_free_host(void *p) {
     CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;
-    int rc = sim_device_sync("cudaFreeHost");
+    int rc = free_may_sync(p, KIND_PINNED, "cudaFreeHost");
     if (rc) return rc;
     alloc_t *a = take(p, KIND_PINNED, NULL);
     if (!a) return sim_fail(RL_RT_ERR_INVALID_VALUE, "free_host: %p is not the start of a pinned allocation", p);

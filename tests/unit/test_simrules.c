@@ -470,6 +470,8 @@ static void rule_sync(void) {
     CHECK(event_done(e), "cudaMalloc returned before the work queued on another stream was done");
     /* A held stream: each call fails, naming itself, instead of hanging. */
     volatile uint64_t *flag = new_flag();
+    void *q = NULL;
+    RT_OK(R->host_alloc(&q, 4096)); /* pinned memory no work uses (the flag is: child_free_in_use) */
     RT_OK(R->launch_wait_flag(flag, 1, a));
     struct {
         const char *name;
@@ -478,7 +480,7 @@ static void rule_sync(void) {
         {"cudaMalloc", R->malloc(&p, 4096)},
         {"cudaFree", R->free(y)},
         {"cudaHostAlloc", R->host_alloc(&p, 4096)},
-        {"cudaFreeHost", R->free_host((void *)flag)},
+        {"cudaFreeHost", R->free_host(q)},
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         CHECK(calls[i].rc == RL_RT_ERR_SIM_DEADLOCK, "%s behind a held stream returned %d, not the deadlock",
@@ -490,6 +492,7 @@ static void rule_sync(void) {
     RT_OK(R->stream_synchronize(a));
     RT_OK(R->free(y));
     RT_OK(R->free(x));
+    RT_OK(R->free_host(q));
     RT_OK(R->free_host((void *)flag));
     RT_OK(R->event_destroy(e));
     RT_OK(R->stream_destroy(a));
@@ -1308,6 +1311,54 @@ static void rule_ipc_devices(void) {
     CHECK(st == 0, "the exporter's free after its importer exited: status %d, said: %s", st, said);
 }
 
+/* A free while work queued behind a held stream still uses the memory. cudaFree waits for
+ * every stream (the Programming Guide says so), so behind a held stream it is the deadlock;
+ * cudaFreeHost is not said to wait, so a free of the hold's own pinned flag, which the
+ * queued wait reads, stops the process. Run as a child; prints "freed: <rc>". */
+static int child_free_in_use(int pinned) {
+    RT_OK(R->load_kernels());
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    volatile uint64_t *flag = new_flag();
+    void *d = NULL;
+    RT_OK(R->malloc(&d, 4096));
+    RT_OK(R->launch_wait_flag(flag, 1, s));
+    RT_OK(R->launch_reduce(d, d, d, 1024, RINGLET_INT32, RINGLET_SUM, s));
+    int rc = pinned ? R->free_host((void *)flag) : R->free(d);
+    printf("freed: %d\n", rc);
+    return 0;
+}
+
+/* Runs child mode name, its output (stdout and stderr) into said; its status (-SIGNAL if killed). */
+static int run_child_said(const char *name, char *said, size_t len) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1000;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[1]);
+        execl("/proc/self/exe", "test_simrules", "--child", name, (char *)NULL);
+        _exit(99);
+    }
+    close(fd[1]);
+    int st = child_output(pid, fd[0], said, len);
+    close(fd[0]);
+    return st;
+}
+
+static void rule_free_in_use(void) {
+    char said[1024];
+    int st = run_child_said("free-in-use-pinned", said, sizeof said);
+    CHECK(st == -SIGABRT && strstr(said, "cudaFreeHost") && strstr(said, "still uses that memory"),
+          "cudaFreeHost with a queued wait reading the memory: status %d (want SIGABRT), said: %s", st, said);
+    st = run_child_said("free-in-use-device", said, sizeof said);
+    CHECK(st == 0 && strstr(said, "freed: 10001"),
+          "cudaFree with queued work behind a held stream: status %d (want the deadlock, 10001), said: %s", st, said);
+}
+
 static void rule_ipc_close(void) {
     exporter_t x;
     rl_dev_handle h;
@@ -1446,6 +1497,8 @@ static int child(const char *name) {
     else if (!strcmp(name, "ipc-export")) return child_ipc_export();
     else if (!strcmp(name, "ipc-import-exit")) return child_ipc_import_exit();
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
+    else if (!strcmp(name, "free-in-use-device")) return child_free_in_use(0);
+    else if (!strcmp(name, "free-in-use-pinned")) return child_free_in_use(1);
     else if (!strcmp(name, "stuck")) child_stuck();
     else if (!strcmp(name, "deadlock-exit")) return child_deadlock_exit();
     else if (!strcmp(name, "fork-count")) return child_fork_count();
@@ -1479,6 +1532,7 @@ int main(int argc, char **argv) {
     rule_queues();
     rule_ipc_free();
     rule_ipc_close();
+    rule_free_in_use();
     rule_ipc_devices();
     CHECK(run_child("stuck", "RINGLET_DEVICE", "sim") == 0, "frees behind work noted stuck: the child failed");
     setenv("RINGLET_DEVICE", "sim", 1); /* rl_dev_free_later's device layer */
