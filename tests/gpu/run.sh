@@ -42,11 +42,11 @@ SELF=tests/gpu/run.sh
 #          build needs make's output: --steps runs the build step first when $BUILD lacks it
 STEP_TABLE='
 preflight|10|-|GPU, driver, CUDA version, compute mode, MIG, MPS control (nvidia-cuda-mps-control), GPU processes; nvcc, compute-sanitizer, cores
-build|60|-|make -j16: the library with its CUDA kernels (fails if nvcc is here and reduce_cuda.o is not), tests, libnccl.so.2
+build|45|-|make -j16: the library with its CUDA kernels (fails if nvcc is here and reduce_cuda.o is not), tests, libnccl.so.2
 test_kernels-quick|25|gpu|tests/gpu/test_kernels --max-n 262147: device kernels against the CPU ones bit for bit (reduce, divide, many, scale, convert, wait/write flag, last error)
 collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
 collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
-stream-p2|40|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue)
+stream-p2|55|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue)
 torch-nccl-p2|50|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
 ipc-p4|55|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it)
 ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)
@@ -149,6 +149,8 @@ step_preflight() {
     echo "commit: $commit"
     echo "nvcc: ${NVCC:-none}${NVCC:+ ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))}"
     echo "compute-sanitizer: ${SANITIZER:-none}"
+    echo "cc: $(${CC:-cc} --version 2>/dev/null | head -n 1); $(ldd --version 2>/dev/null | head -n 1)"
+    echo "environment: $(env | grep -E '^(CUDA|NCCL|TORCH|LD_PRELOAD|LD_LIBRARY_PATH|PYTHON)' | tr '\n' ' ')"
     if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
         echo "MPS control: $(command -v nvidia-cuda-mps-control)"
     else
@@ -220,7 +222,7 @@ step_device_collectives_tcp() { collectives_cuda tcp; }
 step_device_mps() { bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" RINGLET_TEST_MEMORY=device \
     RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
 step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order \
-    STREAM_RUN_LIMIT=25 STREAM_RUN_GRACE=3 bash tests/mp/stream.sh; }
+    STREAM_RUN_LIMIT=15 STREAM_RUN_GRACE=2 bash tests/mp/stream.sh; }
 step_device_stream() { cuda_env bash tests/mp/stream.sh; }
 step_device_batch() { cuda_env bash tests/mp/batch.sh; }
 step_device_more() { cuda_env bash tests/mp/more.sh; }
@@ -449,7 +451,7 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
         GPU_INFO="nvidia-smi lists none: $(head -n 1 <<<"$GPU_INFO")"
     fi
 fi
-OUT=${RINGLET_GPU_OUT:-$GB}
+OUT=${RINGLET_GPU_OUT:-${OUT:-$GB}} # the device machine's $OUT where RINGLET_GPU_OUT is not set
 export RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-20}
 # tests/mp/gpu.sh (run by `make test`, as host-suite does) skips itself while this script runs.
 export RINGLET_GPU_RUN_ACTIVE=1
