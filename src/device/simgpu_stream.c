@@ -597,6 +597,7 @@ int sim_device_sync_loading(const char *what) { return device_sync(what, 0); }
  * (status 70, the message on stderr) instead, as strict as the hang: a caller that takes
  * the error as a warning, which a GPU would not let it, cannot pass a test (the suite's
  * default, tests/run.sh). */
+static int deadlock_fail(const char *msg);
 static int held_fail(const char *what, rl_dev_stream_t s, const held_t *h) {
     char msg[256];
     snprintf(msg, sizeof msg,
@@ -605,6 +606,20 @@ static int held_fail(const char *what, rl_dev_stream_t s, const held_t *h) {
              what, s->legacy ? " legacy default" : "", s->device, h->word,
              (unsigned long long)__atomic_load_n((const uint64_t *)h->word, __ATOMIC_ACQUIRE),
              (unsigned long long)h->value);
+    return deadlock_fail(msg);
+}
+
+/* A call that may wait for its own stream s, held by the flag wait h. */
+static int stream_held_fail(const char *what, rl_dev_stream_t s, const held_t *h) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s may wait for its stream (of device %d), which is held by a flag wait (word %p holds "
+             "%llu, awaited %llu)",
+             what, s->device, h->word, (unsigned long long)__atomic_load_n((const uint64_t *)h->word, __ATOMIC_ACQUIRE),
+             (unsigned long long)h->value);
+    return deadlock_fail(msg);
+}
+
+static int deadlock_fail(const char *msg) {
     const char *on = getenv("RINGLET_SIM_ON_DEADLOCK");
     if (on && !strcasecmp(on, "exit")) {
         fprintf(stderr, "ringlet simulated GPU (pid %d): deadlock on a GPU: %s; the process ends here "
@@ -995,6 +1010,18 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
         a = o->owned;
     }
     if (o) o->dst = d, o->a = a, o->n = bytes;
+    /* Pageable memory either way may synchronise with the stream ("the driver may
+     * synchronize with the stream and stage the copy into pinned memory"; into pageable
+     * memory the call returns once done): behind a held stream that would hang. */
+    if (ks == SIM_MEM_PAGEABLE || kd == SIM_MEM_PAGEABLE) {
+        rl_dev_stream_t r = s;
+        held_t h;
+        if (!resolve(&r) && held_by(r, &h)) {
+            free(o ? o->owned : NULL);
+            free(o);
+            return stream_held_fail("memcpy_async with pageable host memory", r, &h);
+        }
+    }
     rc = sim_enqueue(s, o, "memcpy_async");
     if (rc) return rc;
     if (kd == SIM_MEM_PAGEABLE || (ks == SIM_MEM_PAGEABLE && kd != SIM_MEM_DEVICE))

@@ -660,21 +660,6 @@ static int child_devices(void) {
 
 /* ---- pageable copies and the legacy default stream ---- */
 
-typedef struct {
-    volatile uint64_t *flag;
-    atomic_int returned, late;
-} releaser_arg;
-
-/* Releases the flag once the main thread says its call returned, or at a 30 s deadline
- * (then late: the call waited for the held stream). */
-static void *releaser(void *arg) {
-    releaser_arg *r = arg;
-    for (int ms = 0; ms < 30000 && !atomic_load(&r->returned); ms++) usleep(1000);
-    atomic_store(&r->late, !atomic_load(&r->returned));
-    release(r->flag, 1);
-    return NULL;
-}
-
 static void rule_pageable(void) {
     rl_dev_stream_t s;
     RT_OK(R->stream_create(&s, 0));
@@ -692,24 +677,30 @@ static void rule_pageable(void) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)i + 40;
     CHECK(bad == 0, "copies with pageable memory: %zu elements wrong without a sync", bad);
-    /* From pageable memory to the device behind a held stream: staged at the call, which
-     * returns without waiting for the stream; the copy runs once the stream reaches it. */
-    releaser_arg r = {.flag = new_flag()};
-    pthread_t t;
-    RT_OK(R->stream_wait_value64(s, r.flag, 1));
+    /* Pageable memory behind a held stream, either way: CUDA "may synchronize with the
+     * stream" to stage the copy (to the device), or returns once it is done (to the host),
+     * so either may hang there: refused as the deadlock, queueing nothing. */
+    volatile uint64_t *flag = new_flag();
+    RT_OK(R->stream_wait_value64(s, flag, 1));
     for (size_t i = 0; i < n; i++) h[i] = (int32_t)(7 * i + 3);
-    CHECK(pthread_create(&t, NULL, releaser, &r) == 0, "no thread");
-    RT_OK(R->memcpy_async(x, h, n * 4, s));
-    atomic_store(&r.returned, 1);
-    pthread_join(t, NULL);
-    CHECK(!atomic_load(&r.late), "a copy from pageable memory to the device waited for the stream's held work");
+    int rc = R->memcpy_async(x, h, n * 4, s);
+    CHECK(rc == RL_RT_ERR_SIM_DEADLOCK && strstr(R->error_detail(), "pageable host memory may wait for its stream"),
+          "a copy from pageable memory to the device behind a held stream returned %d (%s), not the deadlock", rc,
+          R->error_detail());
+    R->get_last_error();
+    rc = R->memcpy_async(h, x, n * 4, s);
+    CHECK(rc == RL_RT_ERR_SIM_DEADLOCK, "a copy to pageable memory behind a held stream returned %d, not the deadlock",
+          rc);
+    R->get_last_error();
+    release(flag, 1);
+    RT_OK(R->memcpy_async(x, h, n * 4, s)); /* staged at the call */
     memset(h, 0, n * 4);
     RT_OK(R->stream_synchronize(s));
     RT_OK(R->memcpy_async(h, x, n * 4, s));
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)(7 * i + 3);
     CHECK(bad == 0, "a staged copy from pageable memory: %zu elements wrong", bad);
-    RT_OK(R->free_host((void *)r.flag));
+    RT_OK(R->free_host((void *)flag));
     RT_OK(R->free(x));
     RT_OK(R->free_host(one));
     RT_OK(R->stream_destroy(s));
