@@ -470,8 +470,8 @@ static int decline_peer(ipc_ctx *x, int peer, const blob_t *b) {
     return committed ? -1 : 0;
 }
 
-/* The first use of device buffers, for a probe put off at init: makes it on the current
- * device and publishes it in the segment's header (x->mu held, in a quiet section). */
+/* The first use of device buffers: makes the probe on the current device (the buffers')
+ * and publishes it in the segment's header (x->mu held, in a quiet section). */
 static void publish_probe(ipc_ctx *x) {
     if (x->has_probe != IPC_PROBE_LATER) return;
     char why[RL_ERR_MAX] = "";
@@ -492,7 +492,7 @@ ringlet_result_t rl_ipc_publish(void *ctx, char *why) {
     return RINGLET_SUCCESS;
 }
 
-/* The state of a peer's probe put off at its init (IPC_PROBE_*: PENDING, READY with *h,
+/* The state of a peer's probe, made at its first use of device buffers (IPC_PROBE_*: PENDING, READY with *h,
  * FAILED), read from its segment's header; -1 with why where that cannot be mapped. */
 static int peer_probe_state(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle *h, ipc_proc *proc, char *why) {
     void *m = NULL;
@@ -508,8 +508,8 @@ static int peer_probe_state(ipc_ctx *x, int peer, const blob_t *b, rl_dev_handle
 
 /* Waits, with no quiet section held (a rank waiting in one would hold up every stream
  * call of its process, and two processes preparing two communicators in opposite orders
- * would wait for each other), until a peer whose probe was put off at its init has
- * published it: at its own first use of device buffers, before it waits for anyone's
+ * would wait for each other), until the peer has published its probe: at its own first
+ * use of device buffers, before it waits for anyone's
  * (rl_ipc_publish). Nothing to wait for where this rank has no probe (the pair stages). */
 ringlet_result_t rl_ipc_peer_ready(void *ctx, int peer, const void *blob, size_t bloblen, double deadline, char *why) {
     ipc_ctx *x = ctx;

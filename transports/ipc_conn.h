@@ -23,7 +23,7 @@
 #include "transport.h"
 #include "util.h"
 
-#define IPC_MAGIC 0x43504952u /* "RIPC" */
+#define IPC_MAGIC 0x32504952u /* "RIP2": the layout of 2026-12-05 (pid namespaces, no probe in the blob) */
 /* The control segment's header page and the unit of its per-peer blocks: 64 KiB, the largest
  * page Linux uses, since a peer maps its block at its offset (as shm.h's RL_SHM_PAGE). */
 #define IPC_PAGE 65536u
@@ -78,7 +78,7 @@ typedef struct {
     rec_t rec[IPC_MAX_SLOTS];
 } ctl_t;
 
-/* What a rank publishes: its segment, and a probe allocation peers try to map. */
+/* What a rank publishes: its segment's name (its probe is published in the segment's header). */
 typedef struct {
     char name[IPC_NAME_MAX];
 } blob_t;

@@ -129,7 +129,7 @@ typedef struct rl_transport_ops {
      * again), -2 where it was not awaited first (peer_ready: a defect of ringlet's). */
     int (*reachable)(void *ctx, int peer, const void *peer_blob, size_t bloblen, char *why);
     /* Optional, with reachable, for what a rank makes only at its first use of device
-     * buffers (cuda_ipc's probe, where it had no context at init): publish makes this
+     * buffers (cuda_ipc's probe): publish makes this
      * rank's (in a quiet section), then peer_ready waits, with no quiet section held and
      * within the deadline, until the peer's is there, before reachable is first called for
      * that peer; a rank publishes before it waits for anyone's. RINGLET_SUCCESS or an error

@@ -31,7 +31,7 @@ int rl_process_gone(int pid) {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
-    if (!f) return 1;
+    if (!f) return kill(pid, 0) != 0 && errno == ESRCH; /* no /proc here: it was alive at the kill */
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
@@ -40,8 +40,16 @@ int rl_process_gone(int pid) {
 }
 
 unsigned long long rl_pid_ns(void) {
+    /* Asked once per process (a child forked into a new namespace asks again). */
+    static _Atomic long long cached_pid = -1;
+    static _Atomic unsigned long long cached_ns;
+    long long me = (long long)getpid();
+    if (atomic_load(&cached_pid) == me) return atomic_load(&cached_ns);
     struct stat st;
-    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    atomic_store(&cached_ns, ns);
+    atomic_store(&cached_pid, me);
+    return ns;
 }
 
 int rl_process_gone_in(int pid, unsigned long long ns) {

@@ -233,8 +233,8 @@ static ringlet_result_t make_flag(struct rl_devcomm *s, char *err) {
     return RINGLET_SUCCESS;
 }
 
-/* cuda_ipc's probe of this rank, where it was put off at init: made now (in a quiet
- * section), on the current device. */
+/* cuda_ipc's probe of this rank, made at its first use of device buffers (in a quiet
+ * section), on the current device: the buffers'. */
 static ringlet_result_t publish_probe(struct ringlet_comm *c, struct rl_devcomm *s, char *err) {
     const rl_transport_ops *ipc = rl_transports[RL_TP_CUDA_IPC];
     void *ctx = c->tctx[RL_TP_CUDA_IPC];
@@ -263,7 +263,7 @@ ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err) 
 }
 
 /* Before the quiet section that first picks a transport for device buffers with a peer of
- * this host: what CUDA IPC's reachable needs from each (a probe put off at init) made here
+ * this host: what CUDA IPC's reachable needs from each (its probe, made at first use) made here
  * (in a quiet section of its own) and awaited from the peers with none held, for the
  * reason given at ready_connections. */
 static ringlet_result_t await_probes(struct ringlet_comm *c, struct rl_devcomm *s, const rl_dev_needs *need,

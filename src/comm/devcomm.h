@@ -90,8 +90,8 @@ struct rl_devcomm {
  * the device layer; waits (within the deadline) for peers to connect where device
  * connections are new. The thread's current device is kept. */
 ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *need, char *err);
-/* Calling thread, no lock held: cuda_ipc's probe of this rank made on device dev where it
- * was put off at init, as rl_devcomm_prepare makes it first. A group on several
+/* Calling thread, no lock held: cuda_ipc's probe of this rank made on device dev (once),
+ * as rl_devcomm_prepare makes it first. A group on several
  * communicators publishes every one's before it prepares any: a preparation waits for
  * its peers' probes, and a peer may prepare the group's communicators in another order. */
 ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err);

@@ -332,9 +332,6 @@ int sim_malloc(void **p, size_t bytes) {
     return RL_RT_SUCCESS;
 }
 
-/* cudaFree: synchronises the device first. Freeing memory that another live process has
- * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
- * importer closes it first); the simulator stops the process there, as a sanitizer would. */
 /* cudaFreeHost: CUDA's documentation promises no synchronisation (cudaFree's is stated:
  * the Programming Guide's stream-ordered allocator chapter says cudaMalloc and cudaFree
  * synchronise the GPU across all streams; nothing says it of cudaFreeHost), so work queued
@@ -358,6 +355,9 @@ static int free_may_sync(void *p, int kind, const char *what) {
     return sim_device_may_sync(what);
 }
 
+/* cudaFree: synchronises the device first. Freeing memory that another live process has
+ * open through IPC is undefined in CUDA (cudaIpcOpenMemHandle's documentation: the
+ * importer closes it first); the simulator stops the process there, as a sanitizer would. */
 int sim_free(void *p) {
     CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;
@@ -405,7 +405,7 @@ int sim_host_alloc(void **p, size_t bytes) {
     return RL_RT_SUCCESS;
 }
 
-/* cudaFreeHost: synchronises the device first. */
+/* cudaFreeHost: free_may_sync. */
 int sim_free_host(void *p) {
     CALL_BEGIN();
     if (!p) return RL_RT_SUCCESS;

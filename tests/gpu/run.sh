@@ -21,7 +21,8 @@
 # a step whose tool is missing (compute-sanitizer, MPS, a CUDA build of torch, nccl-tests).
 # Each step's output goes to $BUILD/tests/gpu/logs/<step>.log. As each step ends, its result
 # line and the tail of its log are appended to $OUT/results.txt, and $OUT/summary.txt is
-# rewritten (the table so far); OUT is $RINGLET_GPU_OUT, default $BUILD/tests/gpu. Both end
+# rewritten (the table so far); OUT is $RINGLET_GPU_OUT, else $OUT (the device machine's),
+# else $BUILD/tests/gpu. Both end
 # with the line "N passed, N failed, N skipped"; $OUT/logs.tar.gz holds the whole logs once
 # the run ends. Nothing else is written to OUT (the device tool brings back 8 files).
 #
@@ -46,7 +47,7 @@ build|45|-|make -j16: the library with its CUDA kernels (fails if nvcc is here a
 test_kernels-quick|25|gpu|tests/gpu/test_kernels --max-n 262147: device kernels against the CPU ones bit for bit (reduce, divide, many, scale, convert, wait/write flag, last error)
 collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
 collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
-stream-p2|55|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue)
+stream-p2|55|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue); capture, per-thread, the cuda_ipc probe cases
 torch-nccl-p2|50|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
 ipc-p4|55|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it)
 ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)
@@ -222,7 +223,7 @@ step_device_collectives_tcp() { collectives_cuda tcp; }
 step_device_mps() { bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" RINGLET_TEST_MEMORY=device \
     RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
 step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order \
-    STREAM_RUN_LIMIT=15 STREAM_RUN_GRACE=2 bash tests/mp/stream.sh; }
+    STREAM_RUN_LIMIT=20 STREAM_RUN_GRACE=2 bash tests/mp/stream.sh; }
 step_device_stream() { cuda_env bash tests/mp/stream.sh; }
 step_device_batch() { cuda_env bash tests/mp/batch.sh; }
 step_device_more() { cuda_env bash tests/mp/more.sh; }

@@ -744,6 +744,18 @@ static int run_p2(void) {
         free(ip);
     }
     device_checks(comm);
+    {
+        /* a group's send to this rank itself and its receive overlapping (a float apart): found
+         * where the group runs, so it fails the communicator, as its other mismatches do (last) */
+        reset_msg(NULL, "overlap"); /* before the group: CHECK's own reset would join it */
+        rc = ringlet_group_start();
+        if (rc == RINGLET_SUCCESS) rc = ringlet_send(g_s, 4, RINGLET_FLOAT32, me, comm, NULL);
+        if (rc == RINGLET_SUCCESS) rc = ringlet_recv((float *)g_s + 1, 4, RINGLET_FLOAT32, me, comm, NULL);
+        ringlet_result_t grc = ringlet_group_end();
+        EXPECT(rc == RINGLET_SUCCESS, "the group's start, send or receive to this rank itself failed");
+        check("a group's send to this rank itself and its receive a float apart", __LINE__, NULL,
+              RINGLET_ERR_INVALID_ARGUMENT, "overlap", grc);
+    }
 
     /* abort: every call afterwards is an INVALID_USAGE naming the abort; destroy succeeds */
     {
