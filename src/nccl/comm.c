@@ -217,7 +217,11 @@ static uint64_t child_key(struct ncclComm *parent, int color) {
     return key_of(v, sizeof v, KEY_SEED);
 }
 
+struct shim_reg; /* below: ncclCommRegister */
+static void regs_free(struct ncclComm *c);
+
 static void comm_free(struct ncclComm *c) {
+    regs_free(c);
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->join_mu);
@@ -880,12 +884,22 @@ ncclResult_t ncclMemFree(void *ptr) { return shim_check(NULL, ringlet_mem_free(p
 
 /* Registration is accepted and changes nothing: ringlet copies through its own slots
  * (and maps peers' slots), never a user buffer. The handle records what was passed. */
-typedef struct {
+typedef struct shim_reg {
     uint32_t magic;
     void *buff;
     size_t size;
+    struct shim_reg *prev, *next; /* in comm->regs */
 } reg_t;
 #define REG_MAGIC 0x72656731u
+
+static void regs_free(struct ncclComm *c) {
+    for (reg_t *h = c->regs, *next; h; h = next) {
+        next = h->next;
+        h->magic = 0;
+        free(h);
+    }
+    c->regs = NULL;
+}
 
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
     ncclResult_t rc = shim_ready(comm, "ncclCommRegister");
@@ -894,7 +908,12 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
     if (!buff && size) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: buff is NULL");
     reg_t *h = malloc(sizeof *h);
     if (!h) return shim_fail(comm, ncclSystemError, "ncclCommRegister: out of memory");
-    *h = (reg_t){REG_MAGIC, buff, size};
+    *h = (reg_t){REG_MAGIC, buff, size, NULL, NULL};
+    pthread_mutex_lock(&comm->mu);
+    h->next = comm->regs;
+    if (h->next) h->next->prev = h;
+    comm->regs = h;
+    pthread_mutex_unlock(&comm->mu);
     *handle = h;
     return ncclSuccess;
 }
@@ -902,9 +921,19 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
     ncclResult_t rc = shim_ready(comm, "ncclCommDeregister");
     if (rc) return rc;
-    reg_t *h = handle;
-    if (!h || h->magic != REG_MAGIC)
-        return shim_fail(comm, ncclInvalidArgument, "ncclCommDeregister: not a handle from ncclCommRegister");
+    pthread_mutex_lock(&comm->mu);
+    reg_t *h = comm->regs;
+    while (h && h != handle) h = h->next; /* this communicator's, not yet deregistered */
+    if (h) {
+        if (h->prev) h->prev->next = h->next;
+        else comm->regs = h->next;
+        if (h->next) h->next->prev = h->prev;
+    }
+    pthread_mutex_unlock(&comm->mu);
+    if (!h)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "ncclCommDeregister: not a handle of this communicator's from ncclCommRegister (or "
+                         "deregistered already)");
     h->magic = 0;
     free(h);
     return ncclSuccess;

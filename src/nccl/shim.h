@@ -47,6 +47,9 @@ struct ncclComm {
     /* Calls under way on the handle (shim_enter), and doomed: aborted while some were, so
      * that the last of them to leave ends it (under mu). */
     int calls, doomed;
+    /* ncclCommRegister's handles not yet deregistered (under mu): freed with the handle, as
+     * NCCL's destroy releases a communicator's registrations. */
+    struct shim_reg *regs;
     char err[SHIM_MSG_MAX];
 };
 #define SHIM_MAGIC 0x6e63636cu

@@ -514,6 +514,11 @@ static void test_refusals(ncclComm_t c) {
     void *handle = NULL;
     OK(ncclCommRegister(c, b, 64, &handle));
     OK(ncclCommDeregister(c, handle));
+    /* twice: refused, without reading the freed handle (ASan) */
+    EXPECT(ncclCommDeregister(c, handle), ncclInvalidArgument, -1);
+    /* one left registered: the destroy frees it (LeakSanitizer under ASan) */
+    void *kept = NULL;
+    OK(ncclCommRegister(c, b, 32, &kept));
     ncclComm_t nc = c;
     EXPECT(ncclCommShrink(c, NULL, 0, &nc, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage, -1);
     g_checks++;
