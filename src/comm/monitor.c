@@ -63,6 +63,8 @@ struct rl_monitor {
     double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
     int *silent;        /* per fd: declared unresponsive (monitor thread only) */
     double beat_s, next_beat;
+    double frame_s; /* the most a frame's send or the rest of its receive may take: 2 s,
+                     * or RINGLET_TIMEOUT where less (0 until rl_monitor_start) */
     /* The end of init (rl_boot_ready): root: ranks whose init is done (MON_READY heard);
      * the others: rank 0 said every init is done (MON_GO heard). */
     atomic_int *ready;  /* root: per rank (set by the monitor thread, read by rl_boot_ready's timeout) */
@@ -119,7 +121,7 @@ static const char *why_of(const struct rl_monitor *m, int r, char *buf, size_t l
 static rl_io_t take_why(struct rl_monitor *m, int i, int r, const struct mon_frame *f) {
     char text[MON_WHY_MAX + 1];
     if (f->len < 0 || f->len > MON_WHY_MAX || r < 0 || r >= m->nranks) return RL_IO_ERR;
-    rl_io_t io = rl_sock_recv_all(m->fds[i], text, (size_t)f->len, rl_now() + 2.0, NULL);
+    rl_io_t io = rl_sock_recv_all(m->fds[i], text, (size_t)f->len, rl_now() + m->frame_s, NULL);
     if (io != RL_IO_OK) return io;
     text[f->len] = 0;
     if (m->why && !m->why[r]) m->why[r] = strdup(text);
@@ -184,6 +186,7 @@ ringlet_result_t rl_monitor_start(struct ringlet_comm *c, struct rl_monitor *m, 
     m->nranks = c->nranks;
     m->why = calloc((size_t)c->nranks, sizeof *m->why); /* none: failures go without their reasons */
     m->beat_s = c->timeout_s < 4.0 ? c->timeout_s / 4 : 1.0;
+    m->frame_s = c->timeout_s < 2.0 ? c->timeout_s : 2.0;
     m->next_beat = rl_now();
     for (int i = 0; i < m->nfds; i++) m->heard[i] = m->next_beat;
     c->mon = m;
@@ -205,7 +208,7 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     /* Tell everybody first: once this rank's own calls fail, its user may abort, and
      * the others must have heard the real cause before they see this rank go. */
     for (int i = 1; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, 1.0) != RL_IO_OK)
+        if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, m->frame_s / 2) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
     char why[MON_WHY_MAX + 32];
     rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
@@ -234,7 +237,7 @@ static void check_silence(struct ringlet_comm *c, struct rl_monitor *m) {
         if (m->is_root) {
             /* Tell everybody first, as for a rank that is gone. */
             for (int k = 1; k < m->nfds; k++)
-                if (k != i && m->fds[k] >= 0 && !m->silent[k] && mon_send(m, k, MON_SILENT, i, 1.0) != RL_IO_OK)
+                if (k != i && m->fds[k] >= 0 && !m->silent[k] && mon_send(m, k, MON_SILENT, i, m->frame_s / 2) != RL_IO_OK)
                     RL_WARN(0, "monitor: could not tell rank %d that rank %d is unresponsive", k, i);
         }
         rl_comm_fail_remote(c, RINGLET_ERR_TIMEOUT,
@@ -279,7 +282,7 @@ static void *monitor_thread(void *arg) {
             if (!pf[k].revents) continue;
             int i = who[k];
             struct mon_frame f;
-            rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + 2.0, NULL);
+            rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + m->frame_s, NULL);
             if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
             /* rank 0 knows a rank by its connection; the others, by what rank 0 says */
             if (r == RL_IO_OK && f.type == MON_WHY) r = take_why(m, i, m->is_root ? i : f.rank, &f);
@@ -338,7 +341,7 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     }
     pthread_join(m->thread, NULL);
     if (!clean) say_why(c, m); /* an abort, or a failure the thread had no time to say */
-    if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, 2.0);
+    if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, m->frame_s > 0 ? m->frame_s : 2.0);
     mon_close(m);
     c->mon = NULL;
 }
