@@ -397,6 +397,25 @@ static int not_held(const rl_device_ops *d, void *stream) {
     return d->stream_device(stream, &dev) == RL_DEV_OK && !strcmp(d->hold_kind(dev), "sync");
 }
 
+/* After a wait on the flag queued on a user stream (on its device, made current): an event
+ * recorded behind the wait, kept per stream (s->held), so that teardown frees the flag only
+ * once the stream has passed it. */
+static void note_held(struct rl_devcomm *s, void *stream, int dev) {
+    const rl_device_ops *d = s->d;
+    pthread_mutex_lock(&s->mu);
+    int i = 0;
+    while (i < s->nheld && s->held[i].stream != stream) i++;
+    if (i == s->nheld && i < RL_DEV_MAX_HELD) {
+        rl_dev_event_t ev = NULL;
+        if (d->event_create(&ev) == RL_DEV_OK) {
+            s->held[i].stream = stream, s->held[i].passed = ev, s->held[i].dev = dev;
+            s->nheld++;
+        }
+    }
+    if (i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK) s->held_overflow = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* The event of the stream's work so far, then (unless later, or not held) the stream held
  * until the flag reaches seq. Both on the stream's device: an event records only on a stream of
  * the device it was made on, and a kernel launches only on the current device. */
@@ -412,8 +431,9 @@ static ringlet_result_t hold_stream(struct rl_devcomm *s, void *stream, uint64_t
         rc = rl_devcomm_error("an event for the stream", err);
     } else if (d->event_record(ev, stream) != RL_DEV_OK) {
         rc = rl_devcomm_error("recording an event on the stream", err);
-    } else if (!later && !not_held(d, stream) && d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) {
-        rc = rl_devcomm_error("making the stream wait for the operation", err);
+    } else if (!later && !not_held(d, stream)) {
+        if (d->wait_flag(s->flag, seq, stream) != RL_DEV_OK) rc = rl_devcomm_error("making the stream wait for the operation", err);
+        else note_held(s, stream, dev);
     }
     if (rc && ev) d->event_destroy(ev);
     if (!rc) *event = ev, *event_device = dev;
@@ -458,7 +478,9 @@ ringlet_result_t rl_devcomm_hold(struct ringlet_comm *c, void *const *streams, i
         int saved = -1, dev = -1;
         if (d->stream_device(streams[i], &dev) != RL_DEV_OK || d->device_enter(dev, &saved) != RL_DEV_OK)
             return rl_devcomm_error("selecting the stream's device", err);
-        int rc = not_held(d, streams[i]) ? RL_DEV_OK : d->wait_flag(s->flag, seq, streams[i]);
+        int held = !not_held(d, streams[i]);
+        int rc = held ? d->wait_flag(s->flag, seq, streams[i]) : RL_DEV_OK;
+        if (held && rc == RL_DEV_OK) note_held(s, streams[i], dev);
         d->device_leave(saved);
         if (rc != RL_DEV_OK) return rl_devcomm_error("making the stream wait for the group", err);
     }
@@ -662,6 +684,22 @@ void rl_devcomm_settle(struct ringlet_comm *c) {
         rl_dev_note_stuck(s->s_recv);
     }
     if (entered) s->d->device_leave(saved);
+    /* A user stream that has not reached its wait on the flag yet (its own earlier work
+     * still runs) reads the flag later: frees wait for it, as for stuck work. */
+    for (int i = 0; i < s->nheld; i++) {
+        int hsaved = -1, hin = s->d->device_enter(s->held[i].dev, &hsaved) == RL_DEV_OK;
+        int q = s->d->event_query(s->held[i].passed);
+        if (q == RL_DEV_NOT_READY) {
+            RL_INFO(c->rank, "device teardown: a stream of the program's has not reached its wait for this "
+                             "communicator yet; device memory is freed once it has");
+            rl_dev_note_stuck_event(s->held[i].passed, s->held[i].dev);
+        } else {
+            s->d->event_destroy(s->held[i].passed);
+        }
+        if (hin) s->d->device_leave(hsaved);
+        s->held[i].passed = NULL;
+    }
+    s->nheld = 0;
 }
 
 void rl_devcomm_fini(struct ringlet_comm *c) {
@@ -693,7 +731,9 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     rl_dev_free_later(s->scratch2, RL_DEV_MEM_DEVICE);
     rl_dev_free_later(s->pinned, RL_DEV_MEM_PINNED);
     for (int i = 0; i < s->nretired; i++) rl_dev_free_later(s->retired[i], s->retired_kind[i]);
-    rl_dev_free_later((void *)s->flag, RL_DEV_MEM_PINNED);
+    /* Kept where more user streams waited on it than s->held follows: one may not have
+     * passed its wait yet. */
+    if (!s->held_overflow) rl_dev_free_later((void *)s->flag, RL_DEV_MEM_PINNED);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->prep_mu);
     free(s->send_ready);

@@ -50,6 +50,7 @@ typedef struct rl_dev_needs {
 } rl_dev_needs;
 
 #define RL_DEV_MAX_READY 64
+#define RL_DEV_MAX_HELD 32 /* user streams whose waits on the flag are followed (held) */
 
 struct rl_devcomm {
     const rl_device_ops *d;
@@ -83,6 +84,16 @@ struct rl_devcomm {
     void *retired[64];
     int retired_kind[64];
     int nretired;
+    /* User streams made to wait on flag, each with an event recorded after its latest wait
+     * (under mu): the flag's memory goes only once every one of them has passed its wait
+     * (settle), since a stream whose earlier work still runs reads it later (CUDA does not
+     * say that cudaFreeHost waits for that). More streams than this: the flag is kept. */
+    struct {
+        void *stream;
+        rl_dev_event_t passed;
+        int dev;
+    } held[RL_DEV_MAX_HELD];
+    int nheld, held_overflow;
 };
 
 /* Calling thread, no lock held, before the operation is queued: makes what need says

@@ -218,6 +218,9 @@ int rl_dev_work_stuck(void);
  * on s so far is done, rl_dev_free_later keeps every free for later (a leak if it never
  * ends, never a hang). */
 void rl_dev_note_stuck(rl_dev_stream_t s);
+/* The same for an event already recorded after that work (on device dev), which the
+ * note then owns (destroys once done). */
+void rl_dev_note_stuck_event(rl_dev_event_t ev, int dev);
 
 extern const rl_device_ops rl_device_sim;
 #ifdef RINGLET_CUDA

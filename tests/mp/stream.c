@@ -1025,6 +1025,16 @@ int main(int argc, char **argv) {
         DEV(D->mem_alloc(&d, 16));
         DEV(D->stream_create(&s));
         DEV(D->event_create(&done));
+        /* On the simulated GPU the program's own work ahead of the call keeps the stream
+         * from reaching the call's wait until after the abort (a flag wait the library does
+         * not know of): the communicator's flag must outlive that wait, which reads it. */
+        volatile uint64_t *own = NULL;
+        if (D == &rl_device_sim) {
+            DEV(D->host_alloc((void **)&own, 64));
+            *own = 0;
+            if (rl_rt_sim.launch_wait_flag(own, 1, s) != RL_RT_SUCCESS)
+                FAIL("the program's own flag wait: %s", rl_rt_sim.error_detail());
+        }
         DEV(D->memcpy_async(d, host, 16, s));
         if (ringlet_allreduce(d, d, 4, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
             FAIL("allreduce on a stream: %s", ringlet_comm_last_error(comm));
@@ -1035,6 +1045,7 @@ int main(int argc, char **argv) {
         if (ringlet_comm_abort(comm) != RINGLET_SUCCESS) FAIL("abort");
         double ta = now_s() - t0;
         file_touch(path);
+        if (own) __atomic_store_n(own, 1, __ATOMIC_RELEASE);
         if (!event_done_within(done, 30)) FAIL("the stream is still held 30 s after abort");
         ringlet_result_t a = ringlet_comm_get_async_error(comm);
         if (a == RINGLET_SUCCESS) FAIL("get_async_error is success after an abort with a stream call pending");
@@ -1043,6 +1054,7 @@ int main(int argc, char **argv) {
         DEV(D->stream_destroy(s));
         DEV(D->mem_free(d));
         DEV(D->host_free(host));
+        if (own) DEV(D->host_free((void *)own));
         printf("stream: rank 0: OK abort: returned in %.2f s, the stream went on, async error %d (%s)\n", ta, (int)a,
                ringlet_strerror(a));
         return 0;
