@@ -901,7 +901,7 @@ static void regs_free(struct ncclComm *c) {
     c->regs = NULL;
 }
 
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+static ncclResult_t register_entered(ncclComm_t comm, void *buff, size_t size, void **handle) {
     ncclResult_t rc = shim_ready(comm, "ncclCommRegister");
     if (rc) return rc;
     if (!handle) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
@@ -918,9 +918,9 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+static ncclResult_t deregister_entered(ncclComm_t comm, void *handle) {
     ncclResult_t rc = shim_ready(comm, "ncclCommDeregister");
-    if (rc) return rc;
+    if (rc || !handle) return rc; /* NULL: nothing to deregister (NCCL hands out NULL handles itself) */
     pthread_mutex_lock(&comm->mu);
     reg_t *h = comm->regs;
     while (h && h != handle) h = h->next; /* this communicator's, not yet deregistered */
@@ -931,12 +931,30 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
     }
     pthread_mutex_unlock(&comm->mu);
     if (!h)
-        return shim_fail(comm, ncclInvalidArgument,
+        return shim_fail(comm, ncclInvalidUsage,
                          "ncclCommDeregister: not a handle of this communicator's from ncclCommRegister (or "
                          "deregistered already)");
     h->magic = 0;
     free(h);
     return ncclSuccess;
+}
+
+/* Entered as the calls are (shim_enter): an abort from another thread (PyTorch's watchdog,
+ * while its allocator hooks register) frees the handles only once these left. */
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+    ncclResult_t rc = shim_enter(comm, "ncclCommRegister");
+    if (rc) return rc;
+    rc = register_entered(comm, buff, size, handle);
+    shim_leave(comm);
+    return rc;
+}
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+    ncclResult_t rc = shim_enter(comm, "ncclCommDeregister");
+    if (rc) return rc;
+    rc = deregister_entered(comm, handle);
+    shim_leave(comm);
+    return rc;
 }
 
 /* ---- not provided ---- */
