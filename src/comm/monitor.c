@@ -63,8 +63,8 @@ struct rl_monitor {
     double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
     int *silent;        /* per fd: declared unresponsive (monitor thread only) */
     double beat_s, next_beat;
-    double frame_s; /* the most a frame's send or the rest of its receive may take: 2 s,
-                     * or RINGLET_TIMEOUT where less (0 until rl_monitor_start) */
+    double frame_s; /* the most the rest of a frame's receive may take: 2 s, or RINGLET_TIMEOUT
+                     * where less (0 until rl_monitor_start); sends take half or a quarter */
     /* The end of init (rl_boot_ready): root: ranks whose init is done (MON_READY heard);
      * the others: rank 0 said every init is done (MON_GO heard). */
     atomic_int *ready;  /* root: per rank (set by the monitor thread, read by rl_boot_ready's timeout) */
@@ -106,7 +106,7 @@ static void say_why(struct ringlet_comm *c, struct rl_monitor *m) {
     m->why_said = 1;
     if (!rl_comm_own_failure(c, msg, sizeof msg)) return;
     for (int i = 0; i < m->nfds; i++) /* rank 0's own entry is -1; the others have rank 0's only */
-        if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, 0.5);
+        if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, m->frame_s / 4);
 }
 
 /* "; it had said: ..." when rank r said why its communicator failed, else "". */
@@ -127,7 +127,7 @@ static rl_io_t take_why(struct rl_monitor *m, int i, int r, const struct mon_fra
     if (m->why && !m->why[r]) m->why[r] = strdup(text);
     if (m->is_root)
         for (int k = 1; k < m->nfds; k++)
-            if (k != i && m->fds[k] >= 0) (void)mon_send_why(m, k, r, text, 0.5);
+            if (k != i && m->fds[k] >= 0) (void)mon_send_why(m, k, r, text, m->frame_s / 4);
     return RL_IO_OK;
 }
 
@@ -221,7 +221,7 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
 /* Heartbeats to every connection that still counts. */
 static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
     for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send(m, i, MON_ALIVE, c->rank, 0.5);
+        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send(m, i, MON_ALIVE, c->rank, m->frame_s / 4);
 }
 
 /* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */
