@@ -402,17 +402,25 @@ static int not_held(const rl_device_ops *d, void *stream) {
  * once the stream has passed it. */
 static void note_held(struct rl_devcomm *s, void *stream, int dev) {
     const rl_device_ops *d = s->d;
+    /* NULL, the legacy and the per-thread handles name a stream of the calling thread's
+     * current device (cudaStreamPerThread: of the thread too): told apart by both. */
+    int special = rl_dev_stream_is_current(stream);
+    pthread_t self = pthread_self();
     pthread_mutex_lock(&s->mu);
     int i = 0;
-    while (i < s->nheld && s->held[i].stream != stream) i++;
+    while (i < s->nheld && !(s->held[i].stream == stream && s->held[i].dev == dev &&
+                             (!special || pthread_equal(s->held[i].thread, self))))
+        i++;
+    if (i == s->nheld) /* a new one: in place of one whose stream passed its wait, if full */
+        for (int k = 0; k < s->nheld && i == s->nheld && s->nheld == RL_DEV_MAX_HELD; k++)
+            if (s->held[k].dev == dev && d->event_query(s->held[k].passed) == RL_DEV_OK) i = k;
     if (i == s->nheld && i < RL_DEV_MAX_HELD) {
         rl_dev_event_t ev = NULL;
-        if (d->event_create(&ev) == RL_DEV_OK) {
-            s->held[i].stream = stream, s->held[i].passed = ev, s->held[i].dev = dev;
-            s->nheld++;
-        }
+        if (d->event_create(&ev) == RL_DEV_OK) s->held[s->nheld++].passed = ev;
     }
-    if (i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK) s->held_overflow = 1;
+    if (i < s->nheld) s->held[i].stream = stream, s->held[i].dev = dev, s->held[i].thread = self;
+    if (s->held_closed || i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK)
+        s->held_overflow = 1; /* not followed: the flag is kept */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -685,21 +693,29 @@ void rl_devcomm_settle(struct ringlet_comm *c) {
     }
     if (entered) s->d->device_leave(saved);
     /* A user stream that has not reached its wait on the flag yet (its own earlier work
-     * still runs) reads the flag later: frees wait for it, as for stuck work. */
+     * still runs) reads the flag later: frees wait for it, as for stuck work. A stream just
+     * released gets a moment (the GPU has yet to run its wait), not the deadline. */
+    pthread_mutex_lock(&s->mu);
+    s->held_closed = 1;
+    double until = rl_now() + 0.1;
     for (int i = 0; i < s->nheld; i++) {
         int hsaved = -1, hin = s->d->device_enter(s->held[i].dev, &hsaved) == RL_DEV_OK;
-        int q = s->d->event_query(s->held[i].passed);
-        if (q == RL_DEV_NOT_READY) {
+        int q;
+        while ((q = s->d->event_query(s->held[i].passed)) == RL_DEV_NOT_READY && rl_now() < until) rl_sleep_ms(1);
+        if (q != RL_DEV_NOT_READY) {
+            s->d->event_destroy(s->held[i].passed);
+        } else if (rl_dev_note_stuck_event(s->held[i].passed, s->held[i].dev)) {
             RL_INFO(c->rank, "device teardown: a stream of the program's has not reached its wait for this "
                              "communicator yet; device memory is freed once it has");
-            rl_dev_note_stuck_event(s->held[i].passed, s->held[i].dev);
         } else {
+            s->held_overflow = 1; /* not noted: the flag is kept */
             s->d->event_destroy(s->held[i].passed);
         }
         if (hin) s->d->device_leave(hsaved);
         s->held[i].passed = NULL;
     }
     s->nheld = 0;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void rl_devcomm_fini(struct ringlet_comm *c) {

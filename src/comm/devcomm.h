@@ -92,8 +92,9 @@ struct rl_devcomm {
         void *stream;
         rl_dev_event_t passed;
         int dev;
+        pthread_t thread; /* a handle of the current device's streams (NULL, 0x1, 0x2): whose */
     } held[RL_DEV_MAX_HELD];
-    int nheld, held_overflow;
+    int nheld, held_overflow, held_closed; /* closed: settle took them (later waits: overflow) */
 };
 
 /* Calling thread, no lock held, before the operation is queued: makes what need says

@@ -216,11 +216,11 @@ void rl_dev_note_stuck(rl_dev_stream_t s) {
     if (entered) d->device_leave(saved);
 }
 
-void rl_dev_note_stuck_event(rl_dev_event_t ev, int dev) {
+int rl_dev_note_stuck_event(rl_dev_event_t ev, int dev) {
     const rl_device_ops *d = rl_device();
-    if (!d || !ev || gate_forked()) return;
+    if (!d || !ev || gate_forked()) return 0;
     stuck_t *x = malloc(sizeof *x);
-    if (!x) return; /* the event stays: a leak, never a free too early */
+    if (!x) return 0;
     x->ev = ev;
     x->dev = dev;
     pthread_mutex_lock(&g_gate_mu);
@@ -228,6 +228,7 @@ void rl_dev_note_stuck_event(rl_dev_event_t ev, int dev) {
     g_stuck = x;
     g_nstuck++;
     pthread_mutex_unlock(&g_gate_mu);
+    return 1;
 }
 
 /* How many notes of stuck work are not done: each is queried (never waited for) outside

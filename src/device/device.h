@@ -219,8 +219,9 @@ int rl_dev_work_stuck(void);
  * ends, never a hang). */
 void rl_dev_note_stuck(rl_dev_stream_t s);
 /* The same for an event already recorded after that work (on device dev), which the
- * note then owns (destroys once done). */
-void rl_dev_note_stuck_event(rl_dev_event_t ev, int dev);
+ * note then owns (destroys once done): 1, or 0 where no note could be made (out of
+ * memory, a forked child; the event is still the caller's). */
+int rl_dev_note_stuck_event(rl_dev_event_t ev, int dev);
 
 extern const rl_device_ops rl_device_sim;
 #ifdef RINGLET_CUDA

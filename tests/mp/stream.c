@@ -1029,11 +1029,18 @@ int main(int argc, char **argv) {
          * from reaching the call's wait until after the abort (a flag wait the library does
          * not know of): the communicator's flag must outlive that wait, which reads it. */
         volatile uint64_t *own = NULL;
+        ringlet_request_t ahead = NULL;
+        static uint32_t hv[4];
         if (D == &rl_device_sim) {
             DEV(D->host_alloc((void **)&own, 64));
             *own = 0;
             if (rl_rt_sim.launch_wait_flag(own, 1, s) != RL_RT_SUCCESS)
                 FAIL("the program's own flag wait: %s", rl_rt_sim.error_detail());
+            /* An operation ahead that rank 1 never joins: the stream call is never begun
+             * (nothing of it on the library's streams), so only its wait on the program's
+             * stream reads the flag after the abort. */
+            if (ringlet_iallreduce(hv, hv, 4, RINGLET_UINT32, RINGLET_SUM, comm, NULL, &ahead) != RINGLET_SUCCESS)
+                FAIL("the all-reduce ahead: %s", ringlet_comm_last_error(comm));
         }
         DEV(D->memcpy_async(d, host, 16, s));
         if (ringlet_allreduce(d, d, 4, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
@@ -1046,6 +1053,7 @@ int main(int argc, char **argv) {
         double ta = now_s() - t0;
         file_touch(path);
         if (own) __atomic_store_n(own, 1, __ATOMIC_RELEASE);
+        if (ahead && ringlet_wait(&ahead) == RINGLET_SUCCESS) FAIL("the all-reduce ahead succeeded without rank 1");
         if (!event_done_within(done, 30)) FAIL("the stream is still held 30 s after abort");
         ringlet_result_t a = ringlet_comm_get_async_error(comm);
         if (a == RINGLET_SUCCESS) FAIL("get_async_error is success after an abort with a stream call pending");
