@@ -407,6 +407,11 @@ static void note_held(struct rl_devcomm *s, void *stream, int dev) {
     int special = rl_dev_stream_is_current(stream);
     pthread_t self = pthread_self();
     pthread_mutex_lock(&s->mu);
+    if (s->held_closed) { /* after settle (a late group end): not followed, the flag is kept */
+        s->held_overflow = 1;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     int i = 0;
     while (i < s->nheld && !(s->held[i].stream == stream && s->held[i].dev == dev &&
                              (!special || pthread_equal(s->held[i].thread, self))))
@@ -419,7 +424,7 @@ static void note_held(struct rl_devcomm *s, void *stream, int dev) {
         if (d->event_create(&ev) == RL_DEV_OK) s->held[s->nheld++].passed = ev;
     }
     if (i < s->nheld) s->held[i].stream = stream, s->held[i].dev = dev, s->held[i].thread = self;
-    if (s->held_closed || i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK)
+    if (i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK)
         s->held_overflow = 1; /* not followed: the flag is kept */
     pthread_mutex_unlock(&s->mu);
 }
@@ -747,8 +752,8 @@ void rl_devcomm_fini(struct ringlet_comm *c) {
     rl_dev_free_later(s->scratch2, RL_DEV_MEM_DEVICE);
     rl_dev_free_later(s->pinned, RL_DEV_MEM_PINNED);
     for (int i = 0; i < s->nretired; i++) rl_dev_free_later(s->retired[i], s->retired_kind[i]);
-    /* Kept where more user streams waited on it than s->held follows: one may not have
-     * passed its wait yet. */
+    /* Kept where a user stream's wait on it went unfollowed (held_overflow: the table full,
+     * an event failed, a note not made, a wait after settle): it may not be passed yet. */
     if (!s->held_overflow) rl_dev_free_later((void *)s->flag, RL_DEV_MEM_PINNED);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->prep_mu);
