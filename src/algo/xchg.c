@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "pipe.h"
+#include "util.h"
 
 /* The messages of one direction with one peer, as one sequence of pieces. */
 typedef struct {
@@ -79,8 +80,7 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
             rc = RINGLET_ERR_INVALID_ARGUMENT;
             snprintf(err, RL_MSG_MAX, "%s #%llu: a send of %zu bytes to this rank itself meets a receive of %zu bytes",
                      rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].bytes, v->bytes);
-        } else if (v->buf != sends[i].buf && (uintptr_t)v->buf < (uintptr_t)sends[i].buf + v->bytes &&
-                   (uintptr_t)sends[i].buf < (uintptr_t)v->buf + v->bytes) {
+        } else if (v->buf != sends[i].buf && rl_ranges_overlap(v->buf, v->bytes, sends[i].buf, v->bytes)) {
             /* A copy between overlapping ranges: wrong data on the host, undefined on a device. */
             rc = RINGLET_ERR_INVALID_ARGUMENT;
             snprintf(err, RL_MSG_MAX, "%s #%llu: a send to this rank itself (%p) and its receive (%p) of %zu bytes "

@@ -153,7 +153,7 @@ static ringlet_result_t check_overlap(struct ringlet_comm *c, const call_t *a, s
     default:
         break;
     }
-    if (in_place || s >= r + rlen || r >= s + slen) return RINGLET_SUCCESS;
+    if (in_place || !rl_ranges_overlap(a->sendbuf, slen, a->recvbuf, rlen)) return RINGLET_SUCCESS;
     return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
                     "%s: sendbuf (%p, %zu bytes) and recvbuf (%p, %zu bytes) overlap, and not in the in-place form "
                     "(%s)",

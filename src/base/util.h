@@ -15,6 +15,11 @@ static inline void rl_cpu_relax(void) {
 #endif
 }
 void rl_sleep_ms(int ms);
+/* Whether the byte ranges [a, a + alen) and [b, b + blen) share a byte. */
+static inline int rl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
 /* Whether the process exited (or was killed): gone, or a zombie not reaped yet (its memory
  * and descriptors are already released). 0 for pid <= 0. */
 int rl_process_gone(int pid);

@@ -195,24 +195,12 @@ void rl_dev_note_stuck(rl_dev_stream_t s) {
     const rl_device_ops *d = rl_device();
     int dev = 0, saved = -1;
     if (!d || !s || gate_forked() || d->stream_device(s, &dev) != RL_DEV_OK) return;
-    stuck_t *x = malloc(sizeof *x);
-    if (!x) return;
     int entered = d->device_enter(dev, &saved) == RL_DEV_OK;
-    x->ev = NULL;
-    x->dev = dev;
-    int ok = d->event_create(&x->ev) == RL_DEV_OK && d->event_record(x->ev, s) == RL_DEV_OK;
-    if (!ok) {
-        /* Frees stay possible: on a device that fails this, they would fail, not hang. */
+    rl_dev_event_t ev = NULL;
+    int ok = d->event_create(&ev) == RL_DEV_OK && d->event_record(ev, s) == RL_DEV_OK;
+    if (!ok) /* Frees stay possible: on a device that fails this, they would fail, not hang. */
         RL_WARN(-1, "noting work that did not finish: %s", rl_dev_error());
-        if (x->ev) d->event_destroy(x->ev);
-        free(x);
-    } else {
-        pthread_mutex_lock(&g_gate_mu);
-        x->next = g_stuck;
-        g_stuck = x;
-        g_nstuck++;
-        pthread_mutex_unlock(&g_gate_mu);
-    }
+    if ((!ok || !rl_dev_note_stuck_event(ev, dev)) && ev) d->event_destroy(ev);
     if (entered) d->device_leave(saved);
 }
 

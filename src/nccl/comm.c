@@ -885,17 +885,14 @@ ncclResult_t ncclMemFree(void *ptr) { return shim_check(NULL, ringlet_mem_free(p
 /* Registration is accepted and changes nothing: ringlet copies through its own slots
  * (and maps peers' slots), never a user buffer. The handle records what was passed. */
 typedef struct shim_reg {
-    uint32_t magic;
     void *buff;
     size_t size;
     struct shim_reg *prev, *next; /* in comm->regs */
 } reg_t;
-#define REG_MAGIC 0x72656731u
 
 static void regs_free(struct ncclComm *c) {
     for (reg_t *h = c->regs, *next; h; h = next) {
         next = h->next;
-        h->magic = 0;
         free(h);
     }
     c->regs = NULL;
@@ -908,7 +905,7 @@ static ncclResult_t register_entered(ncclComm_t comm, void *buff, size_t size, v
     if (!buff && size) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: buff is NULL");
     reg_t *h = malloc(sizeof *h);
     if (!h) return shim_fail(comm, ncclSystemError, "ncclCommRegister: out of memory");
-    *h = (reg_t){REG_MAGIC, buff, size, NULL, NULL};
+    *h = (reg_t){buff, size, NULL, NULL};
     pthread_mutex_lock(&comm->mu);
     h->next = comm->regs;
     if (h->next) h->next->prev = h;
@@ -934,7 +931,6 @@ static ncclResult_t deregister_entered(ncclComm_t comm, void *handle) {
         return shim_fail(comm, ncclInvalidUsage,
                          "ncclCommDeregister: not a handle of this communicator's from ncclCommRegister (or "
                          "deregistered already)");
-    h->magic = 0;
     free(h);
     return ncclSuccess;
 }
