@@ -239,6 +239,7 @@ const rl_transport_ops rl_transport_ib = {
     .init = ib_init,
     .connect = rl_ib_connect,
     .accept = rl_ib_accept,
+    .accept_ready = rl_ib_accept_ready,
     .isend = rl_ib_isend,
     .irecv = rl_ib_irecv,
     .reg_mr = rl_ib_reg_mr,

@@ -158,6 +158,7 @@ void rl_ib_dereg_mr(void *ctxp, void *mrp);
 
 ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size_t bloblen, void **connp, char *err);
 ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err);
+int rl_ib_accept_ready(void *ctxp, int peer);
 /* The handshake socket is readable. c->mu held. */
 void rl_ib_on_socket(struct ib_conn *c);
 

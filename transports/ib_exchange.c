@@ -220,6 +220,17 @@ static void accept_one(struct ib_ctx *x, int fd, double deadline) {
     x->stash[h.from].h = h;
 }
 
+int rl_ib_accept_ready(void *ctxp, int peer) {
+    struct ib_ctx *x = ctxp;
+    while (x->stash[peer].fd < 0) {
+        int fd;
+        rl_io_t r = rl_sock_accept_now(x->lfd, &fd);
+        if (r != RL_IO_OK) return r != RL_IO_TIMEOUT;
+        accept_one(x, fd, rl_now() + x->in.timeout_s);
+    }
+    return 1;
+}
+
 ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
     struct ib_ctx *x = ctxp;
     double deadline = rl_now() + x->in.timeout_s;

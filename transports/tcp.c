@@ -542,14 +542,30 @@ static void accept_one(struct tcp_ctx *ctx, int fd, double deadline) {
     ctx->peer_nsocks[h.from] = h.nsocks;
 }
 
+/* Whether every socket of peer's connection was accepted (each hello tells how many). */
+static int have_all(const struct tcp_ctx *ctx, int peer) {
+    const int *slots = &ctx->pending_fds[(size_t)peer * (size_t)ctx->nsocks];
+    int have = 0, want = ctx->peer_nsocks[peer];
+    for (int i = 0; i < ctx->nsocks; i++) have += slots[i] >= 0;
+    return want && have == want;
+}
+
+static int tcp_accept_ready(void *ctxp, int peer) {
+    struct tcp_ctx *ctx = ctxp;
+    while (!have_all(ctx, peer)) {
+        int fd;
+        rl_io_t r = rl_sock_accept_now(ctx->lfd, &fd);
+        if (r != RL_IO_OK) return r != RL_IO_TIMEOUT;
+        accept_one(ctx, fd, rl_now() + ctx->in.timeout_s);
+    }
+    return 1;
+}
+
 static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err) {
     struct tcp_ctx *ctx = ctxp;
     int *slots = &ctx->pending_fds[(size_t)peer * (size_t)ctx->nsocks];
     double deadline = rl_now() + ctx->in.timeout_s;
-    for (;;) {
-        int have = 0, want = ctx->peer_nsocks[peer];
-        for (int i = 0; i < ctx->nsocks; i++) have += slots[i] >= 0;
-        if (want && have == want) break;
+    while (!have_all(ctx, peer)) {
         int fd;
         rl_io_t r = rl_sock_accept(ctx->lfd, deadline, ctx->in.stop, &fd);
         if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, r == RL_IO_ERR ? -fd : 0, err);
@@ -697,6 +713,7 @@ const rl_transport_ops rl_transport_tcp = {
     .init = tcp_init,
     .connect = tcp_connect,
     .accept = tcp_accept,
+    .accept_ready = tcp_accept_ready,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .reg_mr = rl_transport_reg_none,

@@ -96,6 +96,12 @@ typedef struct rl_transport_ops {
     ringlet_result_t (*init)(const rl_transport_init *in, void **ctx, void *blob, size_t *bloblen, char *err);
     ringlet_result_t (*connect)(void *ctx, int peer, const void *peer_blob, size_t bloblen, void **conn, char *err);
     ringlet_result_t (*accept)(void *ctx, int peer, void **conn, char *err);
+    /* Optional, for a transport whose accept waits for the peer's connect (NULL: it never
+     * waits): takes what has reached the listener without waiting (each hello checked as
+     * accept checks it) and returns 1 when accept(peer) would not wait for the peer now
+     * (its connection is all there, or accepting fails for this rank's own reason, which
+     * accept then reports), else 0. Called by the thread that makes connections. */
+    int (*accept_ready)(void *ctx, int peer);
     ringlet_result_t (*isend)(void *conn, const void *buf, size_t len, void *mr, rl_treq *req);
     ringlet_result_t (*irecv)(void *conn, void *buf, size_t len, void *mr, rl_treq *req);
     ringlet_result_t (*reg_mr)(void *ctx, void *buf, size_t len, void **mr, char *err);

@@ -31,13 +31,21 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     size_t bytes = r->count * ringlet_datatype_size(r->dtype), n = rl_p2p_pieces(bytes);
     int send = r->kind == RL_OP_SEND;
     rl_conn *conn = NULL;
-    ringlet_result_t rc = send ? rl_comm_send_conn(c, r->peer, 0, &conn, err) : rl_comm_recv_conn(c, r->peer, 0, &conn, err);
+    /* A receive whose sender has not connected yet parks its pieces (conn.h): waiting in
+     * the accept here would hold up this rank's later calls, its sends among them. */
+    ringlet_result_t rc = send ? rl_comm_send_conn(c, r->peer, 0, &conn, err) : rl_comm_recv_conn_or_park(c, r->peer, &conn, err);
+    r->park_local = 0;
     r->ntreq = r->ndone = 0;
     r->treqs = n == 1 ? &r->treq1 : calloc(n, sizeof(rl_treq));
     if (!rc && !r->treqs) rc = RINGLET_ERR_SYSTEM, snprintf(err, sizeof err, "out of memory for %zu pieces", n);
     for (size_t i = 0; i < n && !rc; i++) {
         rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV, i);
         size_t off = i * RL_P2P_PIECE, len = piece_bytes(bytes, i);
+        if (!conn) {
+            rc = rl_conn_park(c, r->peer, (char *)r->recvbuf + off, len, &r->treqs[i], &r->park_local, err);
+            if (!rc) r->ntreq++;
+            continue;
+        }
         rc = send ? conn->tp->isend(conn->h, (const char *)r->sendbuf + off, len, NULL, &r->treqs[i])
                   : conn->tp->irecv(conn->h, (char *)r->recvbuf + off, len, NULL, &r->treqs[i]);
         if (!rc) r->ntreq++;
@@ -47,6 +55,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
         /* Pieces already posted must stop before the request goes back to the user. */
         if (r->ntreq) {
             rl_comm_fail(c, rc, "%s #%llu with rank %d: %s", rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, err);
+            rl_conn_poll_parked(c); /* the communicator stopped: fails the pieces parked (by this thread) */
             wait_posted(c, r);
         }
         if (atomic_load(&c->failed)) rl_comm_failure(c, err, sizeof err);
@@ -71,7 +80,13 @@ int rl_p2p_test(struct ringlet_request *r) {
     const char *why = "";
     for (size_t i = 0; i < r->ntreq && !st; i++)
         if ((st = atomic_load(&r->treqs[i].status)) != RINGLET_SUCCESS) why = r->treqs[i].err;
-    if (st != RINGLET_SUCCESS) {
+    if (st != RINGLET_SUCCESS && r->park_local) {
+        /* Its sender's connection could not be accepted, for this rank's own reason (out of
+         * descriptors): nothing of it moved, and the communicator stays sound, as when the
+         * accept fails while the receive is posted. */
+        snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %.400s", rl_op_name(r->kind),
+                 (unsigned long long)r->seq, r->peer, why);
+    } else if (st != RINGLET_SUCCESS) {
         /* The communicator's cause (a dead peer named by the monitor) wins over the
          * transport's local view; either way the communicator is failed afterwards. */
         if (!atomic_load(&c->failed)) rl_comm_fail_link(c, st, why);
@@ -91,6 +106,8 @@ void rl_p2p_drain(struct ringlet_request *r) {
 const char *rl_p2p_stall(struct ringlet_request *r, char *buf, size_t n) {
     struct ringlet_comm *c = r->comm;
     rl_conn *tab = r->kind == RL_OP_SEND ? c->send_conns : c->recv_conns;
+    if (r->kind == RL_OP_RECV && r->peer >= 0 && r->peer < c->nranks && rl_conn_parked_for(c, r->peer))
+        return snprintf(buf, n, ": rank %d never connected to this rank (it sent nothing to it yet)", r->peer), buf;
     return rl_conn_stall(tab && r->peer >= 0 && r->peer < c->nranks ? &tab[r->peer] : NULL, buf, n);
 }
 

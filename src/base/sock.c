@@ -132,12 +132,8 @@ double rl_hello_deadline(double deadline) {
     return d < deadline ? d : deadline;
 }
 
-rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd) {
+rl_io_t rl_sock_accept_now(int lfd, int *fd) {
     for (;;) {
-        /* The deadline first: a stream of strangers, each taken off the backlog and
-         * refused, must not keep the caller past it. */
-        if (stopped(stop)) return RL_IO_STOPPED;
-        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
         int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (s >= 0) {
             *fd = s;
@@ -147,13 +143,24 @@ rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd
          * (accept(2)), as the connection is gone; what is left (out of descriptors or
          * memory) is this rank's own. */
         int e = errno;
-        int again = e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED || e == ENETDOWN ||
-                    e == EPROTO || e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH ||
-                    e == EOPNOTSUPP || e == ENETUNREACH;
+        if (e == EAGAIN || e == EWOULDBLOCK) return RL_IO_TIMEOUT;
+        int again = e == EINTR || e == ECONNABORTED || e == ENETDOWN || e == EPROTO || e == ENOPROTOOPT ||
+                    e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH;
         if (!again) {
             *fd = -e;
             return RL_IO_ERR;
         }
+    }
+}
+
+rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd) {
+    for (;;) {
+        /* The deadline first: a stream of strangers, each taken off the backlog and
+         * refused, must not keep the caller past it. */
+        if (stopped(stop)) return RL_IO_STOPPED;
+        if (rl_now() >= deadline) return RL_IO_TIMEOUT;
+        rl_io_t r = rl_sock_accept_now(lfd, fd);
+        if (r != RL_IO_TIMEOUT) return r;
         struct pollfd p = {lfd, POLLIN, 0};
         poll(&p, 1, slice(deadline));
     }

@@ -21,6 +21,8 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
  * connections still queued then are left). RL_IO_ERR is this process's own failure (out
  * of descriptors or memory), with accept's errno in *fd as -errno. */
 rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd);
+/* The same without waiting: RL_IO_TIMEOUT when no connection is pending. */
+rl_io_t rl_sock_accept_now(int lfd, int *fd);
 /* How long to wait for an accepted connection's hello: 5 s, never past deadline. */
 double rl_hello_deadline(double deadline);
 /* Whole buffer, on a non-blocking socket. */

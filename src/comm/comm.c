@@ -141,6 +141,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_mutex_init(&c->err_mu, NULL);
     pthread_mutex_init(&c->live_mu, NULL);
     pthread_mutex_init(&c->ops_mu, NULL);
+    pthread_mutex_init(&c->park_mu, NULL);
     c->init_device = -1;
     c->fork_gen = rl_fork_generation();
     c->infos = calloc((size_t)nranks, sizeof *c->infos);
@@ -149,9 +150,11 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     c->recv_conns = calloc((size_t)nranks, sizeof(rl_conn));
     c->send_conns_dev = calloc((size_t)nranks, sizeof(rl_conn));
     c->recv_conns_dev = calloc((size_t)nranks, sizeof(rl_conn));
-    if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns || !c->send_conns_dev || !c->recv_conns_dev) {
+    c->parked = calloc((size_t)nranks, sizeof *c->parked);
+    if (!c->infos || !c->ring || !c->send_conns || !c->recv_conns || !c->send_conns_dev || !c->recv_conns_dev ||
+        !c->parked) {
         free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
-        free(c->send_conns_dev), free(c->recv_conns_dev), free(c);
+        free(c->send_conns_dev), free(c->recv_conns_dev), free(c->parked), free(c);
         return NULL;
     }
     return c;
@@ -169,6 +172,8 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
      * closing the connections never waits on a peer. */
     rl_monitor_stop(c, clean);
     atomic_store(&c->stop, 1);
+    /* A thread waiting on a parked receive (conn.h) leaves now: nobody polls it any more. */
+    rl_conn_drop_parked(c);
     rl_devcomm_release_all(c);
     rl_conn_wait_idle(c);
     rl_devcomm_settle(c); /* after the calls left, before connections and transports free device memory */
@@ -193,7 +198,8 @@ void rl_comm_free(struct ringlet_comm *c) {
     pthread_mutex_destroy(&c->live_mu);
     pthread_mutex_destroy(&c->ops_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
-    free(c->send_conns_dev), free(c->recv_conns_dev);
+    free(c->send_conns_dev), free(c->recv_conns_dev), free(c->parked);
+    pthread_mutex_destroy(&c->park_mu);
     pthread_mutex_destroy(&c->fail_mu);
     pthread_mutex_destroy(&c->q_mu);
     pthread_cond_destroy(&c->q_cv);

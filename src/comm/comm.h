@@ -137,6 +137,7 @@ struct ringlet_request {
     int posted_here; /* by the calling thread (api.c's post_here): its waits poll as inline calls do */
     double posted_at;
     size_t ntreq, ndone; /* pieces posted, pieces seen done (in order) */
+    int park_local;      /* a parked piece failed for this rank's own reason (conn.h): it fails alone */
     rl_treq *treqs;
     rl_treq treq1;
 };
@@ -184,6 +185,12 @@ struct ringlet_comm {
     int forced_tp;                   /* RINGLET_TRANSPORT, or -1 */
     rl_conn *send_conns, *recv_conns; /* per peer rank, made on first use */
     rl_conn *send_conns_dev, *recv_conns_dev; /* device buffers, where another transport carries them */
+    /* Pieces of receives parked until their sender connects (conn.h), in posting order per
+     * peer; nparked counts them all. */
+    struct rl_parked **parked;
+    atomic_int nparked;
+    pthread_mutex_t park_mu;
+    double park_polled_at; /* the runner's last poll for their connections */
     struct sockaddr_storage ifaddr;  /* the interface chosen */
     char ifname[64];
 

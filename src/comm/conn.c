@@ -1,6 +1,7 @@
 #include "conn.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "log.h"
 #include "util.h"
@@ -49,6 +50,147 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int de
     return RINGLET_SUCCESS;
 }
 
+/* ---- receives parked until their sender connects (conn.h) ---- */
+
+typedef struct rl_parked {
+    void *buf;
+    size_t len;
+    rl_treq *req;
+    int *local;
+    struct rl_parked *next;
+} rl_parked;
+
+/* Detaches all of peer's parked pieces, in order. */
+static rl_parked *take_parked(struct ringlet_comm *c, int peer) {
+    pthread_mutex_lock(&c->park_mu);
+    rl_parked *list = c->parked[peer];
+    c->parked[peer] = NULL;
+    int n = 0;
+    for (rl_parked *p = list; p; p = p->next) n++;
+    atomic_fetch_sub(&c->nparked, n);
+    pthread_mutex_unlock(&c->park_mu);
+    return list;
+}
+
+static int has_parked(struct ringlet_comm *c, int peer) {
+    pthread_mutex_lock(&c->park_mu);
+    int has = c->parked[peer] != NULL;
+    pthread_mutex_unlock(&c->park_mu);
+    return has;
+}
+
+static void fail_parked(struct ringlet_comm *c, int peer, ringlet_result_t code, int local, const char *msg) {
+    for (rl_parked *p = take_parked(c, peer), *next; p; p = next) {
+        next = p->next;
+        if (local && p->local) *p->local = 1; /* read by the waiter once the piece is done */
+        rl_treq_fail(p->req, code, "%s", msg);
+        rl_treq_part_done(p->req);
+        free(p);
+    }
+    rl_comm_notify(c);
+}
+
+static void post_parked(struct ringlet_comm *c, int peer, rl_conn *conn) {
+    ringlet_result_t failed = RINGLET_SUCCESS;
+    char msg[RL_ERR_MAX] = "";
+    for (rl_parked *p = take_parked(c, peer), *next; p; p = next) {
+        next = p->next;
+        ringlet_result_t rc = failed ? failed : conn->tp->irecv(conn->h, p->buf, p->len, NULL, p->req);
+        if (rc) {
+            /* Not posted: the ones behind would take its bytes, so none is (the waiter's
+             * test fails the communicator). */
+            if (!failed) {
+                snprintf(msg, sizeof msg, "receive from rank %d: %.200s", peer, p->req->err);
+                failed = rc;
+            }
+            rl_treq_start(p->req, p->len, 1); /* running only as parked */
+            rl_treq_fail(p->req, rc, "%s", msg);
+            rl_treq_part_done(p->req);
+        }
+        free(p);
+    }
+    /* As after any posting nobody may wait on soon (progress.c): what only polling moves
+     * goes to the transport's threads; and waiters look again. */
+    rl_comm_park(c);
+    rl_comm_notify(c);
+}
+
+static _Thread_local struct ringlet_comm *t_runner;
+
+struct ringlet_comm *rl_conn_set_runner(struct ringlet_comm *c) {
+    struct ringlet_comm *was = t_runner;
+    t_runner = c;
+    return was;
+}
+
+int rl_conn_parked_for(struct ringlet_comm *c, int peer) { return has_parked(c, peer); }
+
+static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int device, rl_conn **conn, char *err);
+
+ringlet_result_t rl_comm_recv_conn_or_park(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
+    *conn = NULL;
+    if (has_parked(c, peer)) return RINGLET_SUCCESS;
+    if (!c->recv_conns[peer].h) {
+        int tp;
+        ringlet_result_t rc = rl_conn_pick_transport(c, peer, 0, &tp, err);
+        if (rc) return rc;
+        const rl_transport_ops *ops = rl_transports[tp];
+        if (ops->accept_ready && !ops->accept_ready(c->tctx[tp], peer)) return RINGLET_SUCCESS;
+    }
+    return get_conn(c, peer, 0, 0, conn, err);
+}
+
+ringlet_result_t rl_conn_park(struct ringlet_comm *c, int peer, void *buf, size_t len, rl_treq *req, int *local,
+                              char *err) {
+    rl_parked *p = malloc(sizeof *p);
+    if (!p) return snprintf(err, RL_ERR_MAX, "out of memory to park a receive from rank %d", peer), RINGLET_ERR_SYSTEM;
+    *p = (rl_parked){buf, len, req, local, NULL};
+    rl_treq_start(req, len, 1);
+    pthread_mutex_lock(&c->park_mu);
+    rl_parked **at = &c->parked[peer];
+    int first = !*at;
+    while (*at) at = &(*at)->next;
+    *at = p;
+    atomic_fetch_add(&c->nparked, 1);
+    pthread_mutex_unlock(&c->park_mu);
+    if (first) RL_INFO(c->rank, "receiving from rank %d: it has not connected yet; the receive waits for it", peer);
+    return RINGLET_SUCCESS;
+}
+
+void rl_conn_poll_parked_due(struct ringlet_comm *c) {
+    if (t_runner != c || !atomic_load_explicit(&c->nparked, memory_order_relaxed)) return;
+    if (rl_now() - c->park_polled_at >= RL_PARK_POLL_MS * 1e-3) rl_conn_poll_parked(c);
+}
+
+int rl_conn_poll_parked(struct ringlet_comm *c) {
+    if (!atomic_load(&c->nparked)) return 0;
+    c->park_polled_at = rl_now();
+    for (int q = 0; q < c->nranks; q++) {
+        if (!has_parked(c, q)) continue;
+        char err[RL_ERR_MAX] = "";
+        if (atomic_load(&c->stop)) {
+            snprintf(err, sizeof err, "the communicator stopped before rank %d connected", q);
+            fail_parked(c, q, RINGLET_ERR_REMOTE, 0, err);
+            continue;
+        }
+        int tp;
+        rl_conn *conn;
+        ringlet_result_t rc = rl_conn_pick_transport(c, q, 0, &tp, err);
+        if (!rc && rl_transports[tp]->accept_ready && !rl_transports[tp]->accept_ready(c->tctx[tp], q)) continue;
+        if (!rc) rc = get_conn(c, q, 0, 0, &conn, err); /* accepts, and posts the parked pieces */
+        if (rc) fail_parked(c, q, rc, rc == RINGLET_ERR_SYSTEM, err);
+    }
+    return atomic_load(&c->nparked);
+}
+
+void rl_conn_drop_parked(struct ringlet_comm *c) {
+    for (int q = 0; q < c->nranks && atomic_load(&c->nparked); q++) {
+        char msg[RL_ERR_MAX];
+        snprintf(msg, sizeof msg, "the communicator was closed before rank %d connected", q);
+        if (has_parked(c, q)) fail_parked(c, q, RINGLET_ERR_REMOTE, 0, msg);
+    }
+}
+
 static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int device, rl_conn **conn, char *err) {
     int tp, host_tp = -1;
     ringlet_result_t rc = rl_conn_pick_transport(c, peer, device, &tp, err);
@@ -69,6 +211,9 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
         if (!ops->progress || ops->park) atomic_store(&c->threaded, 1);
         RL_INFO(c->rank, "%s rank %d over %s%s", send ? "sending to" : "receiving from", peer, ops->name,
                 dev_table ? " (device buffers)" : "");
+        /* Receives parked for this connection go first: they were posted before whatever
+         * made it now (a collective's receives, say). */
+        if (!send && slot == &c->recv_conns[peer]) post_parked(c, peer, slot);
     }
     *conn = slot;
     return RINGLET_SUCCESS;
@@ -103,6 +248,7 @@ void rl_conn_wait_idle(struct ringlet_comm *c) {
 void rl_conn_close_all(struct ringlet_comm *c) {
     /* Receiving ends first: a sender may keep memory for a receiver until it lets go
      * (cuda_ipc's slots). */
+    rl_conn_drop_parked(c);
     rl_conn *tables[4] = {c->recv_conns, c->recv_conns_dev, c->send_conns, c->send_conns_dev};
     for (int t = 0; t < 4; t++)
         for (int p = 0; p < c->nranks && tables[t]; p++) {

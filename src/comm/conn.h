@@ -22,6 +22,43 @@ int rl_conn_host_transport(const struct ringlet_comm *c, int a, int b);
  * Host and device buffers share a connection when they pick the same transport. */
 ringlet_result_t rl_comm_send_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
 ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device, rl_conn **conn, char *err);
+/* Receives that wait for their connection (TCP and IB: a receive's first message from a
+ * peer comes over a connection the peer makes, with its first send). Rather than wait in
+ * the accept, which would hold up every later call of this rank (its own sends among
+ * them, which the peer may be waiting for: both posted a receive, then a send), a
+ * send or receive on host memory parks each piece of such a receive until the peer's
+ * connection is there; a later receive from that peer parks behind it, so posting order
+ * holds. Only the thread that runs the queue (the progress thread, or a caller that took
+ * the idle queue) makes connections, parks and posts.
+ *
+ * The receive connection from peer for a point-to-point receive on host memory: *conn the
+ * connection, or NULL where the caller must park its pieces (rl_conn_park): some are
+ * parked already, or the accept would wait for the peer now. */
+ringlet_result_t rl_comm_recv_conn_or_park(struct ringlet_comm *c, int peer, rl_conn **conn, char *err);
+/* Parks a piece (req: running from now on). *local is set when the piece fails for this
+ * rank's own reason (an accept out of descriptors): that receive fails alone. Fails only
+ * for want of memory, with err. */
+ringlet_result_t rl_conn_park(struct ringlet_comm *c, int peer, void *buf, size_t len, rl_treq *req, int *local,
+                              char *err);
+/* By the queue's runner: accepts the connections of parked receives that have arrived,
+ * posting their pieces in order (any making of that connection does: a collective's
+ * too); fails every parked piece once the communicator stopped. Returns the number still
+ * parked. */
+int rl_conn_poll_parked(struct ringlet_comm *c);
+/* The same, from the runner's waits inside an operation (wait.c), at most every
+ * RL_PARK_POLL_MS: the operation may wait for a peer whose sends wait for this rank to
+ * accept their connection (an irecv, then a collective here; a large send, then the
+ * collective there). Nothing on any other thread. */
+void rl_conn_poll_parked_due(struct ringlet_comm *c);
+#define RL_PARK_POLL_MS 10
+/* This thread now runs the communicator's queue (c: the progress thread, or a caller that
+ * took the idle queue), or no longer does (NULL). Returns the previous. */
+struct ringlet_comm *rl_conn_set_runner(struct ringlet_comm *c);
+/* Whether receives from peer are parked (any thread). */
+int rl_conn_parked_for(struct ringlet_comm *c, int peer);
+/* Fails and drops every parked piece (teardown, once stop is set and the progress thread
+ * has ended; again within rl_conn_close_all). */
+void rl_conn_drop_parked(struct ringlet_comm *c);
 /* For the message of a request on conn that timed out: ": <what it waits for>" when it
  * waits on this rank's device (the transport's waits_on_device), else "". Returns buf. */
 const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n);

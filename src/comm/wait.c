@@ -4,34 +4,12 @@
 #include <sched.h>
 #include <time.h>
 
+#include "conn.h"
 #include "doorbell.h"
 #include "util.h"
 
-void rl_comm_notify(void *arg) {
-    struct ringlet_comm *c = arg;
-    rl_bell_ring(atomic_load(&c->ev));
-}
-
-unsigned rl_comm_gen(struct ringlet_comm *c) { return atomic_load(&atomic_load(&c->ev)->gen); }
-
-int rl_comm_progress(struct ringlet_comm *c) {
-    int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
-    if (!polled) return 0;
-    int moved = 0;
-    for (int i = 0; i < RL_TP_MAX; i++)
-        if ((polled & RL_POLLED_TP(i)) && c->tctx[i]) moved |= rl_transports[i]->progress(c->tctx[i]);
-    return moved;
-}
-
 /* For rl_bell_wait: anything to do now (moved, or device work to poll) means no sleep. */
 static int comm_poll(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
-
-void rl_comm_park(struct ringlet_comm *c) {
-    int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
-    if (!(polled & RL_POLLED_ON_DEMAND)) return;
-    for (int i = 0; i < RL_TP_MAX; i++)
-        if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
-}
 
 /* What a wait also looks at, besides the transports: ready (may be NULL) says whether
  * what it waits for is there, read in place (the board). */
@@ -79,6 +57,7 @@ static int yield_to_peer(struct ringlet_comm *c) {
 /* pause: polls in a pause loop before the waiter starts yielding its core between polls
  * (UINT_MAX: never); the whole poll lasts at most spin_s either way. */
 static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
+    rl_conn_poll_parked_due(c);
     rl_bell *b = atomic_load(&c->ev);
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
     if (polled || ready) {

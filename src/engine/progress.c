@@ -6,8 +6,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "collective.h"
+#include "conn.h"
 #include "devcomm.h"
 #include "failure.h"
 #include "p2p.h"
@@ -67,12 +69,34 @@ static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct
     return n;
 }
 
+/* Queue lock held, nothing to run: waits for the queue. While receives are parked for
+ * their senders' connections (conn.h), it takes the idle queue every RL_PARK_POLL_MS to
+ * accept what has come. */
+static void idle_wait(struct ringlet_comm *c) {
+    if (c->running || !atomic_load(&c->nparked)) {
+        pthread_cond_wait(&c->q_cv, &c->q_mu);
+        return;
+    }
+    c->running = 1;
+    pthread_mutex_unlock(&c->q_mu);
+    int left = rl_conn_poll_parked(c);
+    pthread_mutex_lock(&c->q_mu);
+    c->running = 0;
+    if (!left || c->q_head || c->q_quit) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the condition's clock */
+    ts.tv_nsec += RL_PARK_POLL_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&c->q_cv, &c->q_mu, &ts);
+}
+
 static void *progress_thread(void *arg) {
     struct ringlet_comm *c = arg;
+    rl_conn_set_runner(c); /* while it holds c->running */
     for (;;) {
         pthread_mutex_lock(&c->q_mu);
         /* An operation run inline by the caller finishes before the next one starts. */
-        while ((!c->q_head || c->running) && !c->q_quit) pthread_cond_wait(&c->q_cv, &c->q_mu);
+        while ((!c->q_head || c->running) && !c->q_quit) idle_wait(c);
         struct ringlet_request *r = c->q_head, *partner = NULL;
         if (r) {
             c->q_head = r->next;
@@ -124,6 +148,7 @@ static void *progress_thread(void *arg) {
         } else {
             finish(c, r, run(c, r));
         }
+        rl_conn_poll_parked(c); /* a busy queue too */
         pthread_mutex_lock(&c->q_mu);
         c->running = 0;
         pthread_mutex_unlock(&c->q_mu);
@@ -149,10 +174,15 @@ void rl_progress_stop(struct ringlet_comm *c) {
 
 /* Queue lock not held: when nothing is queued or running, the calling thread takes the
  * queue (c->running), numbers r and returns 1; else 0. refuse_failed: a failed
- * communicator's calls take the queue's way, which fails them as such. */
+ * communicator's calls take the queue's way, which fails them as such. So does a receive
+ * from a rank with no connection from it yet: it may park (conn.h), and only the progress
+ * thread polls for parked receives' connections. */
 static int claim_idle_queue(struct ringlet_comm *c, struct ringlet_request *r, int refuse_failed) {
     pthread_mutex_lock(&c->q_mu);
-    if (c->q_head || c->running || !c->progress_started || (refuse_failed && atomic_load(&c->failed))) {
+    /* The connection is read only once the queue is idle: no thread makes connections then
+     * (the runner's were made before it gave the queue back, under this lock). */
+    if (c->q_head || c->running || !c->progress_started || (refuse_failed && atomic_load(&c->failed)) ||
+        (r->kind == RL_OP_RECV && !c->recv_conns[r->peer].h)) {
         pthread_mutex_unlock(&c->q_mu);
         return 0;
     }
@@ -168,23 +198,27 @@ static int claim_idle_queue(struct ringlet_comm *c, struct ringlet_request *r, i
 static void release_queue(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
-    if (c->q_head) pthread_cond_signal(&c->q_cv);
+    if (c->q_head || atomic_load(&c->nparked)) pthread_cond_signal(&c->q_cv); /* parked: idle_wait polls again */
     pthread_mutex_unlock(&c->q_mu);
 }
 
 int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc) {
     if (!claim_idle_queue(c, r, 0)) return 0;
+    struct ringlet_comm *was = rl_conn_set_runner(c);
     rl_comm_set_inline(1);
     *rc = run(c, r);
     rl_comm_set_inline(0);
+    rl_conn_set_runner(was);
     release_queue(c);
     return 1;
 }
 
 int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
     if (!claim_idle_queue(c, r, 1)) return 0;
+    struct ringlet_comm *was = rl_conn_set_runner(c);
     ringlet_result_t rc = rl_p2p_post(c, r);
     if (rc) finish(c, r, rc);
+    rl_conn_set_runner(was);
     release_queue(c);
     return 1;
 }

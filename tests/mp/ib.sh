@@ -18,6 +18,8 @@
 #     P+1 in place and out of place, blocking and not, random data, exact check; large
 #     counts as listed in PLAN below), and at P = 3 on device memory over the simulated
 #     GPU (chunks staged through pinned slots, over verbs);
+#   - tests/mp/tcp_inline --first-exchange at P = 4 over ib (receives posted before the
+#     sends between ranks with no connection yet);
 #   - a rank SIGKILLed during an allreduce (rank 2, and rank 0) and an allgather, P = 4
 #     (tests/mp/kill, as kill.sh, with 32 MiB: the VM is slow and has 2 GiB);
 #   - the benchmark: ringlet-perf allreduce at 2 ranks, 4 MiB, RINGLET_TRANSPORT=ib, and
@@ -134,6 +136,21 @@ guest() {
             tail -n 15 "$TMP/err"
         fi
     done <<<"$PLAN"
+
+    echo "===== first messages between ranks not yet connected, RINGLET_TRANSPORT=ib, P = 4"
+    # tests/mp/tcp_inline --first-exchange (any transport): every rank posts its receives
+    # from all others, then its sends, on fresh communicators; a receive waits for its
+    # sender's connection without holding up this rank's sends.
+    t=$(now_ms)
+    RINGLET_TRANSPORT=ib "$RUN" -n 4 --timeout 300 "$BUILD/tests/mp/tcp_inline" --first-exchange 1 >"$TMP/out" 2>&1
+    rc=$?
+    good=$(grep -cE "tcp_inline: rank [0-9]+ of 4: [0-9]+ checks, 0 failed" "$TMP/out")
+    if [ $rc = 0 ] && [ "$good" = 4 ]; then
+        echo "ok:   irecv from all, then isend / blocking send to all: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank, $(secs "$t")"
+    else
+        fail "first exchanges over ib: launcher exit status $rc, $good of 4 ranks passed"
+        grep -E 'FAIL|tcp_inline: rank' "$TMP/out" | head -n 30
+    fi
 
     echo "===== a rank killed mid-collective, RINGLET_TRANSPORT=ib, P = 4"
     local MARK="ringlet_ib_kill_$$"

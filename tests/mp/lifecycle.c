@@ -16,6 +16,8 @@
  *       thread aborts the communicator: the call must return (an error) and abort must
  *       return, each within 5 s (the times are printed; the goals are 100 ms and 1 s);
  *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
+ *       At 3 ranks the blocked call is a receive from rank 1, which never sends (over TCP:
+ *       it waits parked for rank 1's connection); ranks 1 and 2 wait as rank 1 does.
  *   lifecycle --late-peer [--count C]
  *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
  *       --abort-thread), run with RINGLET_TIMEOUT=5: it must fail with
@@ -248,12 +250,21 @@ static void *wait_thread(void *p) {
     return NULL;
 }
 
-/* --abort-thread, rank 0: a thread blocks in an all-reduce that rank 1 never joins; this
- * one aborts the communicator. */
-static void abort_waiter(ringlet_comm_t c) {
+/* A receive from rank 1, which is no ring neighbour's sender at 3 ranks (0 -> 1 -> 2 -> 0)
+ * and never sends: it waits parked for rank 1's connection. */
+static void *recv_thread(void *p) {
+    waiter_t *w = p;
+    w->rc = ringlet_recv(w->buf, 1024, RINGLET_INT32, 1, w->c, NULL);
+    w->t_return = now();
+    return NULL;
+}
+
+/* --abort-thread, rank 0: a thread blocks in an all-reduce that rank 1 never joins (at 3
+ * ranks: in a receive from rank 1); this one aborts the communicator. */
+static void abort_waiter(ringlet_comm_t c, int P) {
     waiter_t w = {c, 0, 0, {0}};
     pthread_t th;
-    pthread_create(&th, NULL, wait_thread, &w);
+    pthread_create(&th, NULL, P == 3 ? recv_thread : wait_thread, &w);
     usleep(200 * 1000); /* likely inside its wait by now; either way it must return */
     double t0 = now();
     ringlet_comm_abort(c);
@@ -263,14 +274,14 @@ static void abort_waiter(ringlet_comm_t c) {
     t0 = now();
     ringlet_comm_abort(c);
     double t_again = now() - t0;
-    if (w.rc == RINGLET_SUCCESS) FAIL("the all-reduce rank 1 never joined succeeded");
+    if (w.rc == RINGLET_SUCCESS) FAIL("the %s rank 1 never joined succeeded", P == 3 ? "receive" : "all-reduce");
     if (t_call > 5 || t_abort > 5 || t_again > 1)
         FAIL("abort took %.3f s, the waiting call returned %.3f s after it, a second abort %.3f s", t_abort, t_call,
              t_again);
     if (!g_failed)
-        printf("lifecycle: rank 0: OK abort from another thread: abort returned in %.1f ms, the blocked call %.1f "
+        printf("lifecycle: rank 0: OK abort from another thread: abort returned in %.1f ms, the blocked %s %.1f "
                "ms after the abort began (goals 1000 and 100 ms), a second abort in %.3f ms; the call said: %s\n",
-               t_abort * 1e3, t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
+               t_abort * 1e3, P == 3 ? "receive" : "all-reduce", t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
 }
 
 typedef struct {
@@ -398,13 +409,16 @@ int main(int argc, char **argv) {
         if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
         char path[64];
         snprintf(path, sizeof path, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
-        if (g_rank == 1) {
+        int P = 0;
+        ringlet_comm_size(c, &P);
+        if (g_rank != 0) {
             /* Never joins: waits (60 s at most) until rank 0 says it is done. */
+            snprintf(path + strlen(path), sizeof path - strlen(path), ".%d", g_rank);
             for (double t0 = now(); access(path, F_OK) != 0 && now() - t0 < 60;) usleep(1000);
             unlink(path);
             ringlet_comm_abort(c);
             ringlet_comm_destroy(c);
-            printf("lifecycle: rank 1: OK (the idle side)\n");
+            printf("lifecycle: rank %d: OK (the idle side)\n", g_rank);
             return 0;
         }
         if (late_peer) {
@@ -423,11 +437,15 @@ int main(int argc, char **argv) {
                        g_count, dt, msg);
             free(x);
         } else {
-            abort_waiter(c);
+            abort_waiter(c, P);
         }
         ringlet_comm_destroy(c);
-        FILE *f = fopen(path, "w");
-        if (f) fclose(f);
+        size_t at = strlen(path);
+        for (int r = 1; r < P; r++) {
+            snprintf(path + at, sizeof path - at, ".%d", r);
+            FILE *f = fopen(path, "w");
+            if (f) fclose(f);
+        }
         return g_failed ? 1 : 0;
     }
     if (getenv("LIFECYCLE_DIR")) snprintf(g_dir, sizeof g_dir, "%s", getenv("LIFECYCLE_DIR"));

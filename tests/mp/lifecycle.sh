@@ -49,6 +49,8 @@ one "reduction threads over tcp: $((N / 5)) init/destroy, $((M / 5)) init/abort 
     RINGLET_REDUCE_THREADS=3 "$RUN" -n 2 --timeout 900 "$PROG" --cycles $((N / 5)) --aborts $((M / 5)) --count 262144 \
     --reduce-workers 2
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
+WANT_OK=3 one "abort from another thread, a receive waiting for its sender to connect" RINGLET_TRANSPORT=tcp \
+    "$RUN" -n 3 --timeout 120 "$PROG" --abort-thread
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384

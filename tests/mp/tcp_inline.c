@@ -1,7 +1,8 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1|2]
+ *              [--first-exchange 0|1|2]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -38,7 +39,24 @@
  * must fail with RINGLET_ERR_SYSTEM saying so and naming rank 2 (not "socket error", nor a
  * wait until the deadline for a rank that did connect). That failure is rank 1's alone and
  * passes: with its descriptors back, a second receive gets rank 2's message, whole, and an
- * all-reduce of the three ranks is right.
+ * all-reduce of the three ranks is right. --emfile 2: the same, but the receive is posted
+ * while descriptors remain, so it parks (rank 2 connects only after a second token from
+ * rank 1, sent once the descriptors are gone); the accept of the poll that finds rank 2's
+ * connection is the one that fails, and only that receive may fail.
+ *
+ * --first-exchange 1, instead of the rounds: on a fresh communicator (a split) each time,
+ * every rank posts a receive from every other rank, then a send to each (the
+ * canonical MPI exchange: irecv, isend, wait). Only ring neighbours are connected at init,
+ * so between the others each receive is the first message of its pair: its accept waits
+ * for the peer's connection, which the peer makes only with its send, queued behind its
+ * own receives. Three passes: the sends at once; after an all-reduce on the world
+ * communicator (so the receives are surely being accepted before any send is posted), with
+ * 1.5 MiB messages; and blocking sends. A fourth: ranks 2 and 3 send 24 MiB to ranks 0 and
+ * 1 with a blocking send before an all-reduce, which ranks 0 and 1 join after posting
+ * the receive (their all-reduce must accept the connection meanwhile). Every byte and the
+ * guard bytes are checked.
+ *
+ * --first-exchange 2 (4 ranks): a receive from a rank that never sends (see never_connects).
  *
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
@@ -93,6 +111,12 @@ static size_t pick_size(uint64_t r) {
     case 1: return 65536 + (r >> 8) % 200000; /* over the limit */
     default: return (r >> 8) % 2048;          /* small */
     }
+}
+
+static long long clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(int ms) {
@@ -240,6 +264,135 @@ static void two_comms(ringlet_comm_t comm) {
     ringlet_comm_destroy(other);
 }
 
+/* --first-exchange: every rank posts a receive from every other rank on a
+ * fresh communicator, then a send to each: pass 0 at once, pass 1 after an all-reduce on
+ * the world communicator (the new one's queue meanwhile holds only the receives), pass 2
+ * with blocking sends. Messages of 3000 bytes, and in pass 1 of a piece and a half. */
+static void first_exchange(ringlet_comm_t world) {
+    for (int pass = 0; pass < 3; pass++) {
+        ringlet_comm_t sub;
+        ringlet_result_t rc = ringlet_comm_split(world, 0, g_rank, &sub);
+        CHECK(!rc, "first exchange %d: split: %s", pass, ringlet_comm_last_error(world));
+        if (rc) return;
+        size_t n = pass == 1 ? (3u << 20) / 2 + 5 : 3000;
+        unsigned char **in = calloc((size_t)g_P, sizeof *in), **out = calloc((size_t)g_P, sizeof *out);
+        ringlet_request_t *rq = calloc((size_t)g_P, sizeof *rq), *sq = calloc((size_t)g_P, sizeof *sq);
+        if (!in || !out || !rq || !sq) exit(1);
+        for (int q = 0; q < g_P; q++) {
+            in[q] = malloc(n + GUARD), out[q] = malloc(n);
+            if (!in[q] || !out[q]) exit(1);
+            memset(in[q], 0x5A, n);
+            memset(in[q] + n, 0xA5, GUARD);
+            /* message q of round -2 - pass from this rank: the one rank q checks */
+            for (size_t i = 0; i < n; i++) out[q][i] = byte_at(-2 - pass, q, g_rank, i);
+        }
+        for (int k = 1; k < g_P; k++) {
+            int q = (g_rank + k) % g_P;
+            rc = ringlet_irecv(in[q], n, RINGLET_UINT8, q, sub, NULL, &rq[q]);
+            CHECK(!rc, "first exchange %d: irecv from rank %d: %s", pass, q, ringlet_comm_last_error(sub));
+        }
+        if (pass == 1) {
+            int32_t x = g_rank, sum = 0;
+            rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, world, NULL);
+            CHECK(!rc && sum == g_P * (g_P - 1) / 2, "first exchange %d: all-reduce on the world: %s, sum %d", pass,
+                  rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
+        }
+        for (int k = 1; k < g_P; k++) {
+            int q = (g_rank + g_P - k) % g_P;
+            rc = pass == 2 ? ringlet_send(out[q], n, RINGLET_UINT8, q, sub, NULL)
+                           : ringlet_isend(out[q], n, RINGLET_UINT8, q, sub, NULL, &sq[q]);
+            CHECK(!rc, "first exchange %d: send to rank %d: %s", pass, q, ringlet_comm_last_error(sub));
+        }
+        for (int q = 0; q < g_P; q++) {
+            if (sq[q]) {
+                rc = ringlet_wait(&sq[q]);
+                CHECK(!rc, "first exchange %d: the send to rank %d: %s", pass, q, ringlet_comm_last_error(sub));
+            }
+            if (rq[q]) {
+                rc = ringlet_wait(&rq[q]);
+                CHECK(!rc, "first exchange %d: the receive from rank %d: %s", pass, q, ringlet_comm_last_error(sub));
+                if (!rc) check_recv(in[q], n, -2 - pass, g_rank, q, "first exchange");
+            }
+            free(in[q]), free(out[q]);
+        }
+        free(in), free(out), free(rq), free(sq);
+        ringlet_comm_destroy(sub);
+    }
+    /* Pass 3: ranks 2 and 3 send 24 MiB (more than the sockets hold) to ranks 0 and 1 with
+     * a blocking send, then join an all-reduce; ranks 0 and 1 post the receive, then join
+     * the all-reduce, then wait. The all-reduce's waits on ranks 0 and 1 must accept the
+     * senders' connections, or the sends never end and the all-reduce waits for them. */
+    ringlet_comm_t sub;
+    ringlet_result_t rc = ringlet_comm_split(world, 0, g_rank, &sub);
+    CHECK(!rc, "first exchange 3: split: %s", ringlet_comm_last_error(world));
+    if (rc) return;
+    size_t n = (24u << 20) + 3, cnt = 65536;
+    unsigned char *msg = malloc(n + GUARD);
+    int32_t *x = malloc(cnt * sizeof *x), *sum = malloc(cnt * sizeof *sum);
+    if (!msg || !x || !sum) exit(1);
+    for (size_t j = 0; j < cnt; j++) x[j] = (int32_t)(j % 1000) + g_rank;
+    ringlet_request_t rq = NULL;
+    if (g_rank < 2) {
+        memset(msg, 0x5A, n);
+        memset(msg + n, 0xA5, GUARD);
+        rc = ringlet_irecv(msg, n, RINGLET_UINT8, g_rank + 2, sub, NULL, &rq);
+        CHECK(!rc, "first exchange 3: irecv from rank %d: %s", g_rank + 2, ringlet_comm_last_error(sub));
+    } else if (g_rank < 4) {
+        for (size_t i = 0; i < n; i++) msg[i] = byte_at(-5, 0, g_rank, i);
+        rc = ringlet_send(msg, n, RINGLET_UINT8, g_rank - 2, sub, NULL);
+        CHECK(!rc, "first exchange 3: send to rank %d: %s", g_rank - 2, ringlet_comm_last_error(sub));
+    }
+    rc = ringlet_allreduce(x, sum, cnt, RINGLET_INT32, RINGLET_SUM, sub, NULL);
+    size_t bad = 0;
+    for (size_t j = 0; j < cnt && !rc; j++) bad += sum[j] != (int32_t)(g_P * (int)(j % 1000) + g_P * (g_P - 1) / 2);
+    CHECK(!rc && !bad, "first exchange 3: all-reduce: %s, %zu wrong", rc ? ringlet_comm_last_error(sub) : "ok", bad);
+    if (rq) {
+        rc = ringlet_wait(&rq);
+        CHECK(!rc, "first exchange 3: the receive from rank %d: %s", g_rank + 2, ringlet_comm_last_error(sub));
+        if (!rc) check_recv(msg, n, -5, 0, g_rank + 2, "first exchange, a collective meanwhile");
+    }
+    free(msg), free(x), free(sum);
+    ringlet_comm_destroy(sub);
+    printf("tcp_inline: rank %d: first exchanges done\n", g_rank);
+}
+
+/* --first-exchange 2 (4 ranks): on a communicator with a 2 s deadline, rank 1 receives
+ * from rank 3, which sends nothing: the receive waits parked for rank 3's connection, and
+ * its wait must fail at the deadline, with RINGLET_ERR_TIMEOUT, naming rank 3 and saying
+ * that it never connected. The others wait for rank 1 in an all-reduce on the world
+ * communicator (whose deadline is RINGLET_TIMEOUT's), so nobody leaves before. */
+static void never_connects(ringlet_comm_t world) {
+    ringlet_unique_id_t id;
+    ringlet_result_t rc = g_rank == 0 ? ringlet_get_unique_id(&id) : RINGLET_SUCCESS;
+    if (!rc) rc = ringlet_broadcast(&id, &id, sizeof id, RINGLET_UINT8, 0, world, NULL);
+    ringlet_comm_config_t cfg = RINGLET_COMM_CONFIG_INIT;
+    cfg.timeout_s = 2;
+    ringlet_comm_t comm = NULL;
+    if (!rc) rc = ringlet_comm_init_rank_config(&comm, g_P, id, g_rank, &cfg);
+    CHECK(!rc, "a communicator with a 2 s deadline: %s", ringlet_comm_last_error(NULL));
+    if (rc) return;
+    if (g_rank == 1) {
+        unsigned char buf[16];
+        ringlet_request_t rq;
+        long long t0 = clock_ms();
+        rc = ringlet_irecv(buf, sizeof buf, RINGLET_UINT8, 3, comm, NULL, &rq);
+        CHECK(!rc, "irecv from rank 3: %s", ringlet_comm_last_error(comm));
+        if (!rc) {
+            rc = ringlet_wait(&rq);
+            const char *m = ringlet_comm_last_error(comm);
+            CHECK(rc == RINGLET_ERR_TIMEOUT && strstr(m, "rank 3") && strstr(m, "never connected"),
+                  "a receive from rank 3, which never sends: %s: %s", ringlet_strerror(rc), rc ? m : "succeeded");
+            printf("tcp_inline: rank 1: after %.1f s: %s\n", (double)(clock_ms() - t0) / 1000, m);
+        }
+    }
+    int32_t x = g_rank, sum = 0;
+    rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, world, NULL);
+    CHECK(!rc && sum == 6, "all-reduce on the world after rank 1's receive: %s, sum %d",
+          rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
+    ringlet_comm_abort(comm);
+    ringlet_comm_destroy(comm);
+}
+
 /* Rank 0 sends slen bytes, rank 1 receives rlen. */
 static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen) {
     unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) + 1);
@@ -280,16 +433,32 @@ static int highest_fd(void) {
     return top;
 }
 
-static void emfile(ringlet_comm_t comm) {
+static void emfile(ringlet_comm_t comm, int parked) {
     enum { N = 100 };
-    unsigned char buf[N + GUARD];
+    unsigned char buf[N + GUARD], token = 0;
     for (size_t i = 0; i < N; i++) buf[i] = byte_at(0, 0, 2, i);
     memset(buf + N, 0xA5, GUARD);
     if (g_rank == 2) {
-        ringlet_result_t rc = ringlet_send(buf, N, RINGLET_UINT8, 1, comm, NULL);
+        /* parked: only once rank 1 said (second token) that its receive waits, parked */
+        ringlet_result_t rc = RINGLET_SUCCESS;
+        for (int k = 0; k < 2 && parked && !rc; k++) rc = ringlet_recv(&token, 1, RINGLET_UINT8, 1, comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "the tokens from rank 1: %s", rc ? ringlet_comm_last_error(comm) : "ok");
+        rc = ringlet_send(buf, N, RINGLET_UINT8, 1, comm, NULL);
         CHECK(rc == RINGLET_SUCCESS, "send to rank 1: %s", rc ? ringlet_comm_last_error(comm) : "ok");
     }
     if (g_rank == 1) {
+        ringlet_request_t rq = NULL;
+        ringlet_result_t rc = RINGLET_SUCCESS;
+        memset(buf, 0, N);
+        if (parked) {
+            /* The receive first, with descriptors to spare: it parks (rank 2 has not
+             * connected). A blocking send behind it, over the ring's connection 1 -> 2 (no
+             * descriptor needed), ends only once the receive was handled, so parked. */
+            rc = ringlet_irecv(buf, N, RINGLET_UINT8, 2, comm, NULL, &rq);
+            if (!rc) rc = ringlet_send(&token, 1, RINGLET_UINT8, 2, comm, NULL);
+            CHECK(!rc, "the parked receive and the first token: %s", ringlet_comm_last_error(comm));
+            if (rc) return;
+        }
         struct rlimit old, cut;
         int top = highest_fd();
         CHECK(top >= 0 && getrlimit(RLIMIT_NOFILE, &old) == 0, "could not read /proc/self/fd or the file limit");
@@ -301,14 +470,15 @@ static void emfile(ringlet_comm_t comm) {
         static int holes[4096];
         int nholes = 0;
         while (nholes < 4096 && (holes[nholes] = open("/dev/null", O_RDONLY)) >= 0) nholes++;
-        memset(buf, 0, N);
-        ringlet_result_t rc = ringlet_recv(buf, N, RINGLET_UINT8, 2, comm, NULL);
+        if (parked) rc = ringlet_send(&token, 1, RINGLET_UINT8, 2, comm, NULL); /* rank 2 may connect now */
+        else rc = ringlet_irecv(buf, N, RINGLET_UINT8, 2, comm, NULL, &rq);
+        if (!rc) rc = ringlet_wait(&rq);
         while (nholes > 0) close(holes[--nholes]);
         setrlimit(RLIMIT_NOFILE, &old);
         const char *m = ringlet_comm_last_error(comm);
         CHECK(rc == RINGLET_ERR_SYSTEM && strstr(m, "accept: Too many open files") && strstr(m, "rank 2"),
               "receive from rank 2 with no descriptor left: %s: %s", ringlet_strerror(rc), rc ? m : "succeeded");
-        printf("tcp_inline: rank 1: no descriptor left: %s\n", m);
+        printf("tcp_inline: rank 1: no descriptor left%s: %s\n", parked ? " (the receive parked)" : "", m);
         /* Nothing was lost: rank 2's connection waits in the listener's backlog. */
         rc = ringlet_recv(buf, N, RINGLET_UINT8, 2, comm, NULL);
         CHECK(rc == RINGLET_SUCCESS, "receive from rank 2 again: %s", rc ? ringlet_comm_last_error(comm) : "ok");
@@ -321,7 +491,7 @@ static void emfile(ringlet_comm_t comm) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = 40, two = 0, emf = 0;
+    int rounds = 40, two = 0, emf = 0, first = 0;
     const char *mm = "none";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
@@ -329,9 +499,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mismatch")) mm = argv[i + 1];
         else if (!strcmp(argv[i], "--two-comms")) two = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--emfile")) emf = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] "
-                                   "[--two-comms 0|1] [--emfile 0|1]\n"),
+                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2]\n"),
                    2;
     }
     ringlet_comm_t comm;
@@ -342,7 +513,9 @@ int main(int argc, char **argv) {
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
     if (two && g_P == 2) two_comms(comm);
-    if (emf && g_P == 3) emfile(comm);
+    if (emf && g_P == 3) emfile(comm, emf == 2);
+    else if (first == 2 && g_P == 4) never_connects(comm);
+    else if (first) first_exchange(comm);
     else if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);
     if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200);

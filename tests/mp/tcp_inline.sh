@@ -10,7 +10,14 @@
 # stripes that get nothing must end with the one that failed, not at the deadline):
 # the receiver fails naming both lengths and the sender, the sender's next receive fails
 # naming the receiver. P = 3 with --emfile: a receive whose accept finds no descriptor left
-# fails saying so, and a second receive then gets the message. As root, also --two-comms
+# fails saying so, and a second receive then gets the message (--emfile 2: the same where
+# the receive was parked, waiting for the connection). P = 4 and 5 (not under TSan)
+# with --first-exchange: on fresh communicators every rank posts its receives from all the
+# others before its sends (irecv, then isend or a blocking send), so the receives between
+# ranks that are not ring neighbours wait for connections that the senders make only with
+# those sends (again with RINGLET_ALGO=ring, whose all-reduce, joined while such a receive
+# waits, connects none of those pairs itself); and --first-exchange 2: a receive from a rank that never sends fails at its
+# communicator's deadline (2 s) saying that rank never connected. As root, also --two-comms
 # (an irecv on one communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
 # socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
@@ -34,7 +41,7 @@ one() { # name P args... (environment before the name; WRAP: a command to run th
     n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
     if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
         echo "ok:   $name: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank"
-        grep -E 'mismatch:|after the mismatch|descriptor left' "$TMP/out" | sed 's/^/      /'
+        grep -E 'mismatch:|after the mismatch|descriptor left|never connected' "$TMP/out" | sed 's/^/      /'
     else
         fails=$((fails + 1))
         echo "FAIL: $name: launcher exit status $rc, $n of $P ranks passed"
@@ -49,6 +56,13 @@ one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
 RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
 one "P=3, no descriptor left for an accept" 3 --seed 9 --emfile 1
+one "P=3, no descriptor left for the accept of a parked receive" 3 --seed 9 --emfile 2
+one "P=4, receives from all posted before the sends (first messages)" 4 --seed 10 --first-exchange 1
+RINGLET_ALGO=ring one "P=4, the same, all-reduces by the ring (none uses the pairs 0-2, 1-3)" 4 --seed 13 --first-exchange 1
+if [[ "${SANITIZE:-}" != *thread* ]]; then
+    one "P=5, receives from all posted before the sends (first messages)" 5 --seed 11 --first-exchange 1
+fi
+one "P=4, a receive from a rank that never sends (2 s deadline)" 4 --seed 12 --first-exchange 2
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     cat >"$TMP/smallbuf" <<'EOF2'
 #!/usr/bin/env bash
