@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "sock.h"
 #include "util.h"
 #include "wait.h"
 
@@ -51,6 +52,14 @@ ringlet_result_t rl_conn_pick_transport(struct ringlet_comm *c, int peer, int de
 }
 
 /* ---- receives parked until their sender connects (conn.h) ---- */
+
+static _Thread_local struct ringlet_comm *t_runner;
+
+struct ringlet_comm *rl_conn_set_runner(struct ringlet_comm *c) {
+    struct ringlet_comm *was = t_runner;
+    t_runner = c;
+    return was;
+}
 
 typedef struct rl_parked {
     void *buf;
@@ -115,13 +124,6 @@ static void post_parked(struct ringlet_comm *c, int peer, rl_conn *conn) {
     rl_comm_notify(c);
 }
 
-static _Thread_local struct ringlet_comm *t_runner;
-
-struct ringlet_comm *rl_conn_set_runner(struct ringlet_comm *c) {
-    struct ringlet_comm *was = t_runner;
-    t_runner = c;
-    return was;
-}
 
 int rl_conn_parked_for(struct ringlet_comm *c, int peer) { return has_parked(c, peer); }
 
@@ -191,6 +193,23 @@ void rl_conn_drop_parked(struct ringlet_comm *c) {
     }
 }
 
+/* The runner, about to wait in an accept while receives are parked: it waits here instead
+ * and polls them meanwhile (the peer this accept waits for may itself wait for a rank whose
+ * send waits for one of them). SUCCESS: the accept will not wait, or a poll made this very
+ * connection; else the accept's error. */
+static ringlet_result_t accept_polling(struct ringlet_comm *c, int tp, int peer, const rl_conn *slot, char *err) {
+    const rl_transport_ops *ops = rl_transports[tp];
+    if (t_runner != c || !ops->accept_ready || !atomic_load(&c->nparked)) return RINGLET_SUCCESS;
+    double deadline = rl_now() + c->timeout_s;
+    while (!slot->h && !ops->accept_ready(c->tctx[tp], peer)) {
+        if (atomic_load(&c->stop)) return rl_transport_accept_failed(ops->name, peer, RL_IO_STOPPED, 0, err);
+        if (rl_now() >= deadline) return rl_transport_accept_failed(ops->name, peer, RL_IO_TIMEOUT, 0, err);
+        rl_conn_poll_parked(c);
+        rl_sleep_ms(1);
+    }
+    return RINGLET_SUCCESS;
+}
+
 static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int device, rl_conn **conn, char *err) {
     int tp, host_tp = -1;
     ringlet_result_t rc = rl_conn_pick_transport(c, peer, device, &tp, err);
@@ -200,6 +219,7 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
     int dev_table = device && tp != host_tp;
     rl_conn *slot = dev_table ? (send ? &c->send_conns_dev[peer] : &c->recv_conns_dev[peer])
                               : (send ? &c->send_conns[peer] : &c->recv_conns[peer]);
+    if (!send && !slot->h && (rc = accept_polling(c, tp, peer, slot, err))) return rc;
     if (!slot->h) {
         const rl_transport_ops *ops = rl_transports[tp];
         rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)

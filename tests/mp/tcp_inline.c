@@ -2,7 +2,7 @@
  * mixed with large ones that the socket threads move, on the same connections.
  *
  *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1|2]
- *              [--first-exchange 0|1|2]
+ *              [--first-exchange 0|1|2|3]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -57,6 +57,8 @@
  * guard bytes are checked.
  *
  * --first-exchange 2 (4 ranks): a receive from a rank that never sends (see never_connects).
+ * --first-exchange 3 (4 ranks, RINGLET_ALGO=doubling): a collective's accept that waits
+ * while a receive is parked (see accept_chain).
  *
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
@@ -320,7 +322,7 @@ static void first_exchange(ringlet_comm_t world) {
     }
     /* Pass 3: ranks 2 and 3 send 24 MiB (more than the sockets hold) to ranks 0 and 1 with
      * a blocking send, then join an all-reduce; ranks 0 and 1 post the receive, then join
-     * the all-reduce, then wait. The all-reduce's waits on ranks 0 and 1 must accept the
+     * the all-reduce, then wait (at 5 ranks, rank 4 joins the all-reduce only). The all-reduce's waits on ranks 0 and 1 must accept the
      * senders' connections, or the sends never end and the all-reduce waits for them. */
     ringlet_comm_t sub;
     ringlet_result_t rc = ringlet_comm_split(world, 0, g_rank, &sub);
@@ -332,12 +334,24 @@ static void first_exchange(ringlet_comm_t world) {
     if (!msg || !x || !sum) exit(1);
     for (size_t j = 0; j < cnt; j++) x[j] = (int32_t)(j % 1000) + g_rank;
     ringlet_request_t rq = NULL;
+    unsigned char token = 3;
+    /* A token 0 -> 1 -> 2 -> 3 over ring connections, passed on by ranks 0 and 1 behind their
+     * receive: ranks 2 and 3 send only once both receives were handled, so both park. */
     if (g_rank < 2) {
         memset(msg, 0x5A, n);
         memset(msg + n, 0xA5, GUARD);
         rc = ringlet_irecv(msg, n, RINGLET_UINT8, g_rank + 2, sub, NULL, &rq);
         CHECK(!rc, "first exchange 3: irecv from rank %d: %s", g_rank + 2, ringlet_comm_last_error(sub));
-    } else if (g_rank < 4) {
+    }
+    if (g_rank > 0 && g_rank < 4) {
+        rc = ringlet_recv(&token, 1, RINGLET_UINT8, g_rank - 1, sub, NULL);
+        CHECK(!rc, "first exchange 3: the token from rank %d: %s", g_rank - 1, ringlet_comm_last_error(sub));
+    }
+    if (g_rank < 3) {
+        rc = ringlet_send(&token, 1, RINGLET_UINT8, g_rank + 1, sub, NULL);
+        CHECK(!rc, "first exchange 3: the token to rank %d: %s", g_rank + 1, ringlet_comm_last_error(sub));
+    }
+    if (g_rank == 2 || g_rank == 3) {
         for (size_t i = 0; i < n; i++) msg[i] = byte_at(-5, 0, g_rank, i);
         rc = ringlet_send(msg, n, RINGLET_UINT8, g_rank - 2, sub, NULL);
         CHECK(!rc, "first exchange 3: send to rank %d: %s", g_rank - 2, ringlet_comm_last_error(sub));
@@ -391,6 +405,57 @@ static void never_connects(ringlet_comm_t world) {
           rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
     ringlet_comm_abort(comm);
     ringlet_comm_destroy(comm);
+}
+
+/* --first-exchange 3 (4 ranks, RINGLET_ALGO=doubling: the all-reduce's first partner is
+ * the rank next door, and 1 -> 0 is no ring connection): rank 0 posts a receive from rank
+ * 2, then joins an all-reduce, whose accept of rank 1's connection waits; rank 1 waits in
+ * a blocking receive from rank 2 first; rank 2 sends 24 MiB (more than the sockets hold)
+ * to rank 0, then 100 bytes to rank 1, then joins. So rank 0's accept of rank 1 must take
+ * rank 2's connection for the parked receive meanwhile, or all wait until the deadline. */
+static void accept_chain(ringlet_comm_t world) {
+    size_t n = (24u << 20) + 3, small = 100;
+    unsigned char *msg = malloc(n + GUARD);
+    if (!msg) exit(1);
+    ringlet_request_t rq = NULL;
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    memset(msg, 0x5A, n);
+    memset(msg + n, 0xA5, GUARD);
+    unsigned char token = 7;
+    /* A token 0 -> 1 -> 2 over ring connections: rank 2 connects to rank 0 only once rank 0's
+     * receive was handled (its send of the token queued behind it), so that receive parks. */
+    if (g_rank == 0) {
+        rc = ringlet_irecv(msg, n, RINGLET_UINT8, 2, world, NULL, &rq);
+        if (!rc) rc = ringlet_send(&token, 1, RINGLET_UINT8, 1, world, NULL);
+        CHECK(!rc, "chain: irecv from rank 2, the token to rank 1: %s", ringlet_comm_last_error(world));
+    } else if (g_rank == 1) {
+        rc = ringlet_recv(&token, 1, RINGLET_UINT8, 0, world, NULL);
+        if (!rc) rc = ringlet_send(&token, 1, RINGLET_UINT8, 2, world, NULL);
+        CHECK(!rc, "chain: the token from rank 0 to rank 2: %s", ringlet_comm_last_error(world));
+        memset(msg + small, 0xA5, GUARD);
+        rc = ringlet_recv(msg, small, RINGLET_UINT8, 2, world, NULL);
+        CHECK(!rc, "chain: receive from rank 2: %s", ringlet_comm_last_error(world));
+        if (!rc) check_recv(msg, small, -6, 1, 2, "chain");
+    } else if (g_rank == 2) {
+        for (size_t i = 0; i < n; i++) msg[i] = byte_at(-6, 0, 2, i);
+        rc = ringlet_recv(&token, 1, RINGLET_UINT8, 1, world, NULL);
+        CHECK(!rc, "chain: the token from rank 1: %s", ringlet_comm_last_error(world));
+        if (!rc) rc = ringlet_send(msg, n, RINGLET_UINT8, 0, world, NULL);
+        CHECK(!rc, "chain: send to rank 0: %s", ringlet_comm_last_error(world));
+        for (size_t i = 0; i < small; i++) msg[i] = byte_at(-6, 1, 2, i);
+        if (!rc) rc = ringlet_send(msg, small, RINGLET_UINT8, 1, world, NULL);
+        CHECK(!rc, "chain: send to rank 1: %s", ringlet_comm_last_error(world));
+    }
+    int32_t x = 10 + g_rank, sum = 0;
+    rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, world, NULL);
+    CHECK(!rc && sum == 46, "chain: all-reduce: %s, sum %d", rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
+    if (rq) {
+        rc = ringlet_wait(&rq);
+        CHECK(!rc, "chain: the receive from rank 2: %s", ringlet_comm_last_error(world));
+        if (!rc) check_recv(msg, n, -6, 0, 2, "chain");
+    }
+    free(msg);
+    printf("tcp_inline: rank %d: accept chain done\n", g_rank);
 }
 
 /* Rank 0 sends slen bytes, rank 1 receives rlen. */
@@ -502,7 +567,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] "
-                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2]\n"),
+                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2|3]\n"),
                    2;
     }
     ringlet_comm_t comm;
@@ -515,6 +580,7 @@ int main(int argc, char **argv) {
     if (two && g_P == 2) two_comms(comm);
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
+    else if (first == 3 && g_P == 4) accept_chain(comm);
     else if (first) first_exchange(comm);
     else if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);
