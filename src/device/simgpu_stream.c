@@ -984,8 +984,9 @@ int sim_stream_reached(rl_dev_stream_t s, const char *what) {
  * copy from it takes the bytes at the call (staged); to device memory it then returns at
  * once, without waiting for the stream's earlier work, and the copy runs in stream order
  * (it may not have happened at the return); to host memory, or a copy into pageable
- * memory, returns only once done (the stream's earlier work first). Pinned and device
- * memory are asynchronous both ways. */
+ * memory, returns only once done (the stream's earlier work first). So does a copy
+ * between host buffers of any kind, pinned ones too ("fully synchronous with respect to
+ * the host"). Between device and pinned memory, and device to device, it is asynchronous. */
 int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s) {
     int rc = sim_call_begin();
     if (rc) return rc;
@@ -1012,20 +1013,24 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
     if (o) o->dst = d, o->a = a, o->n = bytes;
     /* Pageable memory either way may synchronise with the stream ("the driver may
      * synchronize with the stream and stage the copy into pinned memory"; into pageable
-     * memory the call returns once done): behind a held stream that would hang. */
-    if (ks == SIM_MEM_PAGEABLE || kd == SIM_MEM_PAGEABLE) {
+     * memory the call returns once done), and a copy between host buffers returns once
+     * done: behind a held stream that would hang. */
+    int host_to_host = ks != SIM_MEM_DEVICE && kd != SIM_MEM_DEVICE;
+    if (ks == SIM_MEM_PAGEABLE || kd == SIM_MEM_PAGEABLE || host_to_host) {
         rl_dev_stream_t r = s;
         held_t h;
         if (!resolve(&r) && held_by(r, &h)) {
             free(o ? o->owned : NULL);
             free(o);
-            return stream_held_fail("memcpy_async with pageable host memory", r, &h);
+            return stream_held_fail(host_to_host && ks == SIM_MEM_PINNED && kd == SIM_MEM_PINNED
+                                        ? "memcpy_async between pinned host buffers"
+                                        : "memcpy_async with pageable host memory",
+                                    r, &h);
         }
     }
     rc = sim_enqueue(s, o, "memcpy_async");
     if (rc) return rc;
-    if (kd == SIM_MEM_PAGEABLE || (ks == SIM_MEM_PAGEABLE && kd != SIM_MEM_DEVICE))
-        return sim_stream_reached(s, "memcpy_async");
+    if (kd == SIM_MEM_PAGEABLE || host_to_host) return sim_stream_reached(s, "memcpy_async");
     if (ks == SIM_MEM_PAGEABLE && !(rc = resolve(&s))) rc = refuse_pageable_capture(s, "memcpy_async");
     return rc;
 }

@@ -700,6 +700,27 @@ static void rule_pageable(void) {
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += h[i] != (int32_t)(7 * i + 3);
     CHECK(bad == 0, "a staged copy from pageable memory: %zu elements wrong", bad);
+    /* Between pinned host buffers: "fully synchronous with respect to the host", so done
+     * at the return (after the stream's earlier work), and the deadlock behind a held
+     * stream. */
+    int32_t *p2 = NULL;
+    RT_OK(R->host_alloc((void **)&p2, n * 4));
+    for (size_t i = 0; i < n; i++) p2[i] = -1;
+    for (int k = 0; k < 40; k++) RT_OK(R->launch_reduce(x, x, one, n, RINGLET_INT32, RINGLET_SUM, s));
+    RT_OK(R->memcpy_async(one, x, n * 4, s)); /* device to pinned: asynchronous */
+    RT_OK(R->memcpy_async(p2, one, n * 4, s));
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += p2[i] != (int32_t)(7 * i + 3) + 40;
+    CHECK(bad == 0, "a copy between pinned buffers: %zu elements wrong at its return, without a sync", bad);
+    RT_OK(R->stream_wait_value64(s, flag, 2));
+    rc = R->memcpy_async(p2, one, n * 4, s);
+    CHECK(rc == RL_RT_ERR_SIM_DEADLOCK && strstr(R->error_detail(), "between pinned host buffers may wait"),
+          "a copy between pinned buffers behind a held stream returned %d (%s), not the deadlock", rc,
+          R->error_detail());
+    R->get_last_error();
+    release(flag, 2);
+    RT_OK(R->stream_synchronize(s));
+    RT_OK(R->free_host(p2));
     RT_OK(R->free_host((void *)flag));
     RT_OK(R->free(x));
     RT_OK(R->free_host(one));
