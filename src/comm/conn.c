@@ -81,7 +81,7 @@ static rl_parked *take_parked(struct ringlet_comm *c, int peer) {
     return list;
 }
 
-static int has_parked(struct ringlet_comm *c, int peer) {
+int rl_conn_parked_for(struct ringlet_comm *c, int peer) {
     pthread_mutex_lock(&c->park_mu);
     int has = c->parked[peer] != NULL;
     pthread_mutex_unlock(&c->park_mu);
@@ -124,20 +124,22 @@ static void post_parked(struct ringlet_comm *c, int peer, rl_conn *conn) {
     rl_comm_notify(c);
 }
 
-
-int rl_conn_parked_for(struct ringlet_comm *c, int peer) { return has_parked(c, peer); }
-
 static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int device, rl_conn **conn, char *err);
+
+/* Whether an accept of peer's connection over transport tp would wait for the peer now. */
+static int accept_waits(struct ringlet_comm *c, int tp, int peer) {
+    const rl_transport_ops *ops = rl_transports[tp];
+    return ops->accept_ready && !ops->accept_ready(c->tctx[tp], peer);
+}
 
 ringlet_result_t rl_comm_recv_conn_or_park(struct ringlet_comm *c, int peer, rl_conn **conn, char *err) {
     *conn = NULL;
-    if (has_parked(c, peer)) return RINGLET_SUCCESS;
+    if (rl_conn_parked_for(c, peer)) return RINGLET_SUCCESS;
     if (!c->recv_conns[peer].h) {
         int tp;
         ringlet_result_t rc = rl_conn_pick_transport(c, peer, 0, &tp, err);
         if (rc) return rc;
-        const rl_transport_ops *ops = rl_transports[tp];
-        if (ops->accept_ready && !ops->accept_ready(c->tctx[tp], peer)) return RINGLET_SUCCESS;
+        if (accept_waits(c, tp, peer)) return RINGLET_SUCCESS;
     }
     return get_conn(c, peer, 0, 0, conn, err);
 }
@@ -168,7 +170,7 @@ int rl_conn_poll_parked(struct ringlet_comm *c) {
     if (!atomic_load(&c->nparked)) return 0;
     c->park_polled_at = rl_now();
     for (int q = 0; q < c->nranks; q++) {
-        if (!has_parked(c, q)) continue;
+        if (!rl_conn_parked_for(c, q)) continue;
         char err[RL_ERR_MAX] = "";
         if (atomic_load(&c->stop)) {
             snprintf(err, sizeof err, "the communicator stopped before rank %d connected", q);
@@ -178,7 +180,7 @@ int rl_conn_poll_parked(struct ringlet_comm *c) {
         int tp;
         rl_conn *conn;
         ringlet_result_t rc = rl_conn_pick_transport(c, q, 0, &tp, err);
-        if (!rc && rl_transports[tp]->accept_ready && !rl_transports[tp]->accept_ready(c->tctx[tp], q)) continue;
+        if (!rc && accept_waits(c, tp, q)) continue;
         if (!rc) rc = get_conn(c, q, 0, 0, &conn, err); /* accepts, and posts the parked pieces */
         if (rc) fail_parked(c, q, rc, rc == RINGLET_ERR_SYSTEM, err);
     }
@@ -189,7 +191,7 @@ void rl_conn_drop_parked(struct ringlet_comm *c) {
     for (int q = 0; q < c->nranks && atomic_load(&c->nparked); q++) {
         char msg[RL_ERR_MAX];
         snprintf(msg, sizeof msg, "the communicator was closed before rank %d connected", q);
-        if (has_parked(c, q)) fail_parked(c, q, RINGLET_ERR_REMOTE, 0, msg);
+        if (rl_conn_parked_for(c, q)) fail_parked(c, q, RINGLET_ERR_REMOTE, 0, msg);
     }
 }
 
@@ -201,7 +203,7 @@ static ringlet_result_t accept_polling(struct ringlet_comm *c, int tp, int peer,
     const rl_transport_ops *ops = rl_transports[tp];
     if (t_runner != c || !ops->accept_ready || !atomic_load(&c->nparked)) return RINGLET_SUCCESS;
     double deadline = rl_now() + c->timeout_s;
-    while (!slot->h && !ops->accept_ready(c->tctx[tp], peer)) {
+    while (!slot->h && accept_waits(c, tp, peer)) {
         if (atomic_load(&c->stop)) return rl_transport_accept_failed(ops->name, peer, RL_IO_STOPPED, 0, err);
         if (rl_now() >= deadline) return rl_transport_accept_failed(ops->name, peer, RL_IO_TIMEOUT, 0, err);
         rl_conn_poll_parked(c);

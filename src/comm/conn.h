@@ -26,7 +26,7 @@ ringlet_result_t rl_comm_recv_conn(struct ringlet_comm *c, int peer, int device,
  * peer comes over a connection the peer makes, with its first send). Rather than wait in
  * the accept, which would hold up every later call of this rank (its own sends among
  * them, which the peer may be waiting for: both posted a receive, then a send), a
- * send or receive on host memory parks each piece of such a receive until the peer's
+ * receive on host memory (no stream) parks each of its pieces until the peer's
  * connection is there; a later receive from that peer parks behind it, so posting order
  * holds. Only the thread that runs the queue (the progress thread, or a caller that took
  * the idle queue) makes connections, parks and posts.

@@ -1022,7 +1022,7 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
         if (!resolve(&r) && held_by(r, &h)) {
             free(o ? o->owned : NULL);
             free(o);
-            return stream_held_fail(host_to_host && ks == SIM_MEM_PINNED && kd == SIM_MEM_PINNED
+            return stream_held_fail(ks == SIM_MEM_PINNED && kd == SIM_MEM_PINNED
                                         ? "memcpy_async between pinned host buffers"
                                         : "memcpy_async with pageable host memory",
                                     r, &h);
