@@ -25,6 +25,15 @@ void rl_sleep_ms(int ms) {
     }
 }
 
+void rl_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
+}
+
 int rl_process_gone(int pid) {
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0) return errno == ESRCH;

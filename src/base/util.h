@@ -2,6 +2,7 @@
 #ifndef RINGLET_UTIL_H
 #define RINGLET_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,10 @@ static inline void rl_cpu_relax(void) {
 #endif
 }
 void rl_sleep_ms(int ms);
+/* Waits on cv (mu held) until signalled or ms milliseconds pass, whichever is first. The
+ * time is the monotonic clock's: a step of the wall clock (NTP, settimeofday) neither
+ * stretches the wait nor cuts it, as it would with pthread_cond_timedwait's default clock. */
+void rl_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
 /* Whether the byte ranges [a, a + alen) and [b, b + blen) share a byte. */
 static inline int rl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;

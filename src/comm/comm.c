@@ -164,8 +164,6 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
  * answer calls with an error until it is destroyed). */
 void rl_comm_teardown(struct ringlet_comm *c, int clean) {
     rl_reduce_pool_stop(c->pool); /* kept until rl_comm_free: a call still running falls back to its own thread */
-    rl_trace_close(c->trace);
-    c->trace = NULL;
     if (!clean) atomic_store(&c->stop, 1);
     /* Goodbye first (rank 0 waits for the others while every link still works), then
      * stop whatever transfer is still posted (an irecv nobody waited for) so that
@@ -176,6 +174,7 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
     rl_conn_drop_parked(c);
     rl_devcomm_release_all(c);
     rl_conn_wait_idle(c);
+    rl_trace_write(c->trace); /* with the spans of the calls that just left; freed with c */
     rl_devcomm_settle(c); /* after the calls left, before connections and transports free device memory */
     rl_conn_close_all(c);
     atomic_store(&c->polled, 0);
@@ -195,6 +194,7 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
 
 void rl_comm_free(struct ringlet_comm *c) {
     rl_reduce_pool_free(c->pool);
+    rl_trace_close(c->trace);
     pthread_mutex_destroy(&c->live_mu);
     pthread_mutex_destroy(&c->ops_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);

@@ -60,6 +60,7 @@ struct rl_trace {
     uint32_t nstr, strcap;
     uint32_t *hash, hcap;
     double mono_to_real_us; /* CLOCK_REALTIME - CLOCK_MONOTONIC at open, microseconds */
+    int written;            /* rl_trace_write ran: later spans are not kept */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -181,6 +182,7 @@ void rl_trace_span(rl_trace *t, int lane, const char *name, double t0, double t1
                    long long chunk, size_t bytes, int peer) {
     if (!t) return;
     pthread_mutex_lock(&t->mu);
+    if (t->written) goto out;
     if (!isfinite(t0)) {
         t->invalid++;
         goto out;
@@ -376,11 +378,17 @@ static void write_file(rl_trace *t) {
     free(tmp);
 }
 
-void rl_trace_close(rl_trace *t) {
+void rl_trace_write(rl_trace *t) {
     if (!t) return;
     pthread_mutex_lock(&t->mu);
-    write_file(t);
+    if (!t->written) write_file(t);
+    t->written = 1;
     pthread_mutex_unlock(&t->mu);
+}
+
+void rl_trace_close(rl_trace *t) {
+    if (!t) return;
+    rl_trace_write(t);
     pthread_mutex_destroy(&t->mu);
     for (uint32_t i = 0; i < t->nstr; i++) free(t->strs[i]);
     free(t->strs);

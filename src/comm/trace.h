@@ -9,7 +9,9 @@
  *
  * Lanes (tid): 0 the operation, 1 sends, 2 receives, 3 reductions. All functions are
  * thread-safe and do nothing on a NULL trace; rl_trace_close must not run concurrently
- * with an rl_trace_span on the same trace.
+ * with an rl_trace_span on the same trace. A communicator writes its trace once its calls
+ * have left (teardown, at abort or destroy) and frees it only when it is freed itself:
+ * a call that outlives the abort's grace may still record, into a trace already written.
  *
  * "ts" and "dur" are written in microseconds (3 decimals); otherData holds rank, nranks,
  * version, host and the wall-clock offset (for perf/trace_merge.py --align realtime).
@@ -39,7 +41,9 @@ rl_trace *rl_trace_open(int rank, int nranks);
  * the args. t1 < t0 gives a duration of 0; a t0 that is not finite is ignored. */
 void rl_trace_span(rl_trace *t, int lane, const char *name, double t0, double t1, const char *op, uint64_t seq,
                    long long chunk, size_t bytes, int peer);
-/* Writes the file and frees the trace. */
+/* Writes the file, once: spans recorded later are not kept. */
+void rl_trace_write(rl_trace *t);
+/* Writes the file (unless written) and frees the trace. */
 void rl_trace_close(rl_trace *t);
 
 #endif

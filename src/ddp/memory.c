@@ -69,7 +69,7 @@ void ddp_mem_convert(struct ringlet_ddp *d, void *dst, ringlet_datatype_t dt, co
  * written again only after the copy ran (the next iteration's, once this one's
  * all-reduces, queued after the copy, are collected). */
 void ddp_mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t, double v) {
-    unsigned char e[8];
+    _Alignas(8) unsigned char e[8]; /* a float16 conversion refuses a misaligned operand */
     rl_ddp_store_value(e, t, v);
     if (!d->on_device) {
         memcpy(dst, e, ringlet_datatype_size(t));
@@ -79,7 +79,7 @@ void ddp_mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t,
     ddp_mem_copy(d, dst, d->value_pinned, ringlet_datatype_size(t));
 }
 double ddp_mem_load_value(struct ringlet_ddp *d, const void *src, ringlet_datatype_t t) {
-    unsigned char e[8] = {0};
+    _Alignas(8) unsigned char e[8] = {0};
     ddp_mem_copy(d, e, src, ringlet_datatype_size(t));
     if (d->on_device) mem_note(d, ringlet_stream_synchronize(ddp_dstream(d)));
     return rl_ddp_load_value(e, t);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
 #include "util.h"
@@ -170,11 +169,7 @@ int rl_dev_holds_active(void) {
 /* A timed wait on the gate's condition, 1 ms at most (holds are released by a store to
  * host memory, which signals nobody). */
 static void gate_wait(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &ts);
+    rl_cond_wait_ms(&g_gate_cv, &g_gate_mu, 1);
 }
 
 /* Device memory is freed on its device: the runtime makes a context on the thread's

@@ -155,11 +155,7 @@ static void run_op(sim_op *o) {
         pthread_mutex_lock(&o->ev->mu);
         while (o->ev->done < o->gen && !sim_sticky()) {
             /* a timed wait, so that a sticky error set elsewhere ends it */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&o->ev->cv, &o->ev->mu, &ts);
+            rl_cond_wait_ms(&o->ev->cv, &o->ev->mu, 10);
         }
         pthread_mutex_unlock(&o->ev->mu);
         break;
@@ -693,13 +689,7 @@ static int device_sync(const char *what, int check_capture) {
         }
         if (!busy) break;
         pthread_mutex_lock(&busy->mu);
-        if (pending(busy)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 2 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&busy->idle_cv, &busy->mu, &ts);
-        }
+        if (pending(busy)) rl_cond_wait_ms(&busy->idle_cv, &busy->mu, 2);
         pthread_mutex_unlock(&busy->mu);
     }
     snapshot_drop(list, n);

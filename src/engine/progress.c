@@ -6,13 +6,13 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "collective.h"
 #include "conn.h"
 #include "devcomm.h"
 #include "failure.h"
 #include "p2p.h"
+#include "util.h"
 #include "wait.h"
 
 void rl_request_free(struct ringlet_request *r) {
@@ -83,11 +83,7 @@ static void idle_wait(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
     if (!left || c->q_head || c->q_quit) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* the condition's clock */
-    ts.tv_nsec += RL_PARK_POLL_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&c->q_cv, &c->q_mu, &ts);
+    rl_cond_wait_ms(&c->q_cv, &c->q_mu, RL_PARK_POLL_MS);
 }
 
 static void *progress_thread(void *arg) {
@@ -107,8 +103,11 @@ static void *progress_thread(void *arg) {
         pthread_mutex_unlock(&c->q_mu);
         if (!r) break;
         if (atomic_load(&c->failed) || r->prep_rc || (partner && partner->prep_rc)) {
-            char msg[RL_MSG_MAX];
+            char msg[RL_MSG_MAX], cause[RL_MSG_MAX];
             ringlet_result_t code = atomic_load(&c->failed) ? rl_comm_failure(c, msg, sizeof msg) : RINGLET_SUCCESS;
+            /* The failed preparation's text, for its partner: kept here, since finish may
+             * free the request (a stream call nobody waits on) or hand it to its waiter. */
+            snprintf(cause, sizeof cause, "%s", r->prep_rc ? r->err : partner && partner->prep_rc ? partner->err : "");
             for (struct ringlet_request *q = r; q; q = q == r ? partner : NULL) {
                 if (q->prep_rc) {
                     /* Its own preparation's failure, judged as an algorithm's is: a peer's
@@ -116,7 +115,9 @@ static void *progress_thread(void *arg) {
                      * rank's view of another rank's death, which the monitor names. */
                     char what[RL_MSG_MAX];
                     snprintf(what, sizeof what, "%s", q->err);
-                    finish(c, q, rl_comm_op_failed(c, q, q->prep_rc, what, q->err));
+                    ringlet_result_t qrc = rl_comm_op_failed(c, q, q->prep_rc, what, q->err);
+                    if (q == r) snprintf(cause, sizeof cause, "%s", q->err);
+                    finish(c, q, qrc);
                     continue;
                 }
                 if (code) {
@@ -125,7 +126,7 @@ static void *progress_thread(void *arg) {
                     finish(c, q, code);
                 } else { /* the partner of one whose preparation failed */
                     snprintf(q->err, sizeof q->err, "%s #%llu not run: %.400s", rl_op_name(q->kind),
-                             (unsigned long long)q->seq, r->prep_rc ? r->err : partner->err);
+                             (unsigned long long)q->seq, cause);
                     finish(c, q, RINGLET_ERR_REMOTE);
                 }
             }
@@ -169,7 +170,9 @@ void rl_progress_stop(struct ringlet_comm *c) {
     pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
     pthread_join(c->progress, NULL);
+    pthread_mutex_lock(&c->q_mu); /* claim_idle_queue reads it under the lock */
     c->progress_started = 0;
+    pthread_mutex_unlock(&c->q_mu);
 }
 
 /* Queue lock not held: when nothing is queued or running, the calling thread takes the

@@ -2,7 +2,7 @@
  * mixed with large ones that the socket threads move, on the same connections.
  *
  *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1|2]
- *              [--first-exchange 0|1|2|3]
+ *              [--first-exchange 0|1|2|3|4]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
  * receives from the previous one. A round is a list of messages, the same on every
@@ -59,6 +59,8 @@
  * --first-exchange 2 (4 ranks): a receive from a rank that never sends (see never_connects).
  * --first-exchange 3 (4 ranks, RINGLET_ALGO=doubling): a collective's accept that waits
  * while a receive is parked (see accept_chain).
+ * --first-exchange 4 (4 ranks): a parked receive whose sender only the progress thread's
+ * idle poll can take, with the wall clock stepped back after each read (see idle_poll).
  *
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
@@ -69,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +116,18 @@ static size_t pick_size(uint64_t r) {
     case 1: return 65536 + (r >> 8) % 200000; /* over the limit */
     default: return (r >> 8) % 2048;          /* small */
     }
+}
+
+/* --first-exchange 4 makes every read of CLOCK_REALTIME in this process, the library's
+ * included (this definition is the executable's), an hour ahead of the clock by which the
+ * kernel times a wait until a time of it: as if the wall clock were stepped back an hour
+ * (by NTP, or settimeofday) right after each read. Set before the communicator (and its
+ * threads) exists. */
+static int g_realtime_back;
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    long r = syscall(SYS_clock_gettime, id, ts);
+    if (r == 0 && id == CLOCK_REALTIME && g_realtime_back) ts->tv_sec += 3600;
+    return (int)r;
 }
 
 static long long clock_ms(void) {
@@ -370,8 +385,10 @@ static void first_exchange(ringlet_comm_t world) {
     printf("tcp_inline: rank %d: first exchanges done\n", g_rank);
 }
 
-/* --first-exchange 2 (4 ranks): on a communicator with a 2 s deadline, rank 1 receives
- * from rank 3, which sends nothing: the receive waits parked for rank 3's connection, and
+/* --first-exchange 2 (4 ranks): on a communicator with a 4 s deadline (its init must fit
+ * in it too, and its monitor calls a rank silent that long unresponsive: no tighter, for
+ * TSan's sake), rank 1 receives from rank 3, which sends nothing: the receive waits parked
+ * for rank 3's connection, and
  * its wait must fail at the deadline, with RINGLET_ERR_TIMEOUT, naming rank 3 and saying
  * that it never connected. The others wait for rank 1 in an all-reduce on the world
  * communicator (whose deadline is RINGLET_TIMEOUT's), so nobody leaves before. */
@@ -380,10 +397,10 @@ static void never_connects(ringlet_comm_t world) {
     ringlet_result_t rc = g_rank == 0 ? ringlet_get_unique_id(&id) : RINGLET_SUCCESS;
     if (!rc) rc = ringlet_broadcast(&id, &id, sizeof id, RINGLET_UINT8, 0, world, NULL);
     ringlet_comm_config_t cfg = RINGLET_COMM_CONFIG_INIT;
-    cfg.timeout_s = 2;
+    cfg.timeout_s = 4;
     ringlet_comm_t comm = NULL;
     if (!rc) rc = ringlet_comm_init_rank_config(&comm, g_P, id, g_rank, &cfg);
-    CHECK(!rc, "a communicator with a 2 s deadline: %s", ringlet_comm_last_error(NULL));
+    CHECK(!rc, "a communicator with a 4 s deadline: %s", ringlet_comm_last_error(NULL));
     if (rc) return;
     if (g_rank == 1) {
         unsigned char buf[16];
@@ -405,6 +422,56 @@ static void never_connects(ringlet_comm_t world) {
           rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
     ringlet_comm_abort(comm);
     ringlet_comm_destroy(comm);
+}
+
+/* --first-exchange 4 (4 ranks), with the wall clock stepped back after each read (see
+ * clock_gettime):
+ * on a fresh communicator (a split: only ring neighbours are connected), rank 0 posts a
+ * receive from rank 2, then passes a token to rank 1, which passes it to rank 2 (ring
+ * connections both), so that the receive parks before rank 2 connects; then rank 0 waits
+ * in an all-reduce on the world communicator. Rank 2, once it has the token, sends 24 MiB
+ * (more than the sockets hold) to rank 0 with a blocking send, then joins the all-reduce.
+ * Nothing of rank 0's runs on the split meanwhile
+ * but its progress thread, which looks for the connection every 10 ms while idle: a poll
+ * timed on the wall clock would wait an hour there, and all would wait until the deadline. */
+static void idle_poll(ringlet_comm_t world) {
+    ringlet_comm_t sub;
+    ringlet_result_t rc = ringlet_comm_split(world, 0, g_rank, &sub);
+    CHECK(!rc, "idle poll: split: %s", ringlet_comm_last_error(world));
+    if (rc) return;
+    size_t n = (24u << 20) + 3;
+    unsigned char *msg = malloc(n + GUARD), token = 9;
+    if (!msg) exit(1);
+    ringlet_request_t rq = NULL;
+    if (g_rank == 0) {
+        memset(msg, 0x5A, n);
+        memset(msg + n, 0xA5, GUARD);
+        rc = ringlet_irecv(msg, n, RINGLET_UINT8, 2, sub, NULL, &rq);
+        if (!rc) rc = ringlet_send(&token, 1, RINGLET_UINT8, 1, sub, NULL);
+        CHECK(!rc, "idle poll: irecv from rank 2, the token to rank 1: %s", ringlet_comm_last_error(sub));
+    } else if (g_rank == 1) {
+        rc = ringlet_recv(&token, 1, RINGLET_UINT8, 0, sub, NULL);
+        if (!rc) rc = ringlet_send(&token, 1, RINGLET_UINT8, 2, sub, NULL);
+        CHECK(!rc, "idle poll: the token from rank 0 to rank 2: %s", ringlet_comm_last_error(sub));
+    } else if (g_rank == 2) {
+        rc = ringlet_recv(&token, 1, RINGLET_UINT8, 1, sub, NULL);
+        CHECK(!rc, "idle poll: the token from rank 1: %s", ringlet_comm_last_error(sub));
+        for (size_t i = 0; i < n; i++) msg[i] = byte_at(-7, 0, 2, i);
+        rc = ringlet_send(msg, n, RINGLET_UINT8, 0, sub, NULL);
+        CHECK(!rc, "idle poll: send to rank 0: %s", ringlet_comm_last_error(sub));
+    }
+    int32_t x = 10 + g_rank, sum = 0;
+    rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, world, NULL);
+    CHECK(!rc && sum == 46, "idle poll: all-reduce on the world: %s, sum %d (want 46)",
+          rc ? ringlet_comm_last_error(world) : "ok", (int)sum);
+    if (rq) {
+        rc = ringlet_wait(&rq);
+        CHECK(!rc, "idle poll: the receive from rank 2: %s", ringlet_comm_last_error(sub));
+        if (!rc) check_recv(msg, n, -7, 0, 2, "taken by the idle poll");
+    }
+    free(msg);
+    ringlet_comm_destroy(sub);
+    printf("tcp_inline: rank %d: idle poll done\n", g_rank);
 }
 
 /* --first-exchange 3 (4 ranks, RINGLET_ALGO=doubling: the all-reduce's first partner is
@@ -567,9 +634,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] "
-                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2|3]\n"),
+                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4]\n"),
                    2;
     }
+    g_realtime_back = first == 4;
     ringlet_comm_t comm;
     if (ringlet_comm_init_env(&comm)) {
         printf("FAIL: %s\n", ringlet_comm_last_error(NULL));
@@ -581,6 +649,7 @@ int main(int argc, char **argv) {
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
     else if (first == 3 && g_P == 4) accept_chain(comm);
+    else if (first == 4 && g_P == 4) idle_poll(comm);
     else if (first) first_exchange(comm);
     else if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);

@@ -17,9 +17,13 @@
 # ranks that are not ring neighbours wait for connections that the senders make only with
 # those sends (again with RINGLET_ALGO=ring, whose all-reduce, joined while such a receive
 # waits, connects none of those pairs itself); and --first-exchange 2: a receive from a rank that never sends fails at its
-# communicator's deadline (2 s) saying that rank never connected; --first-exchange 3: an
+# communicator's deadline (4 s) saying that rank never connected; --first-exchange 3: an
 # all-reduce's accept of one rank waits while a receive from another is parked, and only
-# taking that receive's connection meanwhile lets the first rank come. As root, also --two-comms
+# taking that receive's connection meanwhile lets the first rank come; --first-exchange 4: a
+# parked receive that only the progress thread's idle poll can take, with every read of the
+# wall clock an hour ahead of the clock that times waits (as if it were stepped back after
+# each read): that poll's 10 ms must not depend on the wall clock. Cases 3 and 4 use one
+# socket per peer, so that 24 MiB is more than the sockets hold on any machine. As root, also --two-comms
 # (an irecv on one communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
 # socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
@@ -64,8 +68,9 @@ RINGLET_ALGO=ring one "P=4, the same, all-reduces by the ring (none uses the pai
 if [[ "${SANITIZE:-}" != *thread* ]]; then
     one "P=5, receives from all posted before the sends (first messages)" 5 --seed 11 --first-exchange 1
 fi
-one "P=4, a receive from a rank that never sends (2 s deadline)" 4 --seed 12 --first-exchange 2
-RINGLET_ALGO=doubling one "P=4, an all-reduce's accept waits while a receive is parked" 4 --seed 14 --first-exchange 3
+one "P=4, a receive from a rank that never sends (4 s deadline)" 4 --seed 12 --first-exchange 2
+RINGLET_NSOCKS_PERPEER=1 RINGLET_ALGO=doubling one "P=4, an all-reduce's accept waits while a receive is parked" 4 --seed 14 --first-exchange 3
+RINGLET_NSOCKS_PERPEER=1 one "P=4, a parked receive taken by the idle poll, the wall clock stepped back" 4 --seed 15 --first-exchange 4
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     cat >"$TMP/smallbuf" <<'EOF2'
 #!/usr/bin/env bash
