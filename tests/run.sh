@@ -7,6 +7,8 @@
 # suite fails ("clean-tree") when `git status --porcelain` differs at the end from what it
 # was at the start (a file a test wrote into the source tree, or one it changed).
 #   TESTS="collectives args" tests/run.sh   runs only the named tests
+# Each test has TEST_LIMIT seconds (default 900; the longest takes about 220 s on CI's
+# 2 cores): past them it is killed and fails, so that a test that hangs cannot stall CI.
 set -u
 cd "$(dirname "$0")/.."
 export BUILD="${BUILD:-build}"
@@ -14,6 +16,9 @@ export BUILD="${BUILD:-build}"
 # strict as the hang: no caller can take it as a warning); test_simrules, which checks the
 # refusals themselves, sets its own.
 export RINGLET_SIM_ON_DEADLOCK="${RINGLET_SIM_ON_DEADLOCK:-exit}"
+# Python would write __pycache__ next to the sources it imports (python/, tests/python/).
+export PYTHONDONTWRITEBYTECODE=1
+TEST_LIMIT=${TEST_LIMIT:-900}
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 tree_before=""
@@ -27,9 +32,12 @@ run_one() { # name command...
     local name=$1; shift
     if [ -n "${TESTS:-}" ] && ! grep -qw -- "$name" <<<"$TESTS"; then return; fi
     local log="$logdir/$name.log" t0=$SECONDS rc
-    "$@" >"$log" 2>&1
+    timeout -k 10 "$TEST_LIMIT" "$@" >"$log" 2>&1
     rc=$?
     local dt=$((SECONDS - t0))
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ] && [ $dt -ge "$TEST_LIMIT" ]; then
+        echo "run.sh: killed after TEST_LIMIT=$TEST_LIMIT s" >>"$log"
+    fi
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1)); printf 'PASS  %-28s %4ds\n' "$name" "$dt"
     elif [ $rc -eq 77 ]; then

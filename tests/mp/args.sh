@@ -41,7 +41,8 @@ else
 fi
 
 # 2. two ranks through the launcher
-RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2.out" 2>&1
+mkdir -p "$TMP/sync" "$TMP/sync-dev" # ranks_meet's files (args.c)
+ARGS_SYNC=$TMP/sync RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2.out" 2>&1
 rc=$?
 n=$(grep -cE '^\[[01]\] args p2: rank [01]: [0-9]+ checks, 0 failed$' "$TMP/p2.out")
 if [ $rc = 0 ] && [ "$n" = 2 ]; then
@@ -54,7 +55,7 @@ fi
 
 # 2b. the same over the simulated GPU: also misaligned device buffers, refused before a kernel
 #     sees them (a GPU's misaligned load is a sticky fault), then a device all-reduce
-RINGLET_DEVICE=sim RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2dev.out" 2>&1
+ARGS_SYNC=$TMP/sync-dev RINGLET_DEVICE=sim RINGLET_TIMEOUT=20 "$RUN" -n 2 --timeout 120 "$PROG" p2 >"$TMP/p2dev.out" 2>&1
 rc=$?
 n=$(grep -cE '^\[[01]\] args p2: rank [01]: [0-9]+ checks, 0 failed$' "$TMP/p2dev.out")
 d=$(grep -cE '^\[[01]\] args p2: rank [01]: device checks done$' "$TMP/p2dev.out")

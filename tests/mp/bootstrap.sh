@@ -20,34 +20,45 @@ $run -n 4 --timeout 60 $bin uid "$tmp/id" >"$tmp/uid.log" 2>&1
 [ "$(grep -c ': ok$' "$tmp/uid.log")" -eq 4 ]
 check "unique id, 4 ranks" $?
 
-# 2. Strangers on rank 0's port while the job starts.
+# 2. Strangers on rank 0's port while the job starts: they connect (retrying until rank 0
+#    listens) before ranks 1 and 2 are started, so rank 0 meets all four first, in order,
+#    and refuses each (the silent one after its 5 s wait for a hello).
 P=$(port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$P WORLD_SIZE=3 RINGLET_SECRET=s3cret RINGLET_TIMEOUT=30
 RANK=0 $bin env >"$tmp/s0.log" 2>&1 &
 r0=$!
-sleep 0.5
-/usr/bin/python3 - "$P" <<'PY' &
+/usr/bin/python3 - "$P" "$tmp/strangers_in" <<'PY' >"$tmp/strangers.log" 2>&1 &
 import socket, sys, time, os
-port = int(sys.argv[1])
+port, mark = int(sys.argv[1]), sys.argv[2]
 def conn():
-    s = socket.create_connection(("127.0.0.1", port), timeout=5); return s
-conn().close()                                  # a port scan
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+until = time.monotonic() + 20
+while True:                                     # a port scan, once rank 0 listens
+    try:
+        conn().close(); break
+    except ConnectionRefusedError:
+        if time.monotonic() > until: raise
+        time.sleep(0.02)
 s = conn(); s.sendall(os.urandom(4096)); s.close()   # garbage
-s = conn(); s.recv(64); s.sendall(b"\0" * 2000)      # reads the challenge, answers zeros
+s = conn(); s.recv(64); s.sendall(b"\0" * 2000)     # reads the challenge, answers zeros
 idle = conn()                                   # connects and says nothing
+open(mark, "w").close()
 time.sleep(8); idle.close()
+print("strangers: done")
 PY
 strangers=$!
-sleep 0.5
+for _ in $(seq 400); do [ -e "$tmp/strangers_in" ] || ! kill -0 $strangers 2>/dev/null && break; sleep 0.05; done
 RANK=1 $bin env >"$tmp/s1.log" 2>&1 &
 r1=$!
 RANK=2 $bin env >"$tmp/s2.log" 2>&1
 s2=$?
 wait $r0; s0=$?
 wait $r1; s1=$?
-wait $strangers 2>/dev/null
-[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ]
-check "job starts despite strangers, garbage and a port scan" $?
+wait $strangers; st=$?
+refused=$(grep -c "refused a connection that did not authenticate" "$tmp/s0.log")
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && [ $st -eq 0 ] && [ "$refused" = 4 ]
+check "job starts despite strangers, garbage and a port scan (rank 0 refused $refused of 4; strangers exit $st)" $?
+cat "$tmp/strangers.log"
 cat "$tmp"/s?.log
 
 # 3. A rank with the wrong secret is refused; init fails on rank 0 naming rank 1.

@@ -200,9 +200,15 @@ guest() {
     echo "===== benchmark: 4 MiB, ringlet allreduce at 2 ranks (busbw) vs ib_write_bw on $DEV"
     local best_bw=0 best_rl=0 v
     bw_once() {
+        local try
         timeout 60 ib_write_bw -d "$DEV" -s 4194304 -D 3 -F >"$TMP/bw_srv" 2>&1 &
-        sleep 1
-        v=$(timeout 60 ib_write_bw -d "$DEV" -s 4194304 -D 3 -F "$IP" 2>"$TMP/bw_err" | awk '/^ *4194304 / {print $4}')
+        # the client connects once, and fails at once while the server is not listening yet:
+        # tried again (the server waits for one client) rather than after a guessed delay
+        for try in $(seq 40); do
+            v=$(timeout 60 ib_write_bw -d "$DEV" -s 4194304 -D 3 -F "$IP" 2>"$TMP/bw_err" | awk '/^ *4194304 / {print $4}')
+            [ -n "$v" ] || ! kill -0 $! 2>/dev/null && break
+            sleep 0.25
+        done
         wait
         if [ -z "$v" ]; then
             fail "ib_write_bw gave no number"

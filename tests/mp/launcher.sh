@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test of ringlet-run, the local launcher. Exit 0 when every case passes, 1 otherwise.
 # The launcher is taken from "$BUILD/bin/ringlet-run" (BUILD defaults to "build").
-# Takes about 12 s.
+# Takes about 10 s.
 set -u
 
 BUILD=${BUILD:-build}
@@ -46,6 +46,23 @@ leftovers() {
             grep -vx -e "$$" -e self || true
     fi
 }
+# wait (20 s at most) until files $2.0 .. $2.($1 - 1) exist in $TMP: ranks that got that far
+wait_files() {
+    local n=$1 prefix=$2 k=0 r
+    while [ $k -lt 400 ]; do
+        for ((r = 0; r < n; r++)); do [ -e "$TMP/$prefix.$r" ] || break; done
+        [ "$r" = "$n" ] && return 0
+        sleep 0.05; k=$((k + 1))
+    done
+    return 1
+}
+# wait (20 s at most) for the background process $1 to end; its exit status, or 137 after a SIGKILL
+wait_bounded() {
+    local k=0
+    while kill -0 "$1" 2>/dev/null && [ $k -lt 400 ]; do sleep 0.05; k=$((k + 1)); done
+    kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null
+    wait "$1"
+}
 # wait up to 1 s for leftovers to disappear (a SIGKILLed process can take a moment to be reaped)
 no_leftovers() {
     local _
@@ -70,11 +87,13 @@ env)
     ;;
 fail3)   [ "$RANK" = 1 ] && exit 3; loop ;;
 selfkill) [ "$RANK" = 2 ] && kill -KILL $$; loop ;;
-grace)
-    if [ "$RANK" = 0 ]; then sleep 0.2; exit 5; fi
-    sleep 1; touch "$dir/grace_done.$RANK"; loop ;;
+grace) # rank 0 fails at once; rank 1 does its work once $dir/$GATE exists, then runs on
+    if [ "$RANK" = 0 ]; then touch "$dir/rank0_left"; exit 5; fi
+    until [ -e "$dir/$GATE" ]; do sleep 0.02; done
+    touch "$dir/grace_done.$RANK"; loop ;;
 stubborn) trap '' TERM; loop ;;   # ignores SIGTERM: needs the SIGKILL
-loop) loop ;;
+loop) touch "$dir/up.$RANK"; loop ;;
+termfile) trap 'touch "$dir/term.$RANK"; exit 0' TERM; touch "$dir/up.$RANK"; loop ;;
 lines)
     awk -v r="$RANK" 'BEGIN { for (i = 0; i < 10000; i++) print "out", r, i }'
     awk -v r="$RANK" 'BEGIN { for (i = 0; i < 10000; i++) print "err", r, i > "/dev/stderr" }'
@@ -117,12 +136,11 @@ else
     fail "user's RINGLET_SECRET not kept: $out"
 fi
 
-# --- 2. exit status propagation; the sleeping siblings are stopped quickly ------------------------
+# --- 2. exit status propagation; the looping siblings are stopped (else the watchdog: 137) ---------
 t=$(now_ms)
 L -n 3 "$R" fail3 "$MARK" >/dev/null 2>"$TMP/fail3.err"
 rc=$?; dt=$(($(now_ms) - t))
-if [ $rc = 3 ] && [ $dt -lt 2500 ] && grep -q "rank 1 exited with status 3" "$TMP/fail3.err" &&
-    no_leftovers; then
+if [ $rc = 3 ] && grep -q "rank 1 exited with status 3" "$TMP/fail3.err" && no_leftovers; then
     pass "rank exits 3 -> launcher exits 3 after ${dt} ms, siblings stopped"
 else
     fail "exit propagation: rc=$rc (want 3), ${dt} ms, leftovers: $(leftovers | tr '\n' ' ')"
@@ -139,20 +157,25 @@ else
 fi
 
 # --- 4. --grace lets a sibling finish its work; without it the sibling is stopped at once ----------
+# Without: rank 1's work waits for a file made only once the launcher has returned, so it is
+# done only if the launcher left rank 1 running (and then the watchdog ends the launcher: 137).
 t=$(now_ms)
-L -n 2 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace0.err"
+GATE=launcher_returned L -n 2 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace0.err"
 rc=$?; dt=$(($(now_ms) - t))
-if [ $rc = 5 ] && [ ! -e "$TMP/grace_done.1" ] && [ $dt -lt 1000 ]; then
+touch "$TMP/launcher_returned"
+if [ $rc = 5 ] && no_leftovers && [ ! -e "$TMP/grace_done.1" ]; then
     pass "no grace: sibling stopped before its work (${dt} ms)"
 else
     fail "no grace: rc=$rc (want 5), ${dt} ms, file $( [ -e "$TMP/grace_done.1" ] && echo written || echo absent)"
     cat "$TMP/grace0.err"
 fi
+# With: rank 1 works once rank 0 has left, then runs on until the grace is over.
+rm -f "$TMP/rank0_left"
 t=$(now_ms)
-L -n 2 --grace 2 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace.err"
+GATE=rank0_left L -n 2 --grace 3 "$R" grace "$MARK" >/dev/null 2>"$TMP/grace.err"
 rc=$?; dt=$(($(now_ms) - t))
-if [ $rc = 5 ] && [ -e "$TMP/grace_done.1" ] && [ $dt -ge 1900 ] && [ $dt -lt 4000 ] && no_leftovers; then
-    pass "--grace 2: sibling finished its work, then was stopped (${dt} ms)"
+if [ $rc = 5 ] && [ -e "$TMP/grace_done.1" ] && [ $dt -ge 2900 ] && no_leftovers; then
+    pass "--grace 3: sibling finished its work, then was stopped (${dt} ms)"
 else
     fail "--grace: rc=$rc (want 5), ${dt} ms, file $( [ -e "$TMP/grace_done.1" ] && echo written || echo absent)"
     cat "$TMP/grace.err"
@@ -162,7 +185,7 @@ fi
 t=$(now_ms)
 L -n 3 --timeout 1 "$R" stubborn "$MARK" >/dev/null 2>"$TMP/timeout.err"
 rc=$?; dt=$(($(now_ms) - t))
-if [ $rc = 124 ] && [ $dt -lt 5500 ] && grep -q "timeout after 1 s" "$TMP/timeout.err" && no_leftovers; then
+if [ $rc = 124 ] && [ $dt -ge 900 ] && grep -q "timeout after 1 s" "$TMP/timeout.err" && no_leftovers; then
     pass "--timeout 1 -> 124 after ${dt} ms, no process left"
 else
     fail "timeout: rc=$rc (want 124), ${dt} ms, leftovers: $(leftovers | tr '\n' ' ')"
@@ -170,28 +193,33 @@ else
 fi
 
 # --- 6. the launcher itself gets SIGTERM, or is SIGKILLed -----------------------------------------
-"$RUN" -n 3 "$R" loop "$MARK" >/dev/null 2>"$TMP/sigterm.err" &
+# (the ranks note the SIGTERM they get, so a launcher that died of it, its ranks then
+# killed by their parent-death signal, does not pass)
+"$RUN" -n 3 "$R" termfile "$MARK" >/dev/null 2>"$TMP/sigterm.err" &
 pid=$!
-sleep 0.5
+wait_files 3 up
+up=$?
 kill -TERM $pid
-wait $pid
+wait_bounded $pid
 rc=$?
-if [ $rc = 143 ] && no_leftovers; then
+if [ $rc = 143 ] && [ "$up" = 0 ] && no_leftovers && wait_files 3 term && grep -q "got SIGTERM, forwarding it" "$TMP/sigterm.err"; then
     pass "SIGTERM to the launcher is forwarded -> 143, no process left"
 else
     fail "SIGTERM to launcher: rc=$rc (want 143), leftovers: $(leftovers | tr '\n' ' ')"
     cat "$TMP/sigterm.err"
 fi
 # (started from a subshell whose stderr is closed, so bash's "Killed" notice stays out of the log)
+rm -f "$TMP"/up.*
 ( "$RUN" -n 3 "$R" loop "$MARK" >/dev/null 2>&1 &
   echo $! >"$TMP/launcher.pid"
   wait ) 2>/dev/null &
 sub=$!
-sleep 0.5
+wait_files 3 up
+up=$?
 before=$(leftovers | wc -l)   # the launcher and its 3 ranks
 kill -KILL "$(cat "$TMP/launcher.pid")"
-wait $sub
-if [ "$before" -ge 4 ] && no_leftovers; then
+wait_bounded $sub
+if [ "$up" = 0 ] && [ "$before" -ge 4 ] && no_leftovers; then
     pass "SIGKILL to the launcher leaves no rank behind"
 else
     fail "SIGKILL to launcher: $before processes before, leftovers: $(leftovers | tr '\n' ' ')"
