@@ -198,8 +198,9 @@ void ringlet_device_leave(int saved);
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is
- * current); buffers of two devices, a stream of another device, or a buffer not aligned
- * to its element size are RINGLET_ERR_INVALID_ARGUMENT. */
+ * current); buffers of two devices, a stream of another device, a buffer not aligned
+ * to its element size, or device memory with pageable host memory (the kernel reaches
+ * only pinned host memory: ringlet_host_alloc) are RINGLET_ERR_INVALID_ARGUMENT. */
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,

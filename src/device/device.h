@@ -94,6 +94,9 @@ typedef struct rl_device_ops {
     /* The device whose memory p points into (device memory from mem_alloc or
      * mem_import), or -1 for host memory, pinned or not. Never fails. */
     int (*ptr_device)(const void *p);
+    /* Whether p is host memory a kernel reaches (pinned: host_alloc's); 0 for pageable
+     * memory (a kernel's access faults, and the fault is sticky) and device memory. */
+    int (*ptr_host_mapped)(const void *p);
 
     /* Device memory on the current device; exportable to peer processes. */
     int (*mem_alloc)(void **p, size_t bytes);

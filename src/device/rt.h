@@ -150,6 +150,9 @@ typedef struct rl_rt {
     /* The device of p's memory (device memory, also a peer's mapped), or -1 for host
      * memory, pinned or not; never fails. */
     int (*pointer_device)(const void *p);
+    /* Whether p is host memory that kernels reach at the same address (pinned and mapped:
+     * host_alloc's); 0 for pageable host memory and for device memory; never fails. */
+    int (*pointer_host_mapped)(const void *p);
 
     int (*malloc)(void **p, size_t bytes);
     int (*free)(void *p);

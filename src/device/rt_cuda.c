@@ -138,6 +138,29 @@ static int pointer_device(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
 }
 
+/* Host memory CUDA knows (pinned or registered) and has mapped at the same address for
+ * kernels (UVA: host_alloc's, cudaHostAllocMapped). Pageable memory is unknown to CUDA
+ * (type 0): a kernel's access to it faults, save on systems with HMM or ATS, where ringlet
+ * refuses it all the same. */
+static int pointer_host_mapped(const void *p) {
+    pthread_once(&g_where_once, find_where);
+    if (g_ptr_attrs) {
+        unsigned int type = 0;
+        void *dptr = NULL;
+        CUpointer_attribute what[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_POINTER};
+        void *into[2] = {&type, &dptr};
+        if (g_ptr_attrs(2, what, into, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS)
+            return type == CU_MEMORYTYPE_HOST && dptr == p;
+        return 0;
+    }
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost && a.devicePointer == p;
+}
+
 static int rt_malloc(void **p, size_t bytes) {
     *p = NULL;
     return (int)cudaMalloc(p, bytes);
@@ -369,6 +392,7 @@ const rl_rt rl_rt_cuda = {
     .get_device = get_device,
     .primary_ctx_active = primary_ctx_active,
     .pointer_device = pointer_device,
+    .pointer_host_mapped = pointer_host_mapped,
     .malloc = rt_malloc,
     .free = rt_free,
     .host_alloc = host_alloc,

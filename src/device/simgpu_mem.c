@@ -176,6 +176,14 @@ int sim_peer_denied(const void *p, int dev) {
     return owner;
 }
 
+int sim_pointer_host_mapped(const void *p) {
+    pthread_rwlock_rdlock(&g_mu);
+    alloc_t *a = find(p);
+    int pinned = a && a->kind == KIND_PINNED;
+    pthread_rwlock_unlock(&g_mu);
+    return pinned;
+}
+
 int sim_pointer_device(const void *p) {
     pthread_rwlock_rdlock(&g_mu);
     alloc_t *a = find(p);

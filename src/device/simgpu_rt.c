@@ -236,6 +236,7 @@ const rl_rt rl_rt_sim = {
     .get_device = get_device,
     .primary_ctx_active = primary_ctx_active,
     .pointer_device = sim_pointer_device,
+    .pointer_host_mapped = sim_pointer_host_mapped,
     .malloc = sim_malloc,
     .free = sim_free,
     .host_alloc = sim_host_alloc,

@@ -485,6 +485,25 @@ static void device_checks(ringlet_comm_t comm) {
           ringlet_reduce_scatter(dv, dbuf + 2, 1, RINGLET_FLOAT32, RINGLET_MAX, comm, NULL));
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "src",
           ringlet_convert_async(dv, RINGLET_FLOAT32, dbuf + 1, RINGLET_BFLOAT16, 4, 1.0, NULL));
+    /* Device memory with pageable host memory: a kernel would fault on it (sticky, on a GPU
+     * and in the simulator), so it is refused; with pinned memory it runs. */
+    static uint16_t pageable[8];
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "pageable",
+          ringlet_convert_async(pageable, RINGLET_FLOAT16, dv, RINGLET_FLOAT32, 8, 1.0, NULL));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "pageable",
+          ringlet_convert_async(dv, RINGLET_FLOAT32, pageable, RINGLET_BFLOAT16, 8, 1.0, NULL));
+    uint16_t *pinned = NULL;
+    float back[8];
+    for (int i = 0; i < 8; i++) hv[i] = (float)(i * 3 - 7 + g_rank) * 0.5f;
+    ringlet_result_t prc = ringlet_host_alloc((void **)&pinned, 8 * sizeof *pinned);
+    if (prc == RINGLET_SUCCESS) prc = ringlet_memcpy_async(dv, hv, 8 * sizeof(float), NULL);
+    if (prc == RINGLET_SUCCESS) prc = ringlet_convert_async(pinned, RINGLET_BFLOAT16, dv, RINGLET_FLOAT32, 8, 2.0, NULL);
+    if (prc == RINGLET_SUCCESS) prc = ringlet_stream_synchronize(NULL);
+    if (prc == RINGLET_SUCCESS) prc = ringlet_convert_async(back, RINGLET_FLOAT32, pinned, RINGLET_BFLOAT16, 8, 1.0, NULL);
+    int pok = prc == RINGLET_SUCCESS;
+    for (int i = 0; pok && i < 8; i++) pok = back[i] == 2.0f * hv[i]; /* small halves: exact in bfloat16 */
+    EXPECT(pok, "a conversion from device memory into pinned host memory failed or gave a wrong result");
+    if (pinned) ringlet_host_free(pinned);
     for (int i = 0; i < N; i++) hv[i] = (float)((i * 7 + g_rank * 13) % 101) - 50.0f;
     ringlet_result_t rc = ringlet_memcpy_async(dv, hv, sizeof hv, NULL);
     if (rc == RINGLET_SUCCESS) rc = ringlet_allreduce(dv, dv, N, RINGLET_FLOAT32, RINGLET_SUM, comm, NULL);
