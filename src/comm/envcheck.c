@@ -4,6 +4,7 @@
  * .c files, so the same numbers are written here (marked). */
 #include "envcheck.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,12 +128,14 @@ static void words_text(const char *words, char *out, size_t len) {
     }
 }
 
+/* Digits only, read in base 10 (a leading 0 is no octal prefix here), within [lo, hi]. */
 static int decimal_ok(const char *s, long long lo, long long hi) {
     if (!*s) return 0;
     for (const char *p = s; *p; p++)
         if (*p < '0' || *p > '9') return 0;
-    long long v;
-    return rl_parse_int(s, lo, hi, &v) == 0 && strlen(s) < 19;
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    return errno != ERANGE && v >= lo && v <= hi;
 }
 
 ringlet_result_t rl_env_check(char *err) {

@@ -8,14 +8,21 @@
 
 #include "log.h"
 
+/* Digits only (no sign, no blank), at most 18 of them: *v and the first byte after. */
+static const char *digits(const char *s, unsigned long long *v) {
+    const char *p = s;
+    *v = 0;
+    while (*p >= '0' && *p <= '9' && p - s < 18) *v = *v * 10 + (unsigned long long)(*p++ - '0');
+    return p > s && !(*p >= '0' && *p <= '9') ? p : NULL;
+}
+
 int rl_fault_parse(const char *s, rl_fault *f) {
     unsigned long long seq, n;
-    char dir[8];
-    int used = 0;
-    if (sscanf(s, "%llu:%7[a-z]:%llu%n", &seq, dir, &n, &used) != 3 || s[used] != 0 || seq == 0 ||
-        (strcmp(dir, "send") != 0 && strcmp(dir, "recv") != 0) || s[0] < '0' || s[0] > '9')
-        return -1;
-    f->dir = strcmp(dir, "send") == 0 ? RL_FAULT_SEND : RL_FAULT_RECV;
+    const char *p = digits(s, &seq);
+    if (!p || seq == 0 || *p != ':') return -1;
+    int dir = !strncmp(p + 1, "send:", 5) ? RL_FAULT_SEND : !strncmp(p + 1, "recv:", 5) ? RL_FAULT_RECV : 0;
+    if (!dir || !(p = digits(p + 6, &n)) || *p) return -1;
+    f->dir = dir;
     f->seq = seq;
     f->n = (size_t)n;
     return 0;

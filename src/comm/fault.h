@@ -9,7 +9,10 @@
  *                                       operation goes on
  *
  * Operation numbers are the communicator's sequence numbers (1 for the first call,
- * as in error messages). With send:1, only the rank's first message of that operation
+ * as in error messages). Every communicator of the process reads the variable and numbers
+ * its own operations from 1 (a split's too), and the count of messages takes in every
+ * exchange the operation makes (with RINGLET_CHECK, its fingerprint exchange first): a
+ * test sets it for a process with one communicator, without RINGLET_CHECK. With send:1, only the rank's first message of that operation
  * can have left it, so every peer that needs more of its data provably still needs
  * it when it dies. The rank logs a WARN line ("fault injection: ...") first. */
 #ifndef RINGLET_FAULT_H
@@ -26,8 +29,8 @@ typedef struct rl_fault {
     size_t n;
     int sig;      /* SIGKILL or SIGSTOP */
 } rl_fault;
-/* "<seq>:send:<n>" or "<seq>:recv:<n>" (seq >= 1) into f's dir, seq and n: 0, or -1
- * when s is not that. */
+/* "<seq>:send:<n>" or "<seq>:recv:<n>" (decimal digits only, at most 18; seq >= 1) into
+ * f's dir, seq and n: 0, or -1 when s is not that. */
 int rl_fault_parse(const char *s, rl_fault *f);
 
 /* Reads RINGLET_FAULT_KILL (or else RINGLET_FAULT_STOP); a malformed value is a warning
