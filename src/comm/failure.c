@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -122,5 +123,15 @@ ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "get_async_error: comm is NULL");
     ringlet_result_t forked = rl_comm_forked(c, "get_async_error");
     if (forked) return forked;
-    return atomic_load(&c->failed) ? rl_comm_failure(c, NULL, 0) : RINGLET_SUCCESS;
+    if (!atomic_load(&c->failed)) return RINGLET_SUCCESS;
+    /* ringlet_comm_last_error says why from the moment this reports it: the failed call's
+     * own message comes when the progress thread finishes it, which may be later (a peer's
+     * failure fails the communicator first). A message that already names the cause stays. */
+    char msg[RL_MSG_MAX];
+    ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
+    pthread_mutex_lock(&c->err_mu);
+    int said = strstr(c->last_error, msg) != NULL;
+    pthread_mutex_unlock(&c->err_mu);
+    if (!said) rl_error(c, code, "%s", msg);
+    return code;
 }

@@ -47,6 +47,8 @@
 # work queue (CUDA_DEVICE_MAX_CONNECTIONS=1); the INFO log must say which, on both ranks.
 # STREAM_RUN_LIMIT and STREAM_RUN_GRACE (default 180 and 60 s): each run's limit in ringlet-run
 # (the GPU suite's quick tier sets them short, so that one hung run leaves time for the others).
+# On the simulator, also prep_pair (3 ranks): a stream call whose preparation failed, taken
+# off the queue with the call after it, fails both (its request was read after it was freed).
 # Exit 0 = all passed, 1 = a failure, 77 = no device backend.
 set -u
 BUILD=${BUILD:-build}
@@ -234,6 +236,22 @@ if [ "$RINGLET_DEVICE" = sim ]; then
         run_case shm abort-copies RINGLET_TIMEOUT=600 CUDA_DEVICE_MAX_CONNECTIONS=1
         ;;
     esac
+fi
+# A failed preparation's call and the call taken with it (tests/mp/prep_pair.c, 3 ranks,
+# the simulator): rank 0's queue held by construction while both are queued.
+if [ "$RINGLET_DEVICE" = sim ] && [ -x "$BUILD/tests/mp/prep_pair" ]; then
+    rm -rf "$TMP/d" && mkdir "$TMP/d"
+    RINGLET_TIMEOUT=3 RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32 "$RUN" -n 3 --timeout 120 --grace 30 \
+        "$BUILD/tests/mp/prep_pair" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ $rc = 0 ] && [ "$(grep -cE '^\[[012]\] prep_pair: rank [012]: OK' "$TMP/out")" = 3 ]; then
+        echo "ok:   a stream call whose preparation failed, run with the call after it (3 ranks)"
+        grep -E 'prep_pair: rank 0: OK' "$TMP/out" | sed 's/^/      /'
+    else
+        fails=$((fails + 1))
+        echo "FAIL: a stream call whose preparation failed, run with the call after it: launcher exit status $rc"
+        tail -n 30 "$TMP/out" "$TMP/err"
+    fi
 fi
 [ $fails = 0 ] && { echo "stream: all passed"; exit 0; }
 echo "stream: $fails failed"
