@@ -129,7 +129,7 @@ static void segment_request(const plan_t *pl, const struct ringlet_request *slic
     out->event_device = pl->r->event_device;
     out->sendbuf = (char *)slice->recvbuf + off * pl->es;
     out->recvbuf = (char *)slice->recvbuf + off * pl->es;
-    out->count = g.base + ((size_t)seg < g.rem);
+    out->count = rl_geom_seg_len(&g, seg);
 }
 
 static void pipe_base(const plan_t *pl, rl_pipe *p, int send_peer, int recv_peer, int lane) {

@@ -24,12 +24,21 @@ rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int 
     rl_geom g;
     g.es = es;
     g.nseg = nseg;
-    g.base = equal_blocks ? count : count / (size_t)nseg;
-    g.rem = equal_blocks ? 0 : count % (size_t)nseg;
+    g.unit = equal_blocks || es > 16 || 16 % es ? 1 : 16 / es;
+    size_t units = count / g.unit;
+    g.tail = equal_blocks ? 0 : count % g.unit;
+    g.base = equal_blocks ? count : units / (size_t)nseg;
+    g.rem = equal_blocks ? 0 : units % (size_t)nseg;
     g.ce = chunk_bytes / es ? chunk_bytes / es : 1;
-    size_t maxseg = g.base + (g.rem > 0);
+    size_t maxseg = (g.base + (g.rem > 0)) * g.unit;
+    if (g.base * g.unit + g.tail > maxseg) maxseg = g.base * g.unit + g.tail;
     g.nc = maxseg ? (maxseg + g.ce - 1) / g.ce : 1;
     return g;
+}
+
+size_t rl_geom_seg_len(const rl_geom *g, int s) {
+    size_t us = (size_t)s;
+    return (g->base + (us < g->rem)) * g->unit + (s == g->nseg - 1 ? g->tail : 0);
 }
 
 size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes) {
@@ -41,8 +50,8 @@ size_t rl_chunk_for(const struct ringlet_comm *c, size_t step_bytes) {
 
 void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len) {
     size_t us = (size_t)s;
-    size_t seg_off = us * g->base + (us < g->rem ? us : g->rem);
-    size_t seg_len = g->base + (us < g->rem);
+    size_t seg_off = (us * g->base + (us < g->rem ? us : g->rem)) * g->unit;
+    size_t seg_len = rl_geom_seg_len(g, s);
     size_t lo = j * g->ce;
     *off = seg_off + lo;
     *len = lo >= seg_len ? 0 : (seg_len - lo < g->ce ? seg_len - lo : g->ce);

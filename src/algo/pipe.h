@@ -25,17 +25,24 @@
 /* count elements cut into nseg segments, each cut into chunks of ce elements. */
 typedef struct rl_geom {
     size_t es;        /* element size */
-    size_t base, rem; /* segment s has base + (s < rem) elements */
+    size_t unit;      /* segments are cut at multiples of unit elements (16 bytes' worth, or 1) */
+    size_t base, rem; /* segment s has base + (s < rem) units ... */
+    size_t tail;      /* ... and the last one these elements more (count % unit) */
     size_t ce;        /* elements per chunk */
     size_t nc;        /* chunks per segment (of the largest) */
     int nseg;
 } rl_geom;
 
 /* equal_blocks: nseg segments of count elements each (all-gather blocks); else count
- * split as evenly as possible. */
+ * split as evenly as possible in whole 16-byte units (where the element size divides 16),
+ * the remainder to the last segment: every segment then starts at the buffer's offset mod
+ * 16, as the staging slots do (aligned), so a reduction of its chunks can take the
+ * kernels' 16-byte loads (a misaligned pair of operands takes one element at a time). */
 rl_geom rl_geom_make(size_t count, int nseg, size_t es, size_t chunk_bytes, int equal_blocks);
 /* Element offset and length of chunk j of segment s (length 0 past the segment's end). */
 void rl_geom_chunk(const rl_geom *g, int s, size_t j, size_t *off, size_t *len);
+/* Elements of segment s. */
+size_t rl_geom_seg_len(const rl_geom *g, int s);
 
 /* The chunk size for an exchange whose longest step moves step_bytes: a quarter of a step,
  * so that a middle-sized call still keeps several chunks in flight, in whole 4 KiB, at
