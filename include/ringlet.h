@@ -148,7 +148,8 @@ ringlet_result_t ringlet_comm_size(ringlet_comm_t comm, int *size);
 ringlet_result_t ringlet_comm_local_rank(ringlet_comm_t comm, int *local_rank);
 ringlet_result_t ringlet_comm_local_size(ringlet_comm_t comm, int *local_size);
 /* RINGLET_SUCCESS while the communicator works; the error that broke it otherwise
- * (a failed peer, a timeout, an abort). */
+ * (a failed peer, a timeout, an abort), and then ringlet_comm_last_error says why (the
+ * failed call's own message where it came first, else the cause). */
 ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t comm);
 /* The device the communicator's device buffers are on: the device of its first call on
  * device memory, else the calling thread's current device at init (a split's: its
@@ -200,7 +201,8 @@ void ringlet_device_leave(int saved);
  * device of the buffers' memory (on the default stream: that device's, whatever device is
  * current); buffers of two devices, a stream of another device, a buffer not aligned
  * to its element size, or device memory with pageable host memory (the kernel reaches
- * only pinned host memory: ringlet_host_alloc) are RINGLET_ERR_INVALID_ARGUMENT. */
+ * only pinned host memory: ringlet_host_alloc; refused also where HMM or ATS would let
+ * it through) are RINGLET_ERR_INVALID_ARGUMENT. */
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *stream);
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,

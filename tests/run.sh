@@ -28,12 +28,21 @@ if command -v git >/dev/null 2>&1 && git rev-parse --is-inside-work-tree >/dev/n
     tree_before=$(git status --porcelain --untracked-files=all 2>&1)
 fi
 pass=0 fail=0 skip=0 failed_names=()
+# A test runs in a process group of its own (timeout's), which a terminal's Ctrl-C does not
+# reach: the signal is passed on to it, and the suite stops after it.
+interrupted=0 cur=""
+on_signal() { interrupted=1; [ -n "$cur" ] && kill -TERM "$cur" 2>/dev/null; }
+trap on_signal INT TERM
 run_one() { # name command...
     local name=$1; shift
     if [ -n "${TESTS:-}" ] && ! grep -qw -- "$name" <<<"$TESTS"; then return; fi
     local log="$logdir/$name.log" t0=$SECONDS rc
-    timeout -k 10 "$TEST_LIMIT" "$@" >"$log" 2>&1
+    timeout -k 10 "$TEST_LIMIT" "$@" >"$log" 2>&1 </dev/null &
+    cur=$!
+    wait "$cur"
     rc=$?
+    while kill -0 "$cur" 2>/dev/null; do wait "$cur"; rc=$?; done # a signal's trap ended the wait early
+    cur=""
     local dt=$((SECONDS - t0))
     if [ $rc -eq 124 ] || [ $rc -eq 137 ] && [ $dt -ge "$TEST_LIMIT" ]; then
         echo "run.sh: killed after TEST_LIMIT=$TEST_LIMIT s" >>"$log"
@@ -46,6 +55,10 @@ run_one() { # name command...
         fail=$((fail + 1)); failed_names+=("$name")
         printf 'FAIL  %-28s %4ds  (exit %d, log %s)\n' "$name" "$dt" "$rc" "$log"
         tail -n 40 "$log" | sed 's/^/    | /'
+    fi
+    if [ $interrupted = 1 ]; then
+        echo "run.sh: interrupted"
+        exit 130
     fi
 }
 for t in "$BUILD"/tests/unit/test_*; do

@@ -129,9 +129,12 @@ ringlet_result_t ringlet_comm_get_async_error(ringlet_comm_t c) {
      * failure fails the communicator first). A message that already names the cause stays. */
     char msg[RL_MSG_MAX];
     ringlet_result_t code = rl_comm_failure(c, msg, sizeof msg);
+    msg[400] = 0; /* calls quote the cause with %.400s */
     pthread_mutex_lock(&c->err_mu);
-    int said = strstr(c->last_error, msg) != NULL;
+    if (!strstr(c->last_error, msg)) { /* checked and written at once: a call's message may come meanwhile */
+        snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+        snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    }
     pthread_mutex_unlock(&c->err_mu);
-    if (!said) rl_error(c, code, "%s", msg);
     return code;
 }

@@ -88,15 +88,6 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
      * enables no peer access): on the default stream, the memory's device; on a stream of
      * another device, refused here rather than an illegal access that poisons the context. */
     int dd = rl_dev_ptr_device(dst), sd = rl_dev_ptr_device(src), dev = dd >= 0 ? dd : sd, on = dev;
-    /* The other operand, host memory, must be pinned: a kernel's access to pageable memory
-     * is an illegal address (a copy stages it; a conversion has no such path). */
-    if ((dd < 0 && !d->ptr_host_mapped(dst)) || (sd < 0 && !d->ptr_host_mapped(src))) {
-        int bad_dst = dd < 0 && !d->ptr_host_mapped(dst);
-        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
-                        "convert_async: %s at %p is pageable host memory, %s device memory: a conversion runs in a "
-                        "kernel, which reaches only device memory and pinned host memory (ringlet_host_alloc)",
-                        bad_dst ? "dst" : "src", bad_dst ? dst : src, bad_dst ? "src" : "dst");
-    }
     if (dd >= 0 && sd >= 0 && dd != sd)
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
                         "convert_async: dst is memory of device %d, src of device %d (a conversion runs on one device)",
@@ -109,6 +100,18 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
     int saved = -1;
     if (d->device_enter(dev, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async: selecting device %d: %s", dev, rl_dev_error());
+    /* The other operand, host memory, must be pinned and mapped for this device (asked with
+     * it current: a registration may be one context's): a kernel's access to pageable
+     * memory is an illegal address (a copy stages it; a conversion has no such path). */
+    int bad_dst = dd < 0 && !d->ptr_host_mapped(dst), bad_src = sd < 0 && !d->ptr_host_mapped(src);
+    if (bad_dst || bad_src) {
+        d->device_leave(saved);
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "convert_async: %s at %p is pageable host memory (or not mapped for device %d), %s device "
+                        "memory: a conversion runs in a kernel, which reaches only device memory and pinned host "
+                        "memory (ringlet_host_alloc)",
+                        bad_dst ? "dst" : "src", bad_dst ? dst : src, dev, bad_dst ? "src" : "dst");
+    }
     int rc = d->convert(dst, dt, src, st, n, scale, stream);
     d->device_leave(saved);
     if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "convert_async of %zu elements: %s", n, rl_dev_error());

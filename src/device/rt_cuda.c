@@ -139,9 +139,10 @@ static int pointer_device(const void *p) {
 }
 
 /* Host memory CUDA knows (pinned or registered) and has mapped at the same address for
- * kernels (UVA: host_alloc's, cudaHostAllocMapped). Pageable memory is unknown to CUDA
- * (type 0): a kernel's access to it faults, save on systems with HMM or ATS, where ringlet
- * refuses it all the same. */
+ * kernels of the current context (UVA: host_alloc's, cudaHostAllocMapped | Portable; a
+ * registration without cudaHostRegisterPortable is its own context's). Pageable memory is
+ * unknown to CUDA (type 0): a kernel's access to it faults, save on systems with HMM or
+ * ATS, where ringlet refuses it all the same. Asked with the kernel's device current. */
 static int pointer_host_mapped(const void *p) {
     pthread_once(&g_where_once, find_where);
     if (g_ptr_attrs) {
@@ -151,7 +152,6 @@ static int pointer_host_mapped(const void *p) {
         void *into[2] = {&type, &dptr};
         if (g_ptr_attrs(2, what, into, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS)
             return type == CU_MEMORYTYPE_HOST && dptr == p;
-        return 0;
     }
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {

@@ -40,7 +40,7 @@ while True:                                     # a port scan, once rank 0 liste
         if time.monotonic() > until: raise
         time.sleep(0.02)
 s = conn(); s.sendall(os.urandom(4096)); s.close()   # garbage
-s = conn(); s.recv(64); s.sendall(b"\0" * 2000)     # reads the challenge, answers zeros
+s = conn(); s.settimeout(120); s.recv(64); s.sendall(b"\0" * 2000)  # reads the challenge (sent once rank 0 accepts), answers zeros
 idle = conn()                                   # connects and says nothing
 open(mark, "w").close()
 time.sleep(8); idle.close()

@@ -5,7 +5,7 @@
  * request after finishing it had freed it (a stream call nobody waits on): a use after
  * free, which the ASan build reports.
  *
- *   prep_pair   (3 ranks through ringlet-run, RINGLET_DEVICE=sim, a short RINGLET_TIMEOUT,
+ *   prep_pair   (3 ranks through ringlet-run, RINGLET_DEVICE=sim, a short RINGLET_TIMEOUT (6 s),
  *                --dir D: a folder the ranks share)
  *
  * Rank 1 never uses device memory, so its cuda_ipc probe never comes. Ranks 0 and 2 first

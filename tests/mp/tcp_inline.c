@@ -65,6 +65,7 @@
  * Prints "tcp_inline: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -124,7 +125,14 @@ static size_t pick_size(uint64_t r) {
  * (by NTP, or settimeofday) right after each read. Set before the communicator (and its
  * threads) exists. */
 static int g_realtime_back;
+typedef int (*clock_fn)(clockid_t, struct timespec *);
 int clock_gettime(clockid_t id, struct timespec *ts) {
+    if (!g_realtime_back) { /* the real one (the vDSO's: no system call) */
+        static clock_fn real;
+        clock_fn f = __atomic_load_n(&real, __ATOMIC_RELAXED);
+        if (!f) __atomic_store_n(&real, f = (clock_fn)dlsym(RTLD_NEXT, "clock_gettime"), __ATOMIC_RELAXED);
+        if (f) return f(id, ts);
+    }
     long r = syscall(SYS_clock_gettime, id, ts);
     if (r == 0 && id == CLOCK_REALTIME && g_realtime_back) ts->tv_sec += 3600;
     return (int)r;

@@ -23,7 +23,8 @@
 # parked receive that only the progress thread's idle poll can take, with every read of the
 # wall clock an hour ahead of the clock that times waits (as if it were stepped back after
 # each read): that poll's 10 ms must not depend on the wall clock. Cases 3 and 4 use one
-# socket per peer, so that 24 MiB is more than the sockets hold on any machine. As root, also --two-comms
+# socket per peer, so that 24 MiB is more than the sockets hold on a machine of usual
+# TCP buffer sizes. As root, also --two-comms
 # (an irecv on one communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
 # socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
