@@ -18,6 +18,7 @@
  * other process, since peers authenticate with RINGLET_SECRET). A retry picks a new port.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -52,6 +53,12 @@ static int64_t now_ns(void)
 int main(int argc, char **argv)
 {
     struct options opt;
+    /* Descriptors 0-2 open (on /dev/null where the launcher was started without them): else
+     * a pipe made for a rank could be numbered 1, and its dup2 onto 1 would leave it
+     * close-on-exec, the rank without its stdout. */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+            return EXIT_INTERNAL;
     parse_args(argc, argv, &opt);
     int e = find_program(opt.argv[0]);
     if (e != 0) {
@@ -260,5 +267,16 @@ int main(int argc, char **argv)
     free(pfds);
     free(pstreams);
     free(ranks);
+    int sig = got_sig;
+    if (sig != 0 && exit_code == 128 + sig) {
+        /* Ended by SIGINT, SIGTERM or SIGHUP: die of it, as a shell expects of a program it
+         * interrupted (a shell loop of ringlet-run stops at Ctrl-C); its status reads 128 + sig. */
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(sig);
+    }
     return exit_code < 0 ? 0 : exit_code;
 }

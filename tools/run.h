@@ -49,6 +49,7 @@ struct stream {
     int fd;          /* read end in the parent, -1 once closed */
     bool is_err;     /* forwarded to stderr (else stdout) */
     size_t len;      /* bytes held in buf: an incomplete line */
+    bool split;      /* the last piece sent was a full buffer: a newline right after it ends that line */
     size_t plen;     /* prefix length */
     char prefix[24]; /* "[RANK] " */
     char *buf;       /* STREAM_BUF bytes */

@@ -40,9 +40,9 @@ static const char help_text[] =
     "the other ranks read /dev/null. Output lines are prefixed with \"[RANK] \".\n"
     "\n"
     "exit status: 0 when all ranks exit 0; otherwise the first failing rank's status (128+signal when\n"
-    "killed by a signal); 124 on --timeout; 128+signal when the launcher gets SIGINT/SIGTERM/SIGHUP (the\n"
-    "signal is forwarded to the ranks, a second one kills them at once); 2 for bad usage or a PROGRAM\n"
-    "that is not found; a rank whose exec fails exits 127.\n";
+    "killed by a signal); 124 on --timeout; when the launcher gets SIGINT/SIGTERM/SIGHUP, it forwards the\n"
+    "signal to the ranks (a second one kills them at once), then dies of it (a shell shows 128+signal);\n"
+    "2 for bad usage or a PROGRAM that is not found; a rank whose exec fails exits 127.\n";
 
 static _Noreturn void usage_error(const char *fmt, ...)
 {

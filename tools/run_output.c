@@ -93,6 +93,11 @@ static void forward_lines(struct stream *s, size_t from)
 {
     size_t start = 0;
     size_t scan = from;
+    if (s->split && s->len > 0) { /* the line of the piece sent whole ends here: not an empty one */
+        s->split = false;
+        if (s->buf[0] == '\n')
+            start = scan = 1;
+    }
     while (scan < s->len) {
         char *nl = memchr(s->buf + scan, '\n', s->len - scan);
         if (nl == NULL)
@@ -108,6 +113,7 @@ static void forward_lines(struct stream *s, size_t from)
     if (s->len == STREAM_BUF) {
         emit_line(s, s->buf, s->len);
         s->len = 0;
+        s->split = true;
     }
 }
 
@@ -164,6 +170,7 @@ bool stream_init(struct stream *s, long r, bool is_err)
     s->fd = -1;
     s->is_err = is_err;
     s->len = 0;
+    s->split = false;
     int n = snprintf(s->prefix, sizeof s->prefix, "[%ld] ", r);
     s->plen = (size_t)n;
     s->buf = malloc(STREAM_BUF);

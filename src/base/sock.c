@@ -86,6 +86,16 @@ static int slice(double deadline) {
 
 static int stopped(const atomic_int *stop) { return stop && atomic_load(stop); }
 
+/* Whether s is connected to itself: a connect to a port of this host where nothing listens
+ * yet can draw that very port as its source (a port in the ephemeral range), and TCP's
+ * simultaneous open then succeeds. The peer would never answer. */
+static int connected_to_itself(int s) {
+    struct sockaddr_storage a, b;
+    socklen_t la = sizeof a, lb = sizeof b;
+    if (getsockname(s, (struct sockaddr *)&a, &la) != 0 || getpeername(s, (struct sockaddr *)&b, &lb) != 0) return 0;
+    return la == lb && memcmp(&a, &b, la) == 0;
+}
+
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd) {
     int backoff = 2; /* ms, doubling to 512: a listener that comes up soon is met soon */
@@ -109,6 +119,10 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
                 r = -1;
                 errno = ETIMEDOUT;
             }
+        }
+        if (r == 0 && connected_to_itself(s)) {
+            r = -1;
+            errno = ECONNREFUSED; /* nobody listens there yet: retried */
         }
         if (r == 0) {
             *fd = s;

@@ -14,7 +14,8 @@ const char *rl_io_str(rl_io_t r);
 /* Listening socket bound to addr (port 0 = any free port); *fd, and the bound address
  * back in *addr. 0 or -errno. */
 int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
-/* Connects, retrying refused/unreachable attempts every 50-500 ms until the deadline. */
+/* Connects, retrying refused/unreachable attempts every 2-512 ms until the deadline (and a
+ * socket that connected to itself, as one to a port of this host nobody listens on can). */
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd);
 /* Accepts one connection; RL_IO_TIMEOUT at the deadline (checked before each accept:
