@@ -136,7 +136,8 @@ typedef struct {
                                         gradients that become ready together. The bucket memory moves
                                         then: fetch ringlet_ddp_grad_view again (gradients that were
                                         bucket views are moved with their content; the old memory stays
-                                        valid until ringlet_ddp_destroy). */
+                                        valid until ringlet_ddp_destroy). When a rank cannot make
+                                        the new buckets (memory), every rank keeps the old layout. */
     void *stream;                    /* default NULL (the default stream): device memory only, the
                                         stream the DDP orders its work on (a cudaStream_t); local to
                                         the rank (not compared). ringlet_ddp_set_stream changes it */

@@ -155,8 +155,19 @@ void *ddp_slot_ptr(const struct ringlet_ddp *d, const tensor_t *p) {
     return (char *)b->mem + p->offset * ringlet_datatype_size(b->dtype);
 }
 
+/* Whether every rank can go on (ok on each): one all-reduce. 0, or the collective's failure. */
+static ringlet_result_t all_ranks_ok(struct ringlet_ddp *d, int ok, int *all_ok) {
+    int32_t mine = ok ? 0 : 1, any = 1;
+    ringlet_result_t rc = ringlet_allreduce(&mine, &any, 1, RINGLET_INT32, RINGLET_MAX, d->comm, NULL);
+    *all_ok = !rc && any == 0;
+    return rc;
+}
+
 /* rebuild_buckets: at the end of the first synchronising iteration, every rank takes
- * rank 0's report order (a broadcast) and reassigns the buckets in it. */
+ * rank 0's report order (a broadcast) and reassigns the buckets in it. Every rank must
+ * end with the same layout (the all-reduces' counts follow from it), so a rank that
+ * cannot make the new buckets (memory) keeps the old ones, and the others learn it and
+ * keep theirs: the rebuild only speeds later iterations up, and its gradients are done. */
 void ddp_rebuild(struct ringlet_ddp *d) {
     int np = d->nparams;
     if (np < 2 || d->norder != np) return;
@@ -166,30 +177,34 @@ void ddp_rebuild(struct ringlet_ddp *d) {
     size_t *po = malloc(sizeof(size_t) * (size_t)np);
     unsigned char *seen = calloc((size_t)np, 1);
     bucket_t *nb = NULL;
-    int nnb = 0;
+    int nnb = 0, all_ok = 0;
     char m[MSG_MAX];
-    if (!ord || !o || !pb || !po || !pd || !seen) {
-        ddp_iter_fail(d, RINGLET_ERR_SYSTEM, "bucket rebuild: out of memory");
-        goto out;
-    }
+    ringlet_result_t rc = all_ranks_ok(d, ord && o && pb && po && pd && seen, &all_ok);
+    if (rc) goto comm_failed;
+    if (!all_ok) goto out;
     for (int k = 0; k < np; k++) ord[k] = d->order[k];
-    ringlet_result_t rc = ringlet_broadcast(ord, ord, (size_t)np, RINGLET_INT32, 0, d->comm, NULL);
-    if (rc) {
-        ddp_msgf(m, sizeof m, "bucket rebuild: broadcast of rank 0's gradient order: %s", ringlet_comm_last_error(d->comm));
-        ddp_iter_fail(d, rc, m);
-        goto out;
-    }
+    rc = ringlet_broadcast(ord, ord, (size_t)np, RINGLET_INT32, 0, d->comm, NULL);
+    if (rc) goto comm_failed;
     for (int k = 0; k < np; k++) {
-        if (ord[k] < 0 || ord[k] >= np || seen[ord[k]]) {
+        if (ord[k] < 0 || ord[k] >= np || seen[ord[k]]) { /* the same on every rank: rank 0's */
             ddp_iter_fail(d, RINGLET_ERR_INTERNAL, "bucket rebuild: rank 0's gradient order is not a permutation");
             goto out;
         }
         seen[ord[k]] = 1;
         o[k] = ord[k];
     }
-    if ((rc = assign_buckets(d, o, &nb, &nnb, pb, po, pd))) {
-        ddp_msgf(m, sizeof m, "bucket rebuild: %s", d->last_error);
-        ddp_iter_fail(d, rc, m);
+    int made = assign_buckets(d, o, &nb, &nnb, pb, po, pd) == RINGLET_SUCCESS;
+    if (made) {
+        bucket_t **r = realloc(d->retired, sizeof *r * (size_t)(d->nretired + 1));
+        if (r) d->retired = r;
+        int *rn = r ? realloc(d->retired_n, sizeof *rn * (size_t)(d->nretired + 1)) : NULL;
+        if (rn) d->retired_n = rn;
+        made = r && rn;
+    }
+    rc = all_ranks_ok(d, made, &all_ok);
+    if (rc || !all_ok) {
+        if (nb) ddp_free_buckets(d->on_device, nb, nnb);
+        if (rc) goto comm_failed;
         goto out;
     }
     int same = nnb == d->nbuckets;
@@ -197,15 +212,6 @@ void ddp_rebuild(struct ringlet_ddp *d) {
         same = pb[i] == d->params[i].bucket && po[i] == d->params[i].offset && pd[i] == d->params[i].direct;
     if (same) {
         ddp_free_buckets(d->on_device, nb, nnb);
-        goto out;
-    }
-    bucket_t **r = realloc(d->retired, sizeof *r * (size_t)(d->nretired + 1));
-    if (r) d->retired = r;
-    int *rn = r ? realloc(d->retired_n, sizeof *rn * (size_t)(d->nretired + 1)) : NULL;
-    if (rn) d->retired_n = rn;
-    if (!r || !rn) {
-        ddp_free_buckets(d->on_device, nb, nnb);
-        ddp_iter_fail(d, RINGLET_ERR_SYSTEM, "bucket rebuild: out of memory");
         goto out;
     }
     for (int i = 0; i < np; i++) { /* results that live in their bucket move with it */
@@ -226,6 +232,10 @@ void ddp_rebuild(struct ringlet_ddp *d) {
         d->params[i].direct = pd[i];
     }
     d->stats.bucket_rebuilds++;
+    goto out;
+comm_failed:
+    ddp_msgf(m, sizeof m, "bucket rebuild: %s", ringlet_comm_last_error(d->comm));
+    ddp_iter_fail(d, rc, m);
 out:
     free(ord);
     free(o);

@@ -36,26 +36,32 @@ ringlet_result_t ringlet_ddp_param_used(ringlet_ddp_t d, int index, int *used) {
 ringlet_result_t ringlet_ddp_num_buckets(ringlet_ddp_t d, int *n) {
     CHECK_DDP(d, "ringlet_ddp_num_buckets");
     if (!n) return ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT, "ringlet_ddp_num_buckets: nbuckets is NULL");
+    pthread_mutex_lock(&d->mu); /* a rebuild in another thread's finish changes the layout */
     *n = d->nbuckets;
+    pthread_mutex_unlock(&d->mu);
     return RINGLET_SUCCESS;
 }
 
 ringlet_result_t ringlet_ddp_param_bucket(ringlet_ddp_t d, int index, int *bucket, size_t *offset) {
     CHECK_DDP(d, "ringlet_ddp_param_bucket");
+    pthread_mutex_lock(&d->mu);
     ringlet_result_t rc = ddp_check_param(d, index, "ringlet_ddp_param_bucket");
-    if (rc) return rc;
-    if (bucket) *bucket = d->params[index].bucket;
-    if (offset) *offset = d->params[index].offset;
-    return RINGLET_SUCCESS;
+    if (!rc && bucket) *bucket = d->params[index].bucket;
+    if (!rc && offset) *offset = d->params[index].offset;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
 }
 
 ringlet_result_t ringlet_ddp_bucket_info(ringlet_ddp_t d, int b, ringlet_ddp_bucket_info_t *info) {
     CHECK_DDP(d, "ringlet_ddp_bucket_info");
-    if (b < 0 || b >= d->nbuckets)
-        return ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT, "ringlet_ddp_bucket_info: bucket %d is out of range [0, %d)",
-                         b, d->nbuckets);
     if (!info) return ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT, "ringlet_ddp_bucket_info: info is NULL");
     pthread_mutex_lock(&d->mu);
+    if (b < 0 || b >= d->nbuckets) {
+        ringlet_result_t rc = ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT,
+                                            "ringlet_ddp_bucket_info: bucket %d is out of range [0, %d)", b, d->nbuckets);
+        pthread_mutex_unlock(&d->mu);
+        return rc;
+    }
     const bucket_t *bk = &d->buckets[b];
     info->memory = bk->mem;
     info->count = bk->count;

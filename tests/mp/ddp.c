@@ -22,7 +22,8 @@
  *   compress  float16 and bfloat16 wire compression (within their rounding)
  *   rebuild   rebuild_buckets: after the first iteration (reported in a different random order
  *             on every rank) the buckets follow rank 0's order; gradients stay right, views
- *             move with their content
+ *             move with their content; with device memory full on the last rank at the
+ *             rebuild, every rank keeps the old layout and later iterations stay right
  *   unused    find_unused_parameters: a parameter unused everywhere keeps its gradient, one
  *             unused on rank 0 only gets the others' average
  *   nowait    (device memory, streams held: RINGLET_STREAM_HOLD=memop|kernel) finish returns
@@ -989,6 +990,57 @@ static void test_device_full(void) {
     model_free(&m);
 }
 
+/* rebuild_buckets with device memory full on the last rank at the rebuild (the
+ * simulated GPU given no room for more while it finishes the first iteration): that rank
+ * cannot make the new buckets, so every rank keeps the old layout (agreed), the
+ * iteration's gradients stand, and later iterations reduce right. Had the others moved
+ * to the new layout alone, their all-reduces would no longer match the last rank's. */
+static void test_rebuild_device_full(void) {
+    const char *dev = getenv("RINGLET_DEVICE");
+    if (!g_dev || g_size < 2 || !dev || strcmp(dev, "sim") != 0) return;
+    const char *what = "rebuild, device full on the last rank";
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    o.rebuild_buckets = 1;
+    ringlet_ddp_t d = create(&m, &o);
+    int nb0 = 0, b0[16];
+    size_t off0[16];
+    if (d) ringlet_ddp_num_buckets(d, &nb0);
+    for (int i = 0; d && i < m.np; i++) ringlet_ddp_param_bucket(d, i, &b0[i], &off0[i]);
+    for (int it = 0; it < 3 && d; it++) {
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        int ord[16];
+        order(ord, m.np, 1, (uint64_t)(it * 31 + 5)); /* the same shuffled order everywhere: a new layout */
+        for (int k = 0; k < m.np; k++) {
+            fill_grad(m.p[ord[k]].grad, &m.p[ord[k]], it, ord[k], 1);
+            DRC(d, ringlet_ddp_grad_ready(d, ord[k], m.p[ord[k]].grad));
+        }
+        if (it == 0 && g_rank == g_size - 1) setenv("RINGLET_SIM_MEMORY", "1", 1);
+        ringlet_result_t rc = ringlet_ddp_finish(d);
+        unsetenv("RINGLET_SIM_MEMORY");
+        CHECK(rc == RINGLET_SUCCESS, "%s: iteration %d: finish: %s: %s", what, it, ringlet_strerror(rc),
+              ringlet_ddp_last_error(d));
+        for (int i = 0; i < m.np; i++) check_grad(m.p[i].grad, &m.p[i], it, i, 1, 1, 0, -1, what);
+    }
+    if (d) {
+        ringlet_ddp_stats_t st;
+        ringlet_ddp_stats(d, &st);
+        CHECK(st.bucket_rebuilds == 0, "%s: %" PRIu64 " rebuilds", what, st.bucket_rebuilds);
+        int nb = 0, moved = 0;
+        ringlet_ddp_num_buckets(d, &nb);
+        for (int i = 0; i < m.np; i++) {
+            int b;
+            size_t off;
+            ringlet_ddp_param_bucket(d, i, &b, &off);
+            moved += b != b0[i] || off != off0[i];
+        }
+        CHECK(nb == nb0 && moved == 0, "%s: %d buckets (%d before), %d parameters moved", what, nb, nb0, moved);
+        ringlet_ddp_destroy(d);
+    }
+    model_free(&m);
+}
+
 static void test_other_device(void) {
     int ndev = 0;
     ringlet_device_count(&ndev);
@@ -1278,6 +1330,7 @@ int main(int argc, char **argv) {
     test_misuse_create();
     test_other_device();
     test_device_full();
+    test_rebuild_device_full();
     test_misuse_iterations();
     if (g_dev) test_nowait();
     if (g_dev) test_stream_switch();
