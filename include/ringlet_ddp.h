@@ -141,6 +141,11 @@ typedef struct {
     void *stream;                    /* default NULL (the default stream): device memory only, the
                                         stream the DDP orders its work on (a cudaStream_t); local to
                                         the rank (not compared). ringlet_ddp_set_stream changes it */
+    int init_only_buffers;           /* default 0: the last N of the buffers are broadcast at
+                                        construction only (with init_sync), never by pre_forward or
+                                        ringlet_ddp_broadcast_buffers: frozen parameters (no gradient),
+                                        which PyTorch's DDP makes rank 0's at construction and
+                                        leaves alone after. 0 <= N <= nbuffers */
 } ringlet_ddp_options_t;
 
 /* Fills the defaults above. Pass the result (modified) to ringlet_ddp_create.
@@ -187,7 +192,8 @@ const char *ringlet_ddp_last_error(ringlet_ddp_t ddp);
 #define RINGLET_DDP_SYNC 1
 #define RINGLET_DDP_NO_GRAD 2
 ringlet_result_t ringlet_ddp_pre_forward(ringlet_ddp_t ddp, int grad_sync);
-/* Broadcasts every buffer from rank 0 now (collective), whatever the options. */
+/* Broadcasts every buffer from rank 0 now (collective), whatever the options (except the
+ * init_only_buffers). */
 ringlet_result_t ringlet_ddp_broadcast_buffers(ringlet_ddp_t ddp);
 /* Buffer index now lives at data (a framework that reallocated it). */
 ringlet_result_t ringlet_ddp_set_buffer(ringlet_ddp_t ddp, int index, void *data);

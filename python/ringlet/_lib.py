@@ -68,6 +68,7 @@ class DDPOptions(ctypes.Structure):
         ("init_sync", ctypes.c_int),
         ("rebuild_buckets", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        ("init_only_buffers", ctypes.c_int),
     ]
 
 

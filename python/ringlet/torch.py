@@ -112,6 +112,17 @@ def _device_tensor(ptr, count, dtype, device, owner):
     return torch.as_tensor(_DeviceMemory(ptr, count, _TYPESTR[dtype], owner), device=device)
 
 
+def _dense(t):
+    """Its numel() elements fill the memory from data_ptr() on: contiguous in a memory format."""
+    if t.is_contiguous():
+        return True
+    if t.dim() == 4:
+        return t.is_contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.is_contiguous(memory_format=torch.channels_last_3d)
+    return False
+
+
 class _Handle:
     """Owns the C DDP object. Bucket tensors (gradient views) hold a reference to it, so
     the bucket memory lives as long as any of them; the communicator closes it first
@@ -249,6 +260,9 @@ class DistributedDataParallel(torch.nn.Module):
                 with torch.no_grad():
                     p.data = p.data.contiguous()
         self._buffer_names = [n for n, _ in module.named_buffers()]
+        # frozen parameters: rank 0's at construction, as torch's DDP makes them, then left
+        # alone (the C layer's init-only buffers: not broadcast before forwards)
+        frozen = [(n, p) for n, p in module.named_parameters() if not p.requires_grad]
 
         opts = _lib.DDPOptions()
         _lib.lib.ringlet_ddp_options_init(ctypes.byref(opts))
@@ -261,6 +275,7 @@ class DistributedDataParallel(torch.nn.Module):
         opts.compression = _compression_code(compression)
         opts.init_sync = int(bool(init_sync))
         opts.rebuild_buckets = int(bool(rebuild_buckets))
+        opts.init_only_buffers = len(frozen)
         opts.stream = self._stream()
         self._ddp_stream = torch.cuda.current_stream(self.device) if self._cuda else None
 
@@ -269,13 +284,15 @@ class DistributedDataParallel(torch.nn.Module):
         for i, (n, p) in enumerate(named):
             self._describe(ptens[i], n, p, p.grad)
         buffers = self._current_buffers()
-        btens = (_lib.DDPTensor * max(1, len(buffers)))()
+        btens = (_lib.DDPTensor * max(1, len(buffers) + len(frozen)))()
         for j, b in enumerate(buffers):
             self._describe(btens[j], self._buffer_names[j], b, None)
+        for j, (n, p) in enumerate(frozen):
+            self._describe(btens[len(buffers) + j], n + " (frozen)", p, None)
         h = _lib.c_ddp()
         with torch.no_grad(), self._on_device():
-            rc = _lib.lib.ringlet_ddp_create(ctypes.byref(h), comm._live(), ptens, len(named), btens, len(buffers),
-                                             ctypes.byref(opts))
+            rc = _lib.lib.ringlet_ddp_create(ctypes.byref(h), comm._live(), ptens, len(named), btens,
+                                             len(buffers) + len(frozen), ctypes.byref(opts))
         self._keep = None
         if rc:
             raise RingletError(rc, "ringlet DDP: " + _lib.lib.ringlet_ddp_last_error(None).decode("utf-8", "replace"))
@@ -284,6 +301,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._h.stream = self._ddp_stream
         comm._ddps.add(self._h)
         self._buffer_ptrs = [b.data_ptr() for b in buffers]
+        self._buffer_kinds = [(b.numel(), b.dtype, b.device) for b in buffers]
 
         self._rebuilds = 0
         self._build_views(h)
@@ -293,10 +311,11 @@ class DistributedDataParallel(torch.nn.Module):
 
         # hooks
         self._grad_accs = []
-        for i, p in enumerate(self._params):
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(i))
-            self._grad_accs.append(acc)
+        with torch.enable_grad():  # a DDP built under no_grad: expand_as records no graph there
+            for i, p in enumerate(self._params):
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(i))
+                self._grad_accs.append(acc)
         self._expect_hooks = False
         self._nosync_usage = False
         self._callback_queued = False
@@ -351,6 +370,9 @@ class DistributedDataParallel(torch.nn.Module):
     def _describe(self, d, name, t, grad):
         if t.device.type == "cpu" and t.layout != torch.strided:
             raise ValueError("ringlet DDP: %s is a %s tensor; only dense tensors are supported" % (name, t.layout))
+        if not _dense(t):  # its bytes from data_ptr on are not its elements
+            raise ValueError("ringlet DDP: %s is strided (shape %s, strides %s); buffers and frozen parameters must "
+                             "be dense (contiguous, or channels_last)" % (name, tuple(t.shape), t.stride()))
         code = ringlet.torch_dtype_code(t.dtype)
         if code is None:
             raise ValueError("ringlet DDP: %s has dtype %s, which ringlet does not handle" % (name, t.dtype))
@@ -460,6 +482,16 @@ class DistributedDataParallel(torch.nn.Module):
                                "ringlet DDP: the module has %d buffers now, %d at construction"
                                % (len(bufs), len(self._buffer_ptrs)))
         for j, b in enumerate(bufs):
+            # the C layer knows a buffer's place, not a new size or dtype: it would copy the
+            # old number of bytes into the new memory
+            if (b.numel(), b.dtype, b.device) != self._buffer_kinds[j] or not _dense(b):
+                n0, t0, d0 = self._buffer_kinds[j]
+                raise RingletError(_lib.ERR_INVALID_USAGE,
+                                   "ringlet DDP: buffer %s is now %s%s of %d elements on %s; at construction "
+                                   "it was %s of %d elements on %s (a buffer may be replaced, keeping its size, "
+                                   "dtype and device: build the DDP again after such a change)"
+                                   % (self._buffer_names[j], "" if _dense(b) else "a strided (non-dense) ",
+                                      b.dtype, b.numel(), b.device, t0, n0, d0))
             p = b.data_ptr()
             if p != self._buffer_ptrs[j]:
                 self._check(_lib.lib.ringlet_ddp_set_buffer(h, j, p), "set_buffer")

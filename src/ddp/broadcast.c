@@ -114,7 +114,7 @@ size_t ddp_staging_slot(const tensor_t *ts, int n, size_t cap) {
 }
 
 ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d) {
-    if (!d->nbuffers) return RINGLET_SUCCESS;
+    if (!d->nsync_buffers) return RINGLET_SUCCESS;
     d->stats.buffer_broadcasts++;
     /* This broadcast's own copy failures only: the iteration's (which its finish reports)
      * are put aside and given back. */
@@ -122,7 +122,7 @@ ringlet_result_t ddp_sync_buffers(struct ringlet_ddp *d) {
     char iter_mem_msg[MSG_MAX];
     memcpy(iter_mem_msg, d->mem_msg, sizeof iter_mem_msg);
     d->mem_rc = RINGLET_SUCCESS;
-    ringlet_result_t rc = ddp_bcast_tensors(d, d->buffers, d->nbuffers, d->staging, d->staging_slot);
+    ringlet_result_t rc = ddp_bcast_tensors(d, d->buffers, d->nsync_buffers, d->staging, d->staging_slot);
     if (rc) ddp_set_error(d, rc, "buffer broadcast: %s", ringlet_comm_last_error(d->comm));
     else if (d->mem_rc) rc = ddp_set_error(d, d->mem_rc, "buffer broadcast: %s", d->mem_msg);
     d->mem_rc = iter_mem_rc;

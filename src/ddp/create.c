@@ -48,11 +48,12 @@ static void wb_put(wbuf_t *w, const void *src, size_t n, int hashed) {
 static void wb_u64(wbuf_t *w, uint64_t v) { wb_put(w, &v, 8, 1); }
 
 enum { OPT_BUCKET_CAP, OPT_FIRST_CAP, OPT_BCAST_BUFFERS, OPT_AVERAGE, OPT_FIND_UNUSED, OPT_COMPRESSION, OPT_INIT_SYNC,
-       OPT_BCAST_BYTES, OPT_DIRECT_BYTES, OPT_REBUILD, OPT_COUNT };
+       OPT_BCAST_BYTES, OPT_DIRECT_BYTES, OPT_REBUILD, OPT_INIT_ONLY, OPT_COUNT };
 static const char *opt_names[OPT_COUNT] = {"bucket_cap_bytes",       "first_bucket_cap_bytes", "broadcast_buffers",
                                            "average_gradients",      "find_unused_parameters", "compression",
                                            "init_sync",              "RINGLET_DDP_BCAST_BYTES",
-                                           "RINGLET_DDP_DIRECT_BYTES", "rebuild_buckets"};
+                                           "RINGLET_DDP_DIRECT_BYTES", "rebuild_buckets",
+                                           "init_only_buffers"};
 
 static void opt_values(const ringlet_ddp_options_t *o, size_t bcast_cap, size_t direct_min, uint64_t v[OPT_COUNT]) {
     v[OPT_BUCKET_CAP] = o->bucket_cap_bytes;
@@ -65,6 +66,7 @@ static void opt_values(const ringlet_ddp_options_t *o, size_t bcast_cap, size_t 
     v[OPT_BCAST_BYTES] = bcast_cap;
     v[OPT_DIRECT_BYTES] = direct_min;
     v[OPT_REBUILD] = o->rebuild_buckets != 0; /* the rebuild's broadcast is a collective */
+    v[OPT_INIT_ONLY] = (uint64_t)o->init_only_buffers;
 }
 
 static void describe(wbuf_t *w, const ringlet_ddp_options_t *o, size_t bcast_cap, size_t direct_min,
@@ -377,6 +379,12 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
     rc = copy_tensors(buffers, nbuffers, 0, &d->buffers, msg, n);
     d->nbuffers = d->buffers ? (nbuffers > 0 ? nbuffers : 0) : 0;
     if (rc) return rc;
+    if (o->init_only_buffers < 0 || o->init_only_buffers > d->nbuffers) {
+        ddp_msgf(msg, n, "options: init_only_buffers is %d, not in [0, %d] (the number of buffers)",
+                 o->init_only_buffers, d->nbuffers);
+        return RINGLET_ERR_INVALID_ARGUMENT;
+    }
+    d->nsync_buffers = d->nbuffers - o->init_only_buffers;
     /* One kind of memory for everything: the buckets and the staging follow it. */
     int nt = d->nparams + d->nbuffers;
     for (int k = 0; k < nt; k++) {
@@ -575,7 +583,7 @@ ringlet_result_t ringlet_ddp_create(ringlet_ddp_t *out, ringlet_comm_t comm, con
         d->used_local = calloc(np, 1);
         d->used_global = calloc(np, 1);
         d->order = malloc(sizeof(int) * np);
-        d->staging_slot = ddp_staging_slot(d->buffers, d->nbuffers, d->bcast_cap);
+        d->staging_slot = ddp_staging_slot(d->buffers, d->nsync_buffers, d->bcast_cap);
         d->staging = ddp_mem_alloc(d, 2 * d->staging_slot);
         if (d->on_device && ringlet_host_alloc((void **)&d->value_pinned, 64)) d->value_pinned = NULL;
         if (!d->ready || !d->used_local || !d->used_global || !d->staging || !d->order ||

@@ -114,6 +114,7 @@ struct ringlet_ddp {
     ringlet_ddp_options_t opt;
     tensor_t *params, *buffers;
     int nparams, nbuffers;
+    int nsync_buffers; /* the first ones: broadcast before forwards (the rest at construction only) */
     bucket_t *buckets;
     int nbuckets;
     double scale;

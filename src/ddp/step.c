@@ -173,7 +173,7 @@ static ringlet_result_t pre_forward(struct ringlet_ddp *d, int grad_sync) {
     ringlet_result_t prev = ddp_settle_previous(d, "ringlet_ddp_pre_forward");
     char prev_msg[MSG_MAX];
     if (prev) memcpy(prev_msg, d->last_error, sizeof prev_msg);
-    int bcast = d->opt.broadcast_buffers && d->nbuffers > 0 && d->prev_forward_synced;
+    int bcast = d->opt.broadcast_buffers && d->nsync_buffers > 0 && d->prev_forward_synced;
     d->prev_forward_synced = grad_sync == RINGLET_DDP_SYNC;
     if (grad_sync != RINGLET_DDP_NO_GRAD) reset_iteration(d, grad_sync == RINGLET_DDP_SYNC);
     if (bcast) rc = ddp_sync_buffers(d);

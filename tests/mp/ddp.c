@@ -18,6 +18,8 @@
  *   view      gradient_as_bucket_view: gradients written straight into the bucket views
  *   nosync    two pre_forward(0) iterations accumulate locally, the third reduces the sum;
  *             buffers broadcast at the first forward of the no_sync block only
+ *   init-only init_only_buffers: the last buffers are rank 0's after create, then left to each
+ *             rank (not broadcast before forwards nor by ringlet_ddp_broadcast_buffers)
  *   sum       average_gradients = 0
  *   compress  float16 and bfloat16 wire compression (within their rounding)
  *   rebuild   rebuild_buckets: after the first iteration (reported in a different random order
@@ -478,6 +480,51 @@ static void order(int *ord, int n, int shuffle, uint64_t seed) {
     }
 }
 
+/* init_only_buffers = 2: the last two buffers (frozen parameters, for a framework) are
+ * rank 0's after create, like the others; before forwards only the first two are
+ * broadcast, so a rank's own later values of the last two stay (broadcast_buffers too). */
+static void test_init_only(void) {
+    const char *what = "init_only_buffers";
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    o.init_only_buffers = 2;
+    ringlet_ddp_t d = create(&m, &o);
+    for (int round = 0; round < 3 && d; round++) {
+        int bad_init = 0, bad_sync = 0, bad_own = 0;
+        for (int i = 0; i < m.nb; i++) { /* round 0: right after create, all rank 0's */
+            size_t bytes = m.b[i].count * ringlet_datatype_size(m.b[i].dtype);
+            void *h = hcopy(m.b[i].data, bytes);
+            for (size_t j = 0; j < m.b[i].count; j++) {
+                double v = get(h, m.b[i].dtype, j);
+                if (round == 0) bad_init += v != roundtrip(m.b[i].dtype, val(0, -2, i, j));
+                else if (i < m.nb - 2) bad_sync += v != roundtrip(m.b[i].dtype, val(0, 60 + round, i, j));
+                else bad_own += v != roundtrip(m.b[i].dtype, val(g_rank, 60 + round, i, j));
+            }
+            for (size_t j = 0; j < m.b[i].count; j++) put(h, m.b[i].dtype, j, val(g_rank, 61 + round, i, j));
+            hstore(m.b[i].data, h, bytes); /* each rank's own values for the next round */
+            free(h);
+        }
+        CHECK(bad_init == 0, "%s: %d elements are not rank 0's after create", what, bad_init);
+        CHECK(bad_sync == 0, "%s: round %d: %d elements of broadcast buffers are not rank 0's", what, round, bad_sync);
+        CHECK(bad_own == 0, "%s: round %d: %d elements of init-only buffers are not this rank's own", what, round,
+              bad_own);
+        if (round == 2) break;
+        if (round == 0) {
+            DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+            for (int i = 0; i < m.np; i++) {
+                fill_grad(m.p[i].grad, &m.p[i], 0, i, 1);
+                DRC(d, ringlet_ddp_grad_ready(d, i, m.p[i].grad));
+            }
+            DRC(d, ringlet_ddp_finish(d));
+        } else {
+            DRC(d, ringlet_ddp_broadcast_buffers(d));
+        }
+    }
+    if (d) ringlet_ddp_destroy(d);
+    model_free(&m);
+}
+
 /* Synchronising iterations, with or without views / averaging / compression. */
 /* After a rebuild: the buckets follow rank 0's order of the first iteration: in that
  * order restricted to one dtype, every bucket holds a run of consecutive parameters, and
@@ -902,6 +949,15 @@ static void test_misuse_create(void) {
         if (g_rank == last) o2.rebuild_buckets = 1;
         expect_create_error(&m, &o2, RINGLET_ERR_INVALID_USAGE, "rebuild option mismatch", "rebuild_buckets",
                             "0 on rank 0", "1 on rank");
+        /* init_only_buffers: which buffers are broadcast before forwards; and in range */
+        o2 = o;
+        if (g_rank == last) o2.init_only_buffers = 1;
+        expect_create_error(&m, &o2, RINGLET_ERR_INVALID_USAGE, "init_only_buffers mismatch", "init_only_buffers",
+                            "0 on rank 0", "1 on rank");
+        o2 = o;
+        o2.init_only_buffers = NB + 1;
+        expect_create_error(&m, &o2, RINGLET_ERR_INVALID_ARGUMENT, "init_only_buffers out of range",
+                            "init_only_buffers is 5", "[0, 4]", NULL);
         model_free(&m);
 
         /* an argument error on rank 1 only: every rank fails, naming it */
@@ -1322,6 +1378,7 @@ int main(int argc, char **argv) {
     test_sync(3, 1, 1, RINGLET_DDP_COMPRESS_BFLOAT16, "bfloat16 compression+view");
     test_sync_opts(3, 0, 1, RINGLET_DDP_COMPRESS_NONE, 1, "rebuild");
     test_sync_opts(3, 1, 1, RINGLET_DDP_COMPRESS_FLOAT16, 1, "rebuild+view+float16");
+    test_init_only();
     test_nosync(0);
     test_nosync(1);
     test_unused();

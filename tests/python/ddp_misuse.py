@@ -16,6 +16,13 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             here; freed memory in a program that drops it) is never written again
   find-dataclass  find_unused_parameters with a dataclass output: its tensors are found
             (nothing taken for unused), and the gradients are the average
+  frozen    a frozen layer (requires_grad False) made from each rank's own seed: rank 0's
+            on every rank after construction (as torch's DDP broadcasts every parameter), not
+            broadcast before forwards (a rank's later change to it stays), no gradient
+  no-grad   a DDP built under torch.no_grad(): its hooks are registered, the gradients are
+            the average
+  buffer-size  a buffer replaced by one of another size (every rank): the next forward
+            raises RingletError naming the buffer (the C layer would copy the old size)
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
@@ -205,6 +212,56 @@ def main():
         check(rank, case, averaged(rank, world, case, base, 13, xin), "gradients are the average")
     except Exception as e:  # noqa: BLE001
         check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
+    ddp.close()
+
+    # frozen: rank 0's at construction only; not part of the gradients
+    case = "frozen"
+    torch.manual_seed(100 + rank)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 3))
+    model[0].requires_grad_(False)
+    w0 = model[0].weight.detach().clone()
+    ringlet.broadcast(w0, src=0)
+    ddp = RingletDDP(model, bucket_cap_mb=64 / 2 ** 20)
+    check(rank, case, torch.equal(model[0].weight, w0) and torch.equal(model[1].weight.detach().clone(), model[1].weight),
+          "the frozen weight is rank 0's after construction")
+    with torch.no_grad():
+        model[0].bias.add_(float(rank))  # each rank's own change: kept (not broadcast again)
+    want_bias = model[0].bias.detach().clone()
+    g = torch.Generator().manual_seed(400 + rank)
+    ddp(torch.randn(4, 8, generator=g)).sum().backward()
+    check(rank, case, torch.equal(model[0].bias, want_bias) and model[0].weight.grad is None
+          and model[1].weight.grad is not None, "the frozen layer is left alone by forward and backward")
+    ddp.close()
+
+    # no-grad: built under torch.no_grad()
+    case = "no-grad"
+    base = Branchy(seed=17)
+    base.use_sometimes = True
+    with torch.no_grad():
+        try:
+            ddp = RingletDDP(base, bucket_cap_mb=300 / 2 ** 20, find_unused_parameters=True)
+        except Exception as e:  # noqa: BLE001
+            ddp = None
+            check(rank, case, False, "construction raised %s: %s" % (type(e).__name__, e))
+    if ddp is not None:
+        g = torch.Generator().manual_seed(500 + rank)
+        xin = torch.randn(4, 8, generator=g)
+        ddp(xin).sum().backward()
+        check(rank, case, averaged(rank, world, case, base, 17, xin), "gradients are the average")
+        ddp.close()
+
+    # buffer-size: a buffer replaced by one of another size
+    case = "buffer-size"
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
+    ddp = RingletDDP(model, bucket_cap_mb=64 / 2 ** 20)
+    model[1].running_mean = torch.zeros(2)
+    try:
+        ddp(torch.randn(4, 8))
+        check(rank, case, False, "the forward succeeded")
+    except ringlet.RingletError as e:
+        msg = str(e)
+        check(rank, case, "1.running_mean" in msg and "2 elements" in msg and "4 elements" in msg
+              and e.code == ringlet.ERR_INVALID_USAGE, msg)
     ddp.close()
 
     # outlive: gradients that are bucket views outlive the communicator's destroy (which
