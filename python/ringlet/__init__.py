@@ -163,7 +163,9 @@ def _buffer(t, what, writable=True):
 
 
 class Work:
-    """A non-blocking operation (async_op=True). wait() raises RingletError on failure."""
+    """A non-blocking operation (async_op=True). wait() raises RingletError on failure.
+    Threads may share one: the C request is tested or waited for by one at a time (a
+    completed test frees it), and is_completed() says False while another thread waits."""
 
     def __init__(self, comm, req, what, keep):
         self._comm = comm
@@ -172,6 +174,7 @@ class Work:
         self._keep = keep  # the tensors stay alive while the operation runs
         self._rc = None
         self._gone = False
+        self._mu = threading.Lock()
 
     def _lost(self):
         """The communicator was destroyed or aborted before this was waited for: destroy frees
@@ -182,19 +185,25 @@ class Work:
         return self._rc is not None
 
     def is_completed(self):
-        if self._lost():
+        if self._rc is not None:
             return True
-        done = ctypes.c_int(0)
-        rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
-        if done.value:
-            self._finish(rc)
-        elif rc:
-            self._finish(rc)
-        return self._rc is not None
+        if not self._mu.acquire(blocking=False):
+            return False  # another thread is waiting for it, or testing it
+        try:
+            if self._lost():
+                return True
+            done = ctypes.c_int(0)
+            rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
+            if done.value or rc:
+                self._finish(rc)
+            return self._rc is not None
+        finally:
+            self._mu.release()
 
     def wait(self, timeout=None):
-        if not self._lost():
-            self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))
+        with self._mu:
+            if not self._lost():
+                self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))
         if self._rc and self._gone:
             raise RingletError(self._rc, "ringlet.%s: the communicator was destroyed or aborted before this operation "
                                "was waited for" % self._what)
@@ -206,7 +215,7 @@ class Work:
         self._rc = rc
         self._keep = None
 
-    def __del__(self):
+    def __del__(self):  # (no other thread holds it any more)
         if self._rc is None and self._req and self._comm._handle:
             try:
                 _lib.lib.ringlet_wait(ctypes.byref(self._req))

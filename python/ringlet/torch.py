@@ -302,6 +302,7 @@ class DistributedDataParallel(torch.nn.Module):
         comm._ddps.add(self._h)
         self._buffer_ptrs = [b.data_ptr() for b in buffers]
         self._buffer_kinds = [(b.numel(), b.dtype, b.device) for b in buffers]
+        self._param_kinds = [(p.numel(), p.dtype, p.device) for p in self._params]
 
         self._rebuilds = 0
         self._build_views(h)
@@ -451,6 +452,7 @@ class DistributedDataParallel(torch.nn.Module):
         h = self._ptr()
         grad = torch.is_grad_enabled()
         sync = grad and self.require_backward_grad_sync
+        self._check_params()
         with self._on_device():
             if self._cuda:  # this forward's stream (the caller may have switched streams)
                 self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")
@@ -474,6 +476,17 @@ class DistributedDataParallel(torch.nn.Module):
         if sync and self.find_unused_parameters:
             self._unused = set(self._find_unused(out))
         return out
+
+    def _check_params(self):
+        """The buckets were made for the parameters' sizes and dtypes at construction: a
+        model converted since (model.half(), .double(), .to(device)) would reduce its
+        gradients as bytes of the old dtype, or past their end."""
+        for n, p, kind in zip(self._param_names, self._params, self._param_kinds):
+            if (p.numel(), p.dtype, p.device) != kind:
+                raise RingletError(_lib.ERR_INVALID_USAGE,
+                                   "ringlet DDP: parameter %s is now %s of %d elements on %s; at construction it was "
+                                   "%s of %d elements on %s (convert the model before building the DDP)"
+                                   % (n, p.dtype, p.numel(), p.device, kind[1], kind[0], kind[2]))
 
     def _refresh_buffers(self, h):
         bufs = self._current_buffers()

@@ -23,6 +23,8 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             the average
   buffer-size  a buffer replaced by one of another size (every rank): the next forward
             raises RingletError naming the buffer (the C layer would copy the old size)
+  converted the model converted to float64 after construction: the next forward raises,
+            naming the parameter and both dtypes
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
@@ -261,6 +263,20 @@ def main():
     except ringlet.RingletError as e:
         msg = str(e)
         check(rank, case, "1.running_mean" in msg and "2 elements" in msg and "4 elements" in msg
+              and e.code == ringlet.ERR_INVALID_USAGE, msg)
+    ddp.close()
+
+    # converted: the model converted to float64 after construction (every rank)
+    case = "converted"
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    ddp = RingletDDP(model, bucket_cap_mb=64 / 2 ** 20)
+    model.double()
+    try:
+        ddp(torch.randn(4, 8, dtype=torch.float64))
+        check(rank, case, False, "the forward succeeded")
+    except ringlet.RingletError as e:
+        msg = str(e)
+        check(rank, case, "parameter 0.weight" in msg and "torch.float64" in msg and "torch.float32" in msg
               and e.code == ringlet.ERR_INVALID_USAGE, msg)
     ddp.close()
 

@@ -3,7 +3,7 @@
 all_reduce (every op; float32, float64, bfloat16, int64, bool: sum/max "or", prod/min "and"; out of place
 too), broadcast from every root, reduce, all_gather (flat and list forms), reduce_scatter,
 barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed; all_gather into a
-list returns a Work already complete), and the errors: a non-CPU tensor (RingletError,
+list returns a Work already complete; one Work polled by a thread while another waits for it), and the errors: a non-CPU tensor (RingletError,
 invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array of the other
 byte order, all_gather outputs of the wrong size, a Work waited for after its communicator's
 destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
@@ -130,6 +130,27 @@ def main():
         check(False, "all_gather into outputs of 1 element for an input of 2 was accepted")
     except ValueError as e:
         check("output 0 has 1 elements" in str(e), "all_gather output size error: %s" % e)
+    # one Work, two threads: one polls is_completed() while the other waits (the C request
+    # is freed by whichever completes it; the other must not touch it after)
+    import threading
+    bad = []
+    for k in range(30):
+        t = torch.full((1 << 14,), float(r + k))
+        wk = ringlet.all_reduce(t, async_op=True)
+        stop = threading.Event()
+
+        def poll(wk=wk, stop=stop):
+            while not stop.is_set():
+                if wk.is_completed():
+                    return
+        th = threading.Thread(target=poll)
+        th.start()
+        wk.wait()
+        stop.set()
+        th.join()
+        if not (wk.is_completed() and torch.all(t == sum(q + k for q in range(w)))):
+            bad.append(k)
+    check(not bad, "a Work polled by one thread and waited for by another: wrong in rounds %s" % bad)
     # a Work not waited for when its communicator goes: destroy frees its request
     last = ringlet.all_reduce(torch.ones(3), async_op=True)
     ringlet.destroy()
