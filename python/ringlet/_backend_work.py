@@ -50,6 +50,7 @@ class _CpuWork(_Work):
         self._user_fut = None  # the one get_future hands out (see _future)
         self._done_ev = None
         self._seen = False  # its completion was reported to the caller
+        self._deliver = None  # set by the completion thread: runs the future's set_result elsewhere
 
     # -- completion --
 
@@ -100,7 +101,26 @@ class _CpuWork(_Work):
             self._owner = False
             fut, ev = self._fut, self._done_ev
         if fut is not None:
-            fut.set_result(self._outputs if err is None else _Failed(err))
+            value = self._outputs if err is None else _Failed(err)
+            if self._deliver is not None:
+                self._deliver(fut, value)
+            else:
+                fut.set_result(value)
+        if ev is not None:
+            ev.set()
+
+    def _release(self):
+        """Gives the requests back after a test that found them running. A future asked for
+        meanwhile (get_future found them owned) goes to the completion thread now, and
+        threads waiting in wait() for the tester wake up to take them."""
+        with self._lock:
+            hand = self._fut is not None and not self._state
+            self._owner = hand
+            ev = None
+            if not hand and self._done_ev is not None:
+                ev, self._done_ev = self._done_ev, None
+        if hand:
+            self._pg._completer(self._ci).add(self)
         if ev is not None:
             ev.set()
 
@@ -137,12 +157,13 @@ class _CpuWork(_Work):
                                        % (self._what, limit))
                 time.sleep(nap)
                 nap = min(nap * 2, 1e-3)
-        if not self._state:
+        while not self._state:
             mine, ev = self._take()
             if mine:
                 self._run_requests(True)
             elif ev is not None:
-                ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline
+                ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline; a tester's
+                # test returns at once (and it sets the event when it gives them back)
         self._seen_done()
         if self._state == 2:
             raise self._err
@@ -152,8 +173,7 @@ class _CpuWork(_Work):
         if not self._state:
             mine, _ = self._take()
             if mine and not self._run_requests(False):
-                with self._lock:
-                    self._owner = False
+                self._release()
                 return False
             if not self._state:
                 return False
@@ -181,7 +201,7 @@ class _CpuWork(_Work):
         elif new and state == 2:
             fut.set_result(_Failed(self._err))
         elif hand:
-            self._pg._completer().add(self)
+            self._pg._completer(self._ci).add(self)
         self._seen_done()
         return self._user_fut
 
@@ -247,18 +267,74 @@ class _CudaWork(_Work):
         self.wait()
 
 
-class _Completer:
-    """The process group's one completion thread: waits, oldest first, for the operations
-    whose futures were asked for, and completes them."""
+class _Deliverer:
+    """Threads that complete the futures (set_result runs the then() callbacks inline). A
+    callback may wait for another operation's future, as torch's PowerSGD hook does: the
+    completion thread must not run it, or that future would never be completed; and a
+    delivery that finds every thread here inside such a callback starts another thread."""
 
-    def __init__(self, core):
+    IDLE_EXIT_S = 5.0  # a thread beyond the first leaves after this long without work
+
+    def __init__(self, name):
+        self._name = name
+        self._q = collections.deque()
+        self._cv = threading.Condition()
+        self._idle = 0
+        self._threads = []
+        self._stop = False
+
+    def __call__(self, fut, value):
+        with self._cv:
+            self._q.append((fut, value))
+            if self._idle > len(self._q) - 1:
+                self._cv.notify()
+                return
+            t = threading.Thread(target=self._run, name="%s-%d" % (self._name, len(self._threads)), daemon=True)
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                self._idle += 1
+                while not self._q and not self._stop:
+                    if not self._cv.wait(self.IDLE_EXIT_S) and not self._q and len(self._threads) > 1:
+                        break
+                self._idle -= 1
+                if not self._q:
+                    self._threads = [x for x in self._threads if x is not threading.current_thread()]
+                    return
+                fut, value = self._q.popleft()
+            fut.set_result(value)
+            del fut, value
+
+    def stop(self, until):
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+            threads = list(self._threads)
+        for t in threads:
+            t.join(max(0.0, until - time.monotonic()))
+
+
+class _Completer:
+    """A completion thread of the process group: waits, oldest first, for the operations
+    whose futures were asked for, and hands the completed futures to the deliverer. One per
+    communicator of the group (collectives, sends and receives): a receive whose sender is
+    late holds up no collective's future. ringlet_wait, not a test: it also moves a
+    message posted by a thread that is waiting for nothing, and keeps its deadline."""
+
+    def __init__(self, core, ci):
         self._q = collections.deque()
         self._cv = threading.Condition()
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="ringlet-completion-%s" % core.group_name, daemon=True)
+        name = "%s-%d" % (core.group_name, ci)
+        self._deliver = _Deliverer("ringlet-future-%s" % name)
+        self._thread = threading.Thread(target=self._run, name="ringlet-completion-%s" % name, daemon=True)
         self._thread.start()
 
     def add(self, work):
+        work._deliver = self._deliver
         with self._cv:
             self._q.append(work)
             self._cv.notify()
@@ -274,11 +350,12 @@ class _Completer:
             w._run_requests(True)  # ringlet_wait releases the GIL
             del w
 
-    def stop(self, timeout):
+    def stop(self, until):
         with self._cv:
             self._stop = True
             self._cv.notify()
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, until - time.monotonic()))
+        self._deliver.stop(until)
         return not self._thread.is_alive()
 
 
@@ -530,7 +607,7 @@ class _Core:
         # receive still pending when a collective starts can never take the collective's
         # data (torch, as Gloo does with tags, keeps the two apart).
         self.holder = list(handles)
-        self.completer_box = [None]
+        self.completer_box = [None, None]  # completion threads, per communicator
         self.rank = rank
         self.size = size
         self.timeout_s = timeout_s
@@ -541,6 +618,7 @@ class _Core:
         self.unwaited = collections.deque(maxlen=4096)
         self.sides = {}
         self.mu = threading.Lock()
+        self.track_mu = threading.Lock()
 
     @property
     def _handle(self):
@@ -571,13 +649,13 @@ class _Core:
                 return self._make_error(rc, what, self._last_error(ci))
         return None
 
-    def _completer(self):
-        c = self.completer_box[0]
+    def _completer(self, ci):
+        c = self.completer_box[ci]
         if c is None:
             with self.mu:
-                if self.completer_box[0] is None:
-                    self.completer_box[0] = _Completer(self)
-                c = self.completer_box[0]
+                if self.completer_box[ci] is None:
+                    self.completer_box[ci] = _Completer(self, ci)
+                c = self.completer_box[ci]
         return c
 
     def _side_stream(self, device, ci=0):
@@ -589,6 +667,10 @@ class _Core:
         return s
 
     def _track(self, w):
+        with self.track_mu:  # threads launching on one group, and _retire
+            self._track_locked(w)
+
+    def _track_locked(self, w):
         tr = self.tracked
         tr.append(w)
         # Works never waited for: completed here (their staging freed) once done, and
@@ -602,8 +684,7 @@ class _Core:
             elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
                 mine, _ = old._take()
                 if mine and not old._run_requests(False):
-                    with old._lock:
-                        old._owner = False
+                    old._release()
                     break
             elif old is not w and (not isinstance(old, _CpuWork) or old._state):
                 tr.popleft()
@@ -612,20 +693,22 @@ class _Core:
                 break
 
     def _retire(self, w):
-        try:
-            self.tracked.remove(w)
-        except ValueError:
-            pass
-        self.seen.append(w)
+        with self.track_mu:
+            try:
+                self.tracked.remove(w)
+            except ValueError:
+                pass
+            self.seen.append(w)
 
 
 def _close_group(holder, completer_box, timeout_s):
     """Finalizer of a process group (shutdown(), garbage collection, or exit, newest group
     first): lets the completion thread finish what it holds, then destroys the
     communicator."""
-    c = completer_box[0]
-    if c is not None:
-        c.stop(timeout_s + 5)
+    until = time.monotonic() + timeout_s + 5
+    for c in completer_box:
+        if c is not None:
+            c.stop(until)
     for i in reversed(range(len(holder))):  # send/recv's first, the same on every rank
         h = holder[i]
         holder[i] = None

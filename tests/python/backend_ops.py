@@ -24,7 +24,9 @@ Each case runs in one of four modes, rotating: sync (async_op=False), wait (asyn
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
 bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
 on a receive whose send comes later (RuntimeError, and the receive still completes), a
-receive pending across an all_reduce of the same byte length, a subgroup (new_group,
+receive pending across an all_reduce of the same byte length, a then() callback that
+waits for another operation's future (torch's PowerSGD hook), an all_reduce's future
+beside a receive's still pending, a subgroup (new_group,
 against a Gloo subgroup) destroyed afterwards (its communicator gone at once), and the
 clear errors: BAND on int32, PREMUL_SUM, an int16 reduction, recv without src, a tag, AVG
 on bool, PRODUCT on complex, a sparse tensor.
@@ -41,6 +43,7 @@ import datetime
 import inspect
 import os
 import sys
+import threading
 import time
 import zlib
 
@@ -745,6 +748,52 @@ def case_p2p_barrier():
     checks += 1
 
 
+def case_future_callbacks():
+    # A then() callback that waits for another operation's future, as torch's PowerSGD
+    # hook does: the futures are completed by a thread other than the one that runs the
+    # callbacks (else the inner future would wait for the thread blocked in the callback).
+    # And a receive's future still pending does not hold up a collective's: rank 1 posts a
+    # receive whose send rank 0 makes only after a barrier that rank 1 enters once its
+    # all_reduce future is done. Bounded waits (60 s): a hang is reported, not waited out.
+    global checks
+    if DEV.type != "cpu":
+        return
+    a = torch.full((5,), float(R + 1))
+    b = torch.full((3,), float(2 * R))
+    inner = []
+
+    def cb(_):
+        fb = dist.all_reduce(b, async_op=True).get_future()
+        inner.append(fb)
+        return fb.wait()
+    done = threading.Event()
+    dist.all_reduce(a, async_op=True).get_future().then(cb).then(lambda _: done.set())
+    if not done.wait(60):
+        note("FAIL a then() callback waiting for another all_reduce's future: not done after 60 s (hung)")
+        os._exit(1)
+    same("future callback: outer all_reduce", a, torch.full((5,), float(P * (P + 1) // 2)))
+    same("future callback: inner all_reduce", b, torch.full((3,), float(P * (P - 1))))
+    if P < 2:
+        return
+    got = torch.zeros(4)
+    rw = dist.irecv(got, 0) if R == 1 else None
+    rf = rw.get_future() if rw is not None else None
+    c = torch.full((2,), 1.0)
+    done = threading.Event()
+    dist.all_reduce(c, async_op=True).get_future().then(lambda _: done.set())
+    if not done.wait(60):
+        note("FAIL an all_reduce's future behind a pending receive's: not done after 60 s")
+        os._exit(1)
+    same("all_reduce future beside a pending receive", c, torch.full((2,), float(P)))
+    dist.barrier()
+    if R == 0:
+        dist.send(torch.arange(4.0), 1)
+    if rf is not None:
+        rf.wait()
+        same("the receive after the barrier", got, torch.arange(4.0))
+    checks += 1
+
+
 def case_objects():
     obj = [{"rank": R, "s": "x" * R}]
     if R == 0:
@@ -938,7 +987,7 @@ def case_errors():
 t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
            case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_first_exchange, case_gather_scatter,
-           case_p2p_barrier,
+           case_p2p_barrier, case_future_callbacks,
            case_objects, case_subgroup, case_sync_form, case_torch2_api, case_errors):
     t0 = time.monotonic()
     raised = 0
