@@ -1,5 +1,6 @@
 """The torch backend's ProcessGroup: every operation torch's collectives, DDP and ZeRO call,
 each checked and launched as one or more ringlet calls (see torch_backend.py)."""
+import ctypes
 import weakref
 
 import torch
@@ -21,11 +22,31 @@ class ProcessGroupRinglet(_ProcessGroup):
         self._size = size
         self._group_name = core.group_name
         _live_groups.append(weakref.ref(self))
-        self._finalizer = weakref.finalize(self, _close_group, core.holder, core.completer_box, timeout_s)
+        self._finalizer = weakref.finalize(self, _close_group, core.holder, core.completer_box, timeout_s,
+                                           core.children)
 
     @property
     def _handle(self):
         return self._core.holder[0]
+
+    def _ddp_communicator(self):
+        """A ringlet.Communicator of this group's ranks for ringlet's DDP class, split from the
+        group's (collective: every rank builds its DDP at the same point): the buckets'
+        all-reduces, launched from autograd's hooks, meet no torch call of the group. Made
+        once, shared by the DDP objects on the group, destroyed with the group."""
+        from . import Communicator
+        core = self._core
+        with core.mu:
+            for c in core.children:
+                if c._handle:
+                    return c
+            h = _lib.c_comm()
+            rc = _L.ringlet_comm_split(self._core._live("DDP communicator"), 0, self._rank, ctypes.byref(h))
+            if rc:
+                raise core._make_error(rc, "splitting a communicator for ringlet's DDP", core._last_error(0))
+            c = Communicator(h)
+            core.children.append(c)
+            return c
 
     # -- identity --
 

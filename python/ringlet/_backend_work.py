@@ -608,6 +608,7 @@ class _Core:
         # data (torch, as Gloo does with tags, keeps the two apart).
         self.holder = list(handles)
         self.completer_box = [None, None]  # completion threads, per communicator
+        self.children = []  # ringlet.Communicators split from it (ringlet's DDP class), closed first
         self.rank = rank
         self.size = size
         self.timeout_s = timeout_s
@@ -701,10 +702,15 @@ class _Core:
             self.seen.append(w)
 
 
-def _close_group(holder, completer_box, timeout_s):
+def _close_group(holder, completer_box, timeout_s, children=()):
     """Finalizer of a process group (shutdown(), garbage collection, or exit, newest group
-    first): lets the completion thread finish what it holds, then destroys the
-    communicator."""
+    first): lets the completion thread finish what it holds, destroys the communicators
+    split from the group's (with the DDP objects on them), then the group's."""
+    for c in list(children):
+        try:
+            c.destroy()
+        except Exception:  # noqa: BLE001  (a failed peer: the group's own destroy reports it)
+            c.abort()
     until = time.monotonic() + timeout_s + 5
     for c in completer_box:
         if c is not None:

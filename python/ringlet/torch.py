@@ -50,6 +50,7 @@ Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 import contextlib
 import ctypes
 import dataclasses
+import os
 import sys
 import time
 import weakref
@@ -110,6 +111,39 @@ def _device_tensor(ptr, count, dtype, device, owner):
         raw = torch.as_tensor(_DeviceMemory(ptr, count, "<i2", owner), device=device)
         return raw.view(torch.bfloat16)
     return torch.as_tensor(_DeviceMemory(ptr, count, _TYPESTR[dtype], owner), device=device)
+
+
+def _ringlet_group(pg):
+    """The ProcessGroupRinglet behind pg (torch 2.x wraps a Python backend's group), or None."""
+    if isinstance(pg, ProcessGroupRinglet):
+        return pg
+    get = getattr(pg, "_get_backend", None)
+    if get is not None and not isinstance(pg, ringlet.Communicator):
+        try:
+            b = get(torch.device("cpu"))
+        except Exception:  # noqa: BLE001  (no backend for the CPU: not ours)
+            return None
+        if isinstance(b, ProcessGroupRinglet):
+            return b
+    return None
+
+
+def _default_comm():
+    """No comm nor process_group given: torch.distributed's default group where it is the
+    backend "ringlet" (a communicator split from it), else ringlet's default communicator.
+    Made from the environment after torch's init_process_group (env://, whose store holds
+    MASTER_PORT), rank 0 listens on MASTER_PORT + 1, as under torchrun."""
+    import torch.distributed as dist
+    if ringlet.is_initialized():
+        return ringlet.default_communicator()
+    if dist.is_available() and dist.is_initialized():
+        g = _ringlet_group(dist.group.WORLD)
+        if g is not None:
+            return g
+        port = os.environ.get("MASTER_PORT", "")
+        if port.isdigit() and not os.environ.get("RINGLET_BOOTSTRAP_PORT") and not os.environ.get("TORCHELASTIC_RUN_ID"):
+            os.environ["RINGLET_BOOTSTRAP_PORT"] = str(int(port) + 1)
+    return ringlet.init_from_env()
 
 
 def _dense(t):
@@ -225,9 +259,13 @@ class DistributedDataParallel(torch.nn.Module):
         if comm is None:
             comm = process_group
         if comm is None:
-            comm = ringlet.init_from_env() if not ringlet.is_initialized() else ringlet.default_communicator()
+            comm = _default_comm()
+        group = _ringlet_group(comm)
+        if group is not None:
+            comm = group._ddp_communicator()
         if not isinstance(comm, ringlet.Communicator):
-            raise TypeError("ringlet DDP: comm must be a ringlet.Communicator, not %s" % type(comm).__name__)
+            raise TypeError("ringlet DDP: comm must be a ringlet.Communicator or a process group of the backend "
+                            "\"ringlet\", not %s" % type(comm).__name__)
         devices = {p.device for p in module.parameters()} | {b.device for b in module.buffers()}
         if len(devices) > 1:
             raise RingletError(_lib.ERR_INVALID_USAGE,

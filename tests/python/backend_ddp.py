@@ -19,6 +19,11 @@ configurations:
                    .get_future().then(...))
   subgroups        (P >= 4, even) DDP over new_group([0, 1]) and new_group([2, 3]) ...
   zero             ZeroRedundancyOptimizer (Adam) over each group, with DDP, on an MLP
+  ringlet_ddp      ringlet's own DDP class (ringlet.torch.DistributedDataParallel) made with no
+                   communicator after init_process_group("ringlet"): it takes a communicator
+                   split from the default group (rank 0's bootstrap would have met torch's
+                   store on MASTER_PORT); a second one given process_group=dist.group.WORLD
+                   shares it; against torch's DDP over the reference group
 Prints per configuration the largest difference, then "backend_ddp: rank R: PASS" or FAIL lines.
 """
 import argparse
@@ -43,7 +48,7 @@ ap.add_argument("--steps", type=int, default=8)
 ap.add_argument("--tol", type=float, default=1e-6)
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--ref", default="gloo", help="the reference backend (gloo; nccl on a GPU)")
-ap.add_argument("--configs", default="bn,unused,no_sync,bucket_view,static_graph,comm_hook,subgroups,zero")
+ap.add_argument("--configs", default="bn,unused,no_sync,bucket_view,static_graph,comm_hook,subgroups,zero,ringlet_ddp")
 a = ap.parse_args()
 
 dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=float(os.environ.get("RINGLET_TIMEOUT") or 120)))
@@ -153,11 +158,11 @@ def make(cls):
     return m, copy.deepcopy(m)
 
 
-def run_pair(name, cls, ddp_kw, steps=None, opt=("sgd",), no_sync_every=0, groups=None, hook=False):
+def run_pair(name, cls, ddp_kw, steps=None, opt=("sgd",), no_sync_every=0, groups=None, hook=False, ddp1=DDP):
     steps = steps or a.steps
     g_ring, g_ref = groups if groups else (None, REF)
     m1, m2 = make(cls)
-    d1 = DDP(m1, process_group=g_ring, **ddp_kw)
+    d1 = ddp1(m1, process_group=g_ring, **ddp_kw)
     d2 = DDP(m2, process_group=g_ref, **ddp_kw)
     if hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -213,6 +218,10 @@ try:
         run_pair("subgroups", BN, dict(small), groups=(mine_ring, mine_ref))
     if "zero" in configs:
         run_pair("zero", MLP, dict(small), opt=("zero",))
+    if "ringlet_ddp" in configs:
+        from ringlet.torch import DistributedDataParallel as RingletDDP
+        run_pair("ringlet_ddp", BN, dict(small), ddp1=RingletDDP)
+        run_pair("ringlet_ddp on WORLD", BN, dict(small), groups=(dist.group.WORLD, REF), ddp1=RingletDDP)
 except Exception as e:  # noqa: BLE001
     import traceback
     traceback.print_exc()
