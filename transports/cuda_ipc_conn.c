@@ -17,6 +17,20 @@
 
 static void sweep_orphans(const rl_device_ops *d);
 
+/* The teardown closes the connections one after another, then fini waits for the orphans:
+ * one deadline for all of it (RINGLET_TIMEOUT from the first close), not one each. */
+static double close_deadline(ipc_ctx *x) {
+    pthread_mutex_lock(&x->mu);
+    if (x->close_until == 0) x->close_until = rl_now() + x->in.timeout_s;
+    double until = x->close_until;
+    pthread_mutex_unlock(&x->mu);
+    return until;
+}
+static double seconds_left(double until) {
+    double s = until - rl_now();
+    return s > 0 ? s : 0;
+}
+
 static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32]) {
     rl_hmac_sha256(secret, 32, name, strlen(name), out);
 }
@@ -25,7 +39,7 @@ static void seg_tag(const uint8_t secret[32], const char *name, uint8_t out[32])
  * with *why. Sets x->has_probe. */
 static int make_probe(ipc_ctx *x, rl_dev_handle *h, char *why) {
     x->has_probe = IPC_PROBE_NONE;
-    if (x->d->mem_alloc(&x->probe, IPC_PAGE) != RL_DEV_OK) {
+    if (x->d->mem_alloc(&x->probe, IPC_SHARE_UNIT) != RL_DEV_OK) {
         x->probe = NULL;
         return snprintf(why, RL_ERR_MAX, "%s", rl_dev_error()), -1;
     }
@@ -59,7 +73,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
 
     int fd = -1, e = rl_shmseg_create("ipc", x->seg_len, x->name, &fd);
     void *base = MAP_FAILED;
-    if (!e && posix_fallocate(fd, 0, IPC_PAGE) != 0) e = errno ? errno : ENOSPC;
+    if (!e) e = posix_fallocate(fd, 0, IPC_PAGE); /* returns the error (errno is not set) */
     if (!e && (base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (e) {
         snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
@@ -167,8 +181,8 @@ static int orphan_done(const ipc_orphan *o) {
 
 /* fini: the context's orphans leave it, once done if wait (a communicator that did not
  * fail: its deadline at most). */
-static void release_orphans(const ipc_ctx *x, int wait) {
-    double until = rl_now() + x->in.timeout_s;
+static void release_orphans(ipc_ctx *x, int wait) {
+    double until = close_deadline(x);
     for (int pending = wait; pending;) {
         pending = 0;
         pthread_mutex_lock(&g_orphans_mu);
@@ -227,7 +241,7 @@ static void sweep_orphans(const rl_device_ops *d) {
 static int copies_done(ipc_conn *k) {
     const rl_device_ops *d = k->ctx->d;
     int failed = k->ctx->in.failed && atomic_load(k->ctx->in.failed);
-    double until = rl_now() + (failed ? 0 : k->ctx->in.timeout_s);
+    double until = failed ? rl_now() : close_deadline(k->ctx);
     for (uint32_t i = 0; i < IPC_MAX_SLOTS; i++) {
         int q = RL_DEV_OK; /* set whenever ev[i] exists (the compiler cannot tell) */
         while (k->ev[i] && (q = d->event_query(k->ev[i])) == RL_DEV_NOT_READY) {
@@ -264,8 +278,8 @@ static void conn_free(ipc_conn *k) {
          * to the end of this process: only one made now tells it. */
         int failed = x->in.failed && atomic_load(x->in.failed);
         int quiet = !k->slots || (failed ? rl_dev_quiet_try()
-                                         : rl_dev_quiet_begin(x->in.timeout_s, "unmapping a cuda_ipc sender's slots") ==
-                                               RL_DEV_OK);
+                                         : rl_dev_quiet_begin(seconds_left(close_deadline(x)),
+                                                              "unmapping a cuda_ipc sender's slots") == RL_DEV_OK);
         char why[RL_ERR_MAX]; /* the quiet section's error, before other calls set theirs */
         snprintf(why, sizeof why, "%s",
                  quiet    ? "device work of this process did not finish, or the unmap failed"
@@ -326,7 +340,8 @@ ringlet_result_t rl_ipc_connect(void *ctx, int peer, const void *blob, size_t bl
         /* In the communicator's quiet section (device buffers), or one of its own (host
          * buffers forced over cuda_ipc, connected on first use). */
         int quiet = rl_dev_quiet_begin(x->in.timeout_s, "cuda_ipc slots") == RL_DEV_OK;
-        if (!quiet || x->d->mem_alloc((void **)&k->slots, k->slot_bytes * k->nslots) != RL_DEV_OK ||
+        size_t bytes = (k->slot_bytes * k->nslots + IPC_SHARE_UNIT - 1) / IPC_SHARE_UNIT * IPC_SHARE_UNIT;
+        if (!quiet || x->d->mem_alloc((void **)&k->slots, bytes) != RL_DEV_OK ||
             x->d->mem_export(k->slots, &k->ctl->handle) != RL_DEV_OK) {
             rc = RINGLET_ERR_CUDA;
             snprintf(err, RL_ERR_MAX, "cuda_ipc slots for rank %d (%u x %llu bytes): %s", peer, k->nslots,
@@ -391,7 +406,7 @@ static void linger(ipc_conn *k) {
     pthread_mutex_lock(&x->mu);
     uint64_t published = k->ppos;
     pthread_mutex_unlock(&x->mu);
-    double until = rl_now() + x->in.timeout_s;
+    double until = close_deadline(x);
     while (atomic_load_explicit(&k->ctl->fifo.tail, memory_order_acquire) < published &&
            atomic_load(&k->ctl->fifo.receiver) != RL_FIFO_CLOSED && !process_gone(k->peer_proc)) {
         if (rl_now() > until) {

@@ -27,6 +27,11 @@
 /* The control segment's header page and the unit of its per-peer blocks: 64 KiB, the largest
  * page Linux uses, since a peer maps its block at its offset (as shm.h's RL_SHM_PAGE). */
 #define IPC_PAGE 65536u
+/* Exported allocations (the probe, the slots) are whole multiples of this: cudaMalloc may
+ * carve small allocations out of one larger block, and an IPC handle then shares the whole
+ * block, other allocations of the process in it (CUDA's programming guide: share 2 MiB
+ * multiples only). */
+#define IPC_SHARE_UNIT ((size_t)2 << 20)
 #define IPC_MAX_SLOTS 64
 #define IPC_NAME_MAX 64
 enum { IPC_MAPPED = 0, IPC_UNMAPPED = 1, IPC_UNMAP_LATER = 2 }; /* ctl_t.unmapped */
@@ -150,6 +155,7 @@ typedef struct ipc_ctx {
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
     pthread_mutex_t mu;
     ipc_conn *conns;
+    double close_until; /* the teardown's one deadline, from its first close (0: none yet) */
 } ipc_ctx;
 
 /* Runs on the connection's device, restoring the thread's own afterwards where it has one
