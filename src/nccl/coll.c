@@ -128,7 +128,7 @@ static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stre
     int grouped = t_group_depth > 0;
     ncclResult_t rc = grouped ? shim_group_enter(c, a->fn) : shim_enter(c, a->fn);
     if (rc) return rc;
-    ringlet_datatype_t d;
+    ringlet_datatype_t d = RINGLET_UINT8; /* set by datatype() when it succeeds */
     int reduces = a->kind == K_ALLREDUCE || a->kind == K_REDUCE || a->kind == K_REDUCE_SCATTER;
     if (!(rc = shim_ready(c, a->fn)) && !(rc = datatype(c, a->fn, a->dtype, reduces, &d))) {
         void *st = stream ? (void *)stream : RINGLET_STREAM_DEFAULT;
@@ -235,23 +235,31 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
 
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t d, ncclScalarResidence_t res,
                                       ncclComm_t c) {
-    ringlet_datatype_t rd;
-    ncclResult_t rc = shim_ready(c, "ncclRedOpCreatePreMulSum");
-    if (rc || (rc = datatype(c, "ncclRedOpCreatePreMulSum", d, 1, &rd))) return rc;
-    if (!op) return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
-    if (res != ncclScalarDevice && res != ncclScalarHostImmediate)
-        return shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d", (int)res);
+    ringlet_datatype_t rd = RINGLET_FLOAT32; /* set by datatype() when it succeeds */
+    ncclResult_t rc = shim_enter_ready(c, "ncclRedOpCreatePreMulSum");
+    if (rc) return rc;
     ringlet_op_t rop;
-    rc = shim_check(c, ringlet_op_create_premul_sum(&rop, scalar, rd,
-                                                    res == ncclScalarDevice ? RINGLET_SCALAR_DEVICE : RINGLET_SCALAR_HOST,
-                                                    c->rc));
-    if (!rc) *op = (ncclRedOp_t)rop;
+    if ((rc = datatype(c, "ncclRedOpCreatePreMulSum", d, 1, &rd))) {
+    } else if (!op) {
+        rc = shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
+    } else if (res != ncclScalarDevice && res != ncclScalarHostImmediate) {
+        rc = shim_fail(c, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d", (int)res);
+    } else {
+        rc = shim_check(c, ringlet_op_create_premul_sum(
+                               &rop, scalar, rd, res == ncclScalarDevice ? RINGLET_SCALAR_DEVICE : RINGLET_SCALAR_HOST,
+                               c->rc));
+        if (!rc) *op = (ncclRedOp_t)rop;
+    }
+    shim_leave(c);
     return rc;
 }
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c) {
-    ncclResult_t rc = shim_ready(c, "ncclRedOpDestroy");
-    return rc ? rc : shim_check(c, ringlet_op_destroy((ringlet_op_t)op, c->rc));
+    ncclResult_t rc = shim_enter_ready(c, "ncclRedOpDestroy");
+    if (rc) return rc;
+    rc = shim_check(c, ringlet_op_destroy((ringlet_op_t)op, c->rc));
+    shim_leave(c);
+    return rc;
 }
 
 SHIM_TWIN(AllReduce);

@@ -662,22 +662,19 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
-    *newcomm = NULL;
+/* ncclCommSplit on an entered, ready parent. */
+static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfig_t *config, ncclComm_t *newcomm) {
     int blocking;
-    ncclResult_t rc = shim_ready(comm, "ncclCommSplit");
     /* Without a config, the parent's; a config's unset field is the default, 1 (as NCCL's) */
-    if (rc || (rc = read_config(config, "ncclCommSplit", config ? 1 : comm->blocking, &blocking))) return rc;
+    ncclResult_t rc = read_config(config, "ncclCommSplit", config ? 1 : comm->blocking, &blocking);
+    if (rc) return rc;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);
     /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
     uint64_t ckey = child_key(comm, color);
     ringlet_comm_t nrc = NULL;
-    if ((rc = shim_enter(comm, "ncclCommSplit"))) return rc;
     rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc));
-    shim_leave(comm); /* comm is not used below: an abort may have ended it */
     if (rc) return rc;
     if (!nrc) return ncclSuccess;
     int n = 0, r = 0;
@@ -696,9 +693,19 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return ncclSuccess;
 }
 
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+    *newcomm = NULL;
+    ncclResult_t rc = shim_enter_ready(comm, "ncclCommSplit");
+    if (rc) return rc;
+    rc = split_entered(comm, color, key, config, newcomm);
+    shim_leave(comm);
+    return rc;
+}
+
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-    ncclResult_t rc = shim_ready(comm, "ncclCommFinalize");
-    if (rc || (rc = shim_enter(comm, "ncclCommFinalize"))) return rc;
+    ncclResult_t rc = shim_enter_ready(comm, "ncclCommFinalize");
+    if (rc) return rc;
     if (!(rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) rc = shim_poll(comm);
     shim_leave(comm);
     return rc == ncclInProgress ? ncclSuccess : rc; /* finalize waited: nothing still runs */
@@ -755,6 +762,13 @@ ncclResult_t shim_enter(struct ncclComm *c, const char *fn) {
     if (!doomed) c->calls++;
     pthread_mutex_unlock(&c->mu);
     return doomed ? shim_fail(NULL, ncclInvalidUsage, "%s: the communicator was aborted", fn) : ncclSuccess;
+}
+
+ncclResult_t shim_enter_ready(struct ncclComm *c, const char *fn) {
+    ncclResult_t rc = shim_enter(c, fn);
+    if (rc) return rc;
+    if ((rc = shim_ready(c, fn))) shim_leave(c);
+    return rc;
 }
 
 void shim_leave(struct ncclComm *c) {
@@ -849,28 +863,34 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     return ncclSuccess;
 }
 
+/* The queries enter the handle too: one may wait for a non-blocking init while another
+ * thread aborts the communicator. */
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
-    ncclResult_t rc = shim_ready(comm, "ncclCommCount");
+    ncclResult_t rc = shim_enter_ready(comm, "ncclCommCount");
     if (rc) return rc;
-    if (!count) return shim_fail(comm, ncclInvalidArgument, "ncclCommCount: count is NULL");
-    *count = comm->nranks;
-    return ncclSuccess;
+    if (!count) rc = shim_fail(comm, ncclInvalidArgument, "ncclCommCount: count is NULL");
+    else *count = comm->nranks;
+    shim_leave(comm);
+    return rc;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
-    ncclResult_t rc = shim_ready(comm, "ncclCommUserRank");
+    ncclResult_t rc = shim_enter_ready(comm, "ncclCommUserRank");
     if (rc) return rc;
-    if (!rank) return shim_fail(comm, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
-    *rank = comm->rank;
-    return ncclSuccess;
+    if (!rank) rc = shim_fail(comm, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+    else *rank = comm->rank;
+    shim_leave(comm);
+    return rc;
 }
 
 /* -1 where ringlet runs without a device backend (host memory only). */
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
-    ncclResult_t rc = shim_ready(comm, "ncclCommCuDevice");
+    ncclResult_t rc = shim_enter_ready(comm, "ncclCommCuDevice");
     if (rc) return rc;
-    if (!device) return shim_fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-    return shim_check(comm, ringlet_comm_device(comm->rc, device));
+    if (!device) rc = shim_fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+    else rc = shim_check(comm, ringlet_comm_device(comm->rc, device));
+    shim_leave(comm);
+    return rc;
 }
 
 /* ---- memory and registration ---- */

@@ -70,6 +70,10 @@ ncclResult_t shim_group_enter(struct ncclComm *c, const char *fn);
 ncclResult_t shim_check(struct ncclComm *c, ringlet_result_t rc);
 /* A live communicator whose init is over (joined), or an error (fn names the call). */
 ncclResult_t shim_ready(struct ncclComm *c, const char *fn);
+/* shim_enter, then shim_ready (which may wait for a non-blocking init): an abort from
+ * another thread meanwhile leaves the handle to the call. Left (shim_leave) on failure;
+ * else the caller leaves. */
+ncclResult_t shim_enter_ready(struct ncclComm *c, const char *fn);
 /* Tests the pending non-blocking requests: ncclInProgress while any runs, else the
  * communicator's first error or ncclSuccess. */
 ncclResult_t shim_poll(struct ncclComm *c);
