@@ -136,7 +136,8 @@ typedef struct {
                                         gradients that become ready together. The bucket memory moves
                                         then: fetch ringlet_ddp_grad_view again (gradients that were
                                         bucket views are moved with their content; the old memory stays
-                                        valid until ringlet_ddp_destroy). When a rank cannot make
+                                        valid until ringlet_ddp_free_retired or ringlet_ddp_destroy).
+                                        When a rank cannot make
                                         the new buckets (memory), every rank keeps the old layout. */
     void *stream;                    /* default NULL (the default stream): device memory only, the
                                         stream the DDP orders its work on (a cudaStream_t); local to
@@ -234,6 +235,13 @@ ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t ddp);
  * A change of stream waits on the host until the work queued on the previous one (the
  * last iteration's write-backs) is done: the new stream refills the same buckets. */
 ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t ddp, void *stream);
+
+/* Frees the bucket memory a rebuild (rebuild_buckets) replaced, once the caller holds no
+ * view of it (ringlet_ddp_grad_view and bucket_info before the rebuild): until then it
+ * stays, so that such a view never points into freed memory. Local; on device memory it
+ * waits for the DDP's stream first (the rebuild's copies out of it). *bytes (may be NULL):
+ * how much bucket memory it freed (0: no rebuild replaced any, or it was freed before). */
+ringlet_result_t ringlet_ddp_free_retired(ringlet_ddp_t ddp, size_t *bytes);
 
 /* ---- introspection ---- */
 

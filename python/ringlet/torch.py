@@ -106,11 +106,13 @@ def _need_numpy():
 
 
 def _device_tensor(ptr, count, dtype, device, owner):
-    """A CUDA tensor over count elements at device address ptr."""
+    """A CUDA tensor over count elements at device address ptr, and the object its memory
+    keeps alive (while any view of it lives)."""
     if dtype == torch.bfloat16:  # no typestr for bfloat16: as int16, reinterpreted
-        raw = torch.as_tensor(_DeviceMemory(ptr, count, "<i2", owner), device=device)
-        return raw.view(torch.bfloat16)
-    return torch.as_tensor(_DeviceMemory(ptr, count, _TYPESTR[dtype], owner), device=device)
+        mem = _DeviceMemory(ptr, count, "<i2", owner)
+        return torch.as_tensor(mem, device=device).view(torch.bfloat16), mem
+    mem = _DeviceMemory(ptr, count, _TYPESTR[dtype], owner)
+    return torch.as_tensor(mem, device=device), mem
 
 
 def _ringlet_group(pg):
@@ -343,6 +345,8 @@ class DistributedDataParallel(torch.nn.Module):
         self._param_kinds = [(p.numel(), p.dtype, p.device) for p in self._params]
 
         self._rebuilds = 0
+        self._retired_memory = []
+        self.retired_bytes_freed = 0  # bucket memory of the layout before a rebuild, freed since
         self._build_views(h)
         if self.gradient_as_bucket_view:
             for p, v in zip(self._params, self._views):
@@ -372,6 +376,7 @@ class DistributedDataParallel(torch.nn.Module):
         nb = ctypes.c_int()
         self._check(_lib.lib.ringlet_ddp_num_buckets(h, ctypes.byref(nb)), "num_buckets")
         self._bucket_tensors = []
+        self._bucket_memory = []  # weak references to what each bucket tensor's memory keeps alive
         for b in range(nb.value):
             info = _lib.DDPBucketInfo()
             self._check(_lib.lib.ringlet_ddp_bucket_info(h, b, ctypes.byref(info)), "bucket_info")
@@ -380,11 +385,13 @@ class DistributedDataParallel(torch.nn.Module):
             if info.count == 0:
                 t = torch.empty(0, dtype=dtype, device=self.device)
             elif self._cuda:
-                t = _device_tensor(info.memory, info.count, dtype, self.device, self._h)
+                t, mem = _device_tensor(info.memory, info.count, dtype, self.device, self._h)
+                self._bucket_memory.append(weakref.ref(mem))
             else:
                 raw = (ctypes.c_byte * (info.count * esize)).from_address(info.memory)
                 raw._ringlet_owner = self._h  # the C memory lives while any view does
                 t = torch.frombuffer(raw, dtype=dtype, count=info.count)
+                self._bucket_memory.append(weakref.ref(raw))
             self._bucket_tensors.append(t)
             if t.numel():
                 self._h.ranges.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
@@ -398,13 +405,29 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _after_rebuild(self, h):
         """The C layer reassigned the buckets (rebuild_buckets): new views; gradients that
-        were views were moved there with their content."""
+        were views were moved there with their content. The old bucket memory is freed
+        once no tensor uses it any more (_free_retired), as torch's DDP frees its old
+        buckets: it would double the gradients' memory for the DDP's life."""
         old = [v.data_ptr() for v in self._views]
+        self._retired_memory = self._retired_memory + self._bucket_memory
         self._build_views(h)
         if self.gradient_as_bucket_view:
             for p, o, v in zip(self._params, old, self._views):
                 if p.grad is not None and p.grad.data_ptr() == o:
                     p.grad = v
+        self._free_retired(h)
+
+    def _free_retired(self, h):
+        """Frees the buckets a rebuild replaced once nothing holds a view of them (a
+        gradient the caller kept from before the rebuild keeps them until it goes)."""
+        if not self._retired_memory or any(r() is not None for r in self._retired_memory):
+            return
+        freed = ctypes.c_size_t(0)
+        self._check(_lib.lib.ringlet_ddp_free_retired(h, ctypes.byref(freed)), "free_retired")
+        self._retired_memory = []
+        self.retired_bytes_freed += freed.value
+        self._h.ranges = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                          for t in self._bucket_tensors if t.numel()]
 
     def _describe(self, d, name, t, grad):
         if t.device.type == "cpu" and t.layout != torch.strided:
@@ -491,6 +514,8 @@ class DistributedDataParallel(torch.nn.Module):
         grad = torch.is_grad_enabled()
         sync = grad and self.require_backward_grad_sync
         self._check_params()
+        if self._retired_memory:
+            self._free_retired(h)
         with self._on_device():
             if self._cuda:  # this forward's stream (the caller may have switched streams)
                 self._check(_lib.lib.ringlet_ddp_set_stream(h, self._stream()), "set_stream")

@@ -244,3 +244,28 @@ out:
     free(po);
     free(seen);
 }
+
+ringlet_result_t ringlet_ddp_free_retired(ringlet_ddp_t d, size_t *bytes) {
+    CHECK_DDP(d, "ringlet_ddp_free_retired");
+    if (bytes) *bytes = 0;
+    int prev;
+    ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_free_retired", &prev); /* the default stream's device */
+    if (rc) return rc;
+    pthread_mutex_lock(&d->mu);
+    if (d->nretired && d->on_device && (rc = ringlet_stream_synchronize(ddp_dstream(d))))
+        ddp_set_error(d, rc, "ringlet_ddp_free_retired: waiting for the DDP's stream: %s", ringlet_comm_last_error(NULL));
+    size_t freed = 0;
+    for (int k = 0; k < d->nretired && !rc; k++) {
+        for (int b = 0; b < d->retired_n[k]; b++) {
+            const bucket_t *bk = &d->retired[k][b];
+            freed += bk->count * ringlet_datatype_size(bk->dtype);
+            if (bk->wire_mem != bk->mem) freed += bk->count * ringlet_datatype_size(bk->wire);
+        }
+        ddp_free_buckets(d->on_device, d->retired[k], d->retired_n[k]);
+    }
+    if (!rc) d->nretired = 0;
+    pthread_mutex_unlock(&d->mu);
+    ddp_device_leave(prev);
+    if (bytes) *bytes = freed;
+    return rc;
+}

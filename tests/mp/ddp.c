@@ -24,7 +24,8 @@
  *   compress  float16 and bfloat16 wire compression (within their rounding)
  *   rebuild   rebuild_buckets: after the first iteration (reported in a different random order
  *             on every rank) the buckets follow rank 0's order; gradients stay right, views
- *             move with their content; with device memory full on the last rank at the
+ *             move with their content, and the old layout's memory is freed (free_retired);
+ *             with device memory full on the last rank at the
  *             rebuild, every rank keeps the old layout and later iterations stay right
  *   unused    find_unused_parameters: a parameter unused everywhere keeps its gradient, one
  *             unused on rank 0 only gets the others' average
@@ -637,6 +638,12 @@ static void test_sync_opts(int iters, int view, int average, ringlet_ddp_compres
             int ord0[16];
             order(ord0, m.np, 1, 0); /* rank 0's order in iteration 0 */
             check_rebuilt(d, &m, ord0, what);
+            /* the old layout's memory: freed now (the later iterations must not touch it:
+             * the address sanitizer's build would say so), once */
+            size_t freed = 0, again = 1;
+            DRC(d, ringlet_ddp_free_retired(d, &freed));
+            DRC(d, ringlet_ddp_free_retired(d, &again));
+            CHECK(freed > 0 && again == 0, "%s: free_retired freed %zu bytes, then %zu", what, freed, again);
         }
     }
     ringlet_ddp_destroy(d);

@@ -23,6 +23,9 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             the average
   buffer-size  a buffer replaced by one of another size (every rank): the next forward
             raises RingletError naming the buffer (the C layer would copy the old size)
+  rebuild-free  the buckets rebuilt after the first backward: the old ones freed once no
+            tensor uses them (at once; with a kept gradient view, after it is let go, its
+            values intact meanwhile); the gradients stay the average
   converted the model converted to float64 after construction: the next forward raises,
             naming the parameter and both dtypes
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
@@ -76,6 +79,20 @@ class Branchy(torch.nn.Module):
         if self.use_sometimes:
             h = h + self.sometimes(h)
         return self.head(h)
+
+
+class Reordered(torch.nn.Module):
+    """Layers registered c, a, b and used a, b, c: the gradients become ready in another
+    order than the reverse of registration, so the buckets are rebuilt."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Linear(8, 2)
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
 
 
 @dataclasses.dataclass
@@ -265,6 +282,47 @@ def main():
         check(rank, case, "1.running_mean" in msg and "2 elements" in msg and "4 elements" in msg
               and e.code == ringlet.ERR_INVALID_USAGE, msg)
     ddp.close()
+
+    # rebuild-free: the buckets rebuilt after the first backward (the layers are registered
+    # in another order than the forward uses them); the old buckets are freed once no
+    # tensor uses them: at once, or, where the caller kept a gradient that was a bucket
+    # view, at the first forward after it let go (its values stay meanwhile)
+    for view, keep in ((False, False), (True, False), (True, True)):
+        case = "rebuild-free%s%s" % ("+view" if view else "", "+kept" if keep else "")
+        torch.manual_seed(21)
+        model = Reordered()
+        ref = Reordered()
+        ref.load_state_dict(model.state_dict())
+        ddp = RingletDDP(model, bucket_cap_mb=300 / 2 ** 20, first_bucket_cap_mb=300 / 2 ** 20,
+                         gradient_as_bucket_view=view)
+        kept = model.c.weight.grad if keep else None  # a view of the first layout's bucket
+        kept_copy = None
+        g = torch.Generator().manual_seed(600 + rank)
+        for it in range(3):
+            xin = torch.randn(4, 8, generator=g)
+            model.zero_grad(set_to_none=False)
+            ref.zero_grad(set_to_none=False)
+            ddp(xin).sum().backward()
+            ref(xin).sum().backward()
+            good = True
+            for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                want = q.grad.clone()
+                ringlet.all_reduce(want)
+                want /= world
+                good = good and torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6)
+            check(rank, case, good, "iteration %d: gradients are the average" % it)
+            if it == 0:
+                kept_copy = kept.clone() if keep else None  # iteration 0's gradient, left there
+                check(rank, case, ddp._rebuilds == 1, "rebuilt after the first backward (%d)" % ddp._rebuilds)
+                check(rank, case, (ddp.retired_bytes_freed > 0) == (not keep),
+                      "after the rebuild: %d bytes of the old buckets freed" % ddp.retired_bytes_freed)
+            if keep and it == 1:
+                check(rank, case, ddp.retired_bytes_freed == 0 and torch.equal(kept, kept_copy),
+                      "a kept gradient view keeps the old buckets and its values")
+                del kept
+        check(rank, case, ddp.retired_bytes_freed > 0, "the old buckets freed by the end (%d bytes)"
+              % ddp.retired_bytes_freed)
+        ddp.close()
 
     # converted: the model converted to float64 after construction (every rank)
     case = "converted"
