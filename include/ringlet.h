@@ -140,7 +140,8 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t comm);
 /* Stops every operation at once, closes every connection, frees every resource but the
  * handle itself, which answers later calls with an error until ringlet_comm_destroy
  * frees it (destroy after abort waits for nobody). Always returns, from any thread, also
- * while another thread waits in a call on comm (that call then returns an error). Peers
+ * while another thread waits in a call on comm (that call then returns an error; its
+ * thread may destroy comm at once: the destroy waits for the abort's teardown). Peers
  * see this rank as failed. */
 ringlet_result_t ringlet_comm_abort(ringlet_comm_t comm);
 ringlet_result_t ringlet_comm_rank(ringlet_comm_t comm, int *rank);

@@ -18,10 +18,16 @@
 #include "util.h"
 #include "wait.h"
 
-/* Stops the progress thread, then the parts below it; the struct stays. */
+/* Stops the progress thread, then the parts below it; the struct stays. One at a time: a
+ * call that an abort from another thread ended returns while the abort still tears down
+ * (it waits for that call to leave), and its thread may destroy the communicator at once
+ * (a finalizer, a watchdog's cleanup): that destroy waits here for the abort's teardown
+ * rather than running a second one beside it and freeing what it uses. */
 static void comm_close(struct ringlet_comm *c, int clean) {
+    pthread_mutex_lock(&c->close_mu);
     rl_progress_stop(c);
     rl_comm_teardown(c, clean);
+    pthread_mutex_unlock(&c->close_mu);
 }
 
 static void comm_free(struct ringlet_comm *c) {

@@ -140,6 +140,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
     pthread_mutex_init(&c->live_mu, NULL);
+    pthread_mutex_init(&c->close_mu, NULL);
     pthread_mutex_init(&c->ops_mu, NULL);
     pthread_mutex_init(&c->park_mu, NULL);
     c->init_device = -1;
@@ -196,6 +197,7 @@ void rl_comm_free(struct ringlet_comm *c) {
     rl_reduce_pool_free(c->pool);
     rl_trace_close(c->trace);
     pthread_mutex_destroy(&c->live_mu);
+    pthread_mutex_destroy(&c->close_mu);
     pthread_mutex_destroy(&c->ops_mu);
     free(c->infos), free(c->ring), free(c->send_conns), free(c->recv_conns);
     free(c->send_conns_dev), free(c->recv_conns_dev), free(c->parked);

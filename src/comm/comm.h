@@ -257,6 +257,7 @@ struct ringlet_comm {
     /* Requests handed to the user and not yet completed by test/wait: destroy frees
      * them (a request may not be used after its communicator is destroyed). */
     pthread_mutex_t live_mu;
+    pthread_mutex_t close_mu; /* one teardown at a time: an abort's, and a destroy right after it */
     struct ringlet_request *live;
 };
 

@@ -16,6 +16,10 @@
  *       thread aborts the communicator: the call must return (an error) and abort must
  *       return, each within 5 s (the times are printed; the goals are 100 ms and 1 s);
  *       a second abort returns at once. Rank 1 waits for rank 0 to finish, then aborts.
+ *       With --destroy-after: the blocked thread destroys the communicator as soon as its
+ *       call returned, while the abort may still tear it down (it waits for that call to
+ *       leave): the destroy must wait for that teardown and succeed (the address and
+ *       thread sanitizers' builds see a second teardown beside it).
  *       At 3 ranks the blocked call is a receive from rank 1, which never sends (over TCP:
  *       it waits parked for rank 1's connection); ranks 1 and 2 wait as rank 1 does.
  *   lifecycle --late-peer [--count C]
@@ -241,12 +245,15 @@ typedef struct {
     ringlet_comm_t c;
     ringlet_result_t rc;
     double t_return;
+    int destroy_after;          /* --destroy-after: destroy c once the call returned */
+    ringlet_result_t destroy_rc;
     int32_t buf[1024];
 } waiter_t;
 static void *wait_thread(void *p) {
     waiter_t *w = p;
     w->rc = ringlet_allreduce(w->buf, w->buf, 1024, RINGLET_INT32, RINGLET_SUM, w->c, NULL);
     w->t_return = now();
+    if (w->destroy_after) w->destroy_rc = ringlet_comm_destroy(w->c);
     return NULL;
 }
 
@@ -261,8 +268,8 @@ static void *recv_thread(void *p) {
 
 /* --abort-thread, rank 0: a thread blocks in an all-reduce that rank 1 never joins (at 3
  * ranks: in a receive from rank 1); this one aborts the communicator. */
-static void abort_waiter(ringlet_comm_t c, int P) {
-    waiter_t w = {c, 0, 0, {0}};
+static void abort_waiter(ringlet_comm_t c, int P, int destroy_after) {
+    waiter_t w = {c, 0, 0, destroy_after, 0, {0}};
     pthread_t th;
     pthread_create(&th, NULL, P == 3 ? recv_thread : wait_thread, &w);
     usleep(200 * 1000); /* likely inside its wait by now; either way it must return */
@@ -271,6 +278,16 @@ static void abort_waiter(ringlet_comm_t c, int P) {
     double t_abort = now() - t0;
     pthread_join(th, NULL);
     double t_call = w.t_return - t0;
+    if (destroy_after) { /* c is gone */
+        if (w.rc == RINGLET_SUCCESS) FAIL("the all-reduce rank 1 never joined succeeded");
+        if (w.destroy_rc != RINGLET_SUCCESS)
+            FAIL("destroy right after the aborted call returned: %s", ringlet_strerror(w.destroy_rc));
+        if (!g_failed)
+            printf("lifecycle: rank 0: OK abort from another thread, the blocked thread destroying at once: abort "
+                   "returned in %.1f ms, the call %.1f ms after the abort began (%s), then its destroy\n",
+                   t_abort * 1e3, t_call * 1e3, ringlet_strerror(w.rc));
+        return;
+    }
     t0 = now();
     ringlet_comm_abort(c);
     double t_again = now() - t0;
@@ -356,7 +373,7 @@ static int peer_says_why(void) {
 
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
-    int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0;
+    int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
@@ -384,6 +401,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--cycles") && i + 1 < argc) ncycles = atol(argv[++i]);
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
+        else if (!strcmp(argv[i], "--destroy-after")) destroy_after = 1;
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
@@ -443,9 +461,9 @@ int main(int argc, char **argv) {
                        g_count, dt, msg);
             free(x);
         } else {
-            abort_waiter(c, P);
+            abort_waiter(c, P, destroy_after && P == 2);
         }
-        ringlet_comm_destroy(c);
+        if (!(destroy_after && P == 2)) ringlet_comm_destroy(c);
         size_t at = strlen(path);
         for (int r = 1; r < P; r++) {
             snprintf(path + at, sizeof path - at, ".%d", r);

@@ -8,7 +8,8 @@
 #     reduction threads (RINGLET_REDUCE_THREADS=3, an all-reduce of 1 MiB that splits; a fifth
 #     as many cycles): the two workers must run in every cycle and be gone after it;
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
-#     joins: both return (times printed);
+#     joins: both return (times printed); again with the blocked thread destroying the
+#     communicator as soon as its call returned (the destroy waits for the abort's teardown);
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
@@ -49,6 +50,8 @@ one "reduction threads over tcp: $((N / 5)) init/destroy, $((M / 5)) init/abort 
     RINGLET_REDUCE_THREADS=3 "$RUN" -n 2 --timeout 900 "$PROG" --cycles $((N / 5)) --aborts $((M / 5)) --count 262144 \
     --reduce-workers 2
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
+one "abort from another thread, the blocked thread destroying at once" "$RUN" -n 2 --timeout 120 "$PROG" \
+    --abort-thread --destroy-after
 WANT_OK=3 one "abort from another thread, a receive waiting for its sender to connect" RINGLET_TRANSPORT=tcp \
     "$RUN" -n 3 --timeout 120 "$PROG" --abort-thread
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
