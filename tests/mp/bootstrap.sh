@@ -66,7 +66,9 @@ P=$(port)
 export MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=3
 RINGLET_SECRET=right RANK=0 $bin expect-fail "rank 1" >"$tmp/w0.log" 2>&1 &
 w0=$!
-RINGLET_SECRET=wrong RANK=1 $bin expect-fail "RINGLET_SECRET" >"$tmp/w1.log" 2>&1
+# rank 1's own deadline is long: its failure must come from rank 0's refusal, whenever
+# rank 0 (started just before, maybe slowly under a sanitizer) gets to answer
+RINGLET_SECRET=wrong RANK=1 RINGLET_TIMEOUT=60 $bin expect-fail "RINGLET_SECRET" >"$tmp/w1.log" 2>&1
 s1=$?
 wait $w0; s0=$?
 cat "$tmp"/w?.log
@@ -79,7 +81,7 @@ export MASTER_PORT=$P WORLD_SIZE=3 RINGLET_TIMEOUT=3 RINGLET_SECRET=x
 t0=$SECONDS
 RANK=0 $bin expect-fail "rank 2" >"$tmp/m0.log" 2>&1 &
 m0=$!
-RANK=1 $bin expect-fail "rank 2" >"$tmp/m1.log" 2>&1
+RANK=1 RINGLET_TIMEOUT=60 $bin expect-fail "rank 2" >"$tmp/m1.log" 2>&1 # told by rank 0 at its deadline
 s1=$?
 wait $m0; s0=$?
 cat "$tmp"/m?.log

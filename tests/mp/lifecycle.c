@@ -485,6 +485,9 @@ int main(int argc, char **argv) {
      * abort (its init needs theirs), frees what the aborts left. */
     if (naborts && !g_failed) cycle(0, (int)(ncycles + naborts + 1));
     usage_t b = usage();
+    /* A joined thread may still be listed a moment (pthread_join returns when the kernel
+     * clears its id, before the task leaves /proc/self/task): a leaked one never goes. */
+    for (double t1 = now(); b.threads != a.threads && now() - t1 < 5; b.threads = usage().threads) usleep(1000);
     /* Under a sanitizer its allocator maps and keeps memory of its own (quarantine):
      * there LeakSanitizer checks the memory, at exit. */
     int sanitized = getenv("LIFECYCLE_SANITIZED") != NULL;

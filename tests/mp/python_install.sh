@@ -17,6 +17,7 @@
 set -u
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
+source "$(dirname "$0")/lib/python.bash" # free_port_pair
 if [ -n "${SANITIZE:-}" ]; then
     echo "SKIP: Python tests do not run in a sanitizer build (SANITIZE=$SANITIZE)"
     exit 77
@@ -77,7 +78,7 @@ else
     cat "$TMP/out"
 fi
 echo 'import os; print("rank", os.environ["RANK"])' >"$TMP/hello.py"
-port=$((20000 + RANDOM % 20000))
+port=$(free_port_pair)
 # Debian's torch 1.13 on Python 3.11: --nproc-per-node is refused, and torchrun fails at
 # start with its default --redirects 0 --tee 0 (an IntFlag change of 3.11); 2 works
 if ! timeout 120 "$PY" -m torch.distributed.run --nproc_per_node 2 --redirects 2 --tee 2 --master_addr 127.0.0.1 \
@@ -85,7 +86,7 @@ if ! timeout 120 "$PY" -m torch.distributed.run --nproc_per_node 2 --redirects 2
     echo "note: torchrun (python3 -m torch.distributed.run) does not run even a trivial script here, so it is not" \
         "tested: $(grep -E 'Error' "$TMP/hello" | tail -n 1)"
 else
-    port=$((port + 7))
+    port=$(free_port_pair)
     timeout 180 "$PY" -m torch.distributed.run --nproc_per_node 2 --redirects 2 --tee 2 --master_addr 127.0.0.1 \
         --master_port $port "$TMP/prog.py" >"$TMP/out" 2>&1
     # counted by match, not by line: torchrun's tee may put both ranks' lines on one

@@ -77,7 +77,7 @@ env_case() { # name nranks command-prefix...
         tail -n 20 "$TMP/env"
     fi
 }
-port=$((20000 + RANDOM % 20000))
+port=$(free_port_pair)
 : >"$TMP/env"
 for r in 0 1; do
     env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r \
@@ -85,10 +85,11 @@ for r in 0 1; do
 done
 wait
 env_case srun 2
+port2=$(free_port_pair)
 : >"$TMP/env"
 for r in 0 1 2; do
     env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=3 \
-        OMPI_COMM_WORLD_LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
+        OMPI_COMM_WORLD_LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port2 \
         timeout 120 "$PYTHON" tests/python/backend_env.py mpirun >>"$TMP/env" 2>&1 &
 done
 wait

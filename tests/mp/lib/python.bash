@@ -4,11 +4,28 @@
 #   py_run NAME P PATTERN SCRIPT ARGS...   P ranks through ringlet-run; passes when the
 #                                 launcher exits 0 and PATTERN matches P output lines
 #   py_finish NAME                summary line and exit status
+#   free_port_pair                a free port of 127.0.0.1 whose next one is free too
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 RUN="$BUILD/bin/ringlet-run"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# A free TCP port P of 127.0.0.1 whose next one is free too (torch's store takes P, ringlet's
+# rank 0 P + 1 under torchrun), from the kernel's choice rather than a random guess.
+free_port_pair() {
+    "${PYTHON:-/usr/bin/python3}" -c '
+import socket
+for _ in range(100):
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", p + 1))
+    except OSError:
+        continue
+    finally:
+        b.close(); a.close()
+    print(p); break'
+}
 
 py_setup() {
     if [ -n "${SANITIZE:-}" ]; then
