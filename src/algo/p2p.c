@@ -10,10 +10,7 @@
 #include "util.h"
 #include "wait.h"
 
-static size_t piece_bytes(size_t total, size_t i) {
-    size_t off = i * RL_P2P_PIECE;
-    return total - off < RL_P2P_PIECE ? total - off : RL_P2P_PIECE;
-}
+static size_t piece_bytes(size_t total, size_t i) { return rl_p2p_piece_bytes(total, i); }
 
 /* Waits until every posted piece finished (they fail fast once the communicator has). */
 static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {

@@ -1,5 +1,9 @@
 /* Point to point: a message of n bytes travels as pieces of RL_P2P_PIECE bytes (comm.h),
- * whatever the memory on either end.
+ * whatever the memory on either end, and a last piece shorter than that: n mod
+ * RL_P2P_PIECE bytes, none where n is a multiple of it. The transports compare each
+ * piece's length with the receive's, so a receive of another length fails on its last
+ * piece at the latest: were the last piece a full one, a receive of k pieces would match
+ * the first k of a longer send, end well, and leave the rest to the next receive.
  *
  * Host memory, no stream: the progress thread posts every piece's transport request in
  * issue order and goes on, or, when nothing is queued or running, the calling thread
@@ -26,7 +30,10 @@ void rl_p2p_drain(struct ringlet_request *r);
 const char *rl_p2p_stall(struct ringlet_request *r, char *buf, size_t n);
 /* Frees the pieces' requests (request teardown). */
 void rl_p2p_free(struct ringlet_request *r);
-/* Number of pieces of a message of `bytes` (at least 1). */
-static inline size_t rl_p2p_pieces(size_t bytes) { return bytes <= RL_P2P_PIECE ? 1 : (bytes + RL_P2P_PIECE - 1) / RL_P2P_PIECE; }
+/* Number of pieces of a message of `bytes` (at least 1), and the length of piece i. */
+static inline size_t rl_p2p_pieces(size_t bytes) { return bytes / RL_P2P_PIECE + 1; }
+static inline size_t rl_p2p_piece_bytes(size_t bytes, size_t i) {
+    return i < bytes / RL_P2P_PIECE ? RL_P2P_PIECE : bytes % RL_P2P_PIECE;
+}
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "p2p.h"
 #include "pipe.h"
 #include "util.h"
 
@@ -17,7 +18,7 @@ typedef struct {
     seq_t send, recv;
 } peer_t;
 
-static size_t pieces(size_t bytes) { return bytes <= RL_P2P_PIECE ? 1 : (bytes + RL_P2P_PIECE - 1) / RL_P2P_PIECE; }
+static size_t pieces(size_t bytes) { return rl_p2p_pieces(bytes); }
 
 /* Message and offset of piece i. */
 static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size_t *bytes) {
@@ -26,8 +27,7 @@ static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size
     size_t j = i - q->first[k];
     *m = q->msg[k];
     *off = j * RL_P2P_PIECE;
-    size_t left = (*m)->bytes - *off;
-    *bytes = left < RL_P2P_PIECE ? left : RL_P2P_PIECE;
+    *bytes = rl_p2p_piece_bytes((*m)->bytes, j);
 }
 
 static void x_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {

@@ -9,7 +9,9 @@
 # the receive is striped over 4 sockets and the send is one part (4000 / 400000: the
 # stripes that get nothing must end with the one that failed, not at the deadline):
 # the receiver fails naming both lengths and the sender, the sender's next receive fails
-# naming the receiver. P = 3 with --emfile: a receive whose accept finds no descriptor left
+# naming the receiver; and 2 MiB sent where 1 MiB is received, over TCP and shared memory
+# (the message travels in 1 MiB pieces, the last one shorter: the receive's empty last
+# piece meets the send's second full one; it ended well before). P = 3 with --emfile: a receive whose accept finds no descriptor left
 # fails saying so, and a second receive then gets the message (--emfile 2: the same where
 # the receive was parked, waiting for the connection). P = 4 and 5 (not under TSan)
 # with --first-exchange: on fresh communicators every rank posts its receives from all the
@@ -42,7 +44,7 @@ fails=0
 one() { # name P args... (environment before the name; WRAP: a command to run the launcher in)
     local name=$1 P=$2 rc n
     shift 2
-    RINGLET_TRANSPORT=tcp RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} ${WRAP:-} "$RUN" -n "$P" --timeout 300 --grace 30 \
+    RINGLET_TRANSPORT=${TRANSPORT:-tcp} RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} ${WRAP:-} "$RUN" -n "$P" --timeout 300 --grace 30 \
         "$PROG" --rounds "$ROUNDS" "$@" >"$TMP/out" 2>&1
     rc=$?
     n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
@@ -62,6 +64,8 @@ RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
 RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
+one "P=2, 2 MiB sent, 1 MiB received (pieces)" 2 --seed 9 --rounds 2 --mismatch pieces
+TRANSPORT=shm one "P=2, 2 MiB sent, 1 MiB received (pieces), shared memory" 2 --seed 9 --rounds 2 --mismatch pieces
 one "P=3, no descriptor left for an accept" 3 --seed 9 --emfile 1
 one "P=3, no descriptor left for the accept of a parked receive" 3 --seed 9 --emfile 2
 one "P=4, receives from all posted before the sends (first messages)" 4 --seed 10 --first-exchange 1
