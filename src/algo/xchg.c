@@ -7,11 +7,12 @@
 #include "pipe.h"
 #include "util.h"
 
-/* The messages of one direction with one peer, as one sequence of pieces. */
+/* The messages of one direction with one peer, as one sequence of pieces (as many as the
+ * call has: its slices of one arena per exchange). */
 typedef struct {
-    const rl_msg *msg[RL_XCHG_MAX_MSGS];
-    size_t first[RL_XCHG_MAX_MSGS + 1]; /* piece index where each message starts; [n] = total */
-    int n;
+    const rl_msg **msg;
+    size_t *first; /* piece index where each message starts; [n] = total */
+    int n, cap;
 } seq_t;
 
 typedef struct {
@@ -44,12 +45,23 @@ static void x_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
     *dst = (char *)m->buf + off;
 }
 
-static int add(seq_t *q, const rl_msg *m) {
-    if (q->n == RL_XCHG_MAX_MSGS) return -1;
+static void add(seq_t *q, const rl_msg *m) {
     q->msg[q->n] = m;
     q->first[q->n + 1] = q->first[q->n] + pieces(m->bytes);
     q->n++;
-    return 0;
+}
+
+/* Gives every peer's sequences their slices of msgs and firsts (counted in cap). */
+static void carve(peer_t *peers, int P, const rl_msg **msgs, size_t *firsts) {
+    for (int q = 0; q < P; q++) {
+        seq_t *qs[2] = {&peers[q].send, &peers[q].recv};
+        for (int k = 0; k < 2; k++) {
+            qs[k]->msg = msgs;
+            qs[k]->first = firsts;
+            msgs += qs[k]->cap;
+            firsts += qs[k]->cap + 1;
+        }
+    }
 }
 
 ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
@@ -57,8 +69,10 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
     int P = c->nranks;
     peer_t *peers = calloc((size_t)P, sizeof *peers);
     rl_pipe *pipes = calloc((size_t)P, sizeof *pipes);
+    const rl_msg **msgs = malloc(sizeof *msgs * (size_t)(ns + nr + 1));
+    size_t *firsts = calloc((size_t)(ns + nr) + 2 * (size_t)P, sizeof *firsts);
     ringlet_result_t rc = RINGLET_SUCCESS;
-    if (!peers || !pipes) {
+    if (!peers || !pipes || !msgs || !firsts) {
         rc = RINGLET_ERR_SYSTEM;
         snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory", rl_op_name(r->kind), (unsigned long long)r->seq);
     }
@@ -89,16 +103,17 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
             rl_mem_copy(mem, v->buf, sends[i].buf, v->bytes);
         }
     }
-    for (int i = 0; i < ns && !rc; i++)
-        if (sends[i].peer != c->rank && add(&peers[sends[i].peer].send, &sends[i]))
-            rc = RINGLET_ERR_INVALID_USAGE,
-            snprintf(err, RL_MSG_MAX, "%s #%llu: more than %d messages to rank %d at once", rl_op_name(r->kind),
-                     (unsigned long long)r->seq, RL_XCHG_MAX_MSGS, sends[i].peer);
-    for (int i = 0; i < nr && !rc; i++)
-        if (recvs[i].peer != c->rank && add(&peers[recvs[i].peer].recv, &recvs[i]))
-            rc = RINGLET_ERR_INVALID_USAGE,
-            snprintf(err, RL_MSG_MAX, "%s #%llu: more than %d messages from rank %d at once", rl_op_name(r->kind),
-                     (unsigned long long)r->seq, RL_XCHG_MAX_MSGS, recvs[i].peer);
+    if (!rc) {
+        for (int i = 0; i < ns; i++)
+            if (sends[i].peer != c->rank) peers[sends[i].peer].send.cap++;
+        for (int i = 0; i < nr; i++)
+            if (recvs[i].peer != c->rank) peers[recvs[i].peer].recv.cap++;
+        carve(peers, P, msgs, firsts);
+        for (int i = 0; i < ns; i++)
+            if (sends[i].peer != c->rank) add(&peers[sends[i].peer].send, &sends[i]);
+        for (int i = 0; i < nr; i++)
+            if (recvs[i].peer != c->rank) add(&peers[recvs[i].peer].recv, &recvs[i]);
+    }
     /* One exchange per peer, starting with the next ranks (every rank starts its sends
      * at a different peer: less contention for one receiver). */
     int n = 0;
@@ -127,5 +142,7 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
     if (!rc) rc = rl_pipes_run(pipes, n, err);
     free(peers);
     free(pipes);
+    free(msgs);
+    free(firsts);
     return rc;
 }

@@ -9,8 +9,6 @@
 #include "comm.h"
 #include "mem.h"
 
-/* Messages per peer and direction in one exchange. */
-#define RL_XCHG_MAX_MSGS 64
 
 typedef struct rl_msg {
     int peer;

@@ -10,7 +10,8 @@
  *   alltoall (out of place, in place), gather and scatter at every root (out of place and
  *   in place), blocking and non-blocking (with a stream on device memory);
  *   a group of sends and receives with every peer (an all-to-all made by hand, which
- *   deadlocks unless the group runs them at once), a group of two all-reduces and a
+ *   deadlocks unless the group runs them at once), a group of 100 messages to the next rank
+ *   and 100 from the previous one, a group of two all-reduces and a
  *   broadcast (run in order), a group that uses two streams (device); on a new
  *   communicator, a group of an all-reduce and then sends and receives with every peer;
  *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
@@ -199,6 +200,35 @@ static void test_group_p2p(size_t n, int k) {
     to_host(&r);
     ctx_t c = {k, 0, 0, n};
     expect("group of sends and receives", r.h, n * P, want_a2a, &c);
+    buf_free(&s), buf_free(&r);
+}
+
+static int32_t want_many(size_t i, void *a) {
+    ctx_t *c = a;
+    return val((g_rank + g_P - 1) % g_P, c->k, i);
+}
+
+/* A group of many messages to one peer (NCCL sets no limit; batched sends and receives
+ * make hundreds): 100 sends of 3 elements each to the next rank, 100 receives from the
+ * previous one, in order. */
+static void test_group_many(int k) {
+    if (g_P < 2) return;
+    enum { M = 100, E = 3 };
+    buf_t s, r;
+    buf_new(&s, M * E);
+    buf_new(&r, M * E);
+    for (size_t i = 0; i < M * E; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+    to_dev(&s), to_dev(&r);
+    int next = (g_rank + 1) % g_P, prev = (g_rank + g_P - 1) % g_P;
+    check_rc("group_start", ringlet_group_start());
+    for (int m = 0; m < M; m++) {
+        check_rc("one of 100 sends in a group", ringlet_send(p_of(&s) + m * E, E, RINGLET_INT32, next, g_comm, stream()));
+        check_rc("one of 100 receives in a group", ringlet_recv(p_of(&r) + m * E, E, RINGLET_INT32, prev, g_comm, stream()));
+    }
+    check_rc("group_end (100 messages each way)", ringlet_group_end());
+    to_host(&r);
+    ctx_t c = {k, 0, 0, M * E};
+    expect("a group of 100 messages from the previous rank", r.h, M * E, want_many, &c);
     buf_free(&s), buf_free(&r);
 }
 
@@ -742,6 +772,7 @@ int main(int argc, char **argv) {
         test_premul(n, 10 * ci + 5);
         test_avg_half(n, 10 * ci + 8);
     }
+    test_group_many(60);
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
     test_isend_then_collective();
