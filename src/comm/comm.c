@@ -77,7 +77,7 @@ static int bound_alone(const struct ringlet_comm *c) {
  * the ring crosses each host boundary once. */
 static void build_ring(struct ringlet_comm *c) {
     int P = c->nranks, n = 0;
-    char *placed = calloc((size_t)P, 1);
+    char *placed = calloc(P > 0 ? (size_t)P : 1, 1);
     for (int r = 0; r < P && placed; r++) {
         if (placed[r]) continue;
         for (int q = r; q < P; q++)
@@ -127,6 +127,43 @@ static void peer_transports_setup(struct ringlet_comm *c) {
         c->crowded |= on_host > c->infos[p].ncpu;
     }
     c->board_bytes = all_shm ? b : 0;
+}
+
+static const char *const tuning_names[RL_TUNING_N] = {
+    "RINGLET_ALGO",           "RINGLET_CHUNK_SIZE",        "RINGLET_ONESHOT_BYTES",
+    "RINGLET_ONESHOT_MAX_RANKS", "RINGLET_HIER_MIN_BYTES", "RINGLET_HALVING_MIN_BYTES",
+    "RINGLET_HALVING_MAX_BYTES", "RINGLET_DOUBLING_MAX_BYTES", "RINGLET_HIER_SLICE_BYTES"};
+
+static void tuning_of(const struct ringlet_comm *c, uint64_t v[RL_TUNING_N]) {
+    const uint64_t mine[RL_TUNING_N] = {(uint64_t)c->algo,          c->chunk_fixed ? c->chunk_bytes : 0,
+                                        c->oneshot_bytes,           (uint64_t)c->oneshot_max_ranks,
+                                        c->hier_min_bytes,          c->halving_min_bytes,
+                                        c->halving_max_bytes,       c->doubling_max_bytes,
+                                        c->hier_slice_bytes};
+    memcpy(v, mine, sizeof mine);
+}
+
+static void tuning_value(int k, uint64_t v, char *out, size_t n) {
+    static const char *const algos[] = {"auto", "ring", "oneshot", "hier", "halving", "doubling", "star"};
+    if (k == 0 && v < sizeof algos / sizeof algos[0]) snprintf(out, n, "%s", algos[v]);
+    else if (k == 1 && v == 0) snprintf(out, n, "unset (chosen)");
+    else snprintf(out, n, "%llu", (unsigned long long)v);
+}
+
+/* Every rank's algorithm settings against this rank's: the first difference, named. */
+static void tuning_check(const struct ringlet_comm *c, char *err, ringlet_result_t *rc) {
+    for (int r = 0; r < c->nranks; r++)
+        for (int k = 0; k < RL_TUNING_N; k++) {
+            uint64_t a = c->infos[r].tuning[k], b = c->infos[c->rank].tuning[k];
+            if (a == b) continue;
+            char va[32], vb[32];
+            tuning_value(k, a, va, sizeof va);
+            tuning_value(k, b, vb, sizeof vb);
+            *rc = RINGLET_ERR_INVALID_USAGE;
+            snprintf(err, RL_MSG_MAX, "%s is %s on rank %d but %s on rank %d: it decides which algorithm a collective "
+                     "takes, so it must be the same on every rank", tuning_names[k], va, r, vb, c->rank);
+            return;
+        }
 }
 
 static struct ringlet_comm *comm_alloc(int rank, int nranks) {
@@ -307,6 +344,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
     c->check = (int)rl_env_int("RINGLET_CHECK", 0, 0, 1);
     c->infos[rank].check = c->check;
+    tuning_of(c, c->infos[rank].tuning);
     c->infos[rank].board_bytes = c->db ? (uint32_t)rl_env_int("RINGLET_BOARD_BYTES", RL_BOARD_BYTES, 0, RL_BOARD_BYTES) : 0;
     const rl_device_ops *dops = rl_device();
     if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
@@ -320,6 +358,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     } else if (t->listen_fd >= 0) {
         close(t->listen_fd);
     }
+    if (rc == RINGLET_SUCCESS) tuning_check(c, err, &rc);
     for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
         if (c->infos[r].check != c->check) {
             /* The check is an exchange of its own before every collective: all or none. */

@@ -22,6 +22,11 @@
 #define RL_BELL_NAME_MAX 64
 
 /* What each rank publishes at bootstrap. Same binary on every rank, so sent as is. */
+/* The settings that decide which algorithm a collective takes, or how it cuts its buffer
+ * (comm.c's tuning_names): a rank that chose otherwise would wait for messages no rank
+ * sends, so every rank must have the same (compared at init). */
+#define RL_TUNING_N 9
+
 typedef struct rl_rank_info {
     uint8_t hostid[16]; /* same value = same host */
     int32_t rank;
@@ -33,6 +38,7 @@ typedef struct rl_rank_info {
     uint32_t board_bytes;             /* RINGLET_BOARD_BYTES, 0 without a doorbell (doorbell.h) */
     int32_t core;                     /* 1 + the one core it may run on at init (ringlet-run --bind), 0: several */
     int32_t ncpu;                     /* cores online on its host */
+    uint64_t tuning[RL_TUNING_N];     /* RINGLET_ALGO and the thresholds (must be the same on every rank) */
 } rl_rank_info;
 
 /* A connection to one peer in one direction, over the transport chosen for the pair. */

@@ -10,6 +10,8 @@
 #   3. every RINGLET_* variable of the README's tables has a bad-value case in 1.
 #   4. WORLD_SIZE=3 on one rank of 2 (rank 1, then rank 0): both ranks' inits fail naming
 #      the mismatch.
+#   5. RINGLET_ALGO, then RINGLET_HALVING_MAX_BYTES, set on one rank of 3: every rank's init
+#      fails naming the setting.
 # Both ranks run the same sequence; argument errors must be local (no peer traffic).
 # Exit 0 = all passed, 1 = a failure. Takes a few seconds.
 set -u
@@ -108,6 +110,23 @@ for who in 1 0; do
     else
         echo "FAIL: WORLD_SIZE=3 on rank $who only: $n of 2 ranks name the mismatch"
         tail -n 10 "$TMP/ws.out"
+        fails=$((fails + 1))
+    fi
+done
+
+# 5. An algorithm setting on one rank only (RINGLET_ALGO, a threshold): every rank's init
+#    fails naming it (it used to hang in the first collective the ranks cut differently,
+#    until the deadline, RINGLET_CHECK's own exchange included)
+for setting in RINGLET_ALGO=ring RINGLET_HALVING_MAX_BYTES=8192; do
+    RINGLET_TIMEOUT=20 "$RUN" -n 3 --timeout 120 --grace 30 sh -c \
+        '[ "$RANK" = 2 ] && export '"$setting"'; exec "$0" p2' "$PROG" >"$TMP/tune.out" 2>&1
+    n=$(grep -c "${setting%%=*} is .* on rank .* but .* on rank .*: it decides which algorithm" "$TMP/tune.out")
+    if [ "$n" = 3 ]; then
+        echo "ok:   $setting on rank 2 only: every rank's init says so"
+        grep -m1 "it decides which algorithm" "$TMP/tune.out" | sed 's/^/      /'
+    else
+        echo "FAIL: $setting on rank 2 only: $n of 3 ranks name it"
+        tail -n 10 "$TMP/tune.out"
         fails=$((fails + 1))
     fi
 done
