@@ -217,9 +217,12 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
      * others then fail at once, rather than wait for an exchange it would skip. */
     ringlet_result_t idrc = RINGLET_SUCCESS;
     char idmsg[RL_MSG_MAX] = "";
+    int own_id = 0; /* this rank made id: its listening socket is this process's until an init takes it */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0 && (idrc = ringlet_get_unique_id(&id))) {
         snprintf(idmsg, sizeof idmsg, "%s", ringlet_comm_last_error(NULL));
         memset(&id, 0, sizeof id);
+    } else if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) {
+        own_id = 1;
     }
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
     if (!rc && idrc) rc = rl_error(NULL, idrc, "this rank, the first of its color, could not make the new id: %s", idmsg);
@@ -235,6 +238,9 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     if (d && ringlet_comm_device(c, &dev) == RINGLET_SUCCESS && dev >= 0 &&
         d->context_active(dev, &active) == RL_DEV_OK && active)
         entered = d->device_enter(dev, &saved) == RL_DEV_OK;
+    /* An id no init will take (the exchange failed): given back, its socket closed (a process
+     * holds 64 at most, and a listening socket of a split that failed would still accept). */
+    if (rc && own_id) ringlet_unique_id_release(&id);
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
     if (entered) d->device_leave(saved);

@@ -208,7 +208,10 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
         return snprintf(err, RL_MSG_MAX, "MASTER_PORT=%.64s is not a port (1 to 65535)", port),
                RINGLET_ERR_INVALID_ARGUMENT;
     /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
-    if (getenv("TORCHELASTIC_RUN_ID")) p++;
+    if (getenv("TORCHELASTIC_RUN_ID") && p++ == 65535 && !getenv("RINGLET_BOOTSTRAP_PORT"))
+        return snprintf(err, RL_MSG_MAX, "MASTER_PORT=65535 under torchrun: ringlet's rank 0 listens on MASTER_PORT + 1, "
+                                         "which is no port (set RINGLET_BOOTSTRAP_PORT, or a lower MASTER_PORT)"),
+               RINGLET_ERR_INVALID_ARGUMENT;
     int bp; /* checked at init (envcheck.h): 1 to 65535 */
     if (env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536) p = bp;
     struct addrinfo hints, *res = NULL;

@@ -56,7 +56,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_SPIN_US", .kind = K_DOUBLE, .dlo = 0, .dhi = 1e6},
     {.name = "RINGLET_INLINE", .kind = K_BOOL},
     {.name = "RINGLET_CHECK", .kind = K_BOOL},
-    {.name = "RINGLET_BOOTSTRAP_PORT", .kind = K_INT, .lo = 1, .hi = 65535},
+    {.name = "RINGLET_BOOTSTRAP_PORT", .kind = K_DECIMAL, .lo = 1, .hi = 65535}, /* bootstrap.c reads it in base 10 */
     {.name = "RINGLET_REDUCE_THREADS", .kind = K_INT_OR_WORD, .lo = 1, .hi = 64, .words = "auto"}, /* reduce_pool.c's MAX_THREADS */
     {.name = "RINGLET_REDUCE_MIN_BYTES", .kind = K_INT, .lo = 64, .hi = GIB},       /* reduce_pool.c: a cache line .. 1G */
     {.name = "RINGLET_TRACE_MAX", .kind = K_INT, .lo = 0, .hi = RL_TRACE_MAX_LIMIT},

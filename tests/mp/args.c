@@ -297,6 +297,7 @@ static const char *const env_bad[][2] = {
     {"RINGLET_REDUCE_THREADS", "many"}, {"RINGLET_REDUCE_MIN_BYTES", "8"},
     {"RINGLET_SOCKET_BUFSIZE", "big"}, {"RINGLET_CHUNK_SIZE", "-5"},
     {"RINGLET_NCHUNKS_INFLIGHT", "0"}, {"RINGLET_BOOTSTRAP_PORT", "70000"},
+    {"RINGLET_BOOTSTRAP_PORT", "0x7531"}, /* read in base 10: a hex value was passed, then ignored */
     {"RINGLET_DEVICE", "gpu"},         {"RINGLET_DEVICE_REDUCE", "fast"},
     {"RINGLET_SIM_JITTER", "-1"},      {"RINGLET_SIM_DEVICES", "0"}, {"RINGLET_SIM_MEMORY", "-1"},
     {"RINGLET_SIM_IPC_DENY", "2"},     {"RINGLET_CHECK", "yes"},
@@ -458,6 +459,20 @@ static int run_init(void) {
     env_case("WORLD_SIZE=abc", "0", "abc", 1, "WORLD_SIZE=abc is not a number");
     env_case("RANK=x1 WORLD_SIZE=2", "x1", "2", 1, "RANK=x1 is not a number");
     env_case("RANK without WORLD_SIZE", "0", NULL, 1, "RANK and WORLD_SIZE");
+    /* torchrun's MASTER_PORT holds its store: ringlet's rank 0 takes the next one, which 65535 lacks */
+    setenv("TORCHELASTIC_RUN_ID", "args", 1);
+    for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "65535", 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    ringlet_comm_t tc = NULL;
+    reset_msg(NULL, "");
+    ringlet_result_t trc = ringlet_comm_init_env(&tc);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    check("ringlet_comm_init_env under torchrun with MASTER_PORT=65535", __LINE__, NULL, RINGLET_ERR_INVALID_ARGUMENT,
+          "MASTER_PORT=65535 under torchrun", trc);
+    if (trc == RINGLET_SUCCESS && tc) ringlet_comm_destroy(tc);
     return env_values();
 }
 
