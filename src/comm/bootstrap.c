@@ -321,28 +321,43 @@ static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, 
     }
 }
 
+/* A connection rank 0 took and challenged, whose hello has not all arrived. */
+typedef struct {
+    int fd;
+    double until; /* its hello's deadline */
+    size_t got;   /* bytes of the hello so far */
+    uint8_t nonce[16];
+    rl_boot_hello h;
+} pending_t;
+
+static void refuse(pending_t *p, const char *why) {
+    RL_WARN(0, "bootstrap: refused a connection that did not authenticate (%s)", why);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* Rank 0: takes connections until every rank joined. Each one gets a challenge and 5 s
+ * for its hello, all at once (poll): a stranger that connects and says nothing (or
+ * several, or a slow one) holds up no rank, nor uses up the deadline. At most
+ * PENDING_MAX wait at a time; a new one beyond them pushes the oldest out (a genuine rank
+ * whose connection is closed before its hello connects again). */
+#define PENDING_MAX 32
 static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, int *fds, char *err) {
-    int P = c->nranks, joined = 1;
+    int P = c->nranks, joined = 1, npend = 0;
     double deadline = rl_now() + c->timeout_s;
     uint8_t(*nonces)[16] = calloc((size_t)P, 16);
-    if (!nonces) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    pending_t *pend = calloc(PENDING_MAX, sizeof *pend);
+    if (!nonces || !pend) return free(nonces), free(pend), snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     ringlet_result_t rc = RINGLET_SUCCESS;
     char msg[RL_MSG_MAX] = "";
-    while (joined < P) {
-        int fd;
-        rl_io_t r = rl_sock_accept(t->listen_fd, deadline, &c->stop, &fd);
-        if (r == RL_IO_STOPPED) {
+    while (joined < P && !rc) {
+        double now = rl_now();
+        if (atomic_load(&c->stop)) {
             snprintf(msg, sizeof msg, "bootstrap: rank 0 stopped its init (aborted or failed)");
             rc = RINGLET_ERR_REMOTE;
             break;
         }
-        if (r == RL_IO_ERR) { /* out of descriptors or memory: nobody is late, rank 0 cannot take them */
-            snprintf(msg, sizeof msg, "bootstrap: rank 0 could not take a rank's connection (accept: %s), %d of %d "
-                     "ranks had joined", strerror(-fd), joined, P);
-            rc = RINGLET_ERR_SYSTEM;
-            break;
-        }
-        if (r != RL_IO_OK) {
+        if (now >= deadline) {
             int n = snprintf(msg, sizeof msg, "bootstrap: %d of %d ranks never joined within %.0f s:", P - joined, P,
                              c->timeout_s);
             for (int i = 1, shown = 0; i < P && n < (int)sizeof msg - 16; i++)
@@ -350,33 +365,84 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             rc = RINGLET_ERR_TIMEOUT;
             break;
         }
-        rl_sock_tune(fd, 0); /* TCP_NODELAY: small frames go at once (the table's head and payload, frames) */
-        rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
-        rl_random_bytes(ch.nonce, 16);
-        rl_boot_hello h;
-        double hd = rl_now() + HELLO_WAIT_S;
-        if (hd > deadline) hd = deadline;
-        r = rl_sock_send_all(fd, &ch, sizeof ch, hd, &c->stop);
-        if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &h, sizeof h, hd, &c->stop);
-        int verdict = r == RL_IO_OK ? rl_boot_check_hello(t->secret, ch.nonce, &h, P, fds, msg, sizeof msg) : -1;
-        if (verdict < 0) {
-            RL_WARN(0, "bootstrap: refused a connection that did not authenticate (%s)",
-                    r == RL_IO_OK ? "wrong secret or not a ringlet rank" : rl_io_str(r));
-            close(fd);
-            continue;
+        double wake = deadline;
+        for (int i = 0; i < npend; i++) {
+            if (now >= pend[i].until) {
+                refuse(&pend[i], rl_io_str(RL_IO_TIMEOUT));
+                pend[i--] = pend[--npend];
+                continue;
+            }
+            if (pend[i].until < wake) wake = pend[i].until;
         }
-        if (verdict > 0) { /* authenticated, but not this job's: fatal */
-            fds[0] = fd; /* so the reply reaches it too */
-            memcpy(nonces[0], h.nonce, 16);
-            rc = RINGLET_ERR_INVALID_USAGE;
-            break;
+        struct pollfd pf[1 + PENDING_MAX];
+        pf[0] = (struct pollfd){t->listen_fd, POLLIN, 0};
+        for (int i = 0; i < npend; i++) pf[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
+        int ms = (int)((wake - now) * 1000) + 1;
+        poll(pf, (nfds_t)(1 + npend), ms > 100 ? 100 : ms); /* 100 ms: the stop flag is looked at */
+        /* hellos arriving */
+        for (int i = npend - 1; i >= 0 && !rc; i--) {
+            if (!pf[1 + i].revents) continue;
+            pending_t *q = &pend[i];
+            ssize_t n = recv(q->fd, (char *)&q->h + q->got, sizeof q->h - q->got, MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+            if (n <= 0) {
+                refuse(q, rl_io_str(n == 0 || errno == ECONNRESET ? RL_IO_EOF : RL_IO_ERR));
+                pend[i] = pend[--npend];
+                continue;
+            }
+            q->got += (size_t)n;
+            if (q->got < sizeof q->h) continue;
+            int verdict = rl_boot_check_hello(t->secret, q->nonce, &q->h, P, fds, msg, sizeof msg);
+            if (verdict < 0) {
+                refuse(q, "wrong secret or not a ringlet rank");
+            } else if (verdict > 0) { /* authenticated, but not this job's: fatal */
+                fds[0] = q->fd; /* so the reply reaches it too */
+                memcpy(nonces[0], q->h.nonce, 16);
+                rc = RINGLET_ERR_INVALID_USAGE;
+            } else {
+                q->h.info.rank = q->h.rank;
+                c->infos[q->h.rank] = q->h.info;
+                memcpy(nonces[q->h.rank], q->h.nonce, 16);
+                fds[q->h.rank] = q->fd;
+                joined++;
+            }
+            pend[i] = pend[--npend];
         }
-        h.info.rank = h.rank;
-        c->infos[h.rank] = h.info;
-        memcpy(nonces[h.rank], h.nonce, 16);
-        fds[h.rank] = fd;
-        joined++;
+        /* new connections: challenged at once */
+        while (!rc && pf[0].revents && joined < P) {
+            int fd;
+            rl_io_t r = rl_sock_accept_now(t->listen_fd, &fd);
+            if (r == RL_IO_TIMEOUT) break;
+            if (r == RL_IO_ERR) { /* out of descriptors or memory: nobody is late, rank 0 cannot take them */
+                snprintf(msg, sizeof msg, "bootstrap: rank 0 could not take a rank's connection (accept: %s), %d of %d "
+                         "ranks had joined", strerror(-fd), joined, P);
+                rc = RINGLET_ERR_SYSTEM;
+                break;
+            }
+            rl_sock_tune(fd, 0); /* TCP_NODELAY: small frames go at once (the table's head and payload, frames) */
+            if (npend == PENDING_MAX) { /* the oldest gives way */
+                int old = 0;
+                for (int i = 1; i < npend; i++)
+                    if (pend[i].until < pend[old].until) old = i;
+                refuse(&pend[old], "too many connections waiting for their hello");
+                pend[old] = pend[--npend];
+            }
+            pending_t *q = &pend[npend];
+            q->fd = fd;
+            q->got = 0;
+            q->until = rl_now() + HELLO_WAIT_S;
+            if (q->until > deadline) q->until = deadline;
+            rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
+            rl_random_bytes(ch.nonce, 16);
+            memcpy(q->nonce, ch.nonce, 16);
+            /* a fresh connection's buffer takes these 20 bytes at once */
+            r = rl_sock_send_all(fd, &ch, sizeof ch, q->until, &c->stop);
+            if (r != RL_IO_OK) refuse(q, rl_io_str(r));
+            else npend++;
+        }
     }
+    for (int i = 0; i < npend; i++) refuse(&pend[i], "the init ended before its hello");
+    free(pend);
     double reply_deadline = rl_now() + 10.0;
     if (rc == RINGLET_SUCCESS) {
         root_reply(c, t->secret, fds, nonces, 0, c->infos, sizeof(rl_rank_info) * (size_t)P, reply_deadline);

@@ -61,6 +61,46 @@ check "job starts despite strangers, garbage and a port scan (rank 0 refused $re
 cat "$tmp/strangers.log"
 cat "$tmp"/s?.log
 
+# 2b. Three strangers connect to rank 0's port and say nothing, before ranks 1 and 2 start,
+#     and stay until the job is up; RINGLET_TIMEOUT=8: rank 0 gives each its 5 s for a hello
+#     at the same time, beside the ranks' handshakes, so the job starts (one after another,
+#     they took 15 s: every rank's init failed at its deadline).
+P=$(port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$P WORLD_SIZE=3 RINGLET_SECRET=s3cret RINGLET_TIMEOUT=8
+RANK=0 $bin env >"$tmp/i0.log" 2>&1 &
+r0=$!
+/usr/bin/python3 - "$P" "$tmp/idle_in" "$tmp/idle_out" <<'PY' >"$tmp/idle.log" 2>&1 &
+import socket, sys, time, os
+port, mark, done = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+until = time.monotonic() + 20
+held = []
+while len(held) < 3:
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    except ConnectionRefusedError:
+        if time.monotonic() > until: raise
+        time.sleep(0.02)
+open(mark, "w").close()
+until = time.monotonic() + 60
+while not os.path.exists(done) and time.monotonic() < until:   # held until the job is up
+    time.sleep(0.05)
+for s in held: s.close()
+print("idle strangers: done")
+PY
+idlers=$!
+for _ in $(seq 400); do [ -e "$tmp/idle_in" ] || ! kill -0 $idlers 2>/dev/null && break; sleep 0.05; done
+RANK=1 $bin env >"$tmp/i1.log" 2>&1 &
+r1=$!
+RANK=2 $bin env >"$tmp/i2.log" 2>&1
+s2=$?
+wait $r0; s0=$?
+wait $r1; s1=$?
+touch "$tmp/idle_out"
+wait $idlers; st=$?
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && [ $st -eq 0 ]
+check "job starts beside three silent strangers within an 8 s deadline" $?
+cat "$tmp"/i?.log
+
 # 3. A rank with the wrong secret is refused; init fails on rank 0 naming rank 1.
 P=$(port)
 export MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=3
