@@ -339,8 +339,8 @@ static void refuse(pending_t *p, const char *why) {
 /* Rank 0: takes connections until every rank joined. Each one gets a challenge and 5 s
  * for its hello, all at once (poll): a stranger that connects and says nothing (or
  * several, or a slow one) holds up no rank, nor uses up the deadline. At most
- * PENDING_MAX wait at a time; a new one beyond them pushes the oldest out (a genuine rank
- * whose connection is closed before its hello connects again). */
+ * PENDING_MAX wait at a time; a new one beyond them pushes the oldest out (a genuine
+ * rank's hello follows its challenge within a round trip: the oldest is a stranger). */
 #define PENDING_MAX 32
 static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, int *fds, char *err) {
     int P = c->nranks, joined = 1, npend = 0;
