@@ -18,13 +18,19 @@
 static void sweep_orphans(const rl_device_ops *d);
 
 /* The teardown closes the connections one after another, then fini waits for the orphans:
- * one deadline for all of it (RINGLET_TIMEOUT from the first close), not one each. */
+ * one deadline for all of it (RINGLET_TIMEOUT from the first close), not one each. Outside
+ * the teardown (a connect that failed) a deadline of its own. */
 static double close_deadline(ipc_ctx *x) {
     pthread_mutex_lock(&x->mu);
-    if (x->close_until == 0) x->close_until = rl_now() + x->in.timeout_s;
-    double until = x->close_until;
+    if (x->closing && x->close_until == 0) x->close_until = rl_now() + x->in.timeout_s;
+    double until = x->closing ? x->close_until : rl_now() + x->in.timeout_s;
     pthread_mutex_unlock(&x->mu);
     return until;
+}
+static void closing_begins(ipc_ctx *x) {
+    pthread_mutex_lock(&x->mu);
+    x->closing = 1;
+    pthread_mutex_unlock(&x->mu);
 }
 static double seconds_left(double until) {
     double s = until - rl_now();
@@ -421,6 +427,7 @@ static void linger(ipc_conn *k) {
 void rl_ipc_close(void *conn) {
     ipc_conn *k = conn;
     ipc_ctx *x = k->ctx;
+    closing_begins(x); /* connections close only in the communicator's teardown */
     linger(k);
     pthread_mutex_lock(&x->mu);
     rl_ipc_fail_now(k, RINGLET_ERR_REMOTE, "the connection was closed");
@@ -440,6 +447,7 @@ void rl_ipc_close(void *conn) {
 
 void rl_ipc_fini(void *ctx) {
     ipc_ctx *x = ctx;
+    closing_begins(x);
     while (x->conns) rl_ipc_close(x->conns); /* rl_conn_close_all closed them already, receivers first */
     release_orphans(x, !(x->in.failed && atomic_load(x->in.failed)));
     sweep_orphans(x->d);

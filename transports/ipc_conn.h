@@ -155,6 +155,7 @@ typedef struct ipc_ctx {
     signed char *reach; /* per peer: 0 untried, 1 yes, -1 no */
     pthread_mutex_t mu;
     ipc_conn *conns;
+    int closing;        /* the teardown began (rl_ipc_close, rl_ipc_fini) */
     double close_until; /* the teardown's one deadline, from its first close (0: none yet) */
 } ipc_ctx;
 

@@ -1,5 +1,5 @@
-"""The torch backend's Works and launches: CPU Works as Gloo's (requests, one completion
-thread per group for futures), CUDA Works as NCCL's (an event on the group's stream), the
+"""The torch backend's Works and launches: CPU Works as Gloo's (requests, a completion
+thread per communicator of the group for futures, deliverer threads for their callbacks), CUDA Works as NCCL's (an event on the group's stream), the
 launch that issues one operation's ringlet calls, and a group's shared state (_Core)."""
 import collections
 import ctypes
@@ -164,6 +164,13 @@ class _CpuWork(_Work):
             elif ev is not None:
                 ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline; a tester's
                 # test returns at once (and it sets the event when it gives them back)
+        if self._deliver is not None and self._user_fut is not None:
+            # its future is completed by a deliverer thread: done before wait() returns, as
+            # Gloo's is (a caller may read get_future().value() next)
+            try:
+                self._user_fut.wait()
+            except Exception:  # noqa: BLE001  (the failure is raised below)
+                pass
         self._seen_done()
         if self._state == 2:
             raise self._err
@@ -290,7 +297,7 @@ class _Deliverer:
                 self._cv.notify()
                 return
             t = threading.Thread(target=self._run, name="%s-%d" % (self._name, len(self._threads)), daemon=True)
-            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+            self._threads = [x for x in self._threads if x.is_alive() or x.ident is None] + [t]
         t.start()
 
     def _run(self):
@@ -668,30 +675,32 @@ class _Core:
         return s
 
     def _track(self, w):
-        with self.track_mu:  # threads launching on one group, and _retire
-            self._track_locked(w)
-
-    def _track_locked(self, w):
-        tr = self.tracked
-        tr.append(w)
         # Works never waited for: completed here (their staging freed) once done, and
-        # kept a while (torch's C++ code may still wait on one).
-        for _ in range(2):
-            if not tr:
-                break
-            old = tr[0]
-            if old._seen:
-                tr.popleft()
-            elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
-                mine, _ = old._take()
-                if mine and not old._run_requests(False):
-                    old._release()
+        # kept a while (torch's C++ code may still wait on one). The oldest one still
+        # running is tested outside the lock: completing it may run a future's callbacks,
+        # which may launch (and so come here) again.
+        test = None
+        with self.track_mu:  # threads launching on one group, and _retire
+            tr = self.tracked
+            tr.append(w)
+            for _ in range(2):
+                if not tr:
                     break
-            elif old is not w and (not isinstance(old, _CpuWork) or old._state):
-                tr.popleft()
-                self.unwaited.append(old)
-            else:
-                break
+                old = tr[0]
+                if old._seen:
+                    tr.popleft()
+                elif old is not w and isinstance(old, _CpuWork) and old._state == 0 and not old._owner:
+                    test = old
+                    break
+                elif old is not w and (not isinstance(old, _CpuWork) or old._state):
+                    tr.popleft()
+                    self.unwaited.append(old)
+                else:
+                    break
+        if test is not None:
+            mine, _ = test._take()
+            if mine and not test._run_requests(False):
+                test._release()
 
     def _retire(self, w):
         with self.track_mu:

@@ -53,6 +53,7 @@ import dataclasses
 import os
 import sys
 import time
+import warnings
 import weakref
 
 import torch
@@ -143,7 +144,8 @@ def _default_comm():
         if g is not None:
             return g
         port = os.environ.get("MASTER_PORT", "")
-        if port.isdigit() and not os.environ.get("RINGLET_BOOTSTRAP_PORT") and not os.environ.get("TORCHELASTIC_RUN_ID"):
+        if (port.isdigit() and int(port) < 65535 and not os.environ.get("RINGLET_BOOTSTRAP_PORT")
+                and not os.environ.get("TORCHELASTIC_RUN_ID")):
             os.environ["RINGLET_BOOTSTRAP_PORT"] = str(int(port) + 1)
     return ringlet.init_from_env()
 
@@ -302,7 +304,15 @@ class DistributedDataParallel(torch.nn.Module):
         self._buffer_names = [n for n, _ in module.named_buffers()]
         # frozen parameters: rank 0's at construction, as torch's DDP makes them, then left
         # alone (the C layer's init-only buffers: not broadcast before forwards)
-        frozen = [(n, p) for n, p in module.named_parameters() if not p.requires_grad]
+        frozen = []
+        for n, p in module.named_parameters():
+            if p.requires_grad:
+                continue
+            if p.is_sparse or not _dense(p) or ringlet.torch_dtype_code(p.dtype) is None:
+                warnings.warn("ringlet DDP: frozen parameter %s (%s, %s) is not made rank 0's at construction: "
+                              "ringlet broadcasts dense tensors of its dtypes only" % (n, p.dtype, p.layout))
+                continue
+            frozen.append((n, p))
 
         opts = _lib.DDPOptions()
         _lib.lib.ringlet_ddp_options_init(ctypes.byref(opts))

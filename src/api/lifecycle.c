@@ -23,10 +23,13 @@
  * (it waits for that call to leave), and its thread may destroy the communicator at once
  * (a finalizer, a watchdog's cleanup): that destroy waits here for the abort's teardown
  * rather than running a second one beside it and freeing what it uses. */
-static void comm_close(struct ringlet_comm *c, int clean) {
-    pthread_mutex_lock(&c->close_mu);
+static void comm_close_locked(struct ringlet_comm *c, int clean) {
     rl_progress_stop(c);
     rl_comm_teardown(c, clean);
+}
+static void comm_close(struct ringlet_comm *c, int clean) {
+    pthread_mutex_lock(&c->close_mu);
+    comm_close_locked(c, clean);
     pthread_mutex_unlock(&c->close_mu);
 }
 
@@ -142,8 +145,12 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     ringlet_result_t rc = rl_comm_forked(c, "abort");
     if (rc) return rc;
     if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
+    /* Held from before the failure wakes the calls: a thread whose call it ends may
+     * destroy at once, and that destroy must wait for this teardown. */
+    pthread_mutex_lock(&c->close_mu);
     rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
-    comm_close(c, 0);
+    comm_close_locked(c, 0);
+    pthread_mutex_unlock(&c->close_mu);
     return RINGLET_SUCCESS;
 }
 

@@ -208,12 +208,13 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
         return snprintf(err, RL_MSG_MAX, "MASTER_PORT=%.64s is not a port (1 to 65535)", port),
                RINGLET_ERR_INVALID_ARGUMENT;
     /* Under torchrun, MASTER_PORT is torch's own store: use the next port. */
-    if (getenv("TORCHELASTIC_RUN_ID") && p++ == 65535 && !getenv("RINGLET_BOOTSTRAP_PORT"))
+    int bp; /* checked at init (envcheck.h): 1 to 65535 */
+    int own_port = env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536;
+    if (getenv("TORCHELASTIC_RUN_ID") && p++ == 65535 && !own_port)
         return snprintf(err, RL_MSG_MAX, "MASTER_PORT=65535 under torchrun: ringlet's rank 0 listens on MASTER_PORT + 1, "
                                          "which is no port (set RINGLET_BOOTSTRAP_PORT, or a lower MASTER_PORT)"),
                RINGLET_ERR_INVALID_ARGUMENT;
-    int bp; /* checked at init (envcheck.h): 1 to 65535 */
-    if (env_int("RINGLET_BOOTSTRAP_PORT", &bp) == 1 && bp > 0 && bp < 65536) p = bp;
+    if (own_port) p = bp;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
@@ -339,8 +340,8 @@ static void refuse(pending_t *p, const char *why) {
 /* Rank 0: takes connections until every rank joined. Each one gets a challenge and 5 s
  * for its hello, all at once (poll): a stranger that connects and says nothing (or
  * several, or a slow one) holds up no rank, nor uses up the deadline. At most
- * PENDING_MAX wait at a time; a new one beyond them pushes the oldest out (a genuine
- * rank's hello follows its challenge within a round trip: the oldest is a stranger). */
+ * PENDING_MAX wait at a time; more stay in the listening socket's backlog until one of
+ * them is done (a genuine rank's hello comes within a round trip). */
 #define PENDING_MAX 32
 static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, int *fds, char *err) {
     int P = c->nranks, joined = 1, npend = 0;
@@ -375,7 +376,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             if (pend[i].until < wake) wake = pend[i].until;
         }
         struct pollfd pf[1 + PENDING_MAX];
-        pf[0] = (struct pollfd){t->listen_fd, POLLIN, 0};
+        pf[0] = (struct pollfd){t->listen_fd, npend < PENDING_MAX ? POLLIN : 0, 0};
         for (int i = 0; i < npend; i++) pf[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
         int ms = (int)((wake - now) * 1000) + 1;
         poll(pf, (nfds_t)(1 + npend), ms > 100 ? 100 : ms); /* 100 ms: the stop flag is looked at */
@@ -409,7 +410,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             pend[i] = pend[--npend];
         }
         /* new connections: challenged at once */
-        while (!rc && pf[0].revents && joined < P) {
+        while (!rc && pf[0].revents && joined < P && npend < PENDING_MAX) {
             int fd;
             rl_io_t r = rl_sock_accept_now(t->listen_fd, &fd);
             if (r == RL_IO_TIMEOUT) break;
@@ -420,13 +421,6 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
                 break;
             }
             rl_sock_tune(fd, 0); /* TCP_NODELAY: small frames go at once (the table's head and payload, frames) */
-            if (npend == PENDING_MAX) { /* the oldest gives way */
-                int old = 0;
-                for (int i = 1; i < npend; i++)
-                    if (pend[i].until < pend[old].until) old = i;
-                refuse(&pend[old], "too many connections waiting for their hello");
-                pend[old] = pend[--npend];
-            }
             pending_t *q = &pend[npend];
             q->fd = fd;
             q->got = 0;
