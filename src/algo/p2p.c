@@ -10,8 +10,6 @@
 #include "util.h"
 #include "wait.h"
 
-static size_t piece_bytes(size_t total, size_t i) { return rl_p2p_piece_bytes(total, i); }
-
 /* Waits until every posted piece finished (they fail fast once the communicator has). */
 static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {
     for (size_t i = 0; i < r->ntreq; i++)
@@ -37,7 +35,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     if (!rc && !r->treqs) rc = RINGLET_ERR_SYSTEM, snprintf(err, sizeof err, "out of memory for %zu pieces", n);
     for (size_t i = 0; i < n && !rc; i++) {
         rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV, i);
-        size_t off = i * RL_P2P_PIECE, len = piece_bytes(bytes, i);
+        size_t off = i * RL_P2P_PIECE, len = rl_p2p_piece_bytes(bytes, i);
         if (!conn) {
             rc = rl_conn_park(c, r->peer, (char *)r->recvbuf + off, len, &r->treqs[i], &r->park_local, err);
             if (!rc) r->ntreq++;
@@ -118,13 +116,13 @@ void rl_p2p_free(struct ringlet_request *r) {
 static void p2p_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
     const struct ringlet_request *r = p->r_recv;
     *dst = (char *)r->recvbuf + i * RL_P2P_PIECE;
-    *bytes = piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
+    *bytes = rl_p2p_piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
 }
 
 static void p2p_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
     const struct ringlet_request *r = p->r;
     *src = (const char *)r->sendbuf + i * RL_P2P_PIECE;
-    *bytes = piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
+    *bytes = rl_p2p_piece_bytes(r->count * ringlet_datatype_size(r->dtype), i);
 }
 
 ringlet_result_t rl_run_p2p_pipe(struct ringlet_comm *c, struct ringlet_request *send, struct ringlet_request *recv,

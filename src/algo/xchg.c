@@ -19,8 +19,6 @@ typedef struct {
     seq_t send, recv;
 } peer_t;
 
-static size_t pieces(size_t bytes) { return rl_p2p_pieces(bytes); }
-
 /* Message and offset of piece i. */
 static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size_t *bytes) {
     int k = 0;
@@ -47,7 +45,7 @@ static void x_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
 
 static void add(seq_t *q, const rl_msg *m) {
     q->msg[q->n] = m;
-    q->first[q->n + 1] = q->first[q->n] + pieces(m->bytes);
+    q->first[q->n + 1] = q->first[q->n] + rl_p2p_pieces(m->bytes);
     q->n++;
 }
 

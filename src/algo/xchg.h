@@ -9,7 +9,6 @@
 #include "comm.h"
 #include "mem.h"
 
-
 typedef struct rl_msg {
     int peer;
     void *buf;    /* const for sends */

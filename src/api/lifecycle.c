@@ -224,12 +224,12 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
      * others then fail at once, rather than wait for an exchange it would skip. */
     ringlet_result_t idrc = RINGLET_SUCCESS;
     char idmsg[RL_MSG_MAX] = "";
-    int own_id = 0; /* this rank made id: its listening socket is this process's until an init takes it */
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0 && (idrc = ringlet_get_unique_id(&id))) {
+    /* this rank makes id: its listening socket is this process's until an init takes it */
+    int own_id = !rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0;
+    if (own_id && (idrc = ringlet_get_unique_id(&id))) {
         snprintf(idmsg, sizeof idmsg, "%s", ringlet_comm_last_error(NULL));
         memset(&id, 0, sizeof id);
-    } else if (!rc && color != RINGLET_SPLIT_NOCOLOR && newrank == 0) {
-        own_id = 1;
+        own_id = 0;
     }
     if (!rc) rc = ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL);
     if (!rc && idrc) rc = rl_error(NULL, idrc, "this rank, the first of its color, could not make the new id: %s", idmsg);
