@@ -8,8 +8,9 @@
  *   one-shot, star  (small calls; the star: all-reduce through rank 0, a one-shot reduce
  *                 and broadcast) P blocks of device scratch, or P + 1 (reduce_scatter:
  *                 2P) blocks of pinned memory when staged
- *   spread, group one lane per peer exchanged with; an all-to-all in place, P blocks of
- *                 device scratch
+ *   spread, group one lane per peer exchanged with, at most the communicator's
+ *                 dev_lanes (more peers go in rounds, xchg.c); an all-to-all in
+ *                 place, P blocks of device scratch
  *   premul sum    (and avg of float16) the scaled input (device scratch), 64 pinned bytes
  *                 (a device scalar);
  *                 in a group, the most any of its calls needs
@@ -127,7 +128,7 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
         free(p2p);
         if (peers > n.lanes) n.lanes = peers;
     }
-    if (n.lanes > RL_DEV_MAX_LANES) n.lanes = RL_DEV_MAX_LANES; /* the exchange refuses more itself */
+    if (n.lanes > c->dev_lanes) n.lanes = c->dev_lanes; /* more peers: the exchange goes in rounds */
     ringlet_result_t rc = rl_devcomm_prepare(c, &n, err);
     free(n.send_to);
     free(n.recv_from);

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "p2p.h"
 #include "pipe.h"
@@ -19,6 +20,12 @@ typedef struct {
     seq_t send, recv;
 } peer_t;
 
+/* One exchange's sequences: what it sends to its send peer, what it receives from its
+ * receive peer (the same peer, but for device rounds). */
+typedef struct {
+    const seq_t *send, *recv;
+} ends_t;
+
 /* Message and offset of piece i. */
 static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size_t *bytes) {
     int k = 0;
@@ -32,14 +39,14 @@ static void locate(const seq_t *q, size_t i, const rl_msg **m, size_t *off, size
 static void x_send_at(rl_pipe *p, size_t i, const void **src, size_t *bytes) {
     const rl_msg *m;
     size_t off;
-    locate(&((peer_t *)p->work)->send, i, &m, &off, bytes);
+    locate(((ends_t *)p->work)->send, i, &m, &off, bytes);
     *src = (const char *)m->buf + off;
 }
 
 static void x_recv_at(rl_pipe *p, size_t i, void **dst, size_t *bytes) {
     const rl_msg *m;
     size_t off;
-    locate(&((peer_t *)p->work)->recv, i, &m, &off, bytes);
+    locate(((ends_t *)p->work)->recv, i, &m, &off, bytes);
     *dst = (char *)m->buf + off;
 }
 
@@ -62,15 +69,38 @@ static void carve(peer_t *peers, int P, const rl_msg **msgs, size_t *firsts) {
     }
 }
 
+/* Exchange with to and from (lane: device staging) in *p; 0 if there is nothing to move. */
+static int set_pipe(rl_pipe *p, struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, int lane,
+                    int to, int from, ends_t *e, const peer_t *peers) {
+    e->send = &peers[to].send;
+    e->recv = &peers[from].recv;
+    if (!e->send->n && !e->recv->n) return 0;
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    p->r = r;
+    p->mem = mem;
+    p->lane = lane;
+    p->send_peer = to;
+    p->recv_peer = from;
+    p->nsend = e->send->first[e->send->n];
+    p->nrecv = e->recv->first[e->recv->n];
+    p->send_at = x_send_at;
+    p->recv_at = x_recv_at;
+    p->work = (char *)e;
+    p->g.es = 1;
+    return 1;
+}
+
 ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
                               int ns, const rl_msg *recvs, int nr, char *err) {
     int P = c->nranks;
     peer_t *peers = calloc((size_t)P, sizeof *peers);
     rl_pipe *pipes = calloc((size_t)P, sizeof *pipes);
+    ends_t *ends = calloc((size_t)P, sizeof *ends);
     const rl_msg **msgs = malloc(sizeof *msgs * (size_t)(ns + nr + 1));
     size_t *firsts = calloc((size_t)(ns + nr) + 2 * (size_t)P, sizeof *firsts);
     ringlet_result_t rc = RINGLET_SUCCESS;
-    if (!peers || !pipes || !msgs || !firsts) {
+    if (!peers || !pipes || !ends || !msgs || !firsts) {
         rc = RINGLET_ERR_SYSTEM;
         snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory", rl_op_name(r->kind), (unsigned long long)r->seq);
     }
@@ -112,34 +142,36 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
         for (int i = 0; i < nr; i++)
             if (recvs[i].peer != c->rank) add(&peers[recvs[i].peer].recv, &recvs[i]);
     }
-    /* One exchange per peer, starting with the next ranks (every rank starts its sends
-     * at a different peer: less contention for one receiver). */
-    int n = 0;
-    for (int d = 1; d <= P && !rc; d++) {
-        int q = (c->rank + d) % P;
-        peer_t *pe = &peers[q];
-        if (!pe->send.n && !pe->recv.n) continue;
-        rl_pipe *p = &pipes[n];
-        p->c = c;
-        p->r = r;
-        p->mem = mem;
-        p->lane = n++;
-        p->send_peer = p->recv_peer = q;
-        p->nsend = pe->send.first[pe->send.n];
-        p->nrecv = pe->recv.first[pe->recv.n];
-        p->send_at = x_send_at;
-        p->recv_at = x_recv_at;
-        p->work = (char *)pe;
-        p->g.es = 1;
-    }
     if (!rc && mem->rc) {
         rc = mem->rc;
         snprintf(err, RL_MSG_MAX, "%s #%llu: copy to this rank itself: %.400s", rl_op_name(r->kind),
                  (unsigned long long)r->seq, mem->err);
     }
-    if (!rc) rc = rl_pipes_run(pipes, n, err);
+    int L = c->dev_lanes;
+    if (!rc && (!mem->dev || P - 1 <= L)) {
+        /* One exchange per peer, all at once, starting with the next ranks (every rank
+         * starts its sends at a different peer: less contention for one receiver). */
+        int n = 0;
+        for (int d = 1; d <= P; d++) {
+            int q = (c->rank + d) % P;
+            n += set_pipe(&pipes[n], c, r, mem, n, q, q, &ends[n], peers);
+        }
+        rc = rl_pipes_run(pipes, n, err);
+    } else if (!rc) {
+        /* Device buffers, more peers than lanes (each lane holds pinned slots): distance d
+         * sends to rank + d and receives from rank - d, the distances in rounds of L. A
+         * round's distances are the same on every rank, so a send and its receive run in
+         * the same round, and a round's exchanges all run at once: every round ends. */
+        for (int d0 = 1; d0 < P && !rc; d0 += L) {
+            int n = 0;
+            for (int d = d0; d < d0 + L && d < P; d++)
+                n += set_pipe(&pipes[n], c, r, mem, n, (c->rank + d) % P, (c->rank - d + P) % P, &ends[n], peers);
+            rc = rl_pipes_run(pipes, n, err);
+        }
+    }
     free(peers);
     free(pipes);
+    free(ends);
     free(msgs);
     free(firsts);
     return rc;

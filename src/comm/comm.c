@@ -132,14 +132,15 @@ static void peer_transports_setup(struct ringlet_comm *c) {
 static const char *const tuning_names[RL_TUNING_N] = {
     "RINGLET_ALGO",           "RINGLET_CHUNK_SIZE",        "RINGLET_ONESHOT_BYTES",
     "RINGLET_ONESHOT_MAX_RANKS", "RINGLET_HIER_MIN_BYTES", "RINGLET_HALVING_MIN_BYTES",
-    "RINGLET_HALVING_MAX_BYTES", "RINGLET_DOUBLING_MAX_BYTES", "RINGLET_HIER_SLICE_BYTES"};
+    "RINGLET_HALVING_MAX_BYTES", "RINGLET_DOUBLING_MAX_BYTES", "RINGLET_HIER_SLICE_BYTES",
+    "RINGLET_DEVICE_LANES"};
 
 static void tuning_of(const struct ringlet_comm *c, uint64_t v[RL_TUNING_N]) {
     const uint64_t mine[RL_TUNING_N] = {(uint64_t)c->algo,          c->chunk_fixed ? c->chunk_bytes : 0,
                                         c->oneshot_bytes,           (uint64_t)c->oneshot_max_ranks,
                                         c->hier_min_bytes,          c->halving_min_bytes,
                                         c->halving_max_bytes,       c->doubling_max_bytes,
-                                        c->hier_slice_bytes};
+                                        c->hier_slice_bytes,        (uint64_t)c->dev_lanes};
     memcpy(v, mine, sizeof mine);
 }
 
@@ -280,6 +281,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->halving_max_bytes = (size_t)rl_env_int("RINGLET_HALVING_MAX_BYTES", 4 << 20, 0, 1LL << 40);
     c->doubling_max_bytes = (size_t)rl_env_int("RINGLET_DOUBLING_MAX_BYTES", 64 << 10, 0, 1LL << 40);
     c->hier_slice_bytes = (size_t)rl_env_int("RINGLET_HIER_SLICE_BYTES", 16 << 20, 0, 1LL << 40);
+    c->dev_lanes = (int)rl_env_int("RINGLET_DEVICE_LANES", RL_DEV_MAX_LANES, 2, RL_DEV_MAX_LANES);
     const char *tname = getenv("RINGLET_TRANSPORT");
     c->forced_tp = -1;
     if (tname && *tname && strcmp(tname, "auto") != 0) {

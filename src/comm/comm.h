@@ -25,7 +25,7 @@
 /* The settings that decide which algorithm a collective takes, or how it cuts its buffer
  * (comm.c's tuning_names): a rank that chose otherwise would wait for messages no rank
  * sends, so every rank must have the same (compared at init). */
-#define RL_TUNING_N 9
+#define RL_TUNING_N 10
 
 typedef struct rl_rank_info {
     uint8_t hostid[16]; /* same value = same host */
@@ -182,6 +182,10 @@ struct ringlet_comm {
      * the measured times (0: not yet; [0] ring, [1] hierarchical) and the choice (0: not
      * yet, 1 ring, 2 hierarchical). */
     size_t hier_min_bytes, hier_slice_bytes;
+    /* Device buffers: the most peers an exchange (all-to-all, gather, scatter, a group's
+     * messages) stages at once, one lane each (devcomm.h); more go in rounds
+     * (RINGLET_DEVICE_LANES, 2..RL_DEV_MAX_LANES). */
+    int dev_lanes;
 #define RL_HIER_CLASSES 64
     double hier_time[RL_HIER_CLASSES][2];
     signed char hier_pick[RL_HIER_CLASSES];

@@ -142,11 +142,12 @@ static ringlet_result_t make_lane(struct ringlet_comm *c, struct rl_devcomm *s, 
         l->dev_slots = p;
         pthread_mutex_unlock(&s->mu);
     }
-    (void)c;
     if (fresh) {
         pthread_mutex_lock(&s->mu);
         s->lanes[i] = fresh;
         pthread_mutex_unlock(&s->mu);
+        RL_INFO(c->rank, "device staging lane %d made (%zu bytes of pinned slots)", i,
+                2 * s->slot_bytes * (size_t)s->nslots);
     }
     return RINGLET_SUCCESS;
 }

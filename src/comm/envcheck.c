@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "comm.h"
+#include "devcomm.h"
 #include "doorbell.h"
 #include "fault.h"
 #include "ib.h"
@@ -53,6 +54,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_HALVING_MAX_BYTES", .kind = K_INT, .lo = 0, .hi = 1LL << 40},
     {.name = "RINGLET_DOUBLING_MAX_BYTES", .kind = K_INT, .lo = 0, .hi = 1LL << 40},
     {.name = "RINGLET_HIER_SLICE_BYTES", .kind = K_INT, .lo = 0, .hi = 1LL << 40},
+    {.name = "RINGLET_DEVICE_LANES", .kind = K_INT, .lo = 2, .hi = RL_DEV_MAX_LANES},
     {.name = "RINGLET_SPIN_US", .kind = K_DOUBLE, .dlo = 0, .dhi = 1e6},
     {.name = "RINGLET_INLINE", .kind = K_BOOL},
     {.name = "RINGLET_CHECK", .kind = K_BOOL},

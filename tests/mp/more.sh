@@ -3,7 +3,8 @@
 # through ringlet-run at P = 1..4: on host memory over shm and tcp, and on device memory
 # over the device layer's backend RINGLET_TEST_DEVICE (default sim, with
 # RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
-# and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it), then
+# and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it), at P = 5
+# with 2 device lanes (exchanges in rounds) over cuda_ipc and tcp, then
 # host memory once more (shm, P = 2) with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
 set -u
@@ -43,6 +44,19 @@ for P in 1 2 3 4; do
 done
 # every connection over cuda_ipc (host and device buffers take the same one)
 one device cuda_ipc 3
+# Device exchanges with more peers than lanes (RINGLET_DEVICE_LANES=2 at P = 5: distances 1-2,
+# then 3-4), over cuda_ipc and tcp: every result right, and no lane past the second made
+# (before, one lane per peer; past 64 peers the call failed).
+for tr in ipc tcp; do
+    RINGLET_DEVICE_LANES=2 RINGLET_DEBUG=INFO one device "$tr" 5
+    lanes=$(grep -oE "device staging lane [0-9]+ made" "$TMP/err" | sort -u | awk '{print $4}' | tr '\n' ' ')
+    if [ "$lanes" = "0 1 " ]; then
+        echo "ok:   device lanes 2 over $tr at P=5: lanes made: $lanes"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: device lanes 2 over $tr at P=5: lanes made: '$lanes', expected '0 1 '"
+    fi
+done
 # Host buffers in a process with a device backend (as on a GPU machine): the communicator
 # has the current device (ringlet_comm_device).
 one host shm 2
