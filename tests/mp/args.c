@@ -298,7 +298,7 @@ static const char *const env_bad[][2] = {
     {"RINGLET_SOCKET_BUFSIZE", "big"}, {"RINGLET_CHUNK_SIZE", "-5"},
     {"RINGLET_NCHUNKS_INFLIGHT", "0"}, {"RINGLET_BOOTSTRAP_PORT", "70000"},
     {"RINGLET_BOOTSTRAP_PORT", "0x7531"}, /* read in base 10: a hex value was passed, then ignored */
-    {"RINGLET_DEVICE", "gpu"},         {"RINGLET_DEVICE_REDUCE", "fast"},
+    {"RINGLET_DEVICE", "gpu"},         {"RINGLET_DEVICE_REDUCE", "fast"}, {"RINGLET_DEVICE_LANES", "1"},
     {"RINGLET_SIM_JITTER", "-1"},      {"RINGLET_SIM_DEVICES", "0"}, {"RINGLET_SIM_MEMORY", "-1"},
     {"RINGLET_SIM_IPC_DENY", "2"},     {"RINGLET_CHECK", "yes"},
     {"RINGLET_SIM_MEMOPS", "on"},      {"RINGLET_STREAM_HOLD", "spin"},
