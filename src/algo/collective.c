@@ -289,6 +289,29 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
     return rc;
 }
 
+/* A group's collectives compared as check_call compares one, each in its order, before
+ * any of them runs (its sends and receives are not compared, as plain ones are not): a
+ * rank whose group differs fails there with the others, and nothing of the group ran. */
+static ringlet_result_t check_group(struct ringlet_comm *c, const struct ringlet_request *g, char *err) {
+    ringlet_result_t rc = RINGLET_SUCCESS;
+    for (int i = 0; i < g->nsub && !rc; i++) {
+        const rl_subop *o = &g->sub[i];
+        if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) continue;
+        struct ringlet_request one;
+        memset(&one, 0, sizeof one);
+        one.comm = c;
+        one.kind = o->kind;
+        one.count = o->count;
+        one.dtype = o->dtype;
+        one.op = o->op;
+        one.root = o->root;
+        one.premul = o->premul;
+        one.seq = g->seq;
+        rc = check_call(c, &one, err);
+    }
+    return rc;
+}
+
 ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, struct ringlet_request *partner,
                            char *err, char *partner_err) {
     err[0] = 0;
@@ -299,7 +322,8 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     mem.rc = RINGLET_SUCCESS;
     mem.pool = c->pool;
     ringlet_result_t rc = RINGLET_SUCCESS;
-    if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV && r->kind != RL_OP_GROUP)
+    if (c->check && c->nranks > 1 && !partner && r->kind == RL_OP_GROUP) rc = check_group(c, r, err);
+    else if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV)
         rc = check_call(c, r, err);
     /* The check's verdict of a mismatch is the same on every rank (they all stop there,
      * after a barrier): the communicator stays usable. Its other failures are this

@@ -10,6 +10,7 @@
  *   p2p      (no mismatch) a send from rank 0 to rank 1, which the others do not call
  *   premul   (no mismatch) a pre-multiplied sum whose op has another number on one rank;
  *            then a pre-multiplied sum vs a plain sum
+ *   group    a group of two all-reduces, the second of another count on the odd rank
  * After every case, a correct all-reduce (random integers, checked exactly) on the same
  * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once.
  *
@@ -174,6 +175,18 @@ int main(int argc, char **argv) {
     rc = ringlet_allreduce(z, z, 300, RINGLET_INT32, odd ? pm : RINGLET_SUM, g_comm, NULL);
     expect_mismatch("premul", rc, "allreduce(count=300, int32, sum)", "allreduce(count=300, int32, pre-multiplied sum)");
     still_works(8);
+    /* Collectives inside a group are compared too, each in its order: two all-reduces,
+     * the second of another count on the odd rank (they once ran unchecked: the ring cut
+     * its buffer differently on the ranks). The group's end reports it; nothing ran. */
+    int32_t g1[64], g2[64], g0[64];
+    for (int i = 0; i < 64; i++) g1[i] = g0[i] = (int32_t)(i * 3 + g_rank), g2[i] = 0;
+    CHECK(!ringlet_group_start(), "group_start");
+    ringlet_allreduce(g1, g1, 64, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    ringlet_allreduce(g2, g2, odd ? 63 : 64, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    rc = ringlet_group_end();
+    expect_mismatch("group", rc, "allreduce(count=64, int32, sum)", "allreduce(count=63, int32, sum)");
+    CHECK(!memcmp(g1, g0, sizeof g1), "group: its first all-reduce ran although the group failed its check");
+    still_works(9);
     if (odd) ringlet_op_destroy(spare, g_comm);
     ringlet_op_destroy(pm, g_comm);
     printf("mismatch: rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failed);
