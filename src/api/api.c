@@ -352,6 +352,19 @@ static ringlet_result_t complete(struct ringlet_request **req) {
     return rc;
 }
 
+/* A posted point-to-point request past RINGLET_TIMEOUT (collectives have their deadline in
+ * the progress thread): the communicator fails, naming the call, and the request ends
+ * with that error. Non-zero if it did. */
+static int posted_overdue(struct ringlet_comm *c, struct ringlet_request *r) {
+    if (!atomic_load(&r->posted) || rl_now() - r->posted_at <= c->timeout_s) return 0;
+    char stall[RL_ERR_MAX];
+    rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)%s",
+                 rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s,
+                 rl_p2p_stall(r, stall, sizeof stall));
+    rl_p2p_drain(r);
+    return 1;
+}
+
 ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "test: request is NULL");
     if (!done) return rl_error((*req)->comm, RINGLET_ERR_INVALID_ARGUMENT, "test: done is NULL");
@@ -360,6 +373,8 @@ ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (rc) return *done = 0, rc; /* final: the request never completes here */
     atomic_fetch_add(&c->waiters, 1);
     *done = request_done(*req);
+    /* A caller that only polls (torch's is_completed) meets the deadline here. */
+    if (!*done && posted_overdue(c, *req)) *done = request_done(*req);
     atomic_fetch_sub(&c->waiters, 1);
     return *done ? complete(req) : RINGLET_SUCCESS;
 }
@@ -377,16 +392,7 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
             atomic_fetch_sub(&c->waiters, 1);
             return complete(req);
         }
-        /* Collectives have their deadline inside the progress thread; a posted
-         * point-to-point message has its own here. */
-        if (atomic_load(&r->posted) && rl_now() - r->posted_at > c->timeout_s) {
-            char stall[RL_ERR_MAX];
-            rl_comm_fail(c, RINGLET_ERR_TIMEOUT, "%s #%llu with rank %d: not done after %.0f s (RINGLET_TIMEOUT)%s",
-                         rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, c->timeout_s,
-                         rl_p2p_stall(r, stall, sizeof stall));
-            rl_p2p_drain(r);
-            continue;
-        }
+        if (posted_overdue(c, r)) continue;
         /* Posted by this thread and the progress thread idle: nothing but this wait moves
          * it, as in a collective run on the caller's thread (wait.c: no yields, and a TCP
          * waiter bound alone polls longer). Else the progress thread may need the core. */
@@ -448,6 +454,20 @@ int rl_group_set_aside(void) {
 }
 
 void rl_group_restore(int depth) { t_group.depth = depth; }
+
+int rl_group_forget(struct ringlet_comm *c) {
+    int k = 0;
+    for (int i = 0; i < t_group.n; i++)
+        if (t_group.ops[i].c != c) t_group.ops[k++] = t_group.ops[i];
+    int dropped = t_group.n - k;
+    t_group.n = k;
+    if (dropped && !t_group.refused) {
+        t_group.refused = RINGLET_ERR_INVALID_USAGE;
+        snprintf(t_group.why, sizeof t_group.why,
+                 "its communicator was destroyed with %d call(s) of the group recorded, before the group's end", dropped);
+    }
+    return dropped;
+}
 
 ringlet_result_t ringlet_group_start(void) {
     if (!t_group.depth++) t_group.refused = RINGLET_SUCCESS;

@@ -8,5 +8,10 @@
 /* Leaves the thread outside any group; returns the depth to restore. */
 int rl_group_set_aside(void);
 void rl_group_restore(int depth);
+/* A communicator destroyed inside this thread's open group: its recorded calls are
+ * dropped (they hold it) and the group is spoiled (its end runs none of the rest and
+ * says why). Returns how many were dropped. Another thread's group cannot be seen. */
+struct ringlet_comm;
+int rl_group_forget(struct ringlet_comm *c);
 
 #endif

@@ -14,6 +14,7 @@
 #include "envcheck.h"
 #include "failure.h"
 #include "group_aside.h"
+#include "log.h"
 #include "progress.h"
 #include "util.h"
 #include "wait.h"
@@ -135,6 +136,9 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
     ringlet_result_t rc = rl_comm_forked(c, "destroy"); /* the parent's to destroy; its memory stays here */
     if (rc) return rc;
+    if (rl_group_forget(c))
+        RL_WARN(c->rank, "destroy: calls of this communicator were recorded in this thread's open group: dropped; "
+                         "the group's end runs none of its calls");
     comm_close(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
     comm_free(c);
     return RINGLET_SUCCESS;

@@ -26,6 +26,10 @@
  *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
  *       --abort-thread), run with RINGLET_TIMEOUT=5: it must fail with
  *       RINGLET_ERR_TIMEOUT, naming rank 1 and the all-reduce, within 30 s.
+ *   lifecycle --late-peer-test
+ *       rank 0: a receive from rank 1, which never sends (waiting as above), polled with
+ *       ringlet_test only, RINGLET_TIMEOUT=5: the request must end with
+ *       RINGLET_ERR_TIMEOUT naming rank 1 and the receive within 30 s (it polled forever).
  *   lifecycle --peer-why   (3 ranks)
  *       rank 1 aborts its communicator, then destroys it and leaves; ranks 0 and 2 call an
  *       all-reduce: it must fail with RINGLET_ERR_REMOTE within 30 s (RINGLET_TIMEOUT is 60
@@ -403,6 +407,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
         else if (!strcmp(argv[i], "--destroy-after")) destroy_after = 1;
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
+        else if (!strcmp(argv[i], "--late-peer-test")) late_peer = 2;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -412,7 +417,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --peer-why | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --late-peer-test | --peer-why | --fork | "
                                    "--abort-init\n"),
                    2;
         }
@@ -445,7 +450,25 @@ int main(int argc, char **argv) {
             printf("lifecycle: rank %d: OK (the idle side)\n", g_rank);
             return 0;
         }
-        if (late_peer) {
+        if (late_peer == 2) {
+            /* A receive rank 1 never sends, only polled (as torch's is_completed polls). */
+            int32_t v = 0;
+            ringlet_request_t q = NULL;
+            double t0 = now();
+            ringlet_result_t rc = ringlet_irecv(&v, 1, RINGLET_INT32, 1, c, NULL, &q);
+            int done = 0;
+            while (!rc && !done && now() - t0 < 30) {
+                rc = ringlet_test(&q, &done);
+                if (!done) usleep(1000);
+            }
+            double dt = now() - t0;
+            const char *msg = ringlet_comm_last_error(c);
+            if (!done || rc != RINGLET_ERR_TIMEOUT || !strstr(msg, "rank 1") || !strstr(msg, "recv"))
+                FAIL("a receive rank 1 never sent, polled with ringlet_test: done %d, %s after %.1f s: %s", done,
+                     ringlet_strerror(rc), dt, msg);
+            else
+                printf("lifecycle: rank 0: OK a receive rank 1 never sent, polled, failed after %.1f s: %s\n", dt, msg);
+        } else if (late_peer) {
             int32_t *x = calloc((size_t)g_count, sizeof *x);
             for (long i = 0; x && i < g_count; i++) x[i] = (int32_t)(i * 7919 % 1001);
             double t0 = now();

@@ -10,6 +10,7 @@
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed); again with the blocked thread destroying the
 #     communicator as soon as its call returned (the destroy waits for the abort's teardown);
+#   - a receive the peer never sends, polled with ringlet_test only: it fails with a timeout
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
@@ -57,6 +58,8 @@ WANT_OK=3 one "abort from another thread, a receive waiting for its sender to co
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
+one "a receive the peer never sends, polled with ringlet_test" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" \
+    --late-peer-test
 # a child forked after init: its calls fail at once, saying so; the parent's communicator works
 one "a child forked after init" "$RUN" -n 2 --timeout 120 "$PROG" --fork
 # a rank that aborts: the others' error quotes what it said (rank 2 hears it through rank 0)

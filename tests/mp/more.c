@@ -506,6 +506,24 @@ static void test_premul_group(size_t n, int k) {
     buf_free(&a), buf_free(&r), buf_free(&b);
 }
 
+/* A communicator destroyed while this thread's open group holds calls of it: the group's
+ * end reports it and runs none of them (it used the freed communicator: a crash under
+ * the address sanitizer). */
+static void test_destroy_in_group(void) {
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split (one rank each)", ringlet_comm_split(g_comm, g_rank, 0, &sub));
+    if (!sub) return;
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    check_rc("group_start", ringlet_group_start());
+    check_rc("allreduce recorded", ringlet_allreduce(x, x, 8, RINGLET_INT32, RINGLET_SUM, sub, NULL));
+    check_rc("destroy inside the group", ringlet_comm_destroy(sub));
+    ringlet_result_t rc = ringlet_group_end();
+    const char *m = ringlet_comm_last_error(NULL);
+    g_checks++;
+    if (rc != RINGLET_ERR_INVALID_USAGE || !strstr(m, "destroyed"))
+        FAIL("group_end after its communicator's destroy: %s: %s", ringlet_strerror(rc), m);
+}
+
 static void test_split(int in_group) {
     /* by parity, keys reversed; rank 0 stays out */
     int color = g_rank == 0 ? RINGLET_SPLIT_NOCOLOR : g_rank % 2, key = -g_rank;
@@ -775,6 +793,7 @@ int main(int argc, char **argv) {
     test_group_many(60);
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
+    test_destroy_in_group();
     test_isend_then_collective();
     test_finalize_waits_isend();
     test_zero_null();
