@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,12 @@ struct rl_trace {
     uint32_t *hash, hcap;
     double mono_to_real_us; /* CLOCK_REALTIME - CLOCK_MONOTONIC at open, microseconds */
     int written;            /* rl_trace_write ran: later spans are not kept */
+    int nth;                /* communicators whose trace this process opened before this one */
 };
+
+/* Every trace this process opened: the first keeps the plain names, later ones (a split,
+ * a second communicator) are named after their communicator (rl_trace_name_comm). */
+static atomic_int g_opened;
 
 /* ------------------------------------------------------------------------- */
 /* string table                                                              */
@@ -167,6 +173,7 @@ rl_trace *rl_trace_open(int rank, int nranks) {
     }
     t->rank = rank;
     t->nranks = nranks;
+    t->nth = atomic_fetch_add(&g_opened, 1);
     t->max = (size_t)rl_env_int("RINGLET_TRACE_MAX", TRACE_MAX_DEFAULT, 0, RL_TRACE_MAX_LIMIT);
     /* Both clocks, so that perf/trace_merge.py --align realtime can line up ranks of
      * several hosts, whose monotonic clocks have unrelated origins. */
@@ -176,6 +183,33 @@ rl_trace *rl_trace_open(int rank, int nranks) {
     t->mono_to_real_us = ((double)rt.tv_sec + (double)rt.tv_nsec * 1e-9 - mono) * 1e6;
     RL_INFO(rank, "RINGLET_TRACE: recording up to %zu spans for %s", t->max, t->path);
     return t;
+}
+
+void rl_trace_name_comm(rl_trace *t, uint32_t tag) {
+    if (!t || !t->nth) return;
+    const char *name = getenv("RINGLET_TRACE");
+    if (!name || !*name) return;
+    /* "<name>.comm<tag>" then the usual rules; a "%r" becomes "<rank>.comm<tag>". */
+    size_t len = strlen(name), base = len;
+    int pct = strstr(name, "%r") != NULL;
+    if (!pct && len >= 5 && strcmp(name + len - 5, ".json") == 0) base = len - 5;
+    size_t cap = len + 32;
+    char *tagged = malloc(cap);
+    if (!tagged) return;
+    if (pct) {
+        const char *at = strstr(name, "%r");
+        snprintf(tagged, cap, "%.*s%%r.comm%08x%s", (int)(at - name), name, (unsigned)tag, at + 2);
+    } else {
+        snprintf(tagged, cap, "%.*s.comm%08x.json", (int)base, name, (unsigned)tag);
+    }
+    char *path = trace_path(tagged, t->rank, 2); /* always with the rank, even alone */
+    free(tagged);
+    if (!path) return;
+    pthread_mutex_lock(&t->mu);
+    free(t->path);
+    t->path = path;
+    pthread_mutex_unlock(&t->mu);
+    RL_INFO(t->rank, "RINGLET_TRACE: this process's communicator #%d writes %s", t->nth + 1, t->path);
 }
 
 void rl_trace_span(rl_trace *t, int lane, const char *name, double t0, double t1, const char *op, uint64_t seq,

@@ -4,7 +4,8 @@
  * Events are kept in memory and written when the communicator is destroyed (or
  * aborted). Each rank writes its own file: a "%r" in the name is replaced by the rank;
  * without one, rank r of a job with more than one rank writes "<name>.rank<r>.json"
- * (".json" moved to the end). perf/trace_merge.py joins the ranks' files into one
+ * (".json" moved to the end); a process's later communicators add their own tag
+ * (rl_trace_name_comm). perf/trace_merge.py joins the ranks' files into one
  * timeline (pid = rank), which lines up because every rank uses CLOCK_MONOTONIC.
  *
  * Lanes (tid): 0 the operation, 1 sends, 2 receives, 3 reductions. All functions are
@@ -34,6 +35,11 @@ typedef struct rl_trace rl_trace;
 
 /* NULL when RINGLET_TRACE is unset or empty (tracing off). */
 rl_trace *rl_trace_open(int rank, int nranks);
+/* After the bootstrap: tag is the same on every rank of the communicator and (all but
+ * surely) differs between communicators. The process's first trace keeps its name; a
+ * later one (a split, another communicator) writes "<name>.comm<tag>.rank<r>.json" (a
+ * "%r" becomes "<r>.comm<tag>"), so that communicators never write over each other. */
+void rl_trace_name_comm(rl_trace *t, uint32_t tag);
 /* One complete event ("ph":"X") from t0 to t1 (seconds of rl_now(), the monotonic clock).
  * op: the collective's name; seq: its sequence number; chunk: the chunk index, or -1 for
  * the whole operation; bytes: payload; peer: the other rank, or -1. name and op are

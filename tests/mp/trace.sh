@@ -10,7 +10,9 @@
 #   - every rank: an "allreduce" span on lane 0 for each call (>= 3: 1 warm-up + 2 timed),
 #     "send" on lane 1, "recv" on lane 2, "reduce" on lane 3, with chunk indices (at
 #     least 2 distinct ones), send/recv with the peer; every chunk span lies within the
-#     lane-0 span of its operation (same op and seq) on its rank.
+#     lane-0 span of its operation (same op and seq) on its rank;
+#   - several communicators per process (more.c's splits at 4 ranks): the world's files
+#     kept, the others' named t.comm<tag>.rank<r>.json.
 # Exit 0 = passed, 1 = failed, 77 = skipped (no python3).
 set -u
 
@@ -225,6 +227,34 @@ if "$PY" "$(dirname "$0")/../../perf/trace_summary.py" "$TMP/merged.json" >"$TMP
 else
     fail "trace_summary.py: unexpected output"
     cat "$TMP/summary.out"
+fi
+
+# Several communicators in one process (tests/mp/more.c at 4 ranks splits its world
+# into communicators of 2 and of 1 rank): the world keeps t.rank0..3.json, each written
+# by a 4-rank communicator (a split's rank 0 once wrote over the world's), and every other
+# communicator writes t.comm<tag>.rank<r>.json: no other name, nothing written twice.
+MORE="$BUILD/tests/mp/more"
+if [ -x "$MORE" ]; then
+    mkdir -p "$TMP/m"
+    RINGLET_TRACE="$TMP/m/t.json" "$RUN" -n 4 --timeout 300 "$MORE" --count 7 >"$TMP/m.out" 2>"$TMP/m.err"
+    rc=$?
+    if [ $rc = 0 ] && "$PY" - "$TMP/m" <<'EOF'; then
+import json, os, re, sys
+d = sys.argv[1]
+names = sorted(os.listdir(d))
+bad = [n for n in names if not re.fullmatch(r"t\.(comm[0-9a-f]{8}\.)?rank[0-9]+\.json", n)]
+world = [json.load(open(os.path.join(d, "t.rank%d.json" % r)))["otherData"] for r in range(4)
+         if os.path.exists(os.path.join(d, "t.rank%d.json" % r))]
+tagged = [n for n in names if n.startswith("t.comm")]
+if bad or len(world) != 4 or any(o["nranks"] != 4 or o["rank"] != r for r, o in enumerate(world)) or len(tagged) < 8:
+    print("files: %s; world's otherData: %s" % (names, world))
+    sys.exit(1)
+EOF
+        pass "4 ranks, split communicators: the world's t.rank0..3.json kept, $(ls "$TMP/m" | grep -c '^t\.comm') tagged files of the others"
+    else
+        fail "4 ranks with split communicators under RINGLET_TRACE (launcher exit $rc)"
+        tail -n 5 "$TMP/m.out" "$TMP/m.err"
+    fi
 fi
 
 if [ $fails = 0 ]; then
