@@ -113,8 +113,9 @@ int main(int argc, char **argv)
         alive++;
     }
 
-    struct pollfd *pfds = calloc((size_t)(2 * nranks), sizeof *pfds);
-    struct stream **pstreams = calloc((size_t)(2 * nranks), sizeof *pstreams);
+    /* the ranks' pipes, and stdout and stderr while output waits for them */
+    struct pollfd *pfds = calloc((size_t)(2 * nranks + 2), sizeof *pfds);
+    struct stream **pstreams = calloc((size_t)(2 * nranks + 2), sizeof *pstreams);
     if (pfds == NULL || pstreams == NULL) {
         msg("out of memory");
         signal_alive(SIGKILL);
@@ -142,7 +143,9 @@ int main(int argc, char **argv)
             tsp = &ts;
         }
         nfds_t nfds = 0;
-        for (long r = 0; pfds != NULL && r < nranks; r++) {
+        /* A stalled reader of our output: the ranks' pipes wait until it takes some. */
+        bool backlog = outputs_backlogged();
+        for (long r = 0; pfds != NULL && !backlog && r < nranks; r++) {
             struct stream *ss[2] = {&ranks[r].out, &ranks[r].err};
             for (int k = 0; k < 2; k++) {
                 if (ss[k]->fd < 0)
@@ -152,6 +155,11 @@ int main(int argc, char **argv)
                 pfds[nfds].revents = 0;
                 pstreams[nfds++] = ss[k];
             }
+        }
+        if (pfds != NULL) {
+            int no = output_pollfds(pfds + nfds);
+            for (int k = 0; k < no; k++)
+                pstreams[nfds++] = NULL;
         }
         int pr = ppoll(pfds, nfds, tsp, &wait_mask);
         if (pr < 0 && errno != EINTR) {
@@ -165,7 +173,7 @@ int main(int argc, char **argv)
 
         /* 2. forward output */
         for (nfds_t i = 0; pr > 0 && i < nfds; i++)
-            if (pfds[i].revents != 0)
+            if (pfds[i].revents != 0 && pstreams[i] != NULL)
                 stream_read(pstreams[i]);
         flush_outputs();
 
@@ -263,7 +271,9 @@ int main(int argc, char **argv)
         free(ranks[r].out.buf);
         free(ranks[r].err.buf);
     }
-    flush_outputs();
+    /* As long as the readers take it (a paused pager), but not past a signal. */
+    if (!outputs_finish(&wait_mask, &sig_count) && exit_code < 0 && got_sig != 0)
+        exit_code = 128 + got_sig;
     free(pfds);
     free(pstreams);
     free(ranks);

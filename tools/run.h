@@ -17,7 +17,8 @@
 #define PROG "ringlet-run"
 #define MAX_RANKS 65536
 #define STREAM_BUF 16384       /* longest forwarded line; longer lines are split at this size */
-#define OUT_BUF 65536          /* output batching buffer per destination */
+#define OUT_BUF 65536          /* output batching: written once this much is held */
+#define OUT_BACKLOG (8u << 20) /* held for a stalled destination: past it, ranks' pipes wait */
 #define KILL_DELAY_NS (3 * NS) /* SIGTERM (or a forwarded signal) to SIGKILL */
 #define NS 1000000000LL
 #define MAX_SECONDS 1e9        /* upper bound for --timeout/--grace */
@@ -67,7 +68,16 @@ ssize_t stream_read(struct stream *s);
 void stream_drain(struct stream *s);
 /* Forwards a last line without a newline, and closes the pipe. */
 void stream_close(struct stream *s);
+/* Writes what stdout and stderr take now, never blocking. */
 void flush_outputs(void);
+/* More is held for a stalled destination than OUT_BACKLOG: read no more from the ranks. */
+bool outputs_backlogged(void);
+/* POLLOUT entries (at most 2) for the destinations with output held. */
+struct pollfd;
+int output_pollfds(struct pollfd *p);
+/* At the end: writes everything held, waiting for the destinations as long as they take
+ * it (a paused pager), but gives up at a signal (false). */
+bool outputs_finish(const sigset_t *wait_mask, volatile sig_atomic_t *sig_count);
 
 /* ---- ranks (run_launch.c) ---- */
 

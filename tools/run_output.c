@@ -1,7 +1,8 @@
 /* ringlet-run's output: each line a rank writes goes out whole, with a "[RANK] " prefix,
- * stdout to stdout and stderr to stderr, batched per destination; the launcher's own
- * messages follow what was already collected. */
+ * stdout to stdout and stderr to stderr, batched per destination and written without
+ * blocking; the launcher's own messages follow what was already collected. */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,34 +31,75 @@ bool write_all(int fd, const char *p, size_t n)
     return true;
 }
 
+/* What waits to go to stdout or stderr. Written only as far as the destination takes it
+ * without blocking (poll first, at most PIPE_BUF per write: a pipe that polls writable
+ * takes that much whole), so a reader that stalls never stops the launcher from minding
+ * its deadlines, signals and ranks; past OUT_BACKLOG the ranks' pipes are left unread
+ * (outputs_backlogged), and the ranks wait on them as they would on a full terminal. */
 struct outbuf {
     int fd;
     bool dead; /* the destination is closed: keep draining ranks, drop their output */
-    size_t len;
-    char data[OUT_BUF];
+    size_t len, cap;
+    char *data;
 };
 
 static struct outbuf out_o = {.fd = STDOUT_FILENO};
 static struct outbuf out_e = {.fd = STDERR_FILENO};
 
-static void out_flush(struct outbuf *ob)
+/* Writes what the destination takes now; true if anything went. */
+static bool out_try(struct outbuf *ob)
 {
-    if (ob->len > 0 && !ob->dead && !write_all(ob->fd, ob->data, ob->len))
-        ob->dead = true;
-    ob->len = 0;
+    size_t off = 0;
+    while (off < ob->len && !ob->dead) {
+        struct pollfd pfd = {.fd = ob->fd, .events = POLLOUT};
+        int pr = poll(&pfd, 1, 0);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            break;
+        if (pfd.revents & (POLLERR | POLLNVAL)) {
+            ob->dead = true;
+            break;
+        }
+        size_t n = ob->len - off < PIPE_BUF ? ob->len - off : PIPE_BUF;
+        ssize_t w = write(ob->fd, ob->data + off, n);
+        if (w > 0)
+            off += (size_t)w;
+        else if (w < 0 && errno == EINTR)
+            continue;
+        else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        else
+            ob->dead = true;
+    }
+    if (ob->dead) {
+        ob->len = 0;
+    } else if (off > 0) {
+        memmove(ob->data, ob->data + off, ob->len - off);
+        ob->len -= off;
+    }
+    return off > 0;
 }
 
 static void out_put(struct outbuf *ob, const char *p, size_t n)
 {
-    if (ob->len + n > sizeof ob->data)
-        out_flush(ob);
-    if (n > sizeof ob->data) {
-        if (!ob->dead && !write_all(ob->fd, p, n))
-            ob->dead = true;
+    if (ob->dead || n == 0)
         return;
+    if (ob->len + n > ob->cap) {
+        size_t cap = ob->cap ? ob->cap : OUT_BUF;
+        while (cap < ob->len + n)
+            cap *= 2;
+        char *d = realloc(ob->data, cap);
+        if (d == NULL) { /* out of memory: what does not fit is lost */
+            return;
+        }
+        ob->data = d;
+        ob->cap = cap;
     }
     memcpy(ob->data + ob->len, p, n);
     ob->len += n;
+    if (ob->len >= OUT_BUF)
+        out_try(ob);
 }
 
 void msg(const char *fmt, ...)
@@ -72,10 +114,8 @@ void msg(const char *fmt, ...)
     if (len > sizeof line - 2)
         len = sizeof line - 2;
     line[len++] = '\n';
-    out_flush(&out_o);
-    out_flush(&out_e);
-    if (!out_e.dead && !write_all(STDERR_FILENO, line, len))
-        out_e.dead = true;
+    out_put(&out_e, line, len);
+    flush_outputs();
 }
 
 /* Emit one line (without its '\n', or a piece of a long one) with the prefix and a '\n'. */
@@ -161,8 +201,36 @@ void stream_drain(struct stream *s)
 
 void flush_outputs(void)
 {
-    out_flush(&out_o);
-    out_flush(&out_e);
+    out_try(&out_o);
+    out_try(&out_e);
+}
+
+bool outputs_backlogged(void) { return out_o.len > OUT_BACKLOG || out_e.len > OUT_BACKLOG; }
+
+int output_pollfds(struct pollfd *p)
+{
+    int n = 0;
+    struct outbuf *obs[2] = {&out_o, &out_e};
+    for (int k = 0; k < 2; k++)
+        if (obs[k]->len > 0 && !obs[k]->dead)
+            p[n++] = (struct pollfd){.fd = obs[k]->fd, .events = POLLOUT};
+    return n;
+}
+
+bool outputs_finish(const sigset_t *wait_mask, volatile sig_atomic_t *sig_count)
+{
+    int seen = *sig_count;
+    for (;;) {
+        flush_outputs();
+        struct pollfd p[2];
+        int n = output_pollfds(p);
+        if (n == 0)
+            return true;
+        if (ppoll(p, (nfds_t)n, NULL, wait_mask) < 0 && errno != EINTR)
+            return false;
+        if (*sig_count != seen)
+            return false;
+    }
 }
 
 bool stream_init(struct stream *s, long r, bool is_err)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test of ringlet-run, the local launcher. Exit 0 when every case passes, 1 otherwise.
 # The launcher is taken from "$BUILD/bin/ringlet-run" (BUILD defaults to "build").
-# Takes about 10 s.
+# Takes about 25 s.
 set -u
 
 BUILD=${BUILD:-build}
@@ -439,6 +439,34 @@ PY
     else
         fail "ringlet-perf -T -z 0: $(tail -3 "$TMP/T.out")"
     fi
+fi
+
+# A reader of the launcher's output that stalls: the launcher still minds its --timeout
+# (it blocked in its write, with its signals held, until killed), then waits for the
+# reader but ends at a signal (timeout's TERM: 124; a launcher that hangs: 137).
+mkfifo "$TMP/stall"
+exec 7<>"$TMP/stall" # held open, never read: the pipe fills
+t0=$(now_ms)
+timeout -k 5 -s TERM 8 "$RUN" -n 1 --timeout 2 sh -c 'yes | head -c 2000000; sleep 60' "$MARK" >"$TMP/stall" 2>"$TMP/stall.err"
+rc=$?
+exec 7<&-
+if [ $rc = 124 ] && grep -q "timeout after 2 s" "$TMP/stall.err"; then
+    pass "stdout never read: the rank stopped at --timeout, the launcher ended at a signal ($(($(now_ms) - t0)) ms)"
+else
+    fail "stdout never read: exit $rc, stderr: $(head -c 300 "$TMP/stall.err")"
+fi
+# A reader that pauses, then reads: 20 MB (more than the launcher holds: its ranks wait)
+# all arrive, every line whole and in order.
+( sleep 2; cat >"$TMP/late.out" ) <"$TMP/stall" &
+reader=$!
+L -n 1 sh -c 'yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456 | head -n 200000' "$MARK" >"$TMP/stall"
+rc=$?
+wait $reader
+n=$(grep -cx "\[0\] 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456" "$TMP/late.out")
+if [ $rc = 0 ] && [ "$n" = 200000 ] && [ "$(wc -l <"$TMP/late.out")" = 200000 ]; then
+    pass "a reader that pauses 2 s: all 200000 lines (20 MB) arrive whole"
+else
+    fail "a reader that pauses 2 s: exit $rc, $n of 200000 lines right, $(wc -l <"$TMP/late.out") in all"
 fi
 
 if [ $fails = 0 ]; then
