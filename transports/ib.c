@@ -88,6 +88,7 @@ static void ctx_free(struct ib_ctx *x) {
             if (x->stash[r].fd >= 0) close(x->stash[r].fd);
         free(x->stash);
     }
+    rl_gate_fini(&x->gate);
     if (x->lfd >= 0) close(x->lfd);
     if (x->ch) x->v->destroy_comp_channel(x->ch);
     if (x->pd) x->v->dealloc_pd(x->pd);
@@ -153,6 +154,10 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     int lrc = rl_sock_listen(&x->addr, &alen, &x->lfd);
     if (lrc < 0) {
         snprintf(err, RL_ERR_MAX, "ib: cannot listen for handshakes: %s", strerror(-lrc));
+        goto fail;
+    }
+    if (rl_gate_init(&x->gate, x->lfd, sizeof(rl_ib_hello)) != 0) {
+        snprintf(err, RL_ERR_MAX, "ib: out of memory");
         goto fail;
     }
     if (pthread_create(&x->thread, NULL, rl_ib_progress_main, x) != 0) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "hello_gate.h"
 #include "ib.h"
 #include "transport.h"
 
@@ -110,6 +111,7 @@ struct ib_ctx {
     struct ibv_pd *pd;
     struct ibv_comp_channel *ch;
     int lfd;
+    rl_gate gate; /* connections on lfd whose hello is still coming */
     struct sockaddr_storage addr;
     int nqps, nslots;
     size_t slot_size;

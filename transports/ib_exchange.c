@@ -199,14 +199,14 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
     return RINGLET_SUCCESS;
 }
 
-/* Takes one connection off the listener and files its hello under the sender's rank
- * if it is genuine; strangers and garbage are closed and logged. */
-static void accept_one(struct ib_ctx *x, int fd, double deadline) {
+/* A whole hello arrived on fd (hello_gate.h): filed under the sender's rank if it is
+ * genuine; strangers and garbage are closed and logged. */
+static void hello_arrived(void *arg, int fd, const void *hello) {
+    struct ib_ctx *x = arg;
     rl_ib_hello h;
-    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_hello_deadline(deadline), x->in.stop);
-    if (r != RL_IO_OK || rl_ib_check_hello(x->secret, &h, x->in.rank, x->in.nranks) != RL_IB_OK) {
-        RL_WARN(x->in.rank, "ib: refused a handshake that did not authenticate (%s)",
-                r == RL_IO_OK ? "bad hello" : rl_io_str(r));
+    memcpy(&h, hello, sizeof h);
+    if (rl_ib_check_hello(x->secret, &h, x->in.rank, x->in.nranks) != RL_IB_OK) {
+        RL_WARN(x->in.rank, "ib: refused a handshake that did not authenticate (bad hello)");
         close(fd);
         return;
     }
@@ -222,23 +222,24 @@ static void accept_one(struct ib_ctx *x, int fd, double deadline) {
 
 int rl_ib_accept_ready(void *ctxp, int peer) {
     struct ib_ctx *x = ctxp;
-    while (x->stash[peer].fd < 0) {
-        int fd;
-        rl_io_t r = rl_sock_accept_now(x->lfd, &fd);
-        if (r != RL_IO_OK) return r != RL_IO_TIMEOUT;
-        accept_one(x, fd, rl_now() + x->in.timeout_s);
-    }
-    return 1;
+    int e;
+    if (x->stash[peer].fd >= 0) return 1;
+    /* an error: the accept says it */
+    if (rl_gate_step(&x->gate, hello_arrived, x, "ib", x->in.rank, &e) != RL_IO_OK) return 1;
+    return x->stash[peer].fd >= 0;
 }
 
 ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
     struct ib_ctx *x = ctxp;
     double deadline = rl_now() + x->in.timeout_s;
-    while (x->stash[peer].fd < 0) {
-        int fd;
-        rl_io_t r = rl_sock_accept(x->lfd, deadline, x->in.stop, &fd);
-        if (r != RL_IO_OK) return rl_transport_accept_failed("ib", peer, r, r == RL_IO_ERR ? -fd : 0, err);
-        accept_one(x, fd, deadline);
+    for (;;) {
+        int e;
+        rl_io_t r = rl_gate_step(&x->gate, hello_arrived, x, "ib", x->in.rank, &e);
+        if (r == RL_IO_OK && x->stash[peer].fd >= 0) break;
+        if (r == RL_IO_OK && x->in.stop && atomic_load(x->in.stop)) r = RL_IO_STOPPED;
+        if (r == RL_IO_OK && rl_now() >= deadline) r = RL_IO_TIMEOUT;
+        if (r != RL_IO_OK) return rl_transport_accept_failed("ib", peer, r, e, err);
+        rl_gate_wait(&x->gate, deadline);
     }
     int fd = x->stash[peer].fd;
     rl_ib_hello h = x->stash[peer].h;

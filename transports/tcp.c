@@ -39,6 +39,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "hello_gate.h"
 #include "log.h"
 #include "sha256.h"
 #include "sock.h"
@@ -96,6 +97,7 @@ struct tcp_ctx {
     int nsocks;
     int bufsize;
     size_t inline_max; /* largest message the posting or waiting thread moves itself */
+    rl_gate gate;     /* connections on lfd whose hello is still coming */
     int *pending_fds; /* [peer * nsocks + index]: accepted, not yet claimed */
     int *peer_nsocks; /* [peer]: sockets the peer's connection uses (from its hellos), 0 = none yet */
     pthread_mutex_t mu;      /* guards conns; taken before a socket's mu */
@@ -388,9 +390,10 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     }
     ctx->pending_fds = malloc(sizeof(int) * (size_t)in->nranks * (size_t)ctx->nsocks);
     ctx->peer_nsocks = calloc((size_t)in->nranks, sizeof(int));
-    if (!ctx->pending_fds || !ctx->peer_nsocks) {
+    if (!ctx->pending_fds || !ctx->peer_nsocks || rl_gate_init(&ctx->gate, ctx->lfd, sizeof(rl_tcp_hello)) != 0) {
         free(ctx->pending_fds);
         free(ctx->peer_nsocks);
+        rl_gate_fini(&ctx->gate);
         close(ctx->lfd);
         free(ctx);
         return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
@@ -404,6 +407,7 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     if (rl_random_bytes(ctx->listener, sizeof ctx->listener) != 0) {
         free(ctx->pending_fds);
         free(ctx->peer_nsocks);
+        rl_gate_fini(&ctx->gate);
         close(ctx->lfd);
         pthread_mutex_destroy(&ctx->mu);
         free(ctx);
@@ -516,18 +520,15 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
     return RINGLET_SUCCESS;
 }
 
-/* Takes one connection off the listener and files it under (rank, index) if its
- * hello is genuine. Strangers and garbage are closed and logged. */
-static void accept_one(struct tcp_ctx *ctx, int fd, double deadline) {
+/* A whole hello arrived on fd (hello_gate.h): the connection is filed under (rank,
+ * index) if it is genuine; strangers and garbage are closed and logged. */
+static void hello_arrived(void *arg, int fd, const void *hello) {
+    struct tcp_ctx *ctx = arg;
     rl_tcp_hello h;
-    /* A genuine peer sends its hello right after connecting: a silent one is given 5 s,
-     * and never more than the accept's own deadline. */
-    rl_io_t r = rl_sock_recv_all(fd, &h, sizeof h, rl_hello_deadline(deadline), ctx->in.stop);
-    if (r != RL_IO_OK ||
-        rl_tcp_check_hello(ctx->secret, ctx->listener, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks,
+    memcpy(&h, hello, sizeof h);
+    if (rl_tcp_check_hello(ctx->secret, ctx->listener, &h, ctx->in.rank, ctx->in.nranks, ctx->nsocks,
                            ctx->peer_nsocks) != 0) {
-        RL_WARN(ctx->in.rank, "tcp: refused a connection that did not authenticate (%s)",
-                r == RL_IO_OK ? "bad hello" : rl_io_str(r));
+        RL_WARN(ctx->in.rank, "tcp: refused a connection that did not authenticate (bad hello)");
         close(fd);
         return;
     }
@@ -552,24 +553,25 @@ static int have_all(const struct tcp_ctx *ctx, int peer) {
 
 static int tcp_accept_ready(void *ctxp, int peer) {
     struct tcp_ctx *ctx = ctxp;
-    while (!have_all(ctx, peer)) {
-        int fd;
-        rl_io_t r = rl_sock_accept_now(ctx->lfd, &fd);
-        if (r != RL_IO_OK) return r != RL_IO_TIMEOUT;
-        accept_one(ctx, fd, rl_now() + ctx->in.timeout_s);
-    }
-    return 1;
+    int e;
+    if (have_all(ctx, peer)) return 1;
+    /* an error: the accept says it */
+    if (rl_gate_step(&ctx->gate, hello_arrived, ctx, "tcp", ctx->in.rank, &e) != RL_IO_OK) return 1;
+    return have_all(ctx, peer);
 }
 
 static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err) {
     struct tcp_ctx *ctx = ctxp;
     int *slots = &ctx->pending_fds[(size_t)peer * (size_t)ctx->nsocks];
     double deadline = rl_now() + ctx->in.timeout_s;
-    while (!have_all(ctx, peer)) {
-        int fd;
-        rl_io_t r = rl_sock_accept(ctx->lfd, deadline, ctx->in.stop, &fd);
-        if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, r == RL_IO_ERR ? -fd : 0, err);
-        accept_one(ctx, fd, deadline);
+    for (;;) {
+        int e;
+        rl_io_t r = rl_gate_step(&ctx->gate, hello_arrived, ctx, "tcp", ctx->in.rank, &e);
+        if (r == RL_IO_OK && have_all(ctx, peer)) break;
+        if (r == RL_IO_OK && ctx->in.stop && atomic_load(ctx->in.stop)) r = RL_IO_STOPPED;
+        if (r == RL_IO_OK && rl_now() >= deadline) r = RL_IO_TIMEOUT;
+        if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, e, err);
+        rl_gate_wait(&ctx->gate, deadline);
     }
     struct tcp_conn *c = conn_new(ctx, peer, 0);
     if (!c) return snprintf(err, RL_ERR_MAX, "tcp: out of memory"), RINGLET_ERR_SYSTEM;
@@ -703,6 +705,7 @@ static void tcp_fini(void *ctxp) {
         if (ctx->pending_fds[i] >= 0) close(ctx->pending_fds[i]);
     free(ctx->pending_fds);
     free(ctx->peer_nsocks);
+    rl_gate_fini(&ctx->gate);
     close(ctx->lfd);
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);

@@ -141,11 +141,6 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
     }
 }
 
-double rl_hello_deadline(double deadline) {
-    double d = rl_now() + 5.0;
-    return d < deadline ? d : deadline;
-}
-
 rl_io_t rl_sock_accept_now(int lfd, int *fd) {
     for (;;) {
         int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -24,8 +24,6 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
 rl_io_t rl_sock_accept(int lfd, double deadline, const atomic_int *stop, int *fd);
 /* The same without waiting: RL_IO_TIMEOUT when no connection is pending. */
 rl_io_t rl_sock_accept_now(int lfd, int *fd);
-/* How long to wait for an accepted connection's hello: 5 s, never past deadline. */
-double rl_hello_deadline(double deadline);
 /* Whole buffer, on a non-blocking socket. */
 rl_io_t rl_sock_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *stop);
 rl_io_t rl_sock_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *stop);

@@ -39,7 +39,7 @@ static void hello(fz_in *in, int sign) {
     int v = rl_tcp_check_hello(fz_secret, listener, &h, rank, nranks, nsocks, peer_nsocks);
     if (other) FZ_CHECK(v != 0);
     if (v != 0) return;
-    /* What accept_one does with a hello it accepts. */
+    /* What hello_arrived does with a hello it accepts. */
     FZ_CHECK(h.to == rank && h.from >= 0 && h.from < nranks);
     FZ_CHECK(h.nsocks >= 1 && h.nsocks <= nsocks && h.index >= 0 && h.index < h.nsocks);
     int *pending = malloc(sizeof(int) * (size_t)nranks * (size_t)nsocks);

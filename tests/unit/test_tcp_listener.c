@@ -8,7 +8,8 @@
  * port it connects to was taken by a new communicator's listener. B must refuse it (its
  * accept of rank 0 then times out, after the refusal), and must still accept C's
  * connection made with B's own blob, and carry a message over it. Silent strangers
- * queued on B's listener do not keep its accept past its deadline. Exit status 0 on
+ * queued on B's listener do not keep its accept past its deadline, nor keep a genuine
+ * peer queued behind them waiting (context D, 12 s deadline). Exit status 0 on
  * success; each failure is printed. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,6 +92,34 @@ int main(void) {
     for (int k = 0; k < 3; k++)
         if (silent[k] >= 0) close(silent[k]);
     if (bs) t->close(bs), bs = NULL;
+
+    /* A genuine peer behind silent strangers is accepted at once: the listener reads
+     * every waiting hello as it comes (it once gave each stranger in turn 5 s, so three
+     * of them outlasted D's 12 s deadline). */
+    rl_transport_init id = ia;
+    id.timeout_s = 12;
+    void *D = NULL, *ds = NULL;
+    uint8_t blob_d[RL_BLOB_MAX];
+    size_t ld = 0;
+    rl_tcp_blob dd;
+    if (t->init(&id, &D, blob_d, &ld, err) || rl_tcp_parse_blob(blob_d, ld, &dd) != 0) {
+        printf("FAIL tcp init of D: %s\n", err);
+        return 1;
+    }
+    for (int k = 0; k < 3; k++) {
+        silent[k] = socket(dd.addr.ss_family, SOCK_STREAM, 0);
+        check("a silent stranger connects to D",
+              silent[k] >= 0 && connect(silent[k], (struct sockaddr *)&dd.addr, sizeof(struct sockaddr_in)) == 0);
+    }
+    check("C connects to D behind them", t->connect(C, 1, blob_d, ld, &cs, err) == RINGLET_SUCCESS);
+    rc = t->accept(D, 0, &ds, err);
+    check("D accepts C behind 3 silent strangers", rc == RINGLET_SUCCESS && ds != NULL);
+    if (rc) printf("D's accept: %s\n", err);
+    for (int k = 0; k < 3; k++)
+        if (silent[k] >= 0) close(silent[k]);
+    if (ds) t->close(ds);
+    if (cs) t->close(cs), cs = NULL;
+    t->fini(D);
 
     /* The genuine one still works. */
     check("C connects to B with B's blob", t->connect(C, 1, blob_b, lb, &cs, err) == RINGLET_SUCCESS);
