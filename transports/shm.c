@@ -402,8 +402,10 @@ static int progress_locked(shm_ctx *x) {
 
 static int shm_progress(void *ctx) {
     shm_ctx *x = ctx;
-    /* Another thread progressing already does this work. */
-    if (pthread_mutex_trylock(&x->mu) != 0) return 0;
+    /* Another thread is progressing: it may have looked before what this caller waits
+     * for arrived, and leave without a second look (a ringlet_test, a post): BUSY, so that
+     * a waiter looks again soon instead of sleeping on a bell no one will ring. */
+    if (pthread_mutex_trylock(&x->mu) != 0) return RL_PROGRESS_BUSY;
     int moved = progress_locked(x);
     pthread_mutex_unlock(&x->mu);
     return moved;

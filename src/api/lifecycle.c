@@ -255,7 +255,10 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
     if (entered) d->device_leave(saved);
-    if (!rc && *newcomm && dev >= 0) (*newcomm)->init_device = dev;
+    if (!rc && *newcomm && dev >= 0) {
+        (*newcomm)->init_device = dev;
+        atomic_store(&(*newcomm)->conn_device, dev);
+    }
     rl_group_restore(group);
     free(all);
     free(ids);

@@ -251,6 +251,10 @@ struct ringlet_comm {
     size_t temp2_size;
     struct rl_reduce_pool *pool; /* RINGLET_REDUCE_THREADS (reduce_pool.h), or NULL: one thread reduces */
     int init_device;  /* the device layer's current device at init, or -1 */
+    /* The device a transport that maps device memory connects on (cuda_ipc allocates and
+     * maps on the current device, and the progress thread's is device 0 until set): the
+     * device calls' once they began (devcomm.c), else init_device; -1: none. */
+    atomic_int conn_device;
     pthread_mutex_t ops_mu;
     rl_userop userops[RL_MAX_USER_OPS];
 

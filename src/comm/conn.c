@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "device.h"
 #include "log.h"
 #include "sock.h"
 #include "util.h"
@@ -224,8 +225,17 @@ static ringlet_result_t get_conn(struct ringlet_comm *c, int peer, int send, int
     if (!send && !slot->h && (rc = accept_polling(c, tp, peer, slot, err))) return rc;
     if (!slot->h) {
         const rl_transport_ops *ops = rl_transports[tp];
+        /* On the communicator's device, whatever this thread's current one (the progress
+         * thread's is device 0): the device calls use what the connection maps there. */
+        const rl_device_ops *d = ops->device_memory ? rl_device() : NULL;
+        int dev = d ? atomic_load(&c->conn_device) : -1, saved = -1;
+        if (dev >= 0 && d->device_enter(dev, &saved) != RL_DEV_OK)
+            return snprintf(err, RL_ERR_MAX, "%s: selecting device %d for the connection with rank %d: %s", ops->name,
+                            dev, peer, rl_dev_error()),
+                   RINGLET_ERR_CUDA;
         rc = send ? ops->connect(c->tctx[tp], peer, c->infos[peer].blob[tp], c->infos[peer].bloblen[tp], &slot->h, err)
                   : ops->accept(c->tctx[tp], peer, &slot->h, err);
+        if (dev >= 0) d->device_leave(saved);
         if (rc) return rc;
         slot->tp = ops;
         if (ops->progress)

@@ -181,6 +181,7 @@ static ringlet_result_t make_streams(struct ringlet_comm *c, struct rl_devcomm *
     s->reduce_from_copy = how && !strcmp(how, "copy");
     s->device = dev;
     pthread_mutex_unlock(&s->mu);
+    atomic_store(&c->conn_device, dev);
     RL_INFO(c->rank, "device %d over the %s backend: %d pinned staging slots of %zu bytes per direction; kernels "
                      "reduce %s; streams held by %s",
             dev, d->name, s->nslots, s->slot_bytes,

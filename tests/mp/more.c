@@ -506,6 +506,28 @@ static void test_premul_group(size_t n, int k) {
     buf_free(&a), buf_free(&r), buf_free(&b);
 }
 
+/* Device runs: a host-buffer all-to-all before any on device buffers. Its connections are
+ * made on the progress thread, whose current device is 0 until set: a transport that maps
+ * device memory (cuda_ipc, forced) must still make them on the communicator's device, as
+ * the device calls after it use them (with one simulated device per rank, the peer's
+ * memory mapped on device 0 was refused to rank 1's device). */
+static void test_host_first(void) {
+    /* an all-to-all: every rank a peer, not only the ring's neighbours (connected at init) */
+    int32_t *x = malloc(sizeof(int32_t) * 100 * (size_t)g_P), *y = malloc(sizeof(int32_t) * 100 * (size_t)g_P);
+    if (!x || !y) exit(3);
+    for (int i = 0; i < 100 * g_P; i++) x[i] = (int32_t)(i * 31 + g_rank * 7);
+    ringlet_request_t q = NULL; /* non-blocking: the progress thread runs it */
+    check_rc("host all-to-all before the device calls", ringlet_ialltoall(x, y, 100, RINGLET_INT32, g_comm, NULL, &q));
+    if (q) check_rc("its wait", ringlet_wait(&q));
+    int bad = 0;
+    for (int r = 0; r < g_P; r++)
+        for (int i = 0; i < 100; i++) bad += y[r * 100 + i] != (int32_t)((g_rank * 100 + i) * 31 + r * 7);
+    g_checks++;
+    if (bad) FAIL("host all-to-all before the device calls: %d wrong", bad);
+    free(x);
+    free(y);
+}
+
 /* A communicator destroyed while this thread's open group holds calls of it: the group's
  * end reports it and runs none of them (it used the freed communicator: a crash under
  * the address sanitizer). */
@@ -763,12 +785,7 @@ int main(int argc, char **argv) {
         printf("FAIL: --memory device, but no device backend: %s\n", rl_device_unavailable());
         return 1;
     }
-    if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
-        printf("FAIL: %s\n", ringlet_comm_last_error(NULL));
-        return 1;
-    }
-    ringlet_comm_rank(g_comm, &g_rank);
-    ringlet_comm_size(g_comm, &g_P);
+    /* The rank's device first, as with NCCL: the communicator's is the one current at init. */
     rl_dev_stream_t st2 = NULL;
     if (D) {
         int nd = 1;
@@ -779,6 +796,13 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    if (ringlet_comm_init_env(&g_comm) != RINGLET_SUCCESS) {
+        printf("FAIL: %s\n", ringlet_comm_last_error(NULL));
+        return 1;
+    }
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_P);
+    if (D) test_host_first();
     size_t counts[] = {0, 1, 7, N};
     for (int ci = 0; ci < 4; ci++) {
         size_t n = counts[ci];

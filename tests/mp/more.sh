@@ -3,7 +3,8 @@
 # through ringlet-run at P = 1..4: on host memory over shm and tcp, and on device memory
 # over the device layer's backend RINGLET_TEST_DEVICE (default sim, with
 # RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
-# and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it), at P = 5
+# and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it) (P = 4 with
+# 2 simulated devices too), at P = 5
 # with 2 device lanes (exchanges in rounds) over cuda_ipc and tcp, then
 # host memory once more (shm, P = 2) with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
@@ -44,6 +45,9 @@ for P in 1 2 3 4; do
 done
 # every connection over cuda_ipc (host and device buffers take the same one)
 one device cuda_ipc 3
+# ... with 2 simulated devices, a host-buffer all-to-all first (its connections are made on
+# the progress thread: on the communicator's device all the same)
+[ "$RINGLET_DEVICE" = sim ] && RINGLET_SIM_DEVICES=2 one device cuda_ipc 4
 # Device exchanges with more peers than lanes (RINGLET_DEVICE_LANES=2 at P = 5: distances 1-2,
 # then 3-4), over cuda_ipc and tcp: every result right, and no lane past the second made
 # (before, one lane per peer; past 64 peers the call failed).
