@@ -17,7 +17,7 @@
  * whoever waits) copies the rest. Moving data rings the peer's doorbell.
  *
  * Segments are unlinked at fini; one left behind by a killed process is removed by the
- * next init on the host that finds its creator gone.
+ * next communicator init on the host (comm.c) that finds its creator gone.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -139,7 +139,6 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
     x->fifo_stride = rl_shm_fifo_stride(x->nslots, x->slot_bytes);
     x->seg_len = SHM_PAGE + (size_t)in->nranks * x->fifo_stride;
 
-    rl_shmseg_remove_stale();
     int fd = -1, e = rl_shmseg_create("shm", x->seg_len, x->name, &fd);
     if (e) {
         snprintf(err, RL_ERR_MAX, "shared memory segment of %zu bytes: %s", x->seg_len, strerror(e));

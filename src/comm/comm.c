@@ -24,6 +24,7 @@
 #include "netif.h"
 #include "reduce_pool.h"
 #include "sha256.h"
+#include "shmseg.h"
 #include "sock.h"
 #include "stop_token.h"
 #include "trace.h"
@@ -319,6 +320,9 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
      * detaches it): the settings refused above must not leave it pointing into c. */
     rl_stop_token_attach(token, &c->stop);
 
+    /* Segments of dead jobs (doorbells, shared memory, cuda_ipc's) go first, whichever
+     * transports run here. */
+    rl_shmseg_remove_stale();
     rl_doorbell_open(c);
     rl_transport_init tin = {rank,           nranks,    &c->stop,  rl_comm_notify,    c, c->timeout_s,
                              c->secret,      &c->ifaddr, rl_doorbell_peer, c, &c->failed, &c->aborted};

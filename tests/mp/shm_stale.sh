@@ -9,6 +9,8 @@
 #   3. job A goes on: its all-reduce over shared memory must succeed, exact.
 #   4. job C initialises and is killed (SIGKILL) while it waits; job D's init removes
 #      C's segments (their locks died with C).
+#   5. the same with shared memory off (RINGLET_SHM_DISABLE=1): the doorbells job E leaves
+#      are removed by job F's init.
 # Needs root (unshare); skips (77) otherwise. Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -73,6 +75,28 @@ else
     fails=$((fails + 1))
     echo "FAIL: killed job C's segments: $cbefore before job D, $cafter after (job D exit $drc)"
     cat "$TMP/d.out"
+fi
+# 5. The same with shared memory off (RINGLET_SHM_DISABLE=1, over TCP): job E leaves only
+#    its doorbells behind, and job F's init removes them (the sweep ran only in the shared
+#    memory transport's init, so a site without it never had them removed).
+mkdir "$TMP/e"
+RINGLET_SHM_DISABLE=1 RINGLET_TRANSPORT=tcp "$RUN" -n 2 --timeout 200 "$PROG" --hold "$TMP/e" >"$TMP/e.out" 2>&1 &
+cpid=$!
+wait_ready "$TMP/e" || { echo "FAIL: job E did not get ready"; cat "$TMP/e.out"; exit 1; }
+cpids=$(pgrep -P $cpid | tr '\n' ' ')
+ebefore=$(segs_of $cpids)
+kill -9 $cpids
+wait $cpid 2>/dev/null
+cpid=
+RINGLET_SHM_DISABLE=1 RINGLET_TRANSPORT=tcp "$RUN" -n 2 --timeout 100 "$PROG" >"$TMP/f.out" 2>&1
+frc=$?
+eafter=$(segs_of $cpids)
+if [ $frc = 0 ] && [ "$ebefore" -gt 0 ] && [ "$eafter" = 0 ]; then
+    echo "ok:   shared memory off: killed job E's $ebefore segments (doorbells) removed by job F's init"
+else
+    fails=$((fails + 1))
+    echo "FAIL: shared memory off: killed job E's segments: $ebefore before job F, $eafter after (job F exit $frc)"
+    cat "$TMP/f.out"
 fi
 [ $fails = 0 ] && { echo "shm_stale: all passed"; exit 0; }
 echo "shm_stale: $fails failed"
