@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -47,6 +48,12 @@ static void host_id(uint8_t out[16]) {
             if (!fgets(buf + n, (int)(sizeof buf - n), f)) buf[n] = 0;
             fclose(f);
         }
+        /* Containers of one machine with the host's name (--network=host) but each its own
+         * /dev/shm cannot share memory: different hosts to ringlet (TCP between them). */
+        struct stat st;
+        n = strlen(buf);
+        if (stat("/dev/shm", &st) == 0)
+            snprintf(buf + n, sizeof buf - n, ":shm%llx", (unsigned long long)st.st_dev);
     }
     uint8_t h[32];
     rl_sha256(buf, strlen(buf), h);

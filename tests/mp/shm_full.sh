@@ -4,7 +4,8 @@
 # rank 0 fills it to the last page after init. Every page ringlet touches from then on must
 # have been reserved (a sparse page of a full tmpfs is SIGBUS at its first touch): the
 # doorbell's board pages (all-reduces of 16 KiB), and the FIFO a receive polls before its
-# sender has connected (that receive fails cleanly, saying /dev/shm is full).
+# sender has connected (that receive fails cleanly, saying /dev/shm is full). Then 2 ranks,
+# rank 1 alone in a mount namespace with its own /dev/shm: taken for two hosts (TCP).
 # Needs root (unshare -m); skips (77) otherwise. Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -20,13 +21,29 @@ trap 'rm -f "$OUT"' EXIT
 RINGLET_TRANSPORT=shm RINGLET_TIMEOUT=30 unshare -m bash -c \
     'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$0" -n 3 --timeout 120 --grace 10 "$1"' "$RUN" "$PROG" >"$OUT" 2>&1
 rc=$?
+fails=0
 n=$(grep -cE "shm_full: rank [0-9] of 3: [0-9]+ checks, 0 failed" "$OUT")
 if [ "$rc" = 0 ] && [ "$n" = 3 ]; then
     echo "ok:   3 ranks, /dev/shm full after init: $(grep -m1 -oE '[0-9]+ checks' "$OUT") per rank"
     grep "receive with /dev/shm full" "$OUT" | sed 's/^/      /'
-    echo "shm_full: passed"
-    exit 0
+else
+    echo "FAIL: 3 ranks, /dev/shm full after init: launcher exit status $rc, $n of 3 ranks passed"
+    tail -n 30 "$OUT"
+    fails=1
 fi
-echo "FAIL: 3 ranks, /dev/shm full after init: launcher exit status $rc, $n of 3 ranks passed"
-tail -n 30 "$OUT"
+# Two ranks of one machine, rank 1 with a /dev/shm of its own (a container with the host's
+# name but not its IPC, say): they are told apart as two hosts and talk over TCP (they were
+# taken for one host, and init failed opening each other's shared memory).
+RINGLET_TIMEOUT=30 "$RUN" -n 2 --timeout 120 --grace 10 sh -c \
+    'if [ "$RANK" = 1 ]; then exec unshare -m sh -c "mount -t tmpfs -o size=32m tmpfs /dev/shm && exec \"\$0\"" "$0"; fi; exec "$0"' \
+    "$BUILD/tests/mp/shm_probe" >"$OUT" 2>&1
+rc=$?
+if [ "$rc" = 0 ] && [ "$(grep -c 'shm_probe: rank .: OK' "$OUT")" = 2 ]; then
+    echo "ok:   rank 1 with a /dev/shm of its own: the all-reduce went over TCP, right"
+else
+    echo "FAIL: rank 1 with a /dev/shm of its own: launcher exit status $rc"
+    tail -n 20 "$OUT"
+    fails=1
+fi
+[ $fails = 0 ] && { echo "shm_full: passed"; exit 0; }
 exit 1
