@@ -169,8 +169,9 @@ ringlet_result_t rl_ib_reg_mr(void *ctxp, void *buf, size_t len, void **mrp, cha
     struct ib_ctx *x = ctxp;
     struct ib_mr *m = calloc(1, sizeof *m);
     if (!m) return snprintf(err, RL_ERR_MAX, "ib: out of memory"), RINGLET_ERR_SYSTEM;
-    m->mr = x->v->reg_mr(x->pd, buf, len,
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    /* Only ever a send's source (ib.c): read locally, so no access flags, which also lets
+     * read-only memory register and gives the peers' queue pairs no way into it. */
+    m->mr = x->v->reg_mr(x->pd, buf, len, 0);
     if (!m->mr) {
         snprintf(err, RL_ERR_MAX, "ib: cannot register %zu bytes at %p: %s (locked-memory limit, ulimit -l?)", len, buf,
                  strerror(errno));

@@ -240,6 +240,11 @@ static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_stor
     union ibv_gid g;
     int type;
     char ndev[32];
+    if (forced > 255) { /* a queue pair's address names its source GID in 8 bits */
+        snprintf(err, errlen, "%s port %d: RINGLET_IB_GID_INDEX=%lld: a queue pair can use GIDs 0..255 only", p->dev,
+                 p->port, forced);
+        return -1;
+    }
     if (forced >= 0) {
         if (forced >= p->attr.gid_tbl_len || query_gid_typed(v, p, (int)forced, &g, &type, ndev, sizeof ndev) != 0) {
             snprintf(err, errlen, "%s port %d: RINGLET_IB_GID_INDEX=%lld is not a valid GID (table of %d)", p->dev,
@@ -259,7 +264,7 @@ static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_stor
         return 1;
     }
     int best = -1, best_score = 0;
-    for (int i = 0; i < p->attr.gid_tbl_len; i++) {
+    for (int i = 0; i < p->attr.gid_tbl_len && i < 256; i++) { /* 8 bits in a queue pair's address */
         if (query_gid_typed(v, p, i, &g, &type, ndev, sizeof ndev) != 0) continue;
         int s = gid_score(&g, type, ifaddr);
         if (s > best_score) {
@@ -298,6 +303,13 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
     for (int d = 0; d < n && best < 2; d++) {
         const char *name = v->get_device_name(list[d]);
         if (!name) continue;
+        /* InfiniBand and RoCE only: an iWARP device has no write with immediate, and one of
+         * neither (AWS EFA: datagrams, SRD) no reliable connection at all. */
+        if (list[d]->transport_type != IBV_TRANSPORT_IB) {
+            snprintf(why, sizeof why, "; %s is not InfiniBand or RoCE (transport type %d)", name,
+                     (int)list[d]->transport_type);
+            continue;
+        }
         /* Skip devices the filter excludes on every port before opening them. */
         int any = 0;
         for (int port = 1; port <= 32 && !any; port++) any = rl_ib_hca_match(spec, name, port);
@@ -322,6 +334,7 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
                     snprintf(why, sizeof why, "; %s port %d is not active", name, port);
                     continue;
                 }
+                /* Unspecified: an InfiniBand device of a kernel that predates the field */
                 if (pa.link_layer != IBV_LINK_LAYER_ETHERNET && pa.link_layer != IBV_LINK_LAYER_INFINIBAND &&
                     pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED)
                     continue;
