@@ -210,12 +210,13 @@ static void ib_close(void *connp) {
             break;
         }
     pthread_mutex_lock(&c->mu);
-    if (c->state != ST_BROKEN) { /* a normal close: nothing to log */
-        snprintf(c->why, sizeof c->why, "%s rank %d: the connection was closed", rl_ib_dir_str(c), c->peer);
-        c->why_code = RINGLET_ERR_REMOTE;
-        c->state = ST_BROKEN;
-    }
-    rl_ib_conn_break(c, c->why_code, "%s", c->why); /* fails what is still posted */
+    /* Fails what is still posted; a normal close breaks the connection here, so that a
+     * sending end's queue pairs reach the error state before its requests fail (a write
+     * still queued reads from the caller's buffer, the caller's again once failed). */
+    if (c->state != ST_BROKEN)
+        rl_ib_conn_break(c, RINGLET_ERR_REMOTE, "%s rank %d: the connection was closed", rl_ib_dir_str(c), c->peer);
+    else
+        rl_ib_conn_break(c, c->why_code, "%s", c->why);
     pthread_mutex_unlock(&c->mu);
     /* Under x->mu: the progress thread reads and acknowledges CQ events only under it,
      * so none of this CQ's is half handled. */
