@@ -166,6 +166,8 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
     if (!c) return RINGLET_ERR_SYSTEM;
     double deadline = rl_now() + x->in.timeout_s;
     rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, x->in.stop, &c->fd);
+    int own = r == RL_IO_ERR ? -c->fd : 0; /* this rank's own failure, not the peer's */
+    if (own) c->fd = -1;
     if (r == RL_IO_OK) {
         rl_sock_tune(c->fd, 0);
         rl_ib_hello *h = &c->hello;
@@ -187,11 +189,12 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
         r = rl_sock_send_all(c->fd, h, sizeof *h, deadline, x->in.stop);
     }
     if (r != RL_IO_OK) {
-        snprintf(err, RL_ERR_MAX, "ib: connect to rank %d failed: %s", peer, rl_io_str(r));
+        if (own) snprintf(err, RL_ERR_MAX, "ib: connect to rank %d failed here: %s", peer, strerror(own));
+        else snprintf(err, RL_ERR_MAX, "ib: connect to rank %d failed: %s", peer, rl_io_str(r));
         rl_ib_conn_free_verbs(c);
         pthread_mutex_destroy(&c->mu);
         free(c);
-        return r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
+        return own ? RINGLET_ERR_SYSTEM : r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
     }
     c->state = ST_PENDING; /* the progress thread finishes it when the reply comes */
     conn_add(x, c);

@@ -491,6 +491,13 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
     double deadline = rl_now() + ctx->in.timeout_s;
     for (int i = 0; i < c->nsocks; i++) {
         rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, ctx->in.stop, &c->socks[i].fd);
+        if (r == RL_IO_ERR) { /* this rank's own failure, not the peer's */
+            int e = -c->socks[i].fd;
+            c->socks[i].fd = -1;
+            snprintf(err, RL_ERR_MAX, "tcp: connect to rank %d failed here: %s", peer, strerror(e));
+            tcp_close(c);
+            return RINGLET_ERR_SYSTEM;
+        }
         if (r == RL_IO_OK) {
             rl_sock_tune(c->socks[i].fd, ctx->bufsize);
             rl_tcp_hello h;

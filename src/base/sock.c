@@ -103,7 +103,10 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         if (stopped(stop)) return RL_IO_STOPPED;
         if (rl_now() >= deadline) return RL_IO_TIMEOUT;
         int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (s < 0) return RL_IO_ERR;
+        if (s < 0) {
+            *fd = -errno;
+            return RL_IO_ERR;
+        }
         int r = connect(s, (const struct sockaddr *)addr, len);
         if (r < 0 && errno == EINPROGRESS) {
             struct pollfd p = {s, POLLOUT, 0};
@@ -131,8 +134,10 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         int e = errno;
         close(s);
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != ECONNRESET &&
-            e != EAGAIN && e != EINTR)
+            e != EAGAIN && e != EINTR) {
+            *fd = -e;
             return RL_IO_ERR;
+        }
         /* The listener may not be up yet: retry until the deadline. */
         double left = deadline - rl_now();
         if (left <= 0) return RL_IO_TIMEOUT;

@@ -15,7 +15,9 @@ const char *rl_io_str(rl_io_t r);
  * back in *addr. 0 or -errno. */
 int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
 /* Connects, retrying refused/unreachable attempts every 2-512 ms until the deadline (and a
- * socket that connected to itself, as one to a port of this host nobody listens on can). */
+ * socket that connected to itself, as one to a port of this host nobody listens on can).
+ * RL_IO_ERR is this process's own failure (out of descriptors or ports, no route allowed),
+ * with the errno in *fd as -errno. */
 rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, double deadline, const atomic_int *stop,
                         int *fd);
 /* Accepts one connection; RL_IO_TIMEOUT at the deadline (checked before each accept:

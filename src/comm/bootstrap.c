@@ -459,7 +459,8 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         int fd;
         rl_io_t r = rl_sock_connect(&t->addr, rl_sockaddr_len(&t->addr), deadline, &c->stop, &fd);
         if (r != RL_IO_OK)
-            return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where, rl_io_str(r)),
+            return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where,
+                            r == RL_IO_ERR ? strerror(-fd) : rl_io_str(r)),
                    r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_SYSTEM;
         rl_sock_tune(fd, 0);
         rl_boot_challenge ch;

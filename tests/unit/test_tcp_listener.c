@@ -9,13 +9,15 @@
  * accept of rank 0 then times out, after the refusal), and must still accept C's
  * connection made with B's own blob, and carry a message over it. Silent strangers
  * queued on B's listener do not keep its accept past its deadline, nor keep a genuine
- * peer queued behind them waiting (context D, 12 s deadline). Exit status 0 on
+ * peer queued behind them waiting (context D, 12 s deadline). A connect out of file
+ * descriptors fails as this rank's own error. Exit status 0 on
  * success; each failure is printed. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -139,6 +141,25 @@ int main(void) {
     }
     if (bs) t->close(bs);
     if (cs) t->close(cs);
+
+    /* This rank out of descriptors: its connect fails as its own (a system error naming
+     * errno), not as the peer's (it said "socket error", a remote error). */
+    int lowest = dup(0);
+    struct rlimit old;
+    if (lowest >= 0 && getrlimit(RLIMIT_NOFILE, &old) == 0) {
+        close(lowest);
+        struct rlimit tight = old;
+        tight.rlim_cur = (rlim_t)lowest; /* every descriptor from lowest on refused */
+        cs = NULL;
+        if (setrlimit(RLIMIT_NOFILE, &tight) == 0) {
+            rc = t->connect(C, 1, blob_b, lb, &cs, err);
+            setrlimit(RLIMIT_NOFILE, &old);
+            printf("connect with no descriptor left: %s\n", rc ? err : "succeeded");
+            check("out of descriptors: RINGLET_ERR_SYSTEM, saying so",
+                  rc == RINGLET_ERR_SYSTEM && cs == NULL && strstr(err, "Too many open files"));
+            if (cs) t->close(cs);
+        }
+    }
     t->fini(A);
     t->fini(B);
     t->fini(C);
