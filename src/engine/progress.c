@@ -91,8 +91,13 @@ static void *progress_thread(void *arg) {
     rl_conn_set_runner(c); /* while it holds c->running */
     for (;;) {
         pthread_mutex_lock(&c->q_mu);
-        /* An operation run inline by the caller finishes before the next one starts. */
-        while ((!c->q_head || c->running) && !c->q_quit) idle_wait(c);
+        /* An operation run inline by the caller finishes before the next one starts, also
+         * when quitting (an abort): that caller may still be in the transports, which the
+         * teardown after this thread's end must not close under it. */
+        while (c->running || (!c->q_head && !c->q_quit)) {
+            if (c->running && c->q_quit) rl_cond_wait_ms(&c->q_cv, &c->q_mu, 10);
+            else idle_wait(c);
+        }
         struct ringlet_request *r = c->q_head, *partner = NULL;
         if (r) {
             c->q_head = r->next;
@@ -201,7 +206,8 @@ static int claim_idle_queue(struct ringlet_comm *c, struct ringlet_request *r, i
 static void release_queue(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
-    if (c->q_head || atomic_load(&c->nparked)) pthread_cond_signal(&c->q_cv); /* parked: idle_wait polls again */
+    /* parked: idle_wait polls again; quitting: the progress thread waits for this */
+    if (c->q_head || atomic_load(&c->nparked) || c->q_quit) pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
 }
 
