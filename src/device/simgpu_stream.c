@@ -989,6 +989,14 @@ int sim_memcpy_async(void *dst, const void *src, size_t bytes, rl_dev_stream_t s
     if (kd == SIM_MEM_BAD) return sim_fail(RL_RT_ERR_INVALID_VALUE, "memcpy_async: destination: %s", why);
     int ks = sim_translate(src, bytes, &a, why, sizeof why);
     if (ks == SIM_MEM_BAD) return sim_fail(RL_RT_ERR_INVALID_VALUE, "memcpy_async: source: %s", why);
+    if (d != a && (char *)d < (char *)a + bytes && (char *)a < (char *)d + bytes) {
+        /* "The memory areas may not overlap": undefined on a GPU (a copy engine does not
+         * move as memmove does); stopped here, as a sanitizer would. */
+        fprintf(stderr, "simulated GPU: memcpy_async(%p, %p, %zu) in pid %d: the source and destination overlap "
+                        "(undefined in CUDA)\n",
+                dst, src, bytes, (int)getpid());
+        abort();
+    }
     sim_op *o = sim_new_op(OP_COPY);
     if (o && ks == SIM_MEM_PAGEABLE) {
         o->owned = malloc(bytes);
@@ -1032,8 +1040,13 @@ int sim_memset_async(void *dst, int value, size_t bytes, rl_dev_stream_t s) {
     char why[160];
     void *d;
     if (!dst) return sim_fail(RL_RT_ERR_INVALID_VALUE, "memset_async: NULL with %zu bytes", bytes);
-    if (sim_translate(dst, bytes, &d, why, sizeof why) == SIM_MEM_BAD)
-        return sim_fail(RL_RT_ERR_INVALID_VALUE, "memset_async: %s", why);
+    int kind = sim_translate(dst, bytes, &d, why, sizeof why);
+    if (kind == SIM_MEM_BAD) return sim_fail(RL_RT_ERR_INVALID_VALUE, "memset_async: %s", why);
+    /* cudaMemsetAsync takes memory the device reaches (device, or pinned host memory):
+     * pageable host memory is cudaErrorInvalidValue. */
+    if (kind == SIM_MEM_PAGEABLE)
+        return sim_fail(RL_RT_ERR_INVALID_VALUE, "memset_async: %p is pageable host memory, which the device cannot "
+                                                 "reach", dst);
     sim_op *o = sim_new_op(OP_MEMSET);
     if (o) o->dst = d, o->value = value, o->n = bytes;
     return sim_enqueue(s, o, "memset_async");

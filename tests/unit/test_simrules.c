@@ -1361,6 +1361,42 @@ static int run_child_said(const char *name, char *said, size_t len) {
     return st;
 }
 
+/* cudaMemcpyAsync: "the memory areas may not overlap" (undefined on a GPU): the simulator
+ * stops the process (it moved them as memmove does: right, where a GPU is not). */
+static int child_copy_overlap(void) {
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    void *x = NULL;
+    RT_OK(R->malloc(&x, 4096));
+    int rc = R->memcpy_async((char *)x + 16, x, 64, s);
+    printf("copied: %d\n", rc);
+    return 0;
+}
+
+/* cudaMemsetAsync takes memory the device reaches: pageable host memory is refused
+ * (cudaErrorInvalidValue; it was set, from the stream's thread); pinned memory is not. */
+static void rule_memset(void) {
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    char *h = malloc(256), *p = NULL;
+    memset(h, 1, 256);
+    int rc = R->memset_async(h, 0, 256, s);
+    CHECK(rc == RL_RT_ERR_INVALID_VALUE && h[0] == 1 && strstr(R->error_detail(), "pageable"),
+          "memset_async of pageable host memory returned %d (%s), byte 0 now %d", rc, R->error_detail(), h[0]);
+    R->get_last_error();
+    RT_OK(R->host_alloc((void **)&p, 256));
+    RT_OK(R->memset_async(p, 7, 256, s));
+    RT_OK(R->stream_synchronize(s));
+    CHECK(p[0] == 7 && p[255] == 7, "memset_async of pinned memory: %d %d", p[0], p[255]);
+    char said[1024];
+    int st = run_child_said("copy-overlap", said, sizeof said);
+    CHECK(st == -SIGABRT && strstr(said, "overlap"), "memcpy_async between overlapping ranges: status %d (want SIGABRT), "
+          "said: %s", st, said);
+    RT_OK(R->free_host(p));
+    RT_OK(R->stream_destroy(s));
+    free(h);
+}
+
 static void rule_free_in_use(void) {
     char said[1024];
     int st = run_child_said("free-in-use-pinned", said, sizeof said);
@@ -1513,6 +1549,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "ipc-close")) return child_ipc_close();
     else if (!strcmp(name, "free-in-use-device")) return child_free_in_use(0);
     else if (!strcmp(name, "free-in-use-pinned")) return child_free_in_use(1);
+    else if (!strcmp(name, "copy-overlap")) return child_copy_overlap();
     else if (!strcmp(name, "stuck")) child_stuck();
     else if (!strcmp(name, "deadlock-exit")) return child_deadlock_exit();
     else if (!strcmp(name, "fork-count")) return child_fork_count();
@@ -1547,6 +1584,7 @@ int main(int argc, char **argv) {
     rule_ipc_free();
     rule_ipc_close();
     rule_free_in_use();
+    rule_memset();
     rule_ipc_devices();
     CHECK(run_child("stuck", "RINGLET_DEVICE", "sim") == 0, "frees behind work noted stuck: the child failed");
     setenv("RINGLET_DEVICE", "sim", 1); /* rl_dev_free_later's device layer */
