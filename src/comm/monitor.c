@@ -32,6 +32,7 @@
 
 #include "bootstrap.h"
 #include "failure.h"
+#include "fork_close.h"
 #include "log.h"
 #include "monitor.h"
 #include "sock.h"
@@ -142,7 +143,7 @@ static void mon_free(struct rl_monitor *m) {
 /* Closes the connections and the wake pipe and frees m (its thread is not running). */
 static void mon_close(struct rl_monitor *m) {
     for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0) close(m->fds[i]);
+        if (m->fds[i] >= 0) rl_fork_close_remove(m->fds[i]), close(m->fds[i]);
     if (m->wake[0] >= 0) close(m->wake[0]), close(m->wake[1]);
     pthread_mutex_destroy(&m->send_mu);
     mon_free(m);
@@ -152,6 +153,7 @@ static void mon_close(struct rl_monitor *m) {
  * never writes to its number once another socket may have taken it. */
 static void mon_drop(struct rl_monitor *m, int i) {
     pthread_mutex_lock(&m->send_mu);
+    rl_fork_close_remove(m->fds[i]);
     close(m->fds[i]);
     m->fds[i] = -1;
     pthread_mutex_unlock(&m->send_mu);
@@ -189,6 +191,8 @@ ringlet_result_t rl_monitor_start(struct ringlet_comm *c, struct rl_monitor *m, 
     m->frame_s = c->timeout_s < 2.0 ? c->timeout_s : 2.0;
     m->next_beat = rl_now();
     for (int i = 0; i < m->nfds; i++) m->heard[i] = m->next_beat;
+    /* A forked child closes its copies: the peers then hear of this process's end. */
+    for (int i = 0; i < m->nfds; i++) rl_fork_close_add(m->fds[i]);
     c->mon = m;
     if (pthread_create(&m->thread, NULL, monitor_thread, c) != 0) {
         c->mon = NULL;

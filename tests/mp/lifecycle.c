@@ -53,6 +53,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,43 @@ static int checked_allreduce(ringlet_comm_t c, int size, unsigned seed, const ch
 }
 
 /* A child forked after the communicator was made cannot use it: every call fails at once. */
+/* --fork-kill (2 ranks, shared memory): rank 1 forks a child that lives on (no exec, as a
+ * worker pool's), then is killed (SIGKILL). Rank 0's all-reduce must fail naming rank 1 as
+ * gone (its process exited), as without the child: the child closed its copies of rank 1's
+ * monitor connection at the fork, so rank 1's end closes them. (The child held them open,
+ * and rank 0 heard of rank 1 only by its silence, after RINGLET_TIMEOUT, as unresponsive.) */
+static int fork_then_killed(void) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return FAIL("fork-kill: init: %s", ringlet_comm_last_error(NULL)), 1;
+    int size = 0;
+    ringlet_comm_size(c, &size);
+    if (checked_allreduce(c, size, 1, "fork-kill: before")) return 1;
+    char path[600];
+    snprintf(path, sizeof path, "%s/child", getenv("LIFECYCLE_DIR") ? getenv("LIFECYCLE_DIR") : "/tmp");
+    if (g_rank == 1) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) { /* lives on 60 s at most, holding whatever it kept */
+            close(0), close(1), close(2);
+            for (double t0 = now(); now() - t0 < 60;) usleep(100000);
+            _exit(0);
+        }
+        FILE *f = fopen(path, "w");
+        if (f) fprintf(f, "%d\n", (int)pid), fclose(f);
+        raise(SIGKILL);
+    }
+    int32_t x[4] = {1, 2, 3, 4};
+    double t0 = now();
+    ringlet_result_t rc = ringlet_allreduce(x, x, 4, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    const char *msg = ringlet_comm_last_error(c);
+    if (rc != RINGLET_ERR_REMOTE || !strstr(msg, "rank 1") || !strstr(msg, "exited"))
+        FAIL("fork-kill: rank 1 killed, its forked child alive: %s after %.1f s: %s", ringlet_strerror(rc), now() - t0, msg);
+    else
+        printf("lifecycle: rank 0: OK rank 1 killed, its forked child alive: failed after %.1f s: %s\n", now() - t0, msg);
+    ringlet_comm_destroy(c);
+    return g_failed ? 1 : 0;
+}
+
 static int fork_child_calls(void) {
     ringlet_comm_t c;
     if (ringlet_comm_init_env(&c)) return FAIL("fork: init: %s", ringlet_comm_last_error(NULL)), 1;
@@ -410,6 +448,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--late-peer-test")) late_peer = 2;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
+        else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reduce-workers") && i + 1 < argc) g_workers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
@@ -418,6 +457,7 @@ int main(int argc, char **argv) {
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
                                    "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --late-peer-test | --peer-why | --fork | "
+                                   "--fork-kill | "
                                    "--abort-init\n"),
                    2;
         }
@@ -426,6 +466,7 @@ int main(int argc, char **argv) {
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (peer_why) return peer_says_why();
+    if (forks == 2) return fork_then_killed();
     if (forks) return fork_child_calls() ? 1 : 0;
     if (abort_thread || late_peer) {
         ringlet_comm_t c;

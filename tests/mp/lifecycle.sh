@@ -62,6 +62,19 @@ one "a receive the peer never sends, polled with ringlet_test" RINGLET_TIMEOUT=5
     --late-peer-test
 # a child forked after init: its calls fail at once, saying so; the parent's communicator works
 one "a child forked after init" "$RUN" -n 2 --timeout 120 "$PROG" --fork
+# a rank killed while a child it forked lives on: the others hear at once that it exited
+rm -rf "$TMP/hs" && mkdir "$TMP/hs"
+LIFECYCLE_DIR="$TMP/hs" RINGLET_TRANSPORT=shm RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 120 --grace 50 "$PROG" \
+    --fork-kill >"$TMP/out" 2>&1
+[ -s "$TMP/hs/child" ] && kill "$(cat "$TMP/hs/child")" 2>/dev/null
+if grep -q 'lifecycle: rank 0: OK' "$TMP/out"; then
+    echo "ok:   a rank killed while its forked child lives on"
+    grep -E 'lifecycle: rank 0: OK' "$TMP/out" | sed 's/^\[[0-9]\] /      /'
+else
+    fails=$((fails + 1))
+    echo "FAIL: a rank killed while its forked child lives on"
+    tail -n 30 "$TMP/out"
+fi
 # a rank that aborts: the others' error quotes what it said (rank 2 hears it through rank 0)
 WANT_OK=3 one "a peer that aborted says why" "$RUN" -n 3 --timeout 120 "$PROG" --peer-why
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 4 ]; then
