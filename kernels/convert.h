@@ -1,6 +1,7 @@
 /* Conversions between floating types, with a scaling: dst[i] = (dst type)(src[i] * scale).
  * The types are float16, bfloat16, float32 and float64. From float64 the product is taken
- * in float64 (then rounded once to a narrower type through float32); from the other
+ * in float64 (then rounded once to a narrower type: to float16 and bfloat16 through a
+ * float rounded to odd, which rounds as a direct conversion would); from the other
  * types in float32, times (float)scale. Rounding is to nearest even; float16/bfloat16 to
  * float32 or float64 with scale 1 is exact. dst may equal src when the types are the
  * same size. Host memory: kernels/convert_cpu.c; device memory: rl_convert_device

@@ -3,7 +3,9 @@
  * host memory and (through the simulated GPU) on simulated device memory. float32 and
  * float16 go through F16C where the CPU has it (chosen once); it rounds as the portable
  * conversion does (to nearest even). */
+#include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "convert.h"
@@ -73,6 +75,24 @@ static int use_f16c(void) {
 }
 #endif
 
+/* float64 to float rounded to odd: toward zero, the lowest mantissa bit set where that was
+ * inexact. float holds more than twice a float16's or bfloat16's precision plus two bits,
+ * so rounding this float to either (to nearest even) rounds the double once (through
+ * float as it comes, the double would be rounded twice: 1 + 2^-11 + 2^-30 became the tie
+ * 1 + 2^-11, then went down to 1 instead of up). */
+static float to_float_odd(double v) {
+    float f = (float)v;
+    if (f != f) return f; /* NaN */
+    if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);
+    if ((double)f != v) {
+        uint32_t b;
+        memcpy(&b, &f, sizeof b);
+        b |= 1;
+        memcpy(&f, &b, sizeof f);
+    }
+    return f;
+}
+
 __attribute__((noinline)) static void convert_host(void *dst, ringlet_datatype_t dt, const void *src,
                                                    ringlet_datatype_t st, size_t n, double scale) {
     if (st == RINGLET_FLOAT64) {
@@ -80,8 +100,10 @@ __attribute__((noinline)) static void convert_host(void *dst, ringlet_datatype_t
         if (dt == RINGLET_FLOAT64) {
             double *d = dst;
             for (size_t i = 0; i < n; i++) d[i] = s[i] * scale;
+        } else if (dt == RINGLET_FLOAT32) {
+            for (size_t i = 0; i < n; i++) ((float *)dst)[i] = (float)(s[i] * scale);
         } else {
-            for (size_t i = 0; i < n; i++) store_f(dst, dt, i, (float)(s[i] * scale));
+            for (size_t i = 0; i < n; i++) store_f(dst, dt, i, to_float_odd(s[i] * scale));
         }
         return;
     }

@@ -18,11 +18,23 @@ namespace {
 using namespace rl_cuda;
 
 
+/* The product as the destination's Value: a float from a double is rounded to odd (toward
+ * zero, the lowest bit set where inexact) when the destination is narrower still, so that
+ * its own rounding to nearest even rounds the double once (convert_cpu.c says why). */
+template <typename D> __device__ typename D::Value narrow(float v) { return v; }
+template <typename D> __device__ typename D::Value narrow(double v) {
+    if (std::is_same<typename D::Value, double>::value || sizeof(typename D::Bits) == 4)
+        return static_cast<typename D::Value>(v);
+    float f = __double2float_rz(v);
+    if (f != f || static_cast<double>(f) == v) return f;
+    return __uint_as_float(__float_as_uint(f) | 1u);
+}
+
 template <typename S, typename D, typename M>
 __global__ void convert_kernel(typename D::Bits *dst, const typename S::Bits *src, size_t n, M k) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         M v = static_cast<M>(S::load(src[i])) * k;
-        dst[i] = D::store(static_cast<typename D::Value>(v));
+        dst[i] = D::store(narrow<D>(v));
     }
 }
 

@@ -567,13 +567,25 @@ void rl_reduce_host_many(void *dst, const void *const *srcs, int nsrc, size_t n,
     }
     /* A block at a time: every source's block is read before dst's is written, so dst
      * may be any source; the pairwise steps round as rl_reduce_host's do. */
-    _Alignas(64) unsigned char acc[BLOCK * 8];
+    /* A union of every element type: the kernels store and load it as the call's type,
+     * which a plain byte array would not allow (its declared type is unsigned char). */
+    _Alignas(64) union {
+        int8_t i8[BLOCK * 8];
+        uint8_t u8[BLOCK * 8];
+        uint16_t u16[BLOCK * 4];
+        int32_t i32[BLOCK * 2];
+        uint32_t u32[BLOCK * 2];
+        int64_t i64[BLOCK];
+        uint64_t u64[BLOCK];
+        float f32[BLOCK * 2];
+        double f64[BLOCK];
+    } acc;
     const size_t per = BLOCK;
     for (size_t off = 0; off < n; off += per) {
         size_t m = n - off < per ? n - off : per;
-        rl_reduce_host(acc, (const char *)srcs[0] + off * es, (const char *)srcs[1] + off * es, m, dt, op);
-        for (int k = 2; k < nsrc; k++) rl_reduce_host(acc, acc, (const char *)srcs[k] + off * es, m, dt, op);
-        memcpy((char *)dst + off * es, acc, m * es);
+        rl_reduce_host(&acc, (const char *)srcs[0] + off * es, (const char *)srcs[1] + off * es, m, dt, op);
+        for (int k = 2; k < nsrc; k++) rl_reduce_host(&acc, &acc, (const char *)srcs[k] + off * es, m, dt, op);
+        memcpy((char *)dst + off * es, &acc, m * es);
     }
 }
 

@@ -50,14 +50,42 @@ static void fill(void *p, ringlet_datatype_t t, size_t n) {
     }
 }
 
+/* float64 to float16 / bfloat16 rounded once, to nearest even, by search: the two
+ * neighbours of v among the finite values (as doubles, exact), the nearer taken, a tie to
+ * the even one; past the largest finite value, as IEEE's rounding: infinity from its
+ * midpoint with the next power up. Independent of the library's way (rounding to odd). */
+static uint16_t once16(double v, int bf) {
+    if (v != v) return bf ? 0x7fc0 : 0x7e00;
+    uint16_t sign = signbit(v) ? 0x8000 : 0;
+    double a = fabs(v);
+    uint16_t inf = bf ? 0x7f80 : 0x7c00;
+    double maxv = bf ? (double)rl_bf16_to_float(0x7f7f) : 65504.0;
+    double ulp_max = bf ? ldexp(1.0, 127 - 7) : 32.0; /* the spacing at the largest finite */
+    if (a >= maxv + ulp_max / 2) return sign | inf;
+    uint16_t lo = 0, hi = inf; /* the largest bits with value <= a: binary search */
+    while (hi - lo > 1) {
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        double m = bf ? (double)rl_bf16_to_float(mid) : (double)rl_half_to_float(mid);
+        if (m <= a) lo = mid;
+        else hi = mid;
+    }
+    double vl = bf ? (double)rl_bf16_to_float(lo) : (double)rl_half_to_float(lo);
+    if (vl == a || lo + 1 == inf) return sign | lo; /* exact, or between the largest and its midpoint */
+    double vh = bf ? (double)rl_bf16_to_float((uint16_t)(lo + 1)) : (double)rl_half_to_float((uint16_t)(lo + 1));
+    uint16_t r = a - vl < vh - a ? lo : a - vl > vh - a ? (uint16_t)(lo + 1) : (lo & 1) ? (uint16_t)(lo + 1) : lo;
+    return sign | r;
+}
+static uint16_t half_of_double(double v) { return once16(v, 0); }
+static uint16_t bf16_of_double(double v) { return once16(v, 1); }
+
 /* The reference: the header's semantics, element by element. */
 static void reference(void *dst, ringlet_datatype_t dt, const void *src, ringlet_datatype_t st, size_t n, double s) {
     for (size_t i = 0; i < n; i++) {
         if (st == RINGLET_FLOAT64) {
             double v = ((const double *)src)[i] * s;
             switch (dt) {
-            case RINGLET_FLOAT16: ((uint16_t *)dst)[i] = rl_float_to_half((float)v); break;
-            case RINGLET_BFLOAT16: ((uint16_t *)dst)[i] = rl_float_to_bf16((float)v); break;
+            case RINGLET_FLOAT16: ((uint16_t *)dst)[i] = half_of_double(v); break;
+            case RINGLET_BFLOAT16: ((uint16_t *)dst)[i] = bf16_of_double(v); break;
             case RINGLET_FLOAT32: ((float *)dst)[i] = (float)v; break;
             default: ((double *)dst)[i] = v; break;
             }
@@ -139,6 +167,18 @@ int main(void) {
     void *src = malloc(N * 8), *got = malloc(N * 8), *want = malloc(N * 8), *dsrc = NULL, *ddst = NULL;
     CHECK(ringlet_mem_alloc(&dsrc, N * 8) == RINGLET_SUCCESS && ringlet_mem_alloc(&ddst, N * 8) == RINGLET_SUCCESS,
           "device memory: %s", ringlet_comm_last_error(NULL));
+    /* float64 values that float32 rounds to a float16 (bfloat16) tie: rounded once, they go
+     * up; rounded through float32 they went to the even neighbour below. */
+    const double h_up = 1.0 + ldexp(1.0, -11) + ldexp(1.0, -30), b_up = 1.0 + ldexp(1.0, -8) + ldexp(1.0, -30);
+    const double twice[4] = {h_up, -h_up, b_up, -b_up};
+    uint16_t h16[4], b16[4];
+    rl_convert_host(h16, RINGLET_FLOAT16, twice, RINGLET_FLOAT64, 2, 1.0);
+    rl_convert_host(b16, RINGLET_BFLOAT16, twice + 2, RINGLET_FLOAT64, 2, 1.0);
+    CHECK(h16[0] == 0x3c01 && h16[1] == 0xbc01, "float64 1 + 2^-11 + 2^-30 to float16: 0x%04x 0x%04x, want 0x3c01 0xbc01",
+          h16[0], h16[1]);
+    CHECK(b16[0] == 0x3f81 && b16[1] == 0xbf81, "float64 1 + 2^-8 + 2^-30 to bfloat16: 0x%04x 0x%04x, want 0x3f81 0xbf81",
+          b16[0], b16[1]);
+    CHECK(half_of_double(h_up) == 0x3c01 && bf16_of_double(b_up) == 0x3f81, "the reference's own rounding");
     static const double scales[] = {1.0, 0.25, 1.0 / 3.0, -8.0};
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 4; b++)
