@@ -221,7 +221,9 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * are checked and recorded, not run: group_end runs them, per communicator as one
  * operation. Its sends and receives with all peers go at once, so ranks that send to each
  * other (an all-to-all made of sends and receives) never wait for each other; its
- * collectives run in the order they were called. group_end returns once every call is
+ * collectives run first, in the order they were called, then its sends and receives (a
+ * peer that receives one of them with a plain call before it joins a collective of the
+ * same group waits for it until the deadline). group_end returns once every call is
  * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
  * it and every call without one is done; its first error). The
  * non-blocking forms are refused inside a group. Calls of one group on one communicator
