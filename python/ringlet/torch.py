@@ -235,6 +235,23 @@ def _find_tensors(obj):
     return []
 
 
+def _inputs_to(obj, device):
+    """obj with every tensor in it on device (lists, tuples, named tuples and dicts walked)."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.device == device else obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_inputs_to(o, device) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_inputs_to(o, device) for o in obj)
+    if isinstance(obj, dict):
+        pairs = [(k, _inputs_to(v, device)) for k, v in obj.items()]
+        try:
+            return type(obj)(pairs)
+        except TypeError:  # a dict type that is not made from pairs (defaultdict)
+            return dict(pairs)
+    return obj
+
+
 class DistributedDataParallel(torch.nn.Module):
     """Data parallelism over ringlet, with the interface of torch's DistributedDataParallel.
 
@@ -283,6 +300,9 @@ class DistributedDataParallel(torch.nn.Module):
                                "ringlet DDP: device_ids %s, but the module is on %s (move it there first)"
                                % (device_ids, self.device))
         self._cuda = self.device.type == "cuda"
+        # device_ids given: the inputs go to the module's device in forward, as torch's DDP
+        # moves them (tensors inside lists, tuples, named tuples and dicts too)
+        self._move_inputs = device_ids not in (None, []) and self.device.type != "cpu"
         if self._cuda:
             _need_numpy()  # before the collective create (after it, the C object would be left behind)
         self.comm = comm
@@ -545,6 +565,8 @@ class DistributedDataParallel(torch.nn.Module):
             self._unused = set()
             self._unused_marked = False
             self._hook_error = None
+        if self._move_inputs:
+            inputs, kwargs = _inputs_to(inputs, self.device), _inputs_to(kwargs, self.device)
         out = self.module(*inputs, **kwargs)
         if sync and self.find_unused_parameters:
             self._unused = set(self._find_unused(out))

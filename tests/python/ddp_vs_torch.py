@@ -15,7 +15,8 @@ accumulated gradient is still reduced, as torch's reducer counts uses in no_sync
 torch.no_grad() after backward: buffers follow torch's rule, broadcast at that forward
 and not at the next one); on CUDA also sidestream (ringlet's DDP built under another stream,
 so that autograd runs its gradient hooks there, then trained on the default stream: its
-work must wait for the hooks' stream and the optimizer for its). The bucket cap (--bucket-kb) makes at least 4 buckets.
+work must wait for the hooks' stream and the optimizer for its) and cpuinputs (inputs on the
+CPU, device_ids given to both DDPs, which move them to the GPU). The bucket cap (--bucket-kb) makes at least 4 buckets.
 --device cuda trains on the GPU (models, data, both DDPs; Gloo on CUDA tensors as the
 reference; several ranks share a GPU). --nccl also trains torch's DDP over a process group
 with backend "nccl" (run with ringlet's libnccl.so.2 preloaded) and checks it against the
@@ -66,11 +67,13 @@ def cross_rank_spread(model):
     return d.item()
 
 
-def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05, device="cpu", side=False):
+def train(model, steps, batch, nosync, evalfwd, rank, lr=0.05, device="cpu", side=False, cpu_inputs=False):
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = torch.nn.MSELoss()
     for step in range(steps):
         x, y = (t.to(device) for t in shard(rank, step, batch))
+        if cpu_inputs:  # the DDP (device_ids given) moves them, as torch's does
+            x = x.cpu()
         if nosync and step % 2 == 0:
             with model.no_sync():  # side: the branch used here only
                 loss_fn(model(x, side=True) if side else model(x), y).backward()
@@ -92,7 +95,7 @@ def main():
     ap.add_argument("--bucket-kb", type=float, default=1)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--variants", default=None,
-                    help="default plain,nosync,nosyncunused,view,evalfwd (and sidestream on CUDA)")
+                    help="default plain,nosync,nosyncunused,view,evalfwd (and sidestream,cpuinputs on CUDA)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--nccl", action="store_true", help="also torch's DDP over a backend='nccl' group")
     a = ap.parse_args()
@@ -112,7 +115,7 @@ def main():
     ringlet.init_from_env()
     cap_mb = a.bucket_kb / 1024.0
     if a.variants is None:
-        a.variants = "plain,nosync,nosyncunused,view,evalfwd" + (",sidestream" if device.type == "cuda" else "")
+        a.variants = "plain,nosync,nosyncunused,view,evalfwd" + (",sidestream,cpuinputs" if device.type == "cuda" else "")
     ok = True
     for variant in a.variants.split(","):
         side = variant == "nosyncunused"
@@ -125,10 +128,13 @@ def main():
             init = WithSide(init).to(device)
         steps = a.steps * 2 if nosync else a.steps  # as many optimizer steps in every variant
         extra = dict(find_unused_parameters=True) if side else {}
+        cpu_inputs = variant == "cpuinputs"  # CPU inputs, device_ids given to both DDPs
+        if cpu_inputs:
+            extra = dict(device_ids=[device.index])
 
         ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
                                                         gradient_as_bucket_view=view, **extra)
-        train(ref, steps, a.batch, nosync, evalfwd, rank, device=device, side=side)
+        train(ref, steps, a.batch, nosync, evalfwd, rank, device=device, side=side, cpu_inputs=cpu_inputs)
 
         if variant == "sidestream":
             side = torch.cuda.Stream(device)
@@ -139,7 +145,7 @@ def main():
         else:
             mine = RingletDDP(copy.deepcopy(init), bucket_cap_mb=cap_mb, first_bucket_cap_mb=cap_mb / 4,
                               gradient_as_bucket_view=view, **extra)
-        train(mine, steps, a.batch, nosync, evalfwd, rank, device=device, side=side)
+        train(mine, steps, a.batch, nosync, evalfwd, rank, device=device, side=side, cpu_inputs=cpu_inputs)
         if nccl_pg is not None:
             over_nccl = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(init), bucket_cap_mb=cap_mb,
                                                                   gradient_as_bucket_view=view, process_group=nccl_pg)
