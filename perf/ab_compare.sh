@@ -6,10 +6,11 @@
 #
 # Builds REV (default: the parent of HEAD, HEAD~1) in a temporary worktree (CUDA=0, -O2),
 # then runs, per pass, per rank count and transport (shm, tcp), alternating A (REV) and
-# B (this tree, which must be built): ringlet-perf allreduce float32 at 64 MiB (busbw) and
+# B (this tree, which must be built; each first in every other pass), both on host memory: ringlet-perf allreduce float32 at 64 MiB (busbw) and
 # at 8 bytes (microseconds per call, 20000 calls after as many warm-up calls, blocking: a
 # short run right after init measures where the scheduler left the ranks, not ringlet).
-# Prints the medians of the passes and B/A for each. Every result is checked (#wrong must be 0).
+# Prints the medians of the passes and B/A for each. Every result is checked, in place and
+# out of place (#wrong must be 0, and the run must succeed).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 REV=HEAD~1 PASSES=3 NPS="2 4"
@@ -24,22 +25,29 @@ done
 BUILD=${BUILD:-build}
 [ -x "$BUILD/bin/ringlet-perf" ] || { echo "ab_compare: build this tree first (make)"; exit 1; }
 WT=$(mktemp -d "${TMPDIR:-/tmp}/ringlet-ab.XXXXXX")
-trap 'git worktree remove --force "$WT" >/dev/null 2>&1; rm -rf "$WT"' EXIT
+CSV=$(mktemp)
+trap 'git worktree remove --force "$WT" >/dev/null 2>&1; rm -rf "$WT" "$CSV"' EXIT
 git worktree add -q --detach "$WT" "$REV" || exit 1
 echo "ab_compare: building $REV ($(git rev-parse --short "$REV")) in $WT"
 make -C "$WT" -j"$(nproc)" CUDA=0 BUILD=build lib build/bin/ringlet-run build/bin/ringlet-perf >/dev/null 2>&1 ||
     { echo "ab_compare: building $REV failed"; exit 1; }
 A="$WT/build" B="$BUILD"
-CSV=$(mktemp)
-# one run: the out-of-place time (us) and busbw of rank 0's last row
+# one run: the out-of-place time (us) and busbw of rank 0's last row, and the wrong
+# elements of both forms ("x" when the run failed). Host memory on both sides
+# (RINGLET_DEVICE=none: a tree built with CUDA would otherwise time device buffers).
 one() { # build P transport bytes iters [warm-up calls]
-    RINGLET_TRANSPORT=$3 "$1/bin/ringlet-run" -n "$2" --timeout 300 "$1/bin/ringlet-perf" allreduce -b "$4" -e "$4" \
-        -n "$5" -w "${6:-50}" 2>&1 | grep -E '^\[0\] +[0-9]+ ' | tail -n 1 | awk '{print $7, $9, $10}'
+    local out rc
+    out=$(RINGLET_DEVICE=none RINGLET_TRANSPORT=$3 "$1/bin/ringlet-run" -n "$2" --timeout 300 "$1/bin/ringlet-perf" \
+        allreduce -b "$4" -e "$4" -n "$5" -w "${6:-50}" 2>&1)
+    rc=$?
+    grep -E '^\[0\] +[0-9]+ ' <<<"$out" | tail -n 1 | awk -v rc=$rc '{print $7, $9, (rc == 0 ? $10 + $14 : "x")}'
 }
 for pass in $(seq 1 "$PASSES"); do
     for P in $NPS; do
         for tr in shm tcp; do
-            for side in A B; do
+            order="A B"
+            [ $((pass % 2)) = 0 ] && order="B A" # each side first in every other pass
+            for side in $order; do
                 dir=$A
                 [ $side = B ] && dir=$B
                 read -r t bw w < <(one "$dir" "$P" "$tr" 64M 10)
@@ -67,6 +75,6 @@ for (side, P, tr, what) in sorted(k for k in med if k[0] == "A" and k[3] == "64M
     la, lb = med.get(("A", P, tr, "8B"), 0), med.get(("B", P, tr, "8B"), 0)
     print("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (P, tr, a, b, b / a if a else 0, la, lb, lb / la if la else 0))
 print("\nmedians of the passes; busbw in GB/s (higher is better), 8-byte time in us (lower is better)")
-if bad: print("WRONG RESULTS in %d runs" % len(bad))
+if bad: print("WRONG RESULTS (or failed runs) in %d runs" % len(bad))
+sys.exit(1 if bad else 0)
 EOF
-rm -f "$CSV"

@@ -21,7 +21,7 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export RINGLET_LIB="$PWD/$BUILD/lib/libringlet.so"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 perf() { # in-place busbw of a 64 MiB all-reduce
-    "$BUILD/bin/ringlet-run" -n "$N" "$BUILD/bin/ringlet-perf" allreduce -b 64M -e 64M -n 20 -w 5 -c 0 >"$TMP/perf" 2>&1
+    "$BUILD/bin/ringlet-run" -n "$N" "$BUILD/bin/ringlet-perf" allreduce -M host -b 64M -e 64M -n 20 -w 5 -c 0 >"$TMP/perf" 2>&1
     grep -E '^\[0\] +67108864 ' "$TMP/perf" | awk '{print $13}'
 }
 p1=$(perf)

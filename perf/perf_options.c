@@ -110,7 +110,7 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
         collname = argv[1];
         first = 2;
     }
-    int emax_given = 0;
+    int emax_given = 0, factor_given = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -143,10 +143,11 @@ int parse_args(int argc, char **argv, opts_t *o, int talk) {
         case 'f':
             bad = parse_int(v, 1, 1 << 20, &l);
             o->stepfactor = l;
+            factor_given = l > 1;
             break;
         case 'i':
             bad = parse_size(v, &o->stepbytes) || o->stepbytes == 0;
-            o->stepfactor = 1;
+            if (!factor_given) o->stepfactor = 1; /* a factor above 1 wins in either order, as nccl-tests' */
             break;
         case 'n':
             bad = parse_int(v, 1, INT_MAX, &l);

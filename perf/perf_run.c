@@ -57,16 +57,19 @@ const char *coll_call_name(coll_t coll, int blocking) {
 static layout_t make_layout(const ctx_t *c, size_t reqbytes) {
     layout_t L = {0};
     size_t n = (size_t)c->nranks, count = reqbytes / c->ts;
+    /* all-gather and reduce-scatter: a whole number of 16 bytes per rank, as nccl-tests
+     * rounds its per-rank count down (so the rows diff at any rank count) */
+    size_t per_rank = (count / n) & ~(16 / c->ts - 1);
     switch (c->o.coll) {
     case C_ALLGATHER:
-        L.pc = count / n;
+        L.pc = per_rank;
         L.in_elems = L.pc;
         L.out_elems = L.pc * n;
         L.in_off_ip = (size_t)c->rank * L.pc;
         L.bytes = L.pc * n * c->ts;
         break;
     case C_REDUCESCATTER:
-        L.pc = count / n;
+        L.pc = per_rank;
         L.in_elems = L.pc * n;
         L.out_elems = L.pc;
         L.out_off_ip = (size_t)c->rank * L.pc;
@@ -114,7 +117,8 @@ void copy_across(ctx_t *c, int to_device, size_t bytes) {
  * each call's seconds: blocking, from the end of the previous call (or the start) to
  * its return; non-blocking, from the previous wait's return (the first: from before
  * the first issue) to its wait's return. The pieces add up to the total. No barrier
- * between calls, so the loop is timed exactly as without -I. */
+ * between calls, so on host memory the loop is timed exactly as without -I (on a
+ * stream each call is synced, to time it alone: the calls no longer queue). */
 static double run_loop(ctx_t *c, const layout_t *L, int inplace, int iters, int timed, double *iter_s) {
     const void *s;
     void *r;
