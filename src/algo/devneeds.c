@@ -93,21 +93,20 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
     } else if (r->kind == RL_OP_RECV) {
         n.recv_from[r->peer] = 1;
     } else { /* a group: its collectives one after another, its messages all at once */
-        /* a lane per distinct peer of the messages (the exchange's), counted apart from
-         * the collectives' marks: a collective before them marks every rank */
-        unsigned char *p2p = calloc((size_t)c->nranks, 1);
-        if (!p2p) {
-            free(n.send_to), free(n.recv_from);
+        /* a lane per exchange of the messages (xchg.c), counted apart from the
+         * collectives' marks (a collective before them marks every rank): one per distinct
+         * peer; in rounds (more peers than lanes), the most distances any round has */
+        int P = c->nranks;
+        unsigned char *to = calloc((size_t)P, 1), *from = calloc((size_t)P, 1);
+        if (!to || !from) {
+            free(to), free(from), free(n.send_to), free(n.recv_from);
             return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
         }
-        int peers = 0;
         for (int i = 0; i < r->nsub; i++) {
             const rl_subop *o = &r->sub[i];
             if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) {
-                unsigned char *mark = o->kind == RL_OP_SEND ? n.send_to : n.recv_from;
-                if (o->peer != c->rank && !p2p[o->peer]) peers++;
-                p2p[o->peer] = 1;
-                mark[o->peer] = 1;
+                (o->kind == RL_OP_SEND ? n.send_to : n.recv_from)[o->peer] = 1;
+                if (o->peer != c->rank) (o->kind == RL_OP_SEND ? to : from)[o->peer] = 1;
                 continue;
             }
             struct ringlet_request one;
@@ -125,7 +124,17 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
             collective_needs(c, &one, &n);
             mark_all(c, &n);
         }
-        free(p2p);
+        int peers = 0, L = c->dev_lanes;
+        if (P - 1 <= L) { /* all at once */
+            for (int q = 0; q < P; q++) peers += to[q] || from[q];
+        } else { /* distance d sends to rank + d and receives from rank - d, L distances a round */
+            for (int d0 = 1; d0 < P; d0 += L) {
+                int k = 0;
+                for (int d = d0; d < d0 + L && d < P; d++) k += to[(c->rank + d) % P] || from[(c->rank - d + P) % P];
+                if (k > peers) peers = k;
+            }
+        }
+        free(to), free(from);
         if (peers > n.lanes) n.lanes = peers;
     }
     if (n.lanes > c->dev_lanes) n.lanes = c->dev_lanes; /* more peers: the exchange goes in rounds */

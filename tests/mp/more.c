@@ -506,6 +506,37 @@ static void test_premul_group(size_t n, int k) {
     buf_free(&a), buf_free(&r), buf_free(&b);
 }
 
+/* A group whose one exchange is with a partner both ways (rank ^ 2; none where that is past
+ * the last rank), as the first call of a fresh communicator (a split of everyone): with
+ * more peers than device lanes the exchange goes in rounds by distance, and the send
+ * (distance d) and the receive (P - d) may share a round: two lanes for one peer (one lane
+ * was made per peer, and the second was missing: the call failed). */
+static void test_pair_fresh(int k) {
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split (everyone)", ringlet_comm_split(g_comm, 0, g_rank, &sub));
+    if (!sub) return;
+    int q = g_rank ^ 2;
+    const size_t n = 1000;
+    buf_t s, r;
+    buf_new(&s, n);
+    buf_new(&r, n);
+    for (size_t i = 0; i < n; i++) s.h[i] = val(g_rank, k, i), r.h[i] = -7;
+    to_dev(&s), to_dev(&r);
+    if (q < g_P) {
+        check_rc("group_start", ringlet_group_start());
+        check_rc("send to the partner", ringlet_send(p_of(&s), n, RINGLET_INT32, q, sub, stream()));
+        check_rc("recv from the partner", ringlet_recv(p_of(&r), n, RINGLET_INT32, q, sub, stream()));
+        check_rc("group_end (one partner)", ringlet_group_end());
+        to_host(&r);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += r.h[i] != val(q, k, i);
+        g_checks++;
+        if (bad) FAIL("a group with one partner both ways on a fresh communicator: %zu of %zu wrong", bad, n);
+    }
+    check_rc("destroy the split", ringlet_comm_destroy(sub));
+    buf_free(&s), buf_free(&r);
+}
+
 /* Device runs: a host-buffer all-to-all before any on device buffers. Its connections are
  * made on the progress thread, whose current device is 0 until set: a transport that maps
  * device memory (cuda_ipc, forced) must still make them on the communicator's device, as
@@ -815,6 +846,7 @@ int main(int argc, char **argv) {
         test_avg_half(n, 10 * ci + 8);
     }
     test_group_many(60);
+    test_pair_fresh(61);
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
     test_destroy_in_group();

@@ -5,7 +5,7 @@
 # RINGLET_SIM_JITTER=100 so that a missing stream wait shows) over cuda_ipc (auto), shm
 # and tcp, and at P = 3 with RINGLET_TRANSPORT=cuda_ipc (every connection over it) (P = 4 with
 # 2 simulated devices too), at P = 5
-# with 2 device lanes (exchanges in rounds) over cuda_ipc and tcp, then
+# with 2 and 3 device lanes (exchanges in rounds) over cuda_ipc (auto) and tcp, then
 # host memory once more (shm, P = 2) with the device backend present.
 # Exit 0 = all passed, 1 = a failure.
 set -u
@@ -48,17 +48,20 @@ one device cuda_ipc 3
 # ... with 2 simulated devices, a host-buffer all-to-all first (its connections are made on
 # the progress thread: on the communicator's device all the same)
 [ "$RINGLET_DEVICE" = sim ] && RINGLET_SIM_DEVICES=2 one device cuda_ipc 4
-# Device exchanges with more peers than lanes (RINGLET_DEVICE_LANES=2 at P = 5: distances 1-2,
-# then 3-4), over cuda_ipc and tcp: every result right, and no lane past the second made
-# (before, one lane per peer; past 64 peers the call failed).
-for tr in ipc tcp; do
-    RINGLET_DEVICE_LANES=2 RINGLET_DEBUG=INFO one device "$tr" 5
+# Device exchanges with more peers than lanes (at P = 5: RINGLET_DEVICE_LANES=2, distances
+# 1-2, then 3-4, over cuda_ipc where it maps (auto); 3, distances 1-3, then 4, over tcp):
+# every result right, and no lane past the last made (before, one lane per peer; past 64
+# peers the call failed); with 3 lanes, a partner's send and receive share a round.
+for run in "ipc 2" "tcp 3"; do
+    set -- $run
+    RINGLET_DEVICE_LANES=$2 RINGLET_DEBUG=INFO one device "$1" 5
     lanes=$(grep -oE "device staging lane [0-9]+ made" "$TMP/err" | sort -u | awk '{print $4}' | tr '\n' ' ')
-    if [ "$lanes" = "0 1 " ]; then
-        echo "ok:   device lanes 2 over $tr at P=5: lanes made: $lanes"
+    want=$(seq 0 $(($2 - 1)) | tr '\n' ' ')
+    if [ "$lanes" = "$want" ]; then
+        echo "ok:   device lanes $2 over $1 at P=5: lanes made: $lanes"
     else
         fails=$((fails + 1))
-        echo "FAIL: device lanes 2 over $tr at P=5: lanes made: '$lanes', expected '0 1 '"
+        echo "FAIL: device lanes $2 over $1 at P=5: lanes made: '$lanes', expected '$want'"
     fi
 done
 # Host buffers in a process with a device backend (as on a GPU machine): the communicator
