@@ -85,6 +85,7 @@ typedef struct shm_ctx {
     uint32_t nslots;
     uint64_t slot_bytes, fifo_stride;
     pthread_mutex_t mu; /* connections and their queues */
+    atomic_int again;   /* a progress call found mu taken: its holder looks once more */
     shm_conn *conns;
 } shm_ctx;
 
@@ -399,15 +400,29 @@ static int progress_locked(shm_ctx *x) {
     return moved;
 }
 
+/* Releases ctx->mu; while a caller of shm_progress found it taken meanwhile (again), takes
+ * it back (if free) and looks for that caller: nothing a waiter needs is left unseen. */
+static int unlock_settle(shm_ctx *x) {
+    int moved = 0;
+    for (;;) {
+        pthread_mutex_unlock(&x->mu);
+        if (!atomic_load(&x->again) || pthread_mutex_trylock(&x->mu) != 0) return moved;
+        atomic_store(&x->again, 0);
+        moved |= progress_locked(x);
+    }
+}
+
 static int shm_progress(void *ctx) {
     shm_ctx *x = ctx;
-    /* Another thread is progressing: it may have looked before what this caller waits
-     * for arrived, and leave without a second look (a ringlet_test, a post): BUSY, so that
-     * a waiter looks again soon instead of sleeping on a bell no one will ring. */
-    if (pthread_mutex_trylock(&x->mu) != 0) return RL_PROGRESS_BUSY;
+    /* Another thread holding the lock may have looked before what this caller waits for
+     * arrived, and leave without a second look (a ringlet_test, a post): it is asked to
+     * look once more as it lets go (unlock_settle), so a waiter that then sleeps on its
+     * bell is rung by what that look moves. */
+    atomic_store(&x->again, 1);
+    if (pthread_mutex_trylock(&x->mu) != 0) return 0;
+    atomic_store(&x->again, 0);
     int moved = progress_locked(x);
-    pthread_mutex_unlock(&x->mu);
-    return moved;
+    return moved | unlock_settle(x);
 }
 
 static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req, int map) {
@@ -419,7 +434,7 @@ static ringlet_result_t post(shm_conn *k, void *buf, size_t len, rl_treq *req, i
         else if (k->sending) progress_send(k);
         else progress_recv(k);
     }
-    pthread_mutex_unlock(&k->ctx->mu);
+    unlock_settle(k->ctx);
     return RINGLET_SUCCESS;
 }
 
@@ -444,7 +459,7 @@ static void shm_release(void *conn, rl_treq *req) {
     const rl_posted *p = (const rl_posted *)req->priv;
     pthread_mutex_lock(&k->ctx->mu);
     if (p->map && req->mapped && rl_fifo_release(&k->fifo, p->lent)) ring_peer(k);
-    pthread_mutex_unlock(&k->ctx->mu);
+    unlock_settle(k->ctx);
 }
 
 static void shm_close(void *conn) {

@@ -110,9 +110,8 @@ typedef struct rl_transport_ops {
     void (*fini)(void *ctx);
     /* Optional (NULL for transports whose threads do everything; see park). progress returns
      * RL_PROGRESS_MOVED when it moved anything, | RL_PROGRESS_BUSY while it has device
-     * work under way whose end only its own polling sees, or could not look now (another
-     * thread holds its lock) (call again soon rather than sleep); it is safe from any
-     * thread. */
+     * work under way whose end only its own polling sees (call again soon rather than
+     * sleep); it is safe from any thread. */
     int (*progress)(void *ctx);
     /* Optional, with progress, for a transport whose threads can finish every request
      * (and then call notify): progress returns RL_PROGRESS_POLL while it holds work
