@@ -228,8 +228,7 @@ int rl_ib_accept_ready(void *ctxp, int peer) {
     int e;
     if (x->stash[peer].fd >= 0) return 1;
     /* an error: the accept says it */
-    if (rl_gate_step(&x->gate, hello_arrived, x, "ib", x->in.rank, &e) != RL_IO_OK) return 1;
-    return x->stash[peer].fd >= 0;
+    return rl_gate_step(&x->gate, hello_arrived, x, "ib", x->in.rank, &e) != RL_IO_OK || x->stash[peer].fd >= 0;
 }
 
 ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
@@ -238,7 +237,7 @@ ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
     for (;;) {
         int e;
         rl_io_t r = rl_gate_step(&x->gate, hello_arrived, x, "ib", x->in.rank, &e);
-        if (r == RL_IO_OK && x->stash[peer].fd >= 0) break;
+        if (x->stash[peer].fd >= 0) break;
         if (r == RL_IO_OK && x->in.stop && atomic_load(x->in.stop)) r = RL_IO_STOPPED;
         if (r == RL_IO_OK && rl_now() >= deadline) r = RL_IO_TIMEOUT;
         if (r != RL_IO_OK) return rl_transport_accept_failed("ib", peer, r, e, err);

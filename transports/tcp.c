@@ -563,8 +563,7 @@ static int tcp_accept_ready(void *ctxp, int peer) {
     int e;
     if (have_all(ctx, peer)) return 1;
     /* an error: the accept says it */
-    if (rl_gate_step(&ctx->gate, hello_arrived, ctx, "tcp", ctx->in.rank, &e) != RL_IO_OK) return 1;
-    return have_all(ctx, peer);
+    return rl_gate_step(&ctx->gate, hello_arrived, ctx, "tcp", ctx->in.rank, &e) != RL_IO_OK || have_all(ctx, peer);
 }
 
 static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err) {
@@ -574,7 +573,7 @@ static ringlet_result_t tcp_accept(void *ctxp, int peer, void **connp, char *err
     for (;;) {
         int e;
         rl_io_t r = rl_gate_step(&ctx->gate, hello_arrived, ctx, "tcp", ctx->in.rank, &e);
-        if (r == RL_IO_OK && have_all(ctx, peer)) break;
+        if (have_all(ctx, peer)) break;
         if (r == RL_IO_OK && ctx->in.stop && atomic_load(ctx->in.stop)) r = RL_IO_STOPPED;
         if (r == RL_IO_OK && rl_now() >= deadline) r = RL_IO_TIMEOUT;
         if (r != RL_IO_OK) return rl_transport_accept_failed("tcp", peer, r, e, err);

@@ -27,8 +27,8 @@ static void drop(rl_gate *g, int i) {
     }
 }
 
-rl_io_t rl_gate_step(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int rank, int *err_no) {
-    *err_no = 0;
+/* Takes the connections pending on the listener while places are free. */
+static rl_io_t take_pending(rl_gate *g, int *err_no) {
     while (g->n < RL_GATE_MAX) {
         int fd;
         rl_io_t r = rl_sock_accept_now(g->lfd, &fd);
@@ -42,6 +42,11 @@ rl_io_t rl_gate_step(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int r
         g->w[g->n].until = rl_now() + RL_GATE_HELLO_S;
         g->n++;
     }
+    return RL_IO_OK;
+}
+
+/* Reads what has come of every waiting hello: hands on the whole ones, closes the dead. */
+static void read_hellos(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int rank) {
     double now = rl_now();
     for (int i = 0; i < g->n;) {
         unsigned char *buf = g->bufs + (size_t)i * g->len;
@@ -69,7 +74,16 @@ rl_io_t rl_gate_step(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int r
         }
         i++;
     }
-    return RL_IO_OK;
+}
+
+rl_io_t rl_gate_step(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int rank, int *err_no) {
+    *err_no = 0;
+    /* The hellos already taken first: an accept that fails (out of descriptors: accept
+     * takes one before it looks) must not keep a peer waiting here from its filing. */
+    read_hellos(g, fn, arg, tp, rank);
+    rl_io_t r = take_pending(g, err_no);
+    read_hellos(g, fn, arg, tp, rank);
+    return r;
 }
 
 void rl_gate_wait(const rl_gate *g, double until) {

@@ -31,10 +31,12 @@ typedef void (*rl_gate_fn)(void *arg, int fd, const void *hello);
 
 /* 0, or -1 out of memory. */
 int rl_gate_init(rl_gate *g, int lfd, size_t hello_len);
-/* Without waiting: takes the connections pending on the listener, reads what has come of
- * each hello, hands each whole one to fn, and closes (with a warning naming tp and rank)
- * those that ended or stayed silent past RL_GATE_HELLO_S. RL_IO_OK, or RL_IO_ERR with
- * accept's errno in *err_no (this process out of descriptors or memory). */
+/* Without waiting: reads what has come of each waiting hello, takes the connections
+ * pending on the listener (and reads theirs), hands each whole hello to fn, and closes
+ * (with a warning naming tp and rank) those that ended or stayed silent past
+ * RL_GATE_HELLO_S. RL_IO_OK, or RL_IO_ERR with accept's errno in *err_no (this process
+ * out of descriptors or memory): the hellos were read all the same, so a caller looks at
+ * what it waits for before it takes the error as its own. */
 rl_io_t rl_gate_step(rl_gate *g, rl_gate_fn fn, void *arg, const char *tp, int rank, int *err_no);
 /* Waits for the listener or a waiting connection to have something, at most 100 ms and
  * never past until or the nearest hello's deadline. */

@@ -13,6 +13,7 @@
  * descriptors fails as this rank's own error. Exit status 0 on
  * success; each failure is printed. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -144,8 +145,9 @@ int main(void) {
 
     /* This rank out of descriptors: its connect fails as its own (a system error naming
      * errno), not as the peer's (it said "socket error", a remote error). */
-    int lowest = dup(0);
+    int lowest = open("/dev/null", O_RDONLY);
     struct rlimit old;
+    check("a descriptor to find the lowest free one", lowest >= 0);
     if (lowest >= 0 && getrlimit(RLIMIT_NOFILE, &old) == 0) {
         close(lowest);
         struct rlimit tight = old;
@@ -159,6 +161,24 @@ int main(void) {
                   rc == RINGLET_ERR_SYSTEM && cs == NULL && strstr(err, "Too many open files"));
             if (cs) t->close(cs);
         }
+        /* ... but an accept whose connection is already here (taken off the listener and
+         * filed while polling, as the progress thread does) needs no descriptor: it
+         * succeeds out of them (it tried the listener first, and failed as out of them). */
+        cs = bs = NULL;
+        check("C connects to B again", t->connect(C, 1, blob_b, lb, &cs, err) == RINGLET_SUCCESS);
+        for (double until = rl_now() + 5; !t->accept_ready(B, 0) && rl_now() < until;) rl_sleep_ms(1);
+        lowest = open("/dev/null", O_RDONLY);
+        if (lowest >= 0) close(lowest);
+        tight = old;
+        tight.rlim_cur = (rlim_t)(lowest >= 0 ? lowest : 0);
+        if (lowest >= 0 && setrlimit(RLIMIT_NOFILE, &tight) == 0) {
+            rc = t->accept(B, 0, &bs, err);
+            setrlimit(RLIMIT_NOFILE, &old);
+            printf("accept of a connection already filed, no descriptor left: %s\n", rc ? err : "succeeded");
+            check("an accept already filed succeeds out of descriptors", rc == RINGLET_SUCCESS && bs != NULL);
+        }
+        if (bs) t->close(bs);
+        if (cs) t->close(cs);
     }
     t->fini(A);
     t->fini(B);
