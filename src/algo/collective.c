@@ -177,6 +177,10 @@ static ringlet_result_t prepare(struct ringlet_comm *c, struct ringlet_request *
 typedef struct {
     uint64_t seq, count;
     int32_t kind, dtype, op, root;
+    /* how many collectives of its group come after it (0: the last, or not in a group): a
+     * rank whose group has fewer collectives would otherwise run its real ones against
+     * the others' remaining comparisons */
+    int32_t left, pad;
 } fingerprint_t;
 
 #define RL_FP_PREMUL (-2)
@@ -198,14 +202,16 @@ static void describe_call(const fingerprint_t *f, char *out, size_t n) {
     }
     char root[24] = "";
     if (is_rooted(f->kind)) snprintf(root, sizeof root, ", root=%d", (int)f->root);
-    if (f->kind == RL_OP_BARRIER) snprintf(out, n, "barrier()");
+    char left[80] = "";
+    if (f->left > 0) snprintf(left, sizeof left, " with %d more collective(s) of its group after it", (int)f->left);
+    if (f->kind == RL_OP_BARRIER) snprintf(out, n, "barrier()%s", left);
     else
-        snprintf(out, n, "%s(count=%llu, %s%s%s)", rl_op_name((rl_op_kind)f->kind), (unsigned long long)f->count,
-                 rl_dtype_name((ringlet_datatype_t)f->dtype), op, root);
+        snprintf(out, n, "%s(count=%llu, %s%s%s)%s", rl_op_name((rl_op_kind)f->kind), (unsigned long long)f->count,
+                 rl_dtype_name((ringlet_datatype_t)f->dtype), op, root, left);
 }
 
 static int same_call(const fingerprint_t *a, const fingerprint_t *b) {
-    return a->seq == b->seq && a->kind == b->kind && a->count == b->count && a->dtype == b->dtype &&
+    return a->seq == b->seq && a->kind == b->kind && a->count == b->count && a->dtype == b->dtype && a->left == b->left &&
            (!is_reduction(a->kind) || a->op == b->op) && (!is_rooted(a->kind) || a->root == b->root);
 }
 
@@ -219,7 +225,7 @@ static int same_call(const fingerprint_t *a, const fingerprint_t *b) {
  * "rank N failed" instead of the mismatch. After the barrier every rank holds the
  * verdict; a failure of the barrier itself (a rank that returned and aborted while this
  * one was still in it) does not replace it. */
-static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
+static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_request *r, int left, char *err) {
     int P = c->nranks;
     fingerprint_t mine;
     memset(&mine, 0, sizeof mine);
@@ -232,6 +238,7 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
     /* A pre-multiplied sum by what it is: its op's number is this rank's own. */
     mine.op = r->premul.live ? RL_FP_PREMUL : (int32_t)r->op;
     mine.root = r->root;
+    mine.left = left;
     fingerprint_t *all = calloc((size_t)P, sizeof *all);
     if (!all)
         return snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory for the call check", rl_op_name(r->kind),
@@ -289,14 +296,20 @@ static ringlet_result_t check_call(struct ringlet_comm *c, struct ringlet_reques
     return rc;
 }
 
-/* A group's collectives compared as check_call compares one, each in its order, before
- * any of them runs (its sends and receives are not compared, as plain ones are not): a
- * rank whose group differs fails there with the others, and nothing of the group ran. */
+/* A group's collectives compared as check_call compares one, each in its order with how
+ * many follow it in the group, before any of them runs (its sends and receives are not
+ * compared, as plain ones are not): a rank whose group differs, in a call or in how many
+ * collectives it has, fails there with the others, and nothing of the group ran. So the
+ * same collectives grouped otherwise on another rank (two plain calls against a group of
+ * two) are a mismatch too; a group of one is the plain call. */
 static ringlet_result_t check_group(struct ringlet_comm *c, const struct ringlet_request *g, char *err) {
     ringlet_result_t rc = RINGLET_SUCCESS;
+    int left = 0;
+    for (int i = 0; i < g->nsub; i++) left += g->sub[i].kind != RL_OP_SEND && g->sub[i].kind != RL_OP_RECV;
     for (int i = 0; i < g->nsub && !rc; i++) {
         const rl_subop *o = &g->sub[i];
         if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) continue;
+        left--;
         struct ringlet_request one;
         memset(&one, 0, sizeof one);
         one.comm = c;
@@ -307,7 +320,7 @@ static ringlet_result_t check_group(struct ringlet_comm *c, const struct ringlet
         one.root = o->root;
         one.premul = o->premul;
         one.seq = g->seq;
-        rc = check_call(c, &one, err);
+        rc = check_call(c, &one, left, err);
     }
     return rc;
 }
@@ -324,7 +337,7 @@ ringlet_result_t rl_run_op(struct ringlet_comm *c, struct ringlet_request *r, st
     ringlet_result_t rc = RINGLET_SUCCESS;
     if (c->check && c->nranks > 1 && !partner && r->kind == RL_OP_GROUP) rc = check_group(c, r, err);
     else if (c->check && c->nranks > 1 && !partner && r->kind != RL_OP_SEND && r->kind != RL_OP_RECV)
-        rc = check_call(c, r, err);
+        rc = check_call(c, r, 0, err);
     /* The check's verdict of a mismatch is the same on every rank (they all stop there,
      * after a barrier): the communicator stays usable. Its other failures are this
      * rank's alone (memory) or the communicator's already. */

@@ -10,7 +10,8 @@
  *   p2p      (no mismatch) a send from rank 0 to rank 1, which the others do not call
  *   premul   (no mismatch) a pre-multiplied sum whose op has another number on one rank;
  *            then a pre-multiplied sum vs a plain sum
- *   group    a group of two all-reduces, the second of another count on the odd rank
+ *   group    a group of two all-reduces, the second of another count on the odd rank; then
+ *            a group of one all-reduce against the odd rank's of two
  * After every case, a correct all-reduce (random integers, checked exactly) on the same
  * communicator. Prints "mismatch: rank R: N checks, F failed" and each message once.
  *
@@ -187,6 +188,17 @@ int main(int argc, char **argv) {
     expect_mismatch("group", rc, "allreduce(count=64, int32, sum)", "allreduce(count=63, int32, sum)");
     CHECK(!memcmp(g1, g0, sizeof g1), "group: its first all-reduce ran although the group failed its check");
     still_works(9);
+    /* The odd rank's group has a second all-reduce the others' lack: found at the first,
+     * where the odd rank has one more after it (the others ran theirs against its second
+     * comparison, and the communicator failed or hung). */
+    CHECK(!ringlet_group_start(), "group_start");
+    ringlet_allreduce(g1, g1, 64, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    if (odd) ringlet_allreduce(g2, g2, 64, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    rc = ringlet_group_end();
+    expect_mismatch("group-count", rc, "allreduce(count=64, int32, sum)",
+                    "allreduce(count=64, int32, sum) with 1 more collective(s) of its group after it");
+    CHECK(!memcmp(g1, g0, sizeof g1), "group-count: an all-reduce ran although the group failed its check");
+    still_works(10);
     if (odd) ringlet_op_destroy(spare, g_comm);
     ringlet_op_destroy(pm, g_comm);
     printf("mismatch: rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failed);
