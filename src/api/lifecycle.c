@@ -255,6 +255,7 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
     if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
     if (entered) d->device_leave(saved);
+    if (!rc && *newcomm) rl_comm_trace_split(*newcomm);
     if (!rc && *newcomm && dev >= 0) {
         (*newcomm)->init_device = dev;
         atomic_store(&(*newcomm)->conn_device, dev);

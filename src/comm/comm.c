@@ -137,6 +137,17 @@ static void peer_transports_setup(struct ringlet_comm *c) {
     c->board_bytes = all_shm ? b : 0;
 }
 
+void rl_comm_trace_split(struct ringlet_comm *c) {
+    if (!c->trace) return;
+    /* The communicator's tag: a digest of every rank's TCP listener (its random id) */
+    rl_sha256_ctx h;
+    uint8_t d[32];
+    rl_sha256_init(&h);
+    for (int r = 0; r < c->nranks; r++) rl_sha256_update(&h, c->infos[r].blob[RL_TP_TCP], c->infos[r].bloblen[RL_TP_TCP]);
+    rl_sha256_final(&h, d);
+    rl_trace_name_comm(c->trace, (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
+}
+
 static const char *const tuning_names[RL_TUNING_N] = {
     "RINGLET_ALGO",           "RINGLET_CHUNK_SIZE",        "RINGLET_ONESHOT_BYTES",
     "RINGLET_ONESHOT_MAX_RANKS", "RINGLET_HIER_MIN_BYTES", "RINGLET_HALVING_MIN_BYTES",
@@ -373,16 +384,6 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
         close(t->listen_fd);
     }
     if (rc == RINGLET_SUCCESS) tuning_check(c, err, &rc);
-    if (rc == RINGLET_SUCCESS && c->trace) {
-        /* The communicator's tag: a digest of every rank's TCP listener (its random id) */
-        rl_sha256_ctx h;
-        uint8_t d[32];
-        rl_sha256_init(&h);
-        for (int r = 0; r < nranks; r++)
-            rl_sha256_update(&h, c->infos[r].blob[RL_TP_TCP], c->infos[r].bloblen[RL_TP_TCP]);
-        rl_sha256_final(&h, d);
-        rl_trace_name_comm(c->trace, (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
-    }
     for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
         if (c->infos[r].check != c->check) {
             /* The check is an exchange of its own before every collective: all or none. */

@@ -19,6 +19,9 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
  * RINGLET_SUCCESS, detaches the stop token, and names a peer's failure as the reason
  * when one explains rc. Returns the result; on an error the caller tears c down. */
 ringlet_result_t rl_comm_open_done(struct ringlet_comm *c, ringlet_result_t rc, ringlet_stop_token_t token, char *err);
+/* A split communicator (made and open): its RINGLET_TRACE file is named after it (trace.h),
+ * not after its parent's ranks. */
+void rl_comm_trace_split(struct ringlet_comm *c);
 /* Stops threads and closes connections; keeps the struct (an aborted handle must still
  * answer calls with an error until it is destroyed). The progress thread is stopped
  * first, by the caller. clean: a goodbye to the peers (destroy), else none (abort). */

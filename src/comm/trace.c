@@ -62,12 +62,7 @@ struct rl_trace {
     uint32_t *hash, hcap;
     double mono_to_real_us; /* CLOCK_REALTIME - CLOCK_MONOTONIC at open, microseconds */
     int written;            /* rl_trace_write ran: later spans are not kept */
-    int nth;                /* communicators whose trace this process opened before this one */
 };
-
-/* Every trace this process opened: the first keeps the plain names, later ones (a split,
- * a second communicator) are named after their communicator (rl_trace_name_comm). */
-static atomic_int g_opened;
 
 /* ------------------------------------------------------------------------- */
 /* string table                                                              */
@@ -173,7 +168,6 @@ rl_trace *rl_trace_open(int rank, int nranks) {
     }
     t->rank = rank;
     t->nranks = nranks;
-    t->nth = atomic_fetch_add(&g_opened, 1);
     t->max = (size_t)rl_env_int("RINGLET_TRACE_MAX", TRACE_MAX_DEFAULT, 0, RL_TRACE_MAX_LIMIT);
     /* Both clocks, so that perf/trace_merge.py --align realtime can line up ranks of
      * several hosts, whose monotonic clocks have unrelated origins. */
@@ -186,7 +180,7 @@ rl_trace *rl_trace_open(int rank, int nranks) {
 }
 
 void rl_trace_name_comm(rl_trace *t, uint32_t tag) {
-    if (!t || !t->nth) return;
+    if (!t) return;
     const char *name = getenv("RINGLET_TRACE");
     if (!name || !*name) return;
     /* "<name>.comm<tag>" then the usual rules; a "%r" becomes "<rank>.comm<tag>". */
@@ -209,7 +203,7 @@ void rl_trace_name_comm(rl_trace *t, uint32_t tag) {
     free(t->path);
     t->path = path;
     pthread_mutex_unlock(&t->mu);
-    RL_INFO(t->rank, "RINGLET_TRACE: this process's communicator #%d writes %s", t->nth + 1, t->path);
+    RL_INFO(t->rank, "RINGLET_TRACE: this split communicator writes %s", t->path);
 }
 
 void rl_trace_span(rl_trace *t, int lane, const char *name, double t0, double t1, const char *op, uint64_t seq,

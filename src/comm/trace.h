@@ -4,7 +4,7 @@
  * Events are kept in memory and written when the communicator is destroyed (or
  * aborted). Each rank writes its own file: a "%r" in the name is replaced by the rank;
  * without one, rank r of a job with more than one rank writes "<name>.rank<r>.json"
- * (".json" moved to the end); a process's later communicators add their own tag
+ * (".json" moved to the end); a split communicator adds its own tag
  * (rl_trace_name_comm). perf/trace_merge.py joins the ranks' files into one
  * timeline (pid = rank), which lines up because every rank uses CLOCK_MONOTONIC.
  *
@@ -35,10 +35,10 @@ typedef struct rl_trace rl_trace;
 
 /* NULL when RINGLET_TRACE is unset or empty (tracing off). */
 rl_trace *rl_trace_open(int rank, int nranks);
-/* After the bootstrap: tag is the same on every rank of the communicator and (all but
- * surely) differs between communicators. The process's first trace keeps its name; a
- * later one (a split, another communicator) writes "<name>.comm<tag>.rank<r>.json" (a
- * "%r" becomes "<r>.comm<tag>"), so that communicators never write over each other. */
+/* A split communicator's trace, after its bootstrap: tag is the same on every rank of the
+ * communicator and (all but surely) differs between communicators. It writes
+ * "<name>.comm<tag>.rank<r>.json" (a "%r" becomes "<r>.comm<tag>"), not its parent's names
+ * (its rank 0 wrote over its parent's rank 0). */
 void rl_trace_name_comm(rl_trace *t, uint32_t tag);
 /* One complete event ("ph":"X") from t0 to t1 (seconds of rl_now(), the monotonic clock).
  * op: the collective's name; seq: its sequence number; chunk: the chunk index, or -1 for

@@ -11,8 +11,8 @@
 #     "send" on lane 1, "recv" on lane 2, "reduce" on lane 3, with chunk indices (at
 #     least 2 distinct ones), send/recv with the peer; every chunk span lies within the
 #     lane-0 span of its operation (same op and seq) on its rank;
-#   - several communicators per process (more.c's splits at 4 ranks): the world's files
-#     kept, the others' named t.comm<tag>.rank<r>.json.
+#   - split communicators (more.c's at 4 ranks): the world's files kept, the splits'
+#     named t.comm<tag>.rank<r>.json.
 # Exit 0 = passed, 1 = failed, 77 = skipped (no python3).
 set -u
 
@@ -229,10 +229,10 @@ else
     cat "$TMP/summary.out"
 fi
 
-# Several communicators in one process (tests/mp/more.c at 4 ranks splits its world
-# into communicators of 2 and of 1 rank): the world keeps t.rank0..3.json, each written
-# by a 4-rank communicator (a split's rank 0 once wrote over the world's), and every other
-# communicator writes t.comm<tag>.rank<r>.json: no other name, nothing written twice.
+# Split communicators (tests/mp/more.c at 4 ranks splits its world into communicators of
+# 2 and of 1 rank): the world keeps t.rank0..3.json, each written by a 4-rank communicator
+# (a split's rank 0 once wrote over the world's), and every split writes
+# t.comm<tag>.rank<r>.json: no other name.
 MORE="$BUILD/tests/mp/more"
 if [ -x "$MORE" ]; then
     mkdir -p "$TMP/m"
