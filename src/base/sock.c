@@ -133,8 +133,12 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         }
         int e = errno;
         close(s);
-        if (e != ECONNREFUSED && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != ECONNRESET &&
-            e != EAGAIN && e != EINTR) {
+        /* The network's or the peer's state (retried until the deadline); anything else is
+         * this process's own (descriptors, ports, permissions). */
+        int network = e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == ECONNRESET ||
+                      e == EAGAIN || e == EINTR || e == ENETDOWN || e == EHOSTDOWN || e == EPROTO ||
+                      e == ECONNABORTED || e == ENONET;
+        if (!network) {
             *fd = -e;
             return RL_IO_ERR;
         }
