@@ -91,7 +91,10 @@ lib: $(SO) $(A)
 
 # Objects rebuild when the flags or the configuration change (CUDA=0 after CUDA=1,
 # another CC, the verbs headers installed since the last build, ...).
-HAVE_VERBS := $(shell echo '\#include <infiniband/verbs.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+# (the '#' through a variable: inside $(shell) make 4.3 keeps a backslash before it, and
+# "\#include" is no directive, so the test always passed)
+HASH       := \#
+HAVE_VERBS := $(shell echo '$(HASH)include <infiniband/verbs.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
 FLAGS_FILE := $(BUILD)/.flags
 FLAGS_NOW  := $(CC) $(CPPFLAGS) $(CFLAGS) $(NVFLAGS) $(SO_LDFLAGS) $(CUDA) verbs=$(HAVE_VERBS)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_FILE) || echo '$(FLAGS_NOW)' > $(FLAGS_FILE)))
@@ -194,7 +197,7 @@ else
 PC_RPATH := -Wl,-rpath,$${libdir}
 INSTALL_LDCONFIG :=
 endif
-install: lib
+install: lib $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/ringlet.h include/ringlet_ddp.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/

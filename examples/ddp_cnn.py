@@ -1,7 +1,8 @@
 """Train a small CNN with BatchNorm on synthetic images with ringlet's DDP.
 
     ringlet-run -n 4 python3 examples/ddp_cnn.py [--steps 100] [--batch 32]
-    torchrun --nproc-per-node 4 examples/ddp_cnn.py
+    torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/ddp_cnn.py
+    (the flags as Debian's torch 1.13 takes them on Python 3.11: README, torchrun)
 
 (from a source checkout: PYTHONPATH=python, and libringlet is found in build/lib.)
 

@@ -1,8 +1,9 @@
 /* ringlet: collective communication without NCCL.
  *
  * The one public header. C11, C ABI, no CUDA types: a CUDA stream is passed as an
- * opaque `void *stream` (NULL = host buffers, the call runs on the communicator's
- * progress thread and the blocking form returns when the result is in place). A call with
+ * opaque `void *stream` (NULL = host buffers: a blocking call runs on the caller's thread
+ * when the communicator is idle (RINGLET_INLINE=0: never), else on its progress thread, and
+ * returns when the result is in place; a non-blocking one on the progress thread). A call with
  * a stream starts after the stream's earlier work and returns once its operation is done;
  * with RINGLET_STREAM_HOLD=memop|kernel it returns at once and the stream waits for it
  * (README.md, "Holding streams").

@@ -4,7 +4,7 @@ The library is found, in this order:
   1. the RINGLET_LIBRARY environment variable (a path to libringlet.so, or a folder
      holding it; RINGLET_LIB is read too, its older name);
   2. the prefix recorded when `make install PREFIX=...` installed this package
-     ($PREFIX/lib/python3/dist-packages/ringlet/_install.py names $PREFIX/lib);
+     ($PREFIX/lib/python3.X/dist-packages/ringlet/_install.py names $PREFIX/lib);
   3. the loader's own search (ldconfig's cache, LD_LIBRARY_PATH);
   4. pkg-config's libdir of ringlet (`make install` writes $PREFIX/lib/pkgconfig/ringlet.pc;
      PKG_CONFIG_PATH finds a prefix of your own), for a copy installed by pip;
