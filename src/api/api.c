@@ -338,7 +338,10 @@ static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, 
 /* Done? Posted point-to-point requests complete from their pieces. */
 static int request_done(struct ringlet_request *r) {
     if (atomic_load_explicit(&r->done, memory_order_acquire)) return 1;
-    rl_comm_progress(r->comm); /* threadless transports move when someone waits */
+    /* threadless transports move when someone waits; not once an abort began: the caller
+     * counted itself a waiter first, so either the abort's teardown waits for it or it
+     * sees the abort here and leaves the transports alone (they may be going) */
+    if (!atomic_load(&r->comm->aborted)) rl_comm_progress(r->comm);
     return rl_p2p_test(r);
 }
 
@@ -387,6 +390,15 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     if (forked) return forked;
     atomic_fetch_add(&c->waiters, 1);
     for (;;) {
+        if (atomic_load(&c->aborted)) {
+            /* the teardown fails what is still posted; its doorbell may be gone already */
+            if (request_done(r)) {
+                atomic_fetch_sub(&c->waiters, 1);
+                return complete(req);
+            }
+            rl_sleep_ms(1);
+            continue;
+        }
         unsigned gen = rl_comm_gen(c);
         if (request_done(r)) {
             atomic_fetch_sub(&c->waiters, 1);
