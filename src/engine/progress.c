@@ -74,7 +74,7 @@ static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct
  * accept what has come. While a transport without threads of its own (shared memory,
  * cuda_ipc) holds posted messages (RL_PROGRESS_POLL), it polls them, holding the queue and
  * sleeping on the doorbell that peers ring as they move data (a new call wakes it too:
- * rl_progress_enqueue): only waiters of this communicator move them otherwise, and a
+ * rl_comm_enqueue): only waiters of this communicator move them otherwise, and a
  * program blocked on another communicator leaves a peer's send here waiting for room in
  * its FIFO, and that peer out of the collective it blocks in (two communicators: an
  * irecv on one, then an all-reduce on the other, against a send then the all-reduce). */
