@@ -400,7 +400,6 @@ static int progress_locked(ipc_ctx *x) {
             moved |= k->sending ? progress_send(k) : progress_recv(k);
             if (busy(k)) moved |= RL_PROGRESS_BUSY;
         }
-        if (k->q.head) moved |= RL_PROGRESS_POLL; /* still queued: only polling moves it */
     }
     return moved;
 }

@@ -396,7 +396,6 @@ static int progress_locked(shm_ctx *x) {
         } else {
             moved |= k->sending ? progress_send(k) : progress_recv(k);
         }
-        if (k->q.head) moved |= RL_PROGRESS_POLL; /* still queued: only polling moves it */
     }
     return moved;
 }

@@ -111,9 +111,7 @@ typedef struct rl_transport_ops {
     /* Optional (NULL for transports whose threads do everything; see park). progress returns
      * RL_PROGRESS_MOVED when it moved anything, | RL_PROGRESS_BUSY while it has device
      * work under way whose end only its own polling sees (call again soon rather than
-     * sleep), | RL_PROGRESS_POLL while a transport without threads holds queued requests
-     * (the communicator's progress thread then polls them, sleeping on the doorbell); it is
-     * safe from any thread. */
+     * sleep); it is safe from any thread. */
     int (*progress)(void *ctx);
     /* Optional, with progress, for a transport whose threads can finish every request
      * (and then call notify): progress returns RL_PROGRESS_POLL while it holds work

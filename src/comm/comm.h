@@ -234,7 +234,6 @@ struct ringlet_comm {
     pthread_cond_t q_cv;
     struct ringlet_request *q_head, *q_tail;
     int q_quit;
-    int q_polling; /* the progress thread polls posted messages, asleep on the doorbell (q_mu) */
     int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */
     int check; /* RINGLET_CHECK: every collective's fingerprint is compared first (collective.c) */
     uint64_t check_seq; /* RINGLET_CHECK: collectives checked so far (sends and receives, which only

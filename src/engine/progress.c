@@ -71,40 +71,18 @@ static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct
 
 /* Queue lock held, nothing to run: waits for the queue. While receives are parked for
  * their senders' connections (conn.h), it takes the idle queue every RL_PARK_POLL_MS to
- * accept what has come. While a transport without threads of its own (shared memory,
- * cuda_ipc) holds posted messages (RL_PROGRESS_POLL), it polls them, holding the queue and
- * sleeping on the doorbell that peers ring as they move data (a new call wakes it too:
- * rl_comm_enqueue): only waiters of this communicator move them otherwise, and a
- * program blocked on another communicator leaves a peer's send here waiting for room in
- * its FIFO, and that peer out of the collective it blocks in (two communicators: an
- * irecv on one, then an all-reduce on the other, against a send then the all-reduce). */
+ * accept what has come. */
 static void idle_wait(struct ringlet_comm *c) {
-    int parked = atomic_load(&c->nparked), threadless = atomic_load(&c->polled) & RL_POLLED_ALWAYS;
-    if (c->running || (!parked && !threadless)) {
+    if (c->running || !atomic_load(&c->nparked)) {
         pthread_cond_wait(&c->q_cv, &c->q_mu);
         return;
     }
     c->running = 1;
-    unsigned gen = rl_comm_gen(c);
     pthread_mutex_unlock(&c->q_mu);
-    int left = parked ? rl_conn_poll_parked(c) : 0;
-    int p = threadless ? rl_comm_progress(c) : 0;
+    int left = rl_conn_poll_parked(c);
     pthread_mutex_lock(&c->q_mu);
-    if (!c->q_head && !c->q_quit && !(p & RL_PROGRESS_MOVED) && (p & (RL_PROGRESS_POLL | RL_PROGRESS_BUSY))) {
-        c->q_polling = 1;
-        pthread_mutex_unlock(&c->q_mu);
-        rl_comm_wait_event(c, gen, RL_PARK_POLL_MS);
-        pthread_mutex_lock(&c->q_mu);
-        c->q_polling = 0;
-        c->running = 0;
-        return;
-    }
     c->running = 0;
-    if (!left || c->q_head || c->q_quit || (p & RL_PROGRESS_MOVED)) {
-        /* nothing parked: sleep until a call (a message posted by a caller signals too) */
-        if (!left && !c->q_head && !c->q_quit && !(p & RL_PROGRESS_MOVED)) pthread_cond_wait(&c->q_cv, &c->q_mu);
-        return;
-    }
+    if (!left || c->q_head || c->q_quit) return;
     rl_cond_wait_ms(&c->q_cv, &c->q_mu, RL_PARK_POLL_MS);
 }
 
@@ -251,12 +229,6 @@ int rl_comm_try_post(struct ringlet_comm *c, struct ringlet_request *r) {
     if (rc) finish(c, r, rc);
     rl_conn_set_runner(was);
     release_queue(c);
-    if (!rc && (atomic_load(&c->polled) & RL_POLLED_ALWAYS)) {
-        /* the progress thread polls it meanwhile (idle_wait) */
-        pthread_mutex_lock(&c->q_mu);
-        pthread_cond_signal(&c->q_cv);
-        pthread_mutex_unlock(&c->q_mu);
-    }
     return 1;
 }
 
@@ -355,9 +327,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     else c->q_head = r;
     c->q_tail = r;
     pthread_cond_signal(&c->q_cv);
-    int polling = c->q_polling; /* asleep on the doorbell (idle_wait): woken there */
     pthread_mutex_unlock(&c->q_mu);
-    if (polling) rl_comm_notify(c);
     if (holds) rl_dev_hold_end();
     return RINGLET_SUCCESS;
 }

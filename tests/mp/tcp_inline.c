@@ -255,7 +255,8 @@ static void round_run(ringlet_comm_t comm, int k) {
 
 /* --two-comms: a receive posted on one communicator, completed while its owner is busy
  * on another. */
-static void two_comms(ringlet_comm_t comm, size_t n) {
+static void two_comms(ringlet_comm_t comm) {
+    const size_t n = 65536;
     ringlet_comm_t other;
     ringlet_result_t rc = ringlet_comm_split(comm, 0, g_rank, &other);
     CHECK(!rc, "split: %s", ringlet_comm_last_error(comm));
@@ -655,7 +656,7 @@ int main(int argc, char **argv) {
     }
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
-    if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
+    if (two && g_P == 2) two_comms(comm);
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
     else if (first == 3 && g_P == 4) accept_chain(comm);
