@@ -311,15 +311,7 @@ static ringlet_result_t check_group(struct ringlet_comm *c, const struct ringlet
         if (o->kind == RL_OP_SEND || o->kind == RL_OP_RECV) continue;
         left--;
         struct ringlet_request one;
-        memset(&one, 0, sizeof one);
-        one.comm = c;
-        one.kind = o->kind;
-        one.count = o->count;
-        one.dtype = o->dtype;
-        one.op = o->op;
-        one.root = o->root;
-        one.premul = o->premul;
-        one.seq = g->seq;
+        rl_subop_request(&one, c, o, g->seq);
         rc = check_call(c, &one, left, err);
     }
     return rc;

@@ -8,8 +8,28 @@
 #ifndef RINGLET_COLLECTIVE_H
 #define RINGLET_COLLECTIVE_H
 
+#include <string.h>
+
 #include "comm.h"
 #include "mem.h"
+
+/* A group's collective o as a request of its own, numbered seq (the group's): what the
+ * group runs (group.c), checks (collective.c) and prepares for (devneeds.c). */
+static inline void rl_subop_request(struct ringlet_request *r, struct ringlet_comm *c, const rl_subop *o, uint64_t seq) {
+    memset(r, 0, sizeof *r);
+    r->comm = c;
+    r->kind = o->kind;
+    r->sendbuf = o->sendbuf;
+    r->recvbuf = o->recvbuf;
+    r->count = o->count;
+    r->dtype = o->dtype;
+    r->op = o->op;
+    r->root = o->root;
+    r->peer = o->peer;
+    r->seq = seq;
+    r->device = o->device;
+    r->premul = o->premul;
+}
 
 /* The whole operation; the message in err (RL_MSG_MAX) names it. partner (or NULL): a
  * receive for a send r (or a send for a receive r), issued right after it, that runs in

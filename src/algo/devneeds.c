@@ -110,17 +110,7 @@ ringlet_result_t rl_op_prepare_device(struct ringlet_comm *c, struct ringlet_req
                 continue;
             }
             struct ringlet_request one;
-            memset(&one, 0, sizeof one);
-            one.comm = (struct ringlet_comm *)c;
-            one.kind = o->kind;
-            one.sendbuf = o->sendbuf;
-            one.recvbuf = o->recvbuf;
-            one.count = o->count;
-            one.dtype = o->dtype;
-            one.op = o->op;
-            one.root = o->root;
-            one.device = o->device;
-            one.premul = o->premul;
+            rl_subop_request(&one, (struct ringlet_comm *)c, o, r->seq);
             collective_needs(c, &one, &n);
             mark_all(c, &n);
         }

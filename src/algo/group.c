@@ -46,19 +46,7 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
         } else {
             /* A collective: as a request of its own, numbered as the group. */
             struct ringlet_request r;
-            memset(&r, 0, sizeof r);
-            r.comm = c;
-            r.kind = o->kind;
-            r.sendbuf = o->sendbuf;
-            r.recvbuf = o->recvbuf;
-            r.count = o->count;
-            r.dtype = o->dtype;
-            r.op = o->op;
-            r.root = o->root;
-            r.peer = o->peer;
-            r.seq = g->seq;
-            r.device = o->device;
-            r.premul = o->premul;
+            rl_subop_request(&r, c, o, g->seq);
             rc = run_one(c, &r, mem, err);
             /* Its device work done before the next reuses the communicator's scratch. */
             if (!rc && mem->dev) {
