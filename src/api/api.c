@@ -259,7 +259,10 @@ static int post_here(struct ringlet_comm *c, struct ringlet_request *r, int wait
         !rl_comm_try_post(c, r))
         return 0;
     r->posted_here = 1;
-    if (!waits_now) rl_comm_park(c);
+    if (!waits_now) {
+        rl_comm_park(c);
+        rl_comm_watch_posted(c);
+    }
     return 1;
 }
 

@@ -234,6 +234,14 @@ struct ringlet_comm {
     pthread_cond_t q_cv;
     struct ringlet_request *q_head, *q_tail;
     int q_quit;
+    /* Non-blocking sends and receives over a transport without threads of its own (shared
+     * memory, cuda_ipc) may be in flight, their owner perhaps blocked on another
+     * communicator: the progress thread moves them while no thread of this one waits
+     * (progress.c's watch_posted; set by rl_comm_watch_posted, cleared when none is left). */
+    atomic_int posted_watch;
+    atomic_int npolling; /* threads inside a wait of this communicator (wait.c): they poll */
+    int q_bell;          /* the progress thread sleeps on the bell, not q_cv (watch_posted; q_mu) */
+    double watch_at;     /* progress thread only: when watch_posted first polls (0: not armed) */
     int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */
     int check; /* RINGLET_CHECK: every collective's fingerprint is compared first (collective.c) */
     uint64_t check_seq; /* RINGLET_CHECK: collectives checked so far (sends and receives, which only

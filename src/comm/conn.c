@@ -122,6 +122,7 @@ static void post_parked(struct ringlet_comm *c, int peer, rl_conn *conn) {
     /* As after any posting nobody may wait on soon (progress.c): what only polling moves
      * goes to the transport's threads; and waiters look again. */
     rl_comm_park(c);
+    rl_comm_watch_posted(c);
     rl_comm_notify(c);
 }
 

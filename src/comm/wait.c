@@ -56,7 +56,8 @@ static int yield_to_peer(struct ringlet_comm *c) {
 
 /* pause: polls in a pause loop before the waiter starts yielding its core between polls
  * (UINT_MAX: never); the whole poll lasts at most spin_s either way. */
-static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
+static void poll_then_sleep(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *),
+                            void *arg) {
     rl_conn_poll_parked_due(c);
     rl_bell *b = atomic_load(&c->ev);
     int polled = atomic_load_explicit(&c->polled, memory_order_relaxed);
@@ -126,6 +127,14 @@ static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned p
     }
     wait_for w = {c, ready, arg};
     rl_bell_wait(b, gen, ms, poll_for, &w);
+}
+
+/* Counted while in it (npolling): the progress thread leaves posted messages to a waiter
+ * then (progress.c's watch_posted). */
+static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
+    atomic_fetch_add(&c->npolling, 1);
+    poll_then_sleep(c, gen, ms, pause, ready, arg);
+    atomic_fetch_sub(&c->npolling, 1);
 }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause, NULL, NULL); }

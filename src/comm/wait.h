@@ -20,6 +20,11 @@ enum { RL_POLLED_ALWAYS = 1, RL_POLLED_ON_DEMAND = 2 };
  * isend or irecv the progress thread posted), so that it completes while no thread polls
  * this communicator. */
 void rl_comm_park(struct ringlet_comm *c);
+/* After posting a send or receive nobody may wait on soon (an isend or irecv): where a
+ * transport without threads of its own (shared memory, cuda_ipc) is in use, the
+ * progress thread moves what is posted while no thread of this communicator waits (its
+ * owner may block on another communicator first, and a peer's send then on it). */
+void rl_comm_watch_posted(struct ringlet_comm *c);
 /* Wakes waiters (transport completions, finished operations); arg is the comm. */
 void rl_comm_notify(void *comm);
 /* The wake-up counter's value: read it before checking for work, then wait with it. */

@@ -25,3 +25,11 @@ void rl_comm_park(struct ringlet_comm *c) {
     for (int i = 0; i < RL_TP_MAX; i++)
         if ((polled & RL_POLLED_TP(i)) && c->tctx[i] && rl_transports[i]->park) rl_transports[i]->park(c->tctx[i]);
 }
+
+void rl_comm_watch_posted(struct ringlet_comm *c) {
+    if (!(atomic_load_explicit(&c->polled, memory_order_relaxed) & RL_POLLED_ALWAYS)) return;
+    if (atomic_exchange(&c->posted_watch, 1)) return; /* armed already */
+    pthread_mutex_lock(&c->q_mu);
+    pthread_cond_signal(&c->q_cv);
+    pthread_mutex_unlock(&c->q_mu);
+}

@@ -69,12 +69,54 @@ static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct
     return n;
 }
 
+/* Queue lock held, the queue idle, posted_watch armed (rl_comm_watch_posted): moves the
+ * messages posted over transports without threads of their own, which nothing else moves
+ * while no thread of this communicator waits (its owner may block on another one, and
+ * the peer's send then stalls on a full FIFO, and that peer out of their collective).
+ * First a grace of RL_PARK_POLL_MS, and nothing while a thread of this communicator waits
+ * (npolling): the owner usually waits for them at once, and its waits poll them better
+ * than this thread could (no wake-up per peer's ring). Then it polls, sleeping on the
+ * bell the peers ring as they move data; the queue stays free meanwhile (a call runs on
+ * its caller's thread, and rl_comm_enqueue rings the bell). Disarmed once nothing posted
+ * is left. */
+static void watch_posted(struct ringlet_comm *c) {
+    double now = rl_now();
+    if (c->watch_at == 0) c->watch_at = now + RL_PARK_POLL_MS * 1e-3;
+    if (now < c->watch_at || atomic_load(&c->npolling)) {
+        rl_cond_wait_ms(&c->q_cv, &c->q_mu, RL_PARK_POLL_MS);
+        return;
+    }
+    rl_bell *b = atomic_load(&c->ev);
+    unsigned gen = atomic_load(&b->gen);
+    c->q_bell = 1;
+    pthread_mutex_unlock(&c->q_mu);
+    atomic_store(&c->posted_watch, 0); /* a post from now on arms it again */
+    int p = rl_comm_progress(c);
+    char what[8];
+    int left = rl_comm_posted_pending(c, what, sizeof what);
+    if (left) {
+        atomic_store(&c->posted_watch, 1);
+        /* device copies under way end unannounced: look again soon */
+        if (!(p & RL_PROGRESS_MOVED)) rl_bell_wait(b, gen, p & RL_PROGRESS_BUSY ? 1 : RL_PARK_POLL_MS, NULL, NULL);
+    }
+    pthread_mutex_lock(&c->q_mu);
+    c->q_bell = 0;
+    if (!left) c->watch_at = 0;
+}
+
 /* Queue lock held, nothing to run: waits for the queue. While receives are parked for
  * their senders' connections (conn.h), it takes the idle queue every RL_PARK_POLL_MS to
- * accept what has come. */
+ * accept what has come; while posted messages are watched, watch_posted. */
 static void idle_wait(struct ringlet_comm *c) {
+    if (!c->running && atomic_load(&c->posted_watch) && !atomic_load(&c->nparked)) {
+        watch_posted(c);
+        return;
+    }
     if (c->running || !atomic_load(&c->nparked)) {
-        pthread_cond_wait(&c->q_cv, &c->q_mu);
+        /* watched: the queue is given back without a word (release_queue), so look again
+         * in RL_PARK_POLL_MS (a wake-up there for every call costs small calls dearly) */
+        if (atomic_load(&c->posted_watch)) rl_cond_wait_ms(&c->q_cv, &c->q_mu, RL_PARK_POLL_MS);
+        else pthread_cond_wait(&c->q_cv, &c->q_mu);
         return;
     }
     c->running = 1;
@@ -83,6 +125,10 @@ static void idle_wait(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
     if (!left || c->q_head || c->q_quit) return;
+    if (atomic_load(&c->posted_watch)) {
+        watch_posted(c);
+        return;
+    }
     rl_cond_wait_ms(&c->q_cv, &c->q_mu, RL_PARK_POLL_MS);
 }
 
@@ -142,6 +188,7 @@ static void *progress_thread(void *arg) {
             /* Its owner may block on another communicator before it waits: a message
              * left for pollers would then never move, and its peer might stall. */
             rl_comm_park(c);
+            rl_comm_watch_posted(c);
         } else if (partner) {
             char err[RL_MSG_MAX], perr[RL_MSG_MAX];
             ringlet_result_t rc = rl_run_op(c, r, partner, err, perr);
@@ -173,6 +220,7 @@ void rl_progress_stop(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->q_quit = 1;
     pthread_cond_signal(&c->q_cv);
+    if (c->q_bell) rl_comm_notify(c); /* asleep on the bell (watch_posted) */
     pthread_mutex_unlock(&c->q_mu);
     pthread_join(c->progress, NULL);
     pthread_mutex_lock(&c->q_mu); /* claim_idle_queue reads it under the lock */
@@ -327,6 +375,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     else c->q_head = r;
     c->q_tail = r;
     pthread_cond_signal(&c->q_cv);
+    if (c->q_bell) rl_comm_notify(c); /* asleep on the bell (watch_posted) */
     pthread_mutex_unlock(&c->q_mu);
     if (holds) rl_dev_hold_end();
     return RINGLET_SUCCESS;

@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1] [--emfile 0|1|2]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
  *              [--first-exchange 0|1|2|3|4]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
@@ -27,11 +27,14 @@
  * --two-comms 1 (2 ranks), before the rounds: rank 0 posts a 64 KiB irecv from rank 1
  * on the world communicator, then joins an all-reduce on a second one (a split) and only
  * then waits for the receive; rank 1 sends those 64 KiB with a blocking send first, then
- * joins the all-reduce. No thread of rank 0 polls the world communicator meanwhile, so
- * the receive must be read by its socket thread: where the socket buffers hold less than
- * the message (tcp_inline.sh runs this in a network namespace whose TCP buffers are 4 KiB),
- * a receive left for pollers would stall rank 1's send, and both ranks would wait until
- * RINGLET_TIMEOUT.
+ * joins the all-reduce. Then the same the other way: rank 0 posts an isend, rank 1 a
+ * blocking receive. No thread of rank 0 polls the world communicator meanwhile, so the
+ * message must be moved by its socket thread (TCP) or its communicator's progress thread
+ * (shared memory): where the socket buffers or the FIFO hold less than the message
+ * (tcp_inline.sh runs this in a network namespace whose TCP buffers are 4 KiB, and with
+ * --two-comms 4194304 over shared memory, twice the FIFO), a message left for pollers
+ * would stall rank 1's call, and both ranks would wait until RINGLET_TIMEOUT.
+ * --two-comms N (N > 1): N bytes instead of 64 KiB.
  *
  * --emfile 1 (3 ranks), instead of the rounds: rank 1 lowers its limit of open files to the
  * descriptors it has (and fills the free numbers below it), then receives from rank 2, which it has no receive connection from
@@ -253,37 +256,47 @@ static void round_run(ringlet_comm_t comm, int k) {
     }
 }
 
-/* --two-comms: a receive posted on one communicator, completed while its owner is busy
- * on another. */
-static void two_comms(ringlet_comm_t comm) {
-    const size_t n = 65536;
+/* --two-comms: a message posted on one communicator (an irecv, then an isend), completed
+ * while its owner is busy on another. Rank 0 posts; rank 1 calls the blocking
+ * counterpart, then both join an all-reduce on a second communicator, and rank 0 waits
+ * for its request only after it. */
+static void two_comms(ringlet_comm_t comm, size_t n) {
     ringlet_comm_t other;
     ringlet_result_t rc = ringlet_comm_split(comm, 0, g_rank, &other);
     CHECK(!rc, "split: %s", ringlet_comm_last_error(comm));
     if (rc) return;
     unsigned char *buf = malloc(n + GUARD);
     if (!buf) exit(1);
-    int32_t one = g_rank + 1, sum = 0;
-    if (g_rank == 0) {
-        memset(buf, 0x5A, n);
-        memset(buf + n, 0xA5, GUARD);
-        ringlet_request_t rq;
-        rc = ringlet_irecv(buf, n, RINGLET_UINT8, 1, comm, NULL, &rq);
-        CHECK(!rc, "two comms: irecv: %s", ringlet_comm_last_error(comm));
-        if (rc) exit(1);
-        rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
-        CHECK(!rc && sum == 3, "two comms: all-reduce on the second communicator: %s, sum %d",
-              rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
-        rc = ringlet_wait(&rq);
-        CHECK(!rc, "two comms: the receive: %s", ringlet_comm_last_error(comm));
-        if (!rc) check_recv(buf, n, -1, 0, 1, "two communicators");
-    } else if (g_rank == 1) {
-        for (size_t i = 0; i < n; i++) buf[i] = byte_at(-1, 0, 1, i);
-        rc = ringlet_send(buf, n, RINGLET_UINT8, 0, comm, NULL);
-        CHECK(!rc, "two comms: send: %s", ringlet_comm_last_error(comm));
-        rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
-        CHECK(!rc && sum == 3, "two comms: all-reduce on the second communicator: %s, sum %d",
-              rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
+    for (int dir = 0; dir < 2; dir++) { /* 0: rank 1 sends to rank 0; 1: rank 0 to rank 1 */
+        int32_t one = g_rank + 1, sum = 0;
+        int sender = dir == 0 ? 1 : 0;
+        const char *how = dir == 0 ? "two communicators, irecv" : "two communicators, isend";
+        if (g_rank == sender) {
+            for (size_t i = 0; i < n; i++) buf[i] = byte_at(-1, dir, sender, i);
+        } else {
+            memset(buf, 0x5A, n);
+            memset(buf + n, 0xA5, GUARD);
+        }
+        if (g_rank == 0) {
+            ringlet_request_t rq;
+            rc = dir == 0 ? ringlet_irecv(buf, n, RINGLET_UINT8, 1, comm, NULL, &rq)
+                          : ringlet_isend(buf, n, RINGLET_UINT8, 1, comm, NULL, &rq);
+            CHECK(!rc, "%s: posting: %s", how, ringlet_comm_last_error(comm));
+            if (rc) exit(1);
+            rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
+            CHECK(!rc && sum == 3, "%s: all-reduce on the second communicator: %s, sum %d", how,
+                  rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
+            rc = ringlet_wait(&rq);
+            CHECK(!rc, "%s: the wait: %s", how, ringlet_comm_last_error(comm));
+        } else if (g_rank == 1) {
+            rc = dir == 0 ? ringlet_send(buf, n, RINGLET_UINT8, 0, comm, NULL)
+                          : ringlet_recv(buf, n, RINGLET_UINT8, 0, comm, NULL);
+            CHECK(!rc, "%s: the blocking %s: %s", how, dir == 0 ? "send" : "receive", ringlet_comm_last_error(comm));
+            rc = ringlet_allreduce(&one, &sum, 1, RINGLET_INT32, RINGLET_SUM, other, NULL);
+            CHECK(!rc && sum == 3, "%s: all-reduce on the second communicator: %s, sum %d", how,
+                  rc ? ringlet_comm_last_error(other) : "ok", (int)sum);
+        }
+        if (!rc && g_rank != sender && g_rank < 2) check_recv(buf, n, -1, dir, sender, how);
     }
     free(buf);
     ringlet_comm_destroy(other);
@@ -645,7 +658,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces] "
-                                   "[--two-comms 0|1] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4]\n"),
+                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4]\n"),
                    2;
     }
     g_realtime_back = first == 4;
@@ -656,7 +669,7 @@ int main(int argc, char **argv) {
     }
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
-    if (two && g_P == 2) two_comms(comm);
+    if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
     else if (first == 3 && g_P == 4) accept_chain(comm);

@@ -29,7 +29,9 @@
 # TCP buffer sizes. As root, also --two-comms
 # (an irecv on one communicator completed while its owner blocks on another) in a network namespace whose
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
-# socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there).
+# socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there); the
+# same over shared memory with 4 MiB (twice the FIFO; no root needed), where the
+# communicator's progress thread moves the posted message.
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -66,6 +68,11 @@ RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2
 RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
 one "P=2, 2 MiB sent, 1 MiB received (pieces)" 2 --seed 9 --rounds 2 --mismatch pieces
 TRANSPORT=shm one "P=2, 2 MiB sent, 1 MiB received (pieces), shared memory" 2 --seed 9 --rounds 2 --mismatch pieces
+# two communicators over shared memory: an irecv, then an isend, of 4 MiB (twice the FIFO)
+# on one, completed while the owner blocks in an all-reduce on the other (its progress
+# thread moves them)
+TRANSPORT=shm RINGLET_TIMEOUT=20 one "P=2, two communicators, 4 MiB over shared memory" 2 --seed 6 --rounds 2 \
+    --two-comms 4194304
 one "P=3, no descriptor left for an accept" 3 --seed 9 --emfile 1
 one "P=3, no descriptor left for the accept of a parked receive" 3 --seed 9 --emfile 2
 one "P=4, receives from all posted before the sends (first messages)" 4 --seed 10 --first-exchange 1
