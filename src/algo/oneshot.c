@@ -127,11 +127,11 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
      * transfers still on our buffers, then report. */
     rc = rl_comm_op_failed(c, r, rc, cerr, err);
     for (int i = 0; i < posted_r; i++) {
-        while (!rl_treq_done(&rreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        rl_comm_wait_treq(c, &rreq[i]);
         if (recvs[i].lent && rreq[i].mapped) recvs[i].conn->tp->release(recvs[i].conn->h, &rreq[i]);
     }
     for (int i = 0; i < posted_s; i++)
-        while (!rl_treq_done(&sreq[i])) rl_comm_progress(c), rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        rl_comm_wait_treq(c, &sreq[i]);
     return rc;
 }
 

@@ -13,7 +13,7 @@
 /* Waits until every posted piece finished (they fail fast once the communicator has). */
 static void wait_posted(struct ringlet_comm *c, struct ringlet_request *r) {
     for (size_t i = 0; i < r->ntreq; i++)
-        while (!rl_treq_done(&r->treqs[i])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        rl_comm_wait_treq(c, &r->treqs[i]);
 }
 
 static _Thread_local unsigned long t_posts;

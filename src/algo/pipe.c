@@ -371,9 +371,9 @@ static int run_device_pending(const run_t *s) {
 static void run_stop(run_t *s) {
     struct ringlet_comm *c = s->p->c;
     for (size_t i = s->landed_r; i < s->posted_r; i++)
-        while (!rl_treq_done(&s->rreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        rl_comm_wait_treq(c, &s->rreq[i % (size_t)s->W]);
     for (size_t i = s->done_s; i < s->posted_s; i++)
-        while (!rl_treq_done(&s->sreq[i % (size_t)s->W])) rl_comm_wait_event(c, rl_comm_gen(c), 10);
+        rl_comm_wait_treq(c, &s->sreq[i % (size_t)s->W]);
 }
 
 ringlet_result_t rl_pipes_run(rl_pipe *pipes, int n, char *err) {

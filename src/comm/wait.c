@@ -149,3 +149,11 @@ void rl_comm_wait_peer_for(struct ringlet_comm *c, unsigned gen, int ms, int (*r
 }
 
 void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms) { rl_comm_wait_peer_for(c, gen, ms, NULL, NULL); }
+
+void rl_comm_wait_treq(struct ringlet_comm *c, rl_treq *t) {
+    for (;;) {
+        unsigned gen = rl_comm_gen(c); /* before the look: a completion after it moves gen */
+        if (rl_treq_done(t)) return;
+        rl_comm_wait_event(c, gen, 10);
+    }
+}

@@ -39,6 +39,9 @@ void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms);
  * threads of its own, the poll never yields (comm->peer_pause): a yield can hand the core
  * to another job for a whole time slice. */
 void rl_comm_wait_peer(struct ringlet_comm *c, unsigned gen, int ms);
+/* Waits until t is done (a transfer that fails fast once the communicator has: the
+ * drains after a failure). */
+void rl_comm_wait_treq(struct ringlet_comm *c, rl_treq *t);
 /* How many times the calling thread's waits have yielded its core between polls (tests). */
 unsigned long rl_wait_yields(void);
 /* How many times the calling thread's waits on polled transports stopped polling to sleep (tests). */
