@@ -16,6 +16,15 @@ static const rl_device_ops *on_device(const void *a, const void *b) {
     return rl_dev_ptr_device(a) >= 0 || rl_dev_ptr_device(b) >= 0 ? rl_device() : NULL;
 }
 
+/* With no backend: a pointer that is device memory all the same (a CUDA of the
+ * program's own, device.h) would fault in the host's copy; refused instead. */
+static ringlet_result_t refuse_unserved(const char *fn, const void *a, const void *b) {
+    const void *p = rl_dev_ptr_unserved(a) ? a : rl_dev_ptr_unserved(b) ? b : NULL;
+    if (!p) return RINGLET_SUCCESS;
+    return rl_error(NULL, RINGLET_ERR_CUDA, "%s: %p is device memory, but ringlet has no device backend: %s", fn, p,
+                    rl_device_unavailable());
+}
+
 /* Selects the device of the call's stream. The runtime binds the thread's current device
  * first: left there, a thread that never chose one would have a context made on device 0,
  * GPU memory on a device the program may never use. The default stream (NULL,
@@ -34,6 +43,8 @@ ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, 
     if (!dst || !src) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "memcpy_async: %s is NULL", dst ? "src" : "dst");
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
+        ringlet_result_t rc = refuse_unserved("memcpy_async", dst, src);
+        if (rc) return rc;
         memmove(dst, src, bytes);
         return RINGLET_SUCCESS;
     }
@@ -51,6 +62,8 @@ ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *
     if (!dst) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "memset_async: dst is NULL");
     const rl_device_ops *d = on_device(dst, NULL);
     if (!d) {
+        ringlet_result_t rc = refuse_unserved("memset_async", dst, NULL);
+        if (rc) return rc;
         memset(dst, value, bytes);
         return RINGLET_SUCCESS;
     }
@@ -81,6 +94,8 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
     }
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
+        ringlet_result_t rc = refuse_unserved("convert_async", dst, src);
+        if (rc) return rc;
         rl_convert_host(dst, dt, src, st, n, scale);
         return RINGLET_SUCCESS;
     }

@@ -177,6 +177,11 @@ const rl_device_ops *rl_device(void);
 const char *rl_device_unavailable(void);
 /* The device of p, or -1 (also when there is no backend). */
 int rl_dev_ptr_device(const void *p);
+/* With no backend (rl_device() NULL): whether p is device memory all the same, of a CUDA
+ * the program itself runs (a driver it loaded knows p), or simulated memory made without
+ * the sim backend (tests): taken for host memory, the host would touch it and fault. 0
+ * while a backend runs (it classifies p: rl_dev_ptr_device). unserved.c. */
+int rl_dev_ptr_unserved(const void *p);
 
 /* The calling thread's last error of the device layer. */
 const char *rl_dev_error(void);

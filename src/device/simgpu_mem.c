@@ -63,6 +63,7 @@ _Static_assert(sizeof(struct handle) <= RL_DEV_HANDLE_BYTES, "handle too large")
 
 /* Allocations sorted by user address. */
 static pthread_rwlock_t g_mu = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int g_any; /* an allocation was ever registered (sim_memory_seen) */
 static alloc_t **g_tab;
 static size_t g_n, g_cap;
 
@@ -106,9 +107,12 @@ static int insert(alloc_t *a) {
     }
     g_tab[i] = a;
     g_n++;
+    atomic_store_explicit(&g_any, 1, memory_order_relaxed);
     pthread_rwlock_unlock(&g_mu);
     return 0;
 }
+
+int sim_memory_seen(void) { return atomic_load_explicit(&g_any, memory_order_relaxed); }
 
 /* Takes the allocation that starts at p and has the kind out of the table, or NULL.
  * An imported one stays while other opens of its handle are not closed: then *kept = 1

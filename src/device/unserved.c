@@ -1,0 +1,63 @@
+/* Device memory that no backend of this process serves (device.h, rl_dev_ptr_unserved).
+ *
+ * A program can run CUDA of its own while ringlet's backend cannot: ringlet's runtime,
+ * linked statically, needs a newer driver than the program's (cudaErrorInsufficientDriver
+ * there, while PyTorch works), RINGLET_DEVICE=none, or a build without CUDA. Its tensors
+ * then reach ringlet as pointers no backend knows, and taken for host memory the host
+ * would read them and fault. The driver the program loaded knows them: asked through
+ * cuPointerGetAttributes, found in the already loaded libcuda.so.1 (a program that never
+ * loaded it has no device memory). Its answer costs a driver call, so it is asked only
+ * while no backend runs, and only once a driver is loaded (looked for again every
+ * 100 ms until then: the program may start CUDA after its first calls).
+ */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "device.h"
+#include "simgpu.h"
+
+/* cuda.h's values: the driver's ABI, checked against the header where it is at hand. */
+enum { ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, MEMORYTYPE_DEVICE = 2 };
+#ifdef RINGLET_CUDA
+#include <cuda.h>
+_Static_assert((int)ATTR_MEMORY_TYPE == (int)CU_POINTER_ATTRIBUTE_MEMORY_TYPE &&
+                   (int)ATTR_IS_MANAGED == (int)CU_POINTER_ATTRIBUTE_IS_MANAGED &&
+                   (int)MEMORYTYPE_DEVICE == (int)CU_MEMORYTYPE_DEVICE,
+               "cuda.h's pointer attributes");
+#endif
+
+/* CUresult cuPointerGetAttributes(unsigned int, CUpointer_attribute *, void **, CUdeviceptr) */
+typedef int (*ptr_attrs_fn)(unsigned int, int *, void **, unsigned long long);
+
+static _Atomic(ptr_attrs_fn) g_attrs;
+static atomic_llong g_next_look_ns; /* CLOCK_MONOTONIC_COARSE */
+
+static ptr_attrs_fn driver(void) {
+    ptr_attrs_fn f = atomic_load_explicit(&g_attrs, memory_order_acquire);
+    if (f) return f;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* a few ns: this runs on every host call */
+    long long now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    long long next = atomic_load_explicit(&g_next_look_ns, memory_order_relaxed);
+    if (now < next || !atomic_compare_exchange_strong(&g_next_look_ns, &next, now + 100000000LL)) return NULL;
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); /* kept open: the program's own */
+    if (h) f = (ptr_attrs_fn)dlsym(h, "cuPointerGetAttributes");
+    if (f) atomic_store_explicit(&g_attrs, f, memory_order_release);
+    return f;
+}
+
+int rl_dev_ptr_unserved(const void *p) {
+    if (!p || rl_device()) return 0;
+    if (sim_memory_seen() && sim_pointer_device(p) >= 0) return 1;
+    ptr_attrs_fn f = driver();
+    if (!f) return 0;
+    /* The plural form succeeds on memory the driver does not know (type 0); the singular
+     * fails there, and on a driver that was never initialised. */
+    unsigned int type = 0, managed = 0;
+    int what[2] = {ATTR_MEMORY_TYPE, ATTR_IS_MANAGED};
+    void *into[2] = {&type, &managed};
+    /* managed memory is host-accessible: the host path reads it as CUDA allows */
+    return f(2, what, into, (unsigned long long)(uintptr_t)p) == 0 && type == MEMORYTYPE_DEVICE && !managed;
+}
