@@ -372,6 +372,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->infos[rank].board_bytes = c->db ? (uint32_t)rl_env_int("RINGLET_BOARD_BYTES", RL_BOARD_BYTES, 0, RL_BOARD_BYTES) : 0;
     const rl_device_ops *dops = rl_device();
     if (dops && dops->get_device(&c->init_device) != RL_DEV_OK) c->init_device = -1;
+    if (!dops) rl_dev_unserved_look(); /* device memory of the program's own CUDA is refused */
     atomic_store(&c->conn_device, c->init_device);
     c->infos[rank].rank = rank;
     c->infos[rank].pid = (int32_t)getpid();

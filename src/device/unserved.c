@@ -7,13 +7,16 @@
  * would read them and fault. The driver the program loaded knows them: asked through
  * cuPointerGetAttributes, found in the already loaded libcuda.so.1 (a program that never
  * loaded it has no device memory). Its answer costs a driver call, so it is asked only
- * while no backend runs, and only once a driver is loaded (looked for again every
- * 100 ms until then: the program may start CUDA after its first calls).
+ * while no backend runs, and only once a driver is loaded: looked for at every
+ * communicator's init (rl_dev_unserved_look), at a thread's first call, and again every
+ * RELOOK_CALLS of its calls until found (the program may start CUDA after its first
+ * calls). A look is a dlopen that finds nothing: 14 us here, too dear for every call
+ * (an 8-byte all-reduce over shared memory takes 0.4 us; so does a clock read per call
+ * cost it 0.04 us).
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "device.h"
 #include "simgpu.h"
@@ -31,21 +34,32 @@ _Static_assert((int)ATTR_MEMORY_TYPE == (int)CU_POINTER_ATTRIBUTE_MEMORY_TYPE &&
 /* CUresult cuPointerGetAttributes(unsigned int, CUpointer_attribute *, void **, CUdeviceptr) */
 typedef int (*ptr_attrs_fn)(unsigned int, int *, void **, unsigned long long);
 
-static _Atomic(ptr_attrs_fn) g_attrs;
-static atomic_llong g_next_look_ns; /* CLOCK_MONOTONIC_COARSE */
+enum { RELOOK_CALLS = 1 << 16 };
 
-static ptr_attrs_fn driver(void) {
-    ptr_attrs_fn f = atomic_load_explicit(&g_attrs, memory_order_acquire);
-    if (f) return f;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* a few ns: this runs on every host call */
-    long long now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    long long next = atomic_load_explicit(&g_next_look_ns, memory_order_relaxed);
-    if (now < next || !atomic_compare_exchange_strong(&g_next_look_ns, &next, now + 100000000LL)) return NULL;
+static _Atomic(ptr_attrs_fn) g_attrs;
+static _Thread_local unsigned t_until_look; /* this thread's calls before it looks again */
+
+static ptr_attrs_fn look(void) {
+    ptr_attrs_fn f = NULL;
     void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); /* kept open: the program's own */
     if (h) f = (ptr_attrs_fn)dlsym(h, "cuPointerGetAttributes");
     if (f) atomic_store_explicit(&g_attrs, f, memory_order_release);
     return f;
+}
+
+static ptr_attrs_fn driver(void) {
+    ptr_attrs_fn f = atomic_load_explicit(&g_attrs, memory_order_acquire);
+    if (f) return f;
+    if (t_until_look) {
+        t_until_look--;
+        return NULL;
+    }
+    t_until_look = RELOOK_CALLS;
+    return look();
+}
+
+void rl_dev_unserved_look(void) {
+    if (!rl_device() && !atomic_load_explicit(&g_attrs, memory_order_acquire)) look();
 }
 
 int rl_dev_ptr_unserved(const void *p) {
