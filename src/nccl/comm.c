@@ -833,19 +833,22 @@ ncclResult_t shim_poll(struct ncclComm *c) {
     return out;
 }
 
+/* Entered as a call (shim_enter): an abort from another thread (a watchdog's) meanwhile
+ * leaves the handle to it until it returns. */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    if (!comm || comm->magic != SHIM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
-    ncclResult_t forked = comm_forked(comm, "ncclCommGetAsyncError");
-    if (forked) return forked;
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
+    ncclResult_t entered = shim_enter(comm, "ncclCommGetAsyncError");
+    if (entered) return entered;
     if (!atomic_load(&comm->init_done)) {
         *asyncError = ncclInProgress;
+        shim_leave(comm);
         return ncclSuccess;
     }
     join_init(comm);
     if (comm->init_rc != ncclSuccess) {
         *asyncError = comm->init_rc;
+        shim_leave(comm);
         return ncclSuccess;
     }
     ncclResult_t rc = shim_poll(comm);
@@ -860,6 +863,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
         }
     }
     *asyncError = rc;
+    shim_leave(comm);
     return ncclSuccess;
 }
 
