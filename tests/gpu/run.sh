@@ -252,16 +252,19 @@ torch_nccl_at() { # rank counts...
     local fails=0 n rc ok log
     for n in "$@"; do
         log="$LOGDIR/torch_nccl.$n"
-        LD_PRELOAD="$PWD/$BUILD/lib/libnccl.so.2" NCCL_DEBUG=INFO RINGLET_DEVICE=cuda PYTHONUNBUFFERED=1 \
+        LD_PRELOAD="$PWD/$BUILD/lib/libnccl.so.2" RINGLET_NCCL_LIB="$PWD/$BUILD/lib/libnccl.so.2" NCCL_DEBUG=INFO \
+            RINGLET_DEVICE=cuda PYTHONUNBUFFERED=1 \
             "$BUILD/bin/ringlet-run" -n "$n" --timeout 600 "$PY" tests/gpu/torch_nccl.py >"$log" 2>&1
         rc=$?
         grep -E 'torch_nccl:|FAIL|Traceback|Error' "$log" | head -n 20
         grep -m1 -E 'NCCL INFO \[ringlet.*communicator up' "$log"
         ok=$(grep -c 'checks, 0 failed' "$log")
-        if [ $rc = 0 ] && [ "$ok" = "$n" ]; then
+        # ringlet's own line from every rank's first communicator: torch ran on it
+        up=$(grep -cE 'NCCL INFO \[ringlet.*rank [0-9]+ of '"$n"': communicator up' "$log")
+        if [ $rc = 0 ] && [ "$ok" = "$n" ] && [ "$up" -ge "$n" ]; then
             echo "ok:   torch_nccl at $n ranks"
         else
-            echo "FAIL: torch_nccl at $n ranks: launcher exit $rc, $ok of $n ranks passed"
+            echo "FAIL: torch_nccl at $n ranks: launcher exit $rc, $ok of $n ranks passed, $up ringlet communicators up"
             tail -n 30 "$log"
             fails=$((fails + 1))
         fi

@@ -3,11 +3,17 @@
 ranks share the one GPU (NCCL itself refuses that). Launched by ringlet-run or torchrun;
 needs a CUDA build of PyTorch.
 
-Checks, with random integer-valued float32 tensors (results exact): all_reduce (sum, max,
-avg), broadcast from every root, all_gather_into_tensor, reduce_scatter_tensor,
-all_to_all_single, send/recv around a ring, barrier, a new_group of the even ranks, and
-that ringlet's library is the one loaded. Prints "torch_nccl: rank R: N checks, F failed".
+Checks, with random integer-valued tensors (results exact): all_reduce (sum, max, avg;
+float32, and bfloat16 and float16 sums and a bfloat16 avg), broadcast from every root,
+all_gather_into_tensor, reduce_scatter_tensor (also with torch's pre-multiplied sum where
+torch has it, as FSDP uses it), all_to_all_single (even and uneven splits), send/recv
+around a ring, the same ring through batch_isend_irecv, barrier, a new_group of the even
+ranks; and that ringlet's library is the one loaded: every libnccl mapped is the one
+RINGLET_NCCL_LIB names (LD_PRELOAD's; run.sh sets both), and ncclGetVersion as the process
+resolves it answers ringlet's 2.19.3 (torch.cuda.nccl.version() is only the version torch
+was built against). Prints "torch_nccl: rank R: N checks, F failed".
 """
+import ctypes
 import os
 import sys
 
@@ -34,8 +40,12 @@ def main():
     with open("/proc/self/maps") as f:
         maps = f.read()
     libs = sorted({line.split()[-1] for line in maps.splitlines() if "libnccl.so" in line})
-    check(any("ringlet" in l or "/build" in l for l in libs), "libnccl loaded from %s" % libs)
-    check(torch.cuda.nccl.version() >= (2, 19, 0), "nccl version %s" % (torch.cuda.nccl.version(),))
+    want = os.path.realpath(os.environ.get("RINGLET_NCCL_LIB", "build/lib/libnccl.so.2"))
+    check(libs and all(os.path.realpath(l) == want for l in libs), "libnccl mapped from %s, want only %s" % (libs, want))
+    v = ctypes.c_int(0)
+    rc = ctypes.CDLL(None).ncclGetVersion(ctypes.byref(v))
+    check(rc == 0 and v.value == 21903, "ncclGetVersion as resolved here: rc %d, version %d, want 21903 (ringlet's)"
+          % (rc, v.value))
 
     g = torch.Generator().manual_seed(1234)
     vals = [torch.randint(-100, 100, (4099,), generator=g).float() for _ in range(world)]
@@ -47,6 +57,15 @@ def main():
     t = (mine * world).clone()
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     check(torch.equal(t.cpu(), sum(vals)), "all_reduce avg")
+    # half types: values in [-8, 8], so every partial sum is exact in bfloat16 and float16
+    small = [torch.randint(-8, 9, (5003,), generator=g).float() for _ in range(world)]
+    for dt in (torch.bfloat16, torch.float16):
+        t = small[rank].to(dev, dt)
+        dist.all_reduce(t)
+        check(torch.equal(t.float().cpu(), sum(small)), "all_reduce sum %s" % dt)
+    t = (small[rank] * world).to(dev, torch.bfloat16)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check(torch.equal(t.float().cpu(), sum(small)), "all_reduce avg bfloat16")
     for root in range(world):
         t = mine.clone()
         dist.broadcast(t, src=root)
@@ -58,10 +77,23 @@ def main():
     out = torch.empty(1031, device=dev)
     dist.reduce_scatter_tensor(out, big[rank].to(dev))
     check(torch.equal(out.cpu(), sum(big)[rank * 1031:(rank + 1) * 1031]), "reduce_scatter_tensor")
+    premul = getattr(dist, "_make_nccl_premul_sum", None)
+    if premul is not None:
+        out = torch.empty(1031, device=dev)
+        dist.reduce_scatter_tensor(out, big[rank].to(dev), op=premul(0.5))
+        check(torch.equal(out.cpu(), sum(big)[rank * 1031:(rank + 1) * 1031] * 0.5),
+              "reduce_scatter_tensor with a pre-multiplied sum (x 0.5)")
     out = torch.empty(world * 1031, device=dev)
     dist.all_to_all_single(out, big[rank].to(dev))
     want = torch.cat([big[q][rank * 1031:(rank + 1) * 1031] for q in range(world)])
     check(torch.equal(out.cpu(), want), "all_to_all_single")
+    # uneven: rank r sends q + 1 elements to rank q, each r * 100 + q
+    inp = torch.cat([torch.full((q + 1,), float(rank * 100 + q)) for q in range(world)]).to(dev)
+    out = torch.empty(world * (rank + 1), device=dev)
+    dist.all_to_all_single(out, inp, output_split_sizes=[rank + 1] * world,
+                           input_split_sizes=[q + 1 for q in range(world)])
+    want = torch.cat([torch.full((rank + 1,), float(r * 100 + rank)) for r in range(world)])
+    check(torch.equal(out.cpu(), want), "all_to_all_single with uneven splits")
     if world > 1:
         nxt, prv = (rank + 1) % world, (rank - 1) % world
         r = torch.empty(4099, device=dev)
@@ -72,6 +104,12 @@ def main():
             dist.recv(r, prv)
             dist.send(mine, nxt)
         check(torch.equal(r.cpu(), vals[prv]), "send/recv")
+        r = torch.empty(4099, device=dev)
+        ops = [dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, r, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        torch.cuda.synchronize()
+        check(torch.equal(r.cpu(), vals[prv]), "batch_isend_irecv around the ring")
     dist.barrier()
     even = [q for q in range(world) if q % 2 == 0]
     pg = dist.new_group(even)
