@@ -81,6 +81,15 @@ int rl_p2p_test(struct ringlet_request *r) {
          * accept fails while the receive is posted. */
         snprintf(r->err, sizeof r->err, "%s #%llu to/from rank %d: %.400s", rl_op_name(r->kind),
                  (unsigned long long)r->seq, r->peer, why);
+    } else if (st == RINGLET_ERR_INVALID_USAGE) {
+        /* A length mismatch (the transports' only such verdict on a message): this rank's
+         * own view of this message, which no dead peer would explain better. It is the
+         * request's error whatever fails meanwhile (the peer, told of it, fails its own
+         * end and may exit at once: waiting for the monitor to name a cause, as below,
+         * made that exit this request's error now and then), and the communicator's
+         * cause unless it failed already. */
+        rl_comm_fail(c, st, "%s #%llu with rank %d: %s", rl_op_name(r->kind), (unsigned long long)r->seq, r->peer, why);
+        snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, why);
     } else if (st != RINGLET_SUCCESS) {
         /* The communicator's cause (a dead peer named by the monitor) wins over the
          * transport's local view; either way the communicator is failed afterwards. */
