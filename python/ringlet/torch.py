@@ -161,6 +161,22 @@ def _dense(t):
     return False
 
 
+def _make_hook(me, i):
+    """Parameter i's hook for the DDP that me (a weak reference) names: it holds the DDP
+    only weakly, so a DDP dropped without close() goes (and its finalizer removes its
+    hooks); a hook of one gone meanwhile does nothing."""
+    def hook(*_):
+        ddp = me()
+        if ddp is not None:
+            ddp._hook(i)
+    return hook
+
+
+def _remove_hooks(handles):
+    while handles:
+        handles.pop().remove()
+
+
 class _Handle:
     """Owns the C DDP object. Bucket tensors (gradient views) hold a reference to it, so
     the bucket memory lives as long as any of them; the communicator closes it first
@@ -382,18 +398,23 @@ class DistributedDataParallel(torch.nn.Module):
             for p, v in zip(self._params, self._views):
                 p.grad = v  # the C layer copied any existing gradient into it
 
-        # hooks
+        # hooks: removed by close() or when this object goes (a module wrapped again, the
+        # old wrapper dropped: its hooks would go on firing on the shared parameters)
         self._grad_accs = []
+        self._hook_handles = []
+        me = weakref.ref(self)
         with torch.enable_grad():  # a DDP built under no_grad: expand_as records no graph there
             for i, p in enumerate(self._params):
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                acc.register_hook(self._make_hook(i))
+                self._hook_handles.append(acc.register_hook(_make_hook(me, i)))
                 self._grad_accs.append(acc)
+        weakref.finalize(self, _remove_hooks, self._hook_handles)
         self._expect_hooks = False
         self._nosync_usage = False
         self._callback_queued = False
         self._ready = bytearray(len(self._params))
         self._unused = set()
+        self._undefined = []  # parameters whose gradient came back undefined this backward
         self._unused_marked = False
         self._hook_error = None
         self._first_hook_time = None
@@ -563,6 +584,7 @@ class DistributedDataParallel(torch.nn.Module):
         if sync:
             self._ready = bytearray(len(self._params))
             self._unused = set()
+            self._undefined = []
             self._unused_marked = False
             self._hook_error = None
         if self._move_inputs:
@@ -629,18 +651,16 @@ class DistributedDataParallel(torch.nn.Module):
 
     # ---- backward ----
 
-    def _make_hook(self, i):
-        def hook(*_):
-            if not self._expect_hooks:
-                if self._nosync_usage and self._params[i].grad is not None:
-                    self._check(_lib.lib.ringlet_ddp_grad_ready(self._ptr(), i, None), "no_sync usage")
-                return
-            try:
-                self._on_grad_ready(i)
-            except Exception as e:  # raised from the end-of-backward callback
-                if self._hook_error is None:
-                    self._hook_error = e
-        return hook
+    def _hook(self, i):
+        if not self._expect_hooks:
+            if self._nosync_usage and self._params[i].grad is not None:
+                self._check(_lib.lib.ringlet_ddp_grad_ready(self._ptr(), i, None), "no_sync usage")
+            return
+        try:
+            self._on_grad_ready(i)
+        except Exception as e:  # raised from the end-of-backward callback
+            if self._hook_error is None:
+                self._hook_error = e
 
     def _queue_callback(self):
         if not self._callback_queued:
@@ -694,7 +714,14 @@ class DistributedDataParallel(torch.nn.Module):
             raise RingletError(_lib.ERR_INVALID_USAGE,
                                "ringlet DDP: parameter %s got a sparse gradient; only dense gradients are supported"
                                % self._param_names[i])
-        ptr = self._grad_ptr(i)
+        # autograd's gradient for it came back undefined (a Function returned None for it):
+        # zeros from it, and its .grad takes the average, as in torch's DDP (left as it was,
+        # the C layer would send and write the gradient of an earlier iteration, freed by
+        # zero_grad(set_to_none=True))
+        undefined = p.grad is None
+        ptr = self._grad_ptr(i, unused=undefined)
+        if undefined:
+            self._undefined.append(i)
         self._join_ddp_stream((p.grad,))
         rc = _lib.lib.ringlet_ddp_grad_ready(h, i, ptr)
         if rc and i in self._unused:
@@ -710,6 +737,7 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _finish_here(self):
         self._callback_queued = False
+        undefined, self._undefined = self._undefined, []
         h = self._ptr()
         err = self._hook_error
         self._hook_error = None
@@ -737,6 +765,10 @@ class DistributedDataParallel(torch.nn.Module):
             raise err
         if rc:
             raise self._err(rc, "backward")
+        for j in undefined:
+            p = self._params[j]
+            if p.grad is None:
+                p.grad = self._views[j] if self.gradient_as_bucket_view else self._views[j].clone()
         if self.find_unused_parameters:
             used = ctypes.c_int()
             for j in range(len(self._params)):
@@ -802,9 +834,10 @@ class DistributedDataParallel(torch.nn.Module):
 
     def close(self):
         """Frees the C object; gradients that were views into its buckets get memory of
-        their own first (_Handle.close)."""
+        their own first (_Handle.close). Its hooks leave the parameters."""
         self._expect_hooks = False
         self._nosync_usage = False
+        _remove_hooks(self._hook_handles)
         self._bucket_tensors = []
         self._views = []
         self._h.close()

@@ -28,6 +28,11 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             values intact meanwhile); the gradients stay the average
   converted the model converted to float64 after construction: the next forward raises,
             naming the parameter and both dtypes
+  undefined a parameter whose gradient autograd leaves undefined on rank 0 only (after
+            zero_grad(set_to_none=True)): its .grad is the average, rank 0 contributing
+            zeros, on every rank (with and without bucket views)
+  rewrap    the module wrapped again without close(): the new wrapper trains, the
+            gradients are the average
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
@@ -107,6 +112,29 @@ class DataclassOut(torch.nn.Module):
 
     def forward(self, x):
         return Out(self.inner(x))
+
+
+class _NoGradW(torch.autograd.Function):
+    """x * w whose backward gives w no gradient (None)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class NoGradForW(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, skip_w):
+        h = self.lin(x)
+        return _NoGradW.apply(h, self.w) if skip_w else h * self.w
 
 
 def averaged(rank, world, case, base, seed, xin):
@@ -336,6 +364,57 @@ def main():
         msg = str(e)
         check(rank, case, "parameter 0.weight" in msg and "torch.float64" in msg and "torch.float32" in msg
               and e.code == ringlet.ERR_INVALID_USAGE, msg)
+    ddp.close()
+
+    # undefined: autograd gives a parameter an undefined gradient on rank 0 only (a Function
+    # returning None for it) after zero_grad(set_to_none=True): it contributes zeros there,
+    # and every rank's .grad is the average, as in torch's DDP (not the gradient of the
+    # iteration before, whose memory was let go), with and without bucket views
+    for view in (False, True):
+        case = "undefined" + ("-view" if view else "")
+        torch.manual_seed(3)
+        net = NoGradForW()
+        ddp = RingletDDP(net, gradient_as_bucket_view=view)
+        xin = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))  # the same on every rank
+        ddp(xin, False).sum().backward()
+        local = net.w.grad.clone()  # every rank's own equals the average: the same input
+        net.zero_grad(set_to_none=True)
+        try:
+            ddp(xin, rank == 0).sum().backward()
+            want = local * (world - 1) / world
+            got = net.w.grad
+            check(rank, case, got is not None and torch.allclose(got, want, rtol=1e-6, atol=1e-7),
+                  "w.grad %s, want %s (rank 0 contributed zeros)" % (None if got is None else got.tolist(),
+                                                                    want.tolist()))
+        except Exception as e:
+            check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
+        ddp.close()
+
+    # rewrap: the same module wrapped again without close() (the old wrapper dropped, as
+    # model = DDP(model.module) after unfreezing layers): the new one trains, the old
+    # one's hooks gone with it
+    case = "rewrap"
+    torch.manual_seed(19)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    xin = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    ddp = RingletDDP(base)
+    ddp(xin).sum().backward()
+    base.zero_grad(set_to_none=True)
+    ddp = RingletDDP(base)
+    try:
+        ddp(xin).sum().backward()
+        ref = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        ref.load_state_dict(base.state_dict())
+        ref(xin).sum().backward()
+        good = True
+        for p, q in zip(base.parameters(), ref.parameters()):
+            want = q.grad.clone()
+            ringlet.all_reduce(want)
+            want /= world
+            good &= p.grad is not None and torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6)
+        check(rank, case, good, "the second wrapper's gradients are the average")
+    except Exception as e:
+        check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
     ddp.close()
 
     # outlive: gradients that are bucket views outlive the communicator's destroy (which
