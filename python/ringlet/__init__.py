@@ -414,10 +414,22 @@ def init_from_env():
         return _default
 
 
+def _exiting_on_error():
+    """At exit: whether the program ends with an uncaught exception (sys.last_value is
+    set for it before atexit handlers run; not for sys.exit)."""
+    return getattr(sys, "last_value", None) is not None
+
+
 def _at_exit():
     global _default
     c = _default
     if c is not None and c._handle:
+        if _exiting_on_error():
+            # a clean destroy would tell the peers this rank left in good order, and one
+            # still waiting for it in a collective would wait out RINGLET_TIMEOUT: an abort
+            # makes it fail at once, naming this rank
+            c.abort()
+            return
         try:
             c.destroy()
         except RingletError as e:

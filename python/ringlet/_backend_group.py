@@ -9,7 +9,8 @@ from torch._C import _distributed_c10d as _c10d
 from . import _backend_coalesce as _coalesce, _lib
 from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
                                _nbytes, _one_storage, _op_name, _ptr)
-from ._backend_work import _Core, _Launch, _close_group, _closes_window, _device_of, _live_groups, _sync_call
+from ._backend_work import (_Core, _Launch, _close_group, _closes_window, _device_of, _live_groups, _sync_call,
+                            register_abort_at_exit)
 
 
 class ProcessGroupRinglet(_ProcessGroup):
@@ -24,6 +25,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         _live_groups.append(weakref.ref(self))
         self._finalizer = weakref.finalize(self, _close_group, core.holder, core.completer_box, timeout_s,
                                            core.children)
+        register_abort_at_exit()
 
     @property
     def _handle(self):

@@ -1,6 +1,7 @@
 """The torch backend's Works and launches: CPU Works as Gloo's (requests, a completion
 thread per communicator of the group for futures, deliverer threads for their callbacks), CUDA Works as NCCL's (an event on the group's stream), the
 launch that issues one operation's ringlet calls, and a group's shared state (_Core)."""
+import atexit
 import collections
 import ctypes
 import datetime
@@ -709,6 +710,38 @@ class _Core:
             except ValueError:
                 pass
             self.seen.append(w)
+
+
+_exit_hook = []  # abort_at_exit, once registered
+
+
+def register_abort_at_exit():
+    """Called by each group once its finalizer exists: registers abort_at_exit (once) after
+    weakref's own exit hook, which the first finalizer registered, so that it runs before
+    that hook finalizes the groups (atexit runs the last registered first)."""
+    if not _exit_hook:
+        _exit_hook.append(abort_at_exit)
+        atexit.register(abort_at_exit)
+
+
+def abort_at_exit():
+    """At exit on an uncaught exception: aborts the communicators of every live group and
+    their children first, so that a peer waiting for this rank in a collective fails at
+    once, naming it (a clean destroy, which the finalizers make, tells the peers this rank
+    left in good order, and such a peer waited out the deadline); the finalizers then free
+    them (a destroy after an abort waits for nobody)."""
+    if getattr(sys, "last_value", None) is None:  # set for an uncaught exception, not sys.exit
+        return
+    for ref in reversed(_live_groups):
+        pg = ref()
+        core = getattr(pg, "_core", None) if pg is not None else None
+        if core is None:
+            continue
+        for c in list(core.children):
+            c.abort()
+        for h in core.holder:
+            if h:
+                _L.ringlet_comm_abort(h)
 
 
 def _close_group(holder, completer_box, timeout_s, children=()):
