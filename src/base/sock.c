@@ -110,7 +110,11 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         int r = connect(s, (const struct sockaddr *)addr, len);
         if (r < 0 && errno == EINPROGRESS) {
             struct pollfd p = {s, POLLOUT, 0};
-            while ((r = poll(&p, 1, slice(deadline))) == 0 && rl_now() < deadline && !stopped(stop)) {
+            /* a signal (a profiler's timer) interrupts the poll, not the connect: poll again;
+             * taken for a timeout, each one restarted the connect, and a link slower than the
+             * signals never connected */
+            while (((r = poll(&p, 1, slice(deadline))) == 0 || (r < 0 && errno == EINTR)) && rl_now() < deadline &&
+                   !stopped(stop)) {
             }
             if (r > 0) {
                 int err = 0;

@@ -378,8 +378,10 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
         struct pollfd pf[1 + PENDING_MAX];
         pf[0] = (struct pollfd){t->listen_fd, npend < PENDING_MAX ? POLLIN : 0, 0};
         for (int i = 0; i < npend; i++) pf[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
-        int ms = (int)((wake - now) * 1000) + 1;
-        poll(pf, (nfds_t)(1 + npend), ms > 100 ? 100 : ms); /* 100 ms: the stop flag is looked at */
+        /* 100 ms at most: the stop flag is looked at; bounded as a double (a deadline past 24
+         * days overflowed an int: poll then waited for ever, the stop token unheard) */
+        double wait_ms = (wake - now) * 1000;
+        poll(pf, (nfds_t)(1 + npend), wait_ms >= 100 ? 100 : (int)wait_ms + 1);
         /* hellos arriving */
         for (int i = npend - 1; i >= 0 && !rc; i--) {
             if (!pf[1 + i].revents) continue;

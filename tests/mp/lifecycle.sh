@@ -85,6 +85,15 @@ else
     echo "FAIL: inits stopped through a stop token"
     tail -n 30 "$TMP/out"
 fi
+# the same with a deadline of 35 days: rank 0's wait for the hellos must still hear the token
+if RINGLET_TIMEOUT=3000000 timeout 60 "$PROG" --abort-init >"$TMP/out" 2>&1 &&
+    [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 4 ]; then
+    echo "ok:   inits stopped through a stop token, RINGLET_TIMEOUT=3000000"
+else
+    fails=$((fails + 1))
+    echo "FAIL: inits stopped through a stop token, RINGLET_TIMEOUT=3000000"
+    tail -n 30 "$TMP/out"
+fi
 [ $fails = 0 ] && { echo "lifecycle: all passed"; exit 0; }
 echo "lifecycle: $fails failed"
 exit 1
