@@ -75,6 +75,11 @@ static int selected(const struct ifaddrs *ifa, const char *spec, enum select_mod
     case SELECT_SPEC:
         return rl_netif_match(spec, ifa->ifa_name);
     case SELECT_DEFAULT:
+        /* up but without a carrier (a cable out, a veth whose peer is down): its address
+         * reaches nobody, and a rank that published it waited for connections until the
+         * deadline; RINGLET_SOCKET_IFNAME still takes any interface it names */
+        if (!(ifa->ifa_flags & IFF_RUNNING))
+            return 0;
         return !ifa_is_loopback(ifa) && rl_netif_match("^docker,lo", ifa->ifa_name);
     case SELECT_LOOP:
         return ifa_is_loopback(ifa);

@@ -1,11 +1,15 @@
 /* Unit test for src/base/netif.c: the RINGLET_SOCKET_IFNAME matcher on a table of cases,
  * and interface listing on this machine (lo with 127.0.0.1; eth0 expected to carry
  * 192.0.2.2 in the test environment; if eth0 is absent, the default-policy checks
- * that need it are skipped with a note). Exit status 0 on success; each failure is
- * printed. */
+ * that need it are skipped with a note), and, as root in a network namespace of its own,
+ * an interface without a carrier left out of the default policy's list. Exit status 0
+ * on success; each failure is printed. */
 #include "netif.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -287,11 +291,44 @@ static void test_str(void)
     check("netif_str truncates", strcmp(rl_netif_str(&nif, small, 4), "eth") == 0);
 }
 
+/* In a network namespace of its own (root only; else skipped, saying so): "aa", up with
+ * 192.168.77.1 but without a carrier (a veth whose peer is down), made before "vb", a
+ * dummy interface with 10.9.0.2. The default policy must list vb's address and not aa's:
+ * a rank that published aa's waited for connections until its deadline. */
+static void test_no_carrier(void)
+{
+    if (geteuid() != 0 || unshare(CLONE_NEWNET) != 0) {
+        printf("skip: no-carrier case (needs root and a network namespace)\n");
+        return;
+    }
+    if (system("ip link add aa type veth peer name aa-peer && ip addr add 192.168.77.1/24 dev aa && "
+               "ip link set aa up && ip link add vb type veth peer name vb-peer && ip addr add 10.9.0.2/24 dev vb && "
+               "ip link set vb up && ip link set vb-peer up") != 0) {
+        printf("skip: no-carrier case (ip could not make the interfaces)\n");
+        return;
+    }
+    struct rl_netif l[MAXIF];
+    int n = 0;
+    /* the kernel marks vb running once its peer is up, perhaps a moment later: waited for
+     * (at most 5 s), by construction rather than for a set time */
+    for (int i = 0; i < 500; i++) {
+        n = rl_netif_list(NULL, l, MAXIF);
+        if (has_addr(l, n, "vb", "10.9.0.2")) break;
+        usleep(10000);
+    }
+    print_list("default, aa without a carrier", l, n);
+    check("no carrier: vb's 10.9.0.2 listed first", n > 0 && has_addr(l, 1, "vb", "10.9.0.2"));
+    check("no carrier: aa's 192.168.77.1 not listed", !has_addr(l, n, "aa", "192.168.77.1"));
+    n = rl_netif_list("=aa", l, MAXIF);
+    check("no carrier: RINGLET_SOCKET_IFNAME=aa still lists it", has_addr(l, n, "aa", "192.168.77.1"));
+}
+
 int main(void)
 {
     test_match();
     test_list();
     test_str();
+    test_no_carrier(); /* last: it moves this process into a namespace of its own */
     if (failures) {
         printf("test_netif: %d failure(s)\n", failures);
         return 1;
