@@ -285,6 +285,14 @@ int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], cons
                  h->rank, h->nranks, nranks);
         return 1;
     }
+    /* What the peers will read of it by its lengths (a transport's blob, the TCP one
+     * hashed for split communicators) stays inside it */
+    for (int i = 0; i < RL_TP_MAX; i++)
+        if (h->info.bloblen[i] > RL_BLOB_MAX) {
+            snprintf(msg, msglen, "bootstrap: rank %d's connection details are malformed (transport %d: %u bytes, at "
+                     "most %d)", h->rank, i, (unsigned)h->info.bloblen[i], (int)RL_BLOB_MAX);
+            return 1;
+        }
     return 0;
 }
 

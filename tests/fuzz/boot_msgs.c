@@ -24,6 +24,7 @@ static void hello(fz_in *in, int sign) {
     if (v != 0) return;
     /* What root_gather does with a hello it accepts. */
     FZ_CHECK(h.nranks == P && h.rank > 0 && h.rank < P && fds[h.rank] < 0);
+    for (int i = 0; i < RL_TP_MAX; i++) FZ_CHECK(h.info.bloblen[i] <= RL_BLOB_MAX); /* read by these lengths */
     rl_rank_info *infos = calloc((size_t)P, sizeof *infos);
     uint8_t(*nonces)[16] = calloc((size_t)P, 16);
     FZ_CHECK(infos && nonces);
