@@ -215,14 +215,12 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
 /* The device of the call's buffers (device layer), -1 for host memory; mixing is an
  * error. */
 static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, int *device) {
-    if (!rl_device()) {
-        /* Device memory all the same (a CUDA of the program's own, device.h): the host
-         * path would fault on it. */
-        const char *which = rl_dev_ptr_unserved(a->sendbuf) ? "sendbuf" : rl_dev_ptr_unserved(a->recvbuf) ? "recvbuf" : NULL;
-        if (which)
-            return rl_error(c, RINGLET_ERR_CUDA, "%s: %s is device memory, but ringlet has no device backend: %s",
-                            rl_op_name(a->kind), which, rl_device_unavailable());
-    }
+    /* With no backend, device memory all the same (a CUDA of the program's own, device.h):
+     * the host path would fault on it. */
+    int unserved = rl_dev_unserved_pair(a->sendbuf, a->recvbuf);
+    if (unserved)
+        return rl_error(c, RINGLET_ERR_CUDA, "%s: %s is device memory, but ringlet has no device backend: %s",
+                        rl_op_name(a->kind), unserved == 1 ? "sendbuf" : "recvbuf", rl_device_unavailable());
     int ds = rl_dev_ptr_device(a->sendbuf), dr = rl_dev_ptr_device(a->recvbuf);
     *device = ds >= 0 ? ds : dr;
     if (a->sendbuf && a->recvbuf && ds != dr)

@@ -19,8 +19,9 @@ static const rl_device_ops *on_device(const void *a, const void *b) {
 /* With no backend: a pointer that is device memory all the same (a CUDA of the
  * program's own, device.h) would fault in the host's copy; refused instead. */
 static ringlet_result_t refuse_unserved(const char *fn, const void *a, const void *b) {
-    const void *p = rl_dev_ptr_unserved(a) ? a : rl_dev_ptr_unserved(b) ? b : NULL;
-    if (!p) return RINGLET_SUCCESS;
+    int which = rl_dev_unserved_pair(a, b);
+    if (!which) return RINGLET_SUCCESS;
+    const void *p = which == 1 ? a : b;
     return rl_error(NULL, RINGLET_ERR_CUDA, "%s: %p is device memory, but ringlet has no device backend: %s", fn, p,
                     rl_device_unavailable());
 }

@@ -129,12 +129,16 @@ static void poll_then_sleep(struct ringlet_comm *c, unsigned gen, int ms, unsign
     rl_bell_wait(b, gen, ms, poll_for, &w);
 }
 
-/* Counted while in it (npolling): the progress thread leaves posted messages to a waiter
- * then (progress.c's watch_posted). */
+/* Counted while in it (npolling) when posted messages are watched: the progress thread
+ * leaves them to a waiter then (progress.c's watch_posted). Only then: two atomic
+ * read-modify-writes a wait cost an 8-byte all-reduce a few percent; a wait that began
+ * before the watch was armed is not counted, and the progress thread may poll beside it,
+ * which is safe. */
 static void wait_polled(struct ringlet_comm *c, unsigned gen, int ms, unsigned pause, int (*ready)(void *), void *arg) {
-    atomic_fetch_add(&c->npolling, 1);
+    int counted = atomic_load_explicit(&c->posted_watch, memory_order_relaxed);
+    if (counted) atomic_fetch_add(&c->npolling, 1);
     poll_then_sleep(c, gen, ms, pause, ready, arg);
-    atomic_fetch_sub(&c->npolling, 1);
+    if (counted) atomic_fetch_sub(&c->npolling, 1);
 }
 
 void rl_comm_wait_event(struct ringlet_comm *c, unsigned gen, int ms) { wait_polled(c, gen, ms, c->spin_pause, NULL, NULL); }

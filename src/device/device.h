@@ -182,6 +182,9 @@ int rl_dev_ptr_device(const void *p);
  * the sim backend (tests): taken for host memory, the host would touch it and fault. 0
  * while a backend runs (it classifies p: rl_dev_ptr_device). unserved.c. */
 int rl_dev_ptr_unserved(const void *p);
+/* The same for a call's two buffers, paying the look once: 1 when a is such memory, 2 when
+ * b is (and a not), 0 when neither or a backend runs. */
+int rl_dev_unserved_pair(const void *a, const void *b);
 /* Looks now whether the program has loaded a CUDA driver (a communicator's init: the
  * per-call look is rare, unserved.c says why). */
 void rl_dev_unserved_look(void);

@@ -8,8 +8,8 @@
  * cuPointerGetAttributes, found in the already loaded libcuda.so.1 (a program that never
  * loaded it has no device memory). Its answer costs a driver call, so it is asked only
  * while no backend runs, and only once a driver is loaded: looked for at every
- * communicator's init (rl_dev_unserved_look), at a thread's first call, and again every
- * RELOOK_CALLS of its calls until found (the program may start CUDA after its first
+ * communicator's init (rl_dev_unserved_look), at the first call, and again every
+ * RELOOK_CALLS calls until found (the program may start CUDA after its first
  * calls). A look is a dlopen that finds nothing: 14 us here, too dear for every call
  * (an 8-byte all-reduce over shared memory takes 0.4 us; so does a clock read per call
  * cost it 0.04 us).
@@ -37,7 +37,10 @@ typedef int (*ptr_attrs_fn)(unsigned int, int *, void **, unsigned long long);
 enum { RELOOK_CALLS = 1 << 16 };
 
 static _Atomic(ptr_attrs_fn) g_attrs;
-static _Thread_local unsigned t_until_look; /* this thread's calls before it looks again */
+/* Calls before the next look, for all threads: a load and a store, no read-modify-write
+ * (a count lost between threads only moves the next look; a thread-local count cost a
+ * call into the dynamic loader's TLS lookup, 0.02 us of an 8-byte all-reduce) */
+static atomic_uint g_until_look;
 
 static ptr_attrs_fn look(void) {
     ptr_attrs_fn f = NULL;
@@ -50,11 +53,12 @@ static ptr_attrs_fn look(void) {
 static ptr_attrs_fn driver(void) {
     ptr_attrs_fn f = atomic_load_explicit(&g_attrs, memory_order_acquire);
     if (f) return f;
-    if (t_until_look) {
-        t_until_look--;
+    unsigned left = atomic_load_explicit(&g_until_look, memory_order_relaxed);
+    if (left) {
+        atomic_store_explicit(&g_until_look, left - 1, memory_order_relaxed);
         return NULL;
     }
-    t_until_look = RELOOK_CALLS;
+    atomic_store_explicit(&g_until_look, RELOOK_CALLS, memory_order_relaxed);
     return look();
 }
 
@@ -62,10 +66,11 @@ void rl_dev_unserved_look(void) {
     if (!rl_device() && !atomic_load_explicit(&g_attrs, memory_order_acquire)) look();
 }
 
-int rl_dev_ptr_unserved(const void *p) {
-    if (!p || rl_device()) return 0;
-    if (sim_memory_seen() && sim_pointer_device(p) >= 0) return 1;
-    ptr_attrs_fn f = driver();
+/* p's verdict, with f the driver's call (NULL: none loaded) and sim whether simulated
+ * memory was ever made. */
+static int unserved(const void *p, ptr_attrs_fn f, int sim) {
+    if (!p) return 0;
+    if (sim && sim_pointer_device(p) >= 0) return 1;
     if (!f) return 0;
     /* The plural form succeeds on memory the driver does not know (type 0); the singular
      * fails there, and on a driver that was never initialised. */
@@ -74,4 +79,17 @@ int rl_dev_ptr_unserved(const void *p) {
     void *into[2] = {&type, &managed};
     /* managed memory is host-accessible: the host path reads it as CUDA allows */
     return f(2, what, into, (unsigned long long)(uintptr_t)p) == 0 && type == MEMORYTYPE_DEVICE && !managed;
+}
+
+int rl_dev_ptr_unserved(const void *p) {
+    if (!p || rl_device()) return 0;
+    return unserved(p, driver(), sim_memory_seen());
+}
+
+int rl_dev_unserved_pair(const void *a, const void *b) {
+    if (rl_device() || (!a && !b)) return 0;
+    ptr_attrs_fn f = driver(); /* once for both: the per-call cost is paid once */
+    int sim = sim_memory_seen();
+    if (!f && !sim) return 0;
+    return unserved(a, f, sim) ? 1 : unserved(b, f, sim) ? 2 : 0;
 }
