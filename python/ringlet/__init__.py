@@ -416,7 +416,10 @@ def init_from_env():
 
 def _exiting_on_error():
     """At exit: whether the program ends with an uncaught exception (sys.last_value is
-    set for it before atexit handlers run; not for sys.exit)."""
+    set for it before atexit handlers run; not for sys.exit). Not in an interactive session,
+    where it stays set after any error the user went on from."""
+    if hasattr(sys, "ps1") or sys.flags.interactive:
+        return False
     return getattr(sys, "last_value", None) is not None
 
 
@@ -427,7 +430,9 @@ def _at_exit():
         if _exiting_on_error():
             # a clean destroy would tell the peers this rank left in good order, and one
             # still waiting for it in a collective would wait out RINGLET_TIMEOUT: an abort
-            # makes it fail at once, naming this rank
+            # makes it fail at once, naming this rank. The communicator first: a DDP's close
+            # waits for its all-reduces in flight, which only an aborted communicator ends.
+            _lib.lib.ringlet_comm_abort(c._handle)
             c.abort()
             return
         try:

@@ -730,18 +730,21 @@ def abort_at_exit():
     once, naming it (a clean destroy, which the finalizers make, tells the peers this rank
     left in good order, and such a peer waited out the deadline); the finalizers then free
     them (a destroy after an abort waits for nobody)."""
-    if getattr(sys, "last_value", None) is None:  # set for an uncaught exception, not sys.exit
+    from . import _exiting_on_error
+    if not _exiting_on_error():
         return
     for ref in reversed(_live_groups):
         pg = ref()
         core = getattr(pg, "_core", None) if pg is not None else None
         if core is None:
             continue
-        for c in list(core.children):
-            c.abort()
         for h in core.holder:
             if h:
                 _L.ringlet_comm_abort(h)
+        for c in list(core.children):  # the communicator first: a DDP's close waits for its all-reduces
+            if c._handle:
+                _L.ringlet_comm_abort(c._handle)
+            c.abort()
 
 
 def _close_group(holder, completer_box, timeout_s, children=()):

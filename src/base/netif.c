@@ -47,7 +47,8 @@ int rl_netif_match(const char *spec, const char *ifname)
 
 enum select_mode {
     SELECT_SPEC,    /* by the user's spec */
-    SELECT_DEFAULT, /* not docker*, not lo*, not loopback */
+    SELECT_DEFAULT, /* not docker*, not lo*, not loopback, with a carrier (IFF_RUNNING) */
+    SELECT_DEFAULT_ANY, /* the same without a carrier (when none has one) */
     SELECT_LOOP     /* loopback only (fallback of the default policy) */
 };
 
@@ -80,6 +81,8 @@ static int selected(const struct ifaddrs *ifa, const char *spec, enum select_mod
          * deadline; RINGLET_SOCKET_IFNAME still takes any interface it names */
         if (!(ifa->ifa_flags & IFF_RUNNING))
             return 0;
+        return !ifa_is_loopback(ifa) && rl_netif_match("^docker,lo", ifa->ifa_name);
+    case SELECT_DEFAULT_ANY:
         return !ifa_is_loopback(ifa) && rl_netif_match("^docker,lo", ifa->ifa_name);
     case SELECT_LOOP:
         return ifa_is_loopback(ifa);
@@ -146,6 +149,8 @@ int rl_netif_list(const char *spec, struct rl_netif *out, int max)
         n = list_mode(list, spec, SELECT_SPEC, out, max);
     } else {
         n = list_mode(list, NULL, SELECT_DEFAULT, out, max);
+        if (n == 0) /* a system that never says IFF_RUNNING: better than loopback */
+            n = list_mode(list, NULL, SELECT_DEFAULT_ANY, out, max);
         if (n == 0)
             n = list_mode(list, NULL, SELECT_LOOP, out, max);
     }

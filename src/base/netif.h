@@ -45,8 +45,8 @@ int rl_netif_match(const char *spec, const char *ifname);
  *
  * Selection: by spec when spec is non-NULL and non-empty (loopback included if the
  * spec selects it). Otherwise the default policy: skip names starting with "docker"
- * or "lo", loopback interfaces and interfaces without a carrier (not IFF_RUNNING); if
- * that leaves no address, fall back to the loopback
+ * or "lo", loopback interfaces and interfaces without a carrier (not IFF_RUNNING, unless
+ * none has one); if that leaves no address, fall back to the loopback
  * interfaces' addresses (single-host runs on a machine with no other network). */
 int rl_netif_list(const char *spec, struct rl_netif *out, int max);
 

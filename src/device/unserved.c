@@ -8,15 +8,16 @@
  * cuPointerGetAttributes, found in the already loaded libcuda.so.1 (a program that never
  * loaded it has no device memory). Its answer costs a driver call, so it is asked only
  * while no backend runs, and only once a driver is loaded: looked for at every
- * communicator's init (rl_dev_unserved_look), at the first call, and again every
- * RELOOK_CALLS calls until found (the program may start CUDA after its first
- * calls). A look is a dlopen that finds nothing: 14 us here, too dear for every call
- * (an 8-byte all-reduce over shared memory takes 0.4 us; so does a clock read per call
- * cost it 0.04 us).
+ * communicator's init (rl_dev_unserved_look), at the first call, and again at most every
+ * 100 ms (the clock read every 64 calls) until found: the program may start CUDA after
+ * its first calls. A look is a dlopen that finds nothing: 14 us here, too dear for every
+ * call (an 8-byte all-reduce over shared memory takes 0.4 us; a clock read per call cost
+ * it 0.04 us).
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "device.h"
 #include "simgpu.h"
@@ -34,13 +35,14 @@ _Static_assert((int)ATTR_MEMORY_TYPE == (int)CU_POINTER_ATTRIBUTE_MEMORY_TYPE &&
 /* CUresult cuPointerGetAttributes(unsigned int, CUpointer_attribute *, void **, CUdeviceptr) */
 typedef int (*ptr_attrs_fn)(unsigned int, int *, void **, unsigned long long);
 
-enum { RELOOK_CALLS = 1 << 16 };
+enum { CLOCK_EVERY = 64, RELOOK_NS = 100000000 }; /* a clock read every 64 calls, a look every 100 ms */
 
 static _Atomic(ptr_attrs_fn) g_attrs;
-/* Calls before the next look, for all threads: a load and a store, no read-modify-write
- * (a count lost between threads only moves the next look; a thread-local count cost a
- * call into the dynamic loader's TLS lookup, 0.02 us of an 8-byte all-reduce) */
-static atomic_uint g_until_look;
+/* Calls counted for all threads by a load and a store, no read-modify-write (a count lost
+ * between threads only moves the next clock read; a thread-local count cost a call into
+ * the dynamic loader's TLS lookup, 0.02 us of an 8-byte all-reduce) */
+static atomic_uint g_calls;
+static atomic_llong g_next_look_ns; /* CLOCK_MONOTONIC_COARSE; 0: look at the next clock read */
 
 static ptr_attrs_fn look(void) {
     ptr_attrs_fn f = NULL;
@@ -53,12 +55,14 @@ static ptr_attrs_fn look(void) {
 static ptr_attrs_fn driver(void) {
     ptr_attrs_fn f = atomic_load_explicit(&g_attrs, memory_order_acquire);
     if (f) return f;
-    unsigned left = atomic_load_explicit(&g_until_look, memory_order_relaxed);
-    if (left) {
-        atomic_store_explicit(&g_until_look, left - 1, memory_order_relaxed);
-        return NULL;
-    }
-    atomic_store_explicit(&g_until_look, RELOOK_CALLS, memory_order_relaxed);
+    unsigned n = atomic_load_explicit(&g_calls, memory_order_relaxed);
+    atomic_store_explicit(&g_calls, n + 1, memory_order_relaxed);
+    if (n % CLOCK_EVERY) return NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    long long now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    if (now < atomic_load_explicit(&g_next_look_ns, memory_order_relaxed)) return NULL;
+    atomic_store_explicit(&g_next_look_ns, now + RELOOK_NS, memory_order_relaxed);
     return look();
 }
 

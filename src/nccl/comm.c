@@ -839,7 +839,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
     ncclResult_t entered = shim_enter(comm, "ncclCommGetAsyncError");
-    if (entered) return entered;
+    if (entered) {
+        /* an abort under way (from another thread): said as the communicator's error, as a
+         * poller of it (PyTorch's watchdog) expects, rather than as this call's failure */
+        if (comm->magic == SHIM_MAGIC && shim_fork_generation() == comm->fork_gen) {
+            *asyncError = entered;
+            return ncclSuccess;
+        }
+        return entered;
+    }
     if (!atomic_load(&comm->init_done)) {
         *asyncError = ncclInProgress;
         shim_leave(comm);
