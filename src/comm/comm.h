@@ -239,7 +239,7 @@ struct ringlet_comm {
      * communicator: the progress thread moves them while no thread of this one waits
      * (progress.c's watch_posted; set by rl_comm_watch_posted, cleared when none is left). */
     atomic_int posted_watch;
-    atomic_int npolling; /* threads inside a wait of this communicator (wait.c): they poll */
+    atomic_int npolling; /* threads inside a wait begun while posted_watch was set (wait.c): they poll */
     int q_bell;          /* the progress thread sleeps on the bell, not q_cv (watch_posted; q_mu) */
     double watch_at;     /* progress thread only: when watch_posted first polls (0: not armed) */
     int inline_ok; /* RINGLET_INLINE (default 1): blocking host calls may run on the caller */

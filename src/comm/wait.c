@@ -8,8 +8,7 @@
 #include "doorbell.h"
 #include "util.h"
 
-/* For rl_bell_wait: anything to do now (moved, or device work to poll) means no sleep. */
-static int comm_poll(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
+int rl_comm_poll_moved(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
 
 /* What a wait also looks at, besides the transports: ready (may be NULL) says whether
  * what it waits for is there, read in place (the board). */
@@ -21,7 +20,7 @@ typedef struct {
 
 static int poll_for(void *arg) {
     wait_for *w = arg;
-    if (!w->ready) return comm_poll(w->c);
+    if (!w->ready) return rl_comm_poll_moved(w->c);
     rl_comm_progress(w->c); /* this rank's posted messages still move (wait_polled says why) */
     return w->ready(w->arg);
 }

@@ -58,5 +58,9 @@ void rl_comm_set_inline(int on);
  * moved, | RL_PROGRESS_BUSY if one of them has device work under way that no peer will
  * announce (its completion is only seen by polling again soon). */
 int rl_comm_progress(struct ringlet_comm *c);
+/* For rl_bell_wait's poll (c: the communicator): rl_comm_progress, non-zero when it moved
+ * something or has device work to look at again, so that the caller does not sleep. Peers
+ * ring only a sleeper: what they moved before the caller counted itself one is found here. */
+int rl_comm_poll_moved(void *c);
 
 #endif

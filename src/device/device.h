@@ -177,13 +177,11 @@ const rl_device_ops *rl_device(void);
 const char *rl_device_unavailable(void);
 /* The device of p, or -1 (also when there is no backend). */
 int rl_dev_ptr_device(const void *p);
-/* With no backend (rl_device() NULL): whether p is device memory all the same, of a CUDA
- * the program itself runs (a driver it loaded knows p), or simulated memory made without
- * the sim backend (tests): taken for host memory, the host would touch it and fault. 0
- * while a backend runs (it classifies p: rl_dev_ptr_device). unserved.c. */
-int rl_dev_ptr_unserved(const void *p);
-/* The same for a call's two buffers, paying the look once: 1 when a is such memory, 2 when
- * b is (and a not), 0 when neither or a backend runs. */
+/* With no backend (rl_device() NULL): whether a call's buffers a and b (either may be
+ * NULL) are device memory all the same, of a CUDA the program itself runs (a driver it
+ * loaded knows them), or simulated memory made without the sim backend (tests): taken for
+ * host memory, the host would touch them and fault. 1 when a is, 2 when b is (and a not),
+ * 0 when neither or a backend runs (it classifies them: rl_dev_ptr_device). unserved.c. */
 int rl_dev_unserved_pair(const void *a, const void *b);
 /* Looks now whether the program has loaded a CUDA driver (a communicator's init: the
  * per-call look is rare, unserved.c says why). */

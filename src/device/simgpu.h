@@ -69,7 +69,7 @@ enum { SIM_MEM_DEVICE = 0, SIM_MEM_PINNED = 1, SIM_MEM_PAGEABLE = 2, SIM_MEM_BAD
 int sim_translate(const void *p, size_t bytes, void **eng, char *why, size_t whylen);
 int sim_pointer_device(const void *p);
 /* Whether this process ever made simulated memory (cheap: asked on every call's buffers
- * when no backend runs, rl_dev_ptr_unserved). */
+ * when no backend runs, rl_dev_unserved_pair). */
 int sim_memory_seen(void);
 int sim_pointer_host_mapped(const void *p);
 /* The device whose memory (or context) p is when a kernel on device dev may not touch it,

@@ -1,4 +1,4 @@
-/* Device memory that no backend of this process serves (device.h, rl_dev_ptr_unserved).
+/* Device memory that no backend of this process serves (device.h, rl_dev_unserved_pair).
  *
  * A program can run CUDA of its own while ringlet's backend cannot: ringlet's runtime,
  * linked statically, needs a newer driver than the program's (cudaErrorInsufficientDriver
@@ -83,11 +83,6 @@ static int unserved(const void *p, ptr_attrs_fn f, int sim) {
     void *into[2] = {&type, &managed};
     /* managed memory is host-accessible: the host path reads it as CUDA allows */
     return f(2, what, into, (unsigned long long)(uintptr_t)p) == 0 && type == MEMORYTYPE_DEVICE && !managed;
-}
-
-int rl_dev_ptr_unserved(const void *p) {
-    if (!p || rl_device()) return 0;
-    return unserved(p, driver(), sim_memory_seen());
 }
 
 int rl_dev_unserved_pair(const void *a, const void *b) {

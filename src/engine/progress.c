@@ -79,10 +79,6 @@ static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct
  * bell the peers ring as they move data; the queue stays free meanwhile (a call runs on
  * its caller's thread, and rl_comm_enqueue rings the bell). Disarmed once nothing posted
  * is left. */
-/* For rl_bell_wait: a peer rings only a sleeper (rl_bell_ring_sleeper), so what it moved
- * between this thread's poll and its counting itself a sleeper is looked for once more. */
-static int watch_poll(void *c) { return (rl_comm_progress(c) & (RL_PROGRESS_MOVED | RL_PROGRESS_BUSY)) != 0; }
-
 static void watch_posted(struct ringlet_comm *c) {
     double now = rl_now();
     if (c->watch_at == 0) c->watch_at = now + RL_PARK_POLL_MS * 1e-3;
@@ -101,7 +97,7 @@ static void watch_posted(struct ringlet_comm *c) {
     if (left) {
         atomic_store(&c->posted_watch, 1);
         /* device copies under way end unannounced: look again soon */
-        if (!(p & RL_PROGRESS_MOVED)) rl_bell_wait(b, gen, p & RL_PROGRESS_BUSY ? 1 : RL_PARK_POLL_MS, watch_poll, c);
+        if (!(p & RL_PROGRESS_MOVED)) rl_bell_wait(b, gen, p & RL_PROGRESS_BUSY ? 1 : RL_PARK_POLL_MS, rl_comm_poll_moved, c);
     }
     pthread_mutex_lock(&c->q_mu);
     c->q_bell = 0;
