@@ -363,10 +363,13 @@ class Communicator:
             self._check_rc_after(_lib.lib.ringlet_comm_destroy(h), "destroy")
 
     def abort(self):
+        """Stops every operation at once (ringlet_comm_abort): the communicator first, then
+        the DDP objects made on it, whose close waits for their all-reduces in flight, which
+        only an aborted communicator ends at once."""
         if self._handle:
+            _lib.lib.ringlet_comm_abort(self._handle)
             self._close_ddps()
-            h, self._handle = self._handle, None
-            _lib.lib.ringlet_comm_abort(h)
+            self._handle = None
 
     def _check_rc_after(self, rc, what):
         if rc:
@@ -430,9 +433,7 @@ def _at_exit():
         if _exiting_on_error():
             # a clean destroy would tell the peers this rank left in good order, and one
             # still waiting for it in a collective would wait out RINGLET_TIMEOUT: an abort
-            # makes it fail at once, naming this rank. The communicator first: a DDP's close
-            # waits for its all-reduces in flight, which only an aborted communicator ends.
-            _lib.lib.ringlet_comm_abort(c._handle)
+            # makes it fail at once, naming this rank
             c.abort()
             return
         try:

@@ -741,9 +741,7 @@ def abort_at_exit():
         for h in core.holder:
             if h:
                 _L.ringlet_comm_abort(h)
-        for c in list(core.children):  # the communicator first: a DDP's close waits for its all-reduces
-            if c._handle:
-                _L.ringlet_comm_abort(c._handle)
+        for c in list(core.children):
             c.abort()
 
 
