@@ -159,16 +159,20 @@ static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
     return 1;
 }
 
-/* A mapping that failed: the sender fails too; whose failure it is. */
-static ringlet_result_t map_failed(ipc_conn *k, int fifo_mismatch) {
-    atomic_store(&k->ctl->fifo.mismatch, 1);
+/* A mapping of the sender's slots that failed (fifo_mismatch: for their count or size):
+ * the sender is told, and fails too. */
+static void refuse_sender(ipc_conn *k, int fifo_mismatch) {
+    atomic_store(&k->ctl->fifo.mismatch, fifo_mismatch ? RL_FIFO_REFUSED_SLOTS : RL_FIFO_REFUSED_MAP);
     ring_peer(k);
-    if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
-    /* A sender that died after it connected takes its memory with it: that is the peer's
-     * failure (REMOTE: the monitor then names it), not a mapping problem. A process being
-     * killed loses its memory before it is gone: give it a second to be. */
+}
+
+/* Whose failure a failed mapping is: a sender that died after it connected takes its
+ * memory with it, which is the peer's failure (REMOTE: the monitor then names it), not a
+ * mapping problem. A process being killed loses its memory before it is gone, so the
+ * callers give it a second to be (MAP_BLAME_S). */
+#define MAP_BLAME_S 1.0
+static ringlet_result_t map_blame(const ipc_conn *k) {
     ipc_proc sender = {k->ctl->sender_pid, k->ctl->sender_pidns};
-    for (double until = rl_now() + 1.0; !process_gone(sender) && rl_now() < until;) rl_sleep_ms(10);
     return process_gone(sender) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
 }
 
@@ -202,14 +206,18 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     if (st == RL_FIFO_CLOSED) return RINGLET_SUCCESS;
     char why[RL_ERR_MAX] = "";
     if (rl_dev_quiet_begin(x->in.timeout_s, "mapping a cuda_ipc peer's slots") != RL_DEV_OK) {
-        snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %s", k->peer, rl_dev_error());
+        snprintf(err, RL_ERR_MAX, "over cuda_ipc: %s", rl_dev_error());
         return RINGLET_ERR_CUDA;
     }
     int ok = map_sender(k, 0, why, sizeof why);
     rl_dev_quiet_end();
     if (ok) return RINGLET_SUCCESS;
-    snprintf(err, RL_ERR_MAX, "receiving from rank %d over cuda_ipc: %.200s", k->peer, why);
-    return map_failed(k, !check_fifo(k, why, sizeof why));
+    snprintf(err, RL_ERR_MAX, "over cuda_ipc: %.220s", why);
+    int fifo_mismatch = !check_fifo(k, why, sizeof why);
+    refuse_sender(k, fifo_mismatch);
+    if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
+    for (double until = rl_now() + MAP_BLAME_S; map_blame(k) != RINGLET_ERR_REMOTE && rl_now() < until;) rl_sleep_ms(10);
+    return map_blame(k);
 }
 
 /* Receiver, from progress (the context's lock held): the sender's slots. Made ready before
@@ -218,6 +226,13 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
  * 0: not yet. */
 static int attach(ipc_conn *k) {
     if (k->slots) return 1;
+    if (k->blame_until) { /* a mapping failed: whose failure it is, decided without waiting under the lock */
+        ringlet_result_t code = map_blame(k);
+        if (code == RINGLET_ERR_CUDA && rl_now() < k->blame_until) return 0;
+        k->blame_until = 0; /* a later operation tries again */
+        rl_ipc_fail(k, code, k->blame_why);
+        return 0;
+    }
     int st = atomic_load_explicit(&k->ctl->fifo.sender, memory_order_acquire);
     if (st != RL_FIFO_OPEN) {
         if (st == RL_FIFO_CLOSED) rl_ipc_fail(k, RINGLET_ERR_REMOTE, "the peer closed the connection");
@@ -227,8 +242,16 @@ static int attach(ipc_conn *k) {
     char why[RL_ERR_MAX] = "";
     int ok = map_sender(k, 1, why, sizeof why);
     rl_dev_quiet_end();
-    if (!ok) rl_ipc_fail(k, map_failed(k, !check_fifo(k, why, sizeof why)), why);
-    return ok;
+    if (ok) return 1;
+    int fifo_mismatch = !check_fifo(k, why, sizeof why);
+    refuse_sender(k, fifo_mismatch);
+    if (fifo_mismatch) rl_ipc_fail(k, RINGLET_ERR_INVALID_USAGE, why);
+    else if (map_blame(k) == RINGLET_ERR_REMOTE) rl_ipc_fail(k, RINGLET_ERR_REMOTE, why);
+    else {
+        k->blame_until = rl_now() + MAP_BLAME_S;
+        snprintf(k->blame_why, sizeof k->blame_why, "%s", why);
+    }
+    return 0;
 }
 
 /* Receiver: a posted receive still needs a piece it has not taken. */

@@ -117,6 +117,8 @@ typedef struct ipc_conn {
     size_t ctl_map_len;
     char *slots;   /* sender: its own slots; receiver: the sender's, imported (NULL until then) */
     int unmap_kept; /* receiver: a mapping of them that failed to set up is still to be unmapped */
+    double blame_until;           /* receiver, progress: a mapping of them failed; until when it may yet */
+    char blame_why[RL_ERR_MAX];   /* be the sender's death (cuda_ipc.c, attach), and why it failed */
     uint32_t nslots;
     uint64_t slot_bytes;
     rl_dev_stream_t stream;

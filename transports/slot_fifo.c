@@ -16,7 +16,16 @@ void rl_fifo_init(rl_fifo *f, rl_fifo_ctl *ctl, void *recs, size_t rec_stride, u
 }
 
 const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code) {
-    if (atomic_load(&f->ctl->mismatch)) {
+    switch (atomic_load(&f->ctl->mismatch)) {
+    case 0: break;
+    case RL_FIFO_REFUSED_SLOTS:
+        *code = RINGLET_ERR_INVALID_USAGE;
+        return "the receiver's cuda_ipc slots differ from this rank's in count or size (RINGLET_CUDA_IPC_NSLOTS / "
+               "_SLOT_SIZE must be the same on every rank)";
+    case RL_FIFO_REFUSED_MAP:
+        *code = RINGLET_ERR_CUDA;
+        return "the receiver could not map this rank's cuda_ipc slots (its error says why)";
+    default:
         *code = RINGLET_ERR_INVALID_USAGE;
         return "the receiver posted a receive of another length";
     }
@@ -28,7 +37,7 @@ const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code) {
 }
 
 void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, char *why, size_t n) {
-    atomic_store(&f->ctl->mismatch, 1);
+    atomic_store(&f->ctl->mismatch, RL_FIFO_REFUSED_LENGTH);
     snprintf(why, n, "length mismatch: the peer sent %llu bytes, the receive was posted for %zu",
              (unsigned long long)msg_len, len);
 }

@@ -31,12 +31,17 @@
 /* A side of the FIFO (rl_fifo_ctl.sender, .receiver). */
 enum { RL_FIFO_NONE = 0, RL_FIFO_OPEN = 1, RL_FIFO_CLOSED = 2 };
 
+/* Why the receiver refused the sender (rl_fifo_ctl.mismatch; 0: it did not): a receive of
+ * another length; the sender's slots, which it could not map (cuda_ipc): their count or
+ * size differs from its own, or the mapping failed. */
+enum { RL_FIFO_REFUSED_LENGTH = 1, RL_FIFO_REFUSED_SLOTS = 2, RL_FIFO_REFUSED_MAP = 3 };
+
 /* In shared host memory, at the start of the transport's own control block. */
 typedef struct rl_fifo_ctl {
     _Alignas(64) atomic_ullong tail; /* receiver: pieces whose slots the sender may reuse */
     _Alignas(64) atomic_int sender;  /* RL_FIFO_*: OPEN once the sender's fields are written */
     atomic_int receiver;
-    atomic_int mismatch; /* the receiver saw a length mismatch: the sender fails too */
+    atomic_int mismatch; /* RL_FIFO_REFUSED_*: the receiver refused the sender, which fails too */
 } rl_fifo_ctl;
 
 /* One slot's record, in shared host memory (shm: the slot's own header, so that a small
@@ -86,7 +91,7 @@ static inline size_t rl_fifo_piece_len(const rl_fifo *f, size_t len, size_t off)
 
 /* ---- sender ---- */
 
-/* Why nothing more may be sent (the receiver saw a length mismatch, or closed), with the
+/* Why nothing more may be sent (the receiver refused this sender, or closed), with the
  * result code in *code; NULL while the FIFO is usable. */
 const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code);
 

@@ -152,7 +152,14 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     /* Held from before the failure wakes the calls: a thread whose call it ends may
      * destroy at once, and that destroy must wait for this teardown. */
     pthread_mutex_lock(&c->close_mu);
-    rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
+    /* The peers read this as the rank's reason (monitor.c): its last error is most often
+     * why the application aborts, so they say it too. */
+    char last[RL_MSG_MAX];
+    snprintf(last, sizeof last, "%s", ringlet_comm_last_error(c));
+    if (last[0])
+        rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank (its last error: %s)", last);
+    else
+        rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
     comm_close_locked(c, 0);
     pthread_mutex_unlock(&c->close_mu);
     return RINGLET_SUCCESS;

@@ -42,7 +42,7 @@
 #define MON_MAGIC 0x314d4c52u    /* "RLM1" */
 
 enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6, MON_WHY = 7 };
-#define MON_WHY_MAX 240 /* bytes of a failure's reason that travel (MON_WHY: len, then the text) */
+#define MON_WHY_MAX 360 /* bytes of a failure's reason that travel (MON_WHY: len, then the text) */
 
 struct mon_frame {
     uint32_t magic;

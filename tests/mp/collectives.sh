@@ -291,6 +291,26 @@ one_way_ipc() {
         tail -n 20 "$TMP/out" "$TMP/err"
     fi
 }
+# CUDA IPC slots of another count on rank 1 (RINGLET_CUDA_IPC_NSLOTS=3, rank 0 the default):
+# rank 1's receive fails naming the setting, and rank 0, whose peer then aborts, must name it
+# too (the aborting rank's last error travels with its abort), not only "rank 1 aborted".
+ipc_slots_differ() {
+    local t rc n0
+    t=$(now_ms)
+    RINGLET_DEVICE=sim RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 180 sh -c \
+        '[ "$RANK" = 1 ] && export RINGLET_CUDA_IPC_NSLOTS=3; exec "$0" --seed 1 --memory device --max-count 1007 --quick --colls broadcast' \
+        "$PROG" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    n0=$(cat "$TMP/out" "$TMP/err" | grep '^\[0\]' | grep -c "RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank")
+    if [ "$rc" != 0 ] && [ "$n0" -gt 0 ] && ! grep -q "did not connect" "$TMP/out" "$TMP/err"; then
+        echo "ok:   ipc sim P=2, CUDA IPC slots differ (rank 1 RINGLET_CUDA_IPC_NSLOTS=3): rank 0 names it too," \
+            "$(($(now_ms) - t)) ms"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: ipc sim P=2, CUDA IPC slots differ: exit status $rc, $n0 of rank 0's lines name the setting"
+        tail -n 20 "$TMP/out" "$TMP/err"
+    fi
+}
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
         for tr in $TRANSPORTS; do run_plan "$tr" "" "" "$PLAN"; done
@@ -301,8 +321,10 @@ for mem in $MEMORY; do
         if [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ]; then
             for tr in $TRANSPORTS; do run_plan "$tr" "RINGLET_DEVICE=$DEVICE" "" "$MIXPLAN"; done
         fi
-        [ "$DEVICE" = sim ] && [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ] &&
+        if [ "$DEVICE" = sim ] && [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ]; then
             one_way_ipc
+            ipc_slots_differ
+        fi
     fi
 done
 dt=$(($(now_ms) - t_all))
