@@ -251,6 +251,21 @@ def _find_tensors(obj):
     return []
 
 
+# The code through which autograd runs a Python Function's backward: a backward's end
+# that finds it on its stack is that of a backward run inside that Function's.
+_FUNCTION_BACKWARD = getattr(getattr(getattr(torch.autograd.function, "BackwardCFunction", None), "apply", None),
+                             "__code__", None)
+
+
+def _inside_function_backward():
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _FUNCTION_BACKWARD:
+            return True
+        f = f.f_back
+    return False
+
+
 def _inputs_to(obj, device):
     """obj with every tensor in it on device (lists, tuples, named tuples and dicts walked)."""
     if isinstance(obj, torch.Tensor):
@@ -665,8 +680,22 @@ class DistributedDataParallel(torch.nn.Module):
     def _queue_callback(self):
         if not self._callback_queued:
             self._callback_queued = True
-            self._first_hook_time = time.monotonic()
+            if self._first_hook_time is None:
+                self._first_hook_time = time.monotonic()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _inner_backward_end(self):
+        """Whether this end of a backward is that of one run inside another's Function
+        (torch.utils.checkpoint's reentrant mode, torch 1.13's default, runs its segment's
+        backward so), with parameters still to come from the outer one: the callback,
+        queued by a hook of the inner backward, runs at the inner one's end. It is then
+        queued again by the next hook, in the outer backward. torch's DDP queues it when
+        the last bucket is ready instead, which would move ringlet's error for a
+        parameter that never got a gradient from backward to the next forward."""
+        if all(r or j in self._unused for j, r in enumerate(self._ready)) or not _inside_function_backward():
+            return False
+        self._callback_queued = False
+        return True
 
     def _grad_ptr(self, i, unused=False):
         """Where parameter i's gradient is (None: it has none), after putting it in place.
@@ -727,11 +756,15 @@ class DistributedDataParallel(torch.nn.Module):
         if rc and i in self._unused:
             raise self._err(rc, "backward: parameter %s got a gradient although the forward's output does not "
                             "depend on it (find_unused_parameters counted it as unused; is it used in the loss "
-                            "outside the module's forward?)" % self._param_names[i])
+                            "outside the module's forward, or inside a reentrant torch.utils.checkpoint, whose "
+                            "segment the output's graph does not show? use_reentrant=False shows it)"
+                            % self._param_names[i])
         self._check(rc, "backward")
 
     def _finish(self):
         """End of backward (autograd engine callback)."""
+        if self._inner_backward_end():
+            return
         with self._on_device():  # a rebuild makes new buckets
             self._finish_here()
 
@@ -757,6 +790,7 @@ class DistributedDataParallel(torch.nn.Module):
         rc = _lib.lib.ringlet_ddp_finish(h)
         self._current_waits_ddp_stream()  # the write-backs are on the DDP's stream: the optimizer's waits
         self.backward_hook_times = (self._first_hook_time, time.monotonic())
+        self._first_hook_time = None
         st = _lib.DDPStats()
         if _lib.lib.ringlet_ddp_stats(h, ctypes.byref(st)) == 0 and st.bucket_rebuilds != self._rebuilds:
             self._rebuilds = st.bucket_rebuilds

@@ -33,6 +33,8 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             zeros, on every rank (with and without bucket views)
   rewrap    the module wrapped again without close(): the new wrapper trains, the
             gradients are the average
+  checkpoint  torch.utils.checkpoint (reentrant) on later layers: the gradients are the
+            average (the end of the backward run inside the checkpoint's is not the end)
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
@@ -47,6 +49,7 @@ from ddp_common import skip_unless_torch  # noqa: E402
 
 skip_unless_torch()
 import torch  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402
 
 import ringlet  # noqa: E402
 from ringlet.torch import DistributedDataParallel as RingletDDP  # noqa: E402
@@ -413,6 +416,47 @@ def main():
             want /= world
             good &= p.grad is not None and torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6)
         check(rank, case, good, "the second wrapper's gradients are the average")
+    except Exception as e:
+        check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
+    ddp.close()
+
+    # checkpoint: torch.utils.checkpoint (reentrant, torch 1.13's default) on the middle and
+    # the last layers: their gradients come from a backward run inside the outer one, whose
+    # end must not end the DDP's backward (the first layer's gradient comes after it)
+    case = "checkpoint"
+    torch.manual_seed(23)
+    layers = torch.nn.ModuleList([torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)])
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = layers
+
+        def forward(self, x):
+            h = torch.relu(self.layers[0](x))
+            h = torch.utils.checkpoint.checkpoint(lambda t: torch.relu(self.layers[1](t)), h)
+            return torch.utils.checkpoint.checkpoint(self.layers[2], h)
+
+    net = Checkpointed()
+    xin = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    ddp = RingletDDP(net, bucket_cap_mb=300 / 2 ** 20)  # a bucket per layer or so
+    try:
+        for it in range(2):
+            net.zero_grad(set_to_none=True)
+            ddp(xin).sum().backward()
+            ref = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                      torch.nn.Linear(8, 2))
+            for k, j in ((0, 0), (2, 1), (4, 2)):
+                ref[k].load_state_dict(layers[j].state_dict())
+            ref(xin).sum().backward()
+            good = True
+            for j, k in ((0, 0), (1, 2), (2, 4)):
+                for p, q in zip(layers[j].parameters(), ref[k].parameters()):
+                    want = q.grad.clone()
+                    ringlet.all_reduce(want)
+                    want /= world
+                    good &= p.grad is not None and torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6)
+            check(rank, case, good, "iteration %d: every layer's gradient is the average" % it)
     except Exception as e:
         check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
     ddp.close()
