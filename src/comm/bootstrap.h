@@ -31,6 +31,9 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean);
  * Here with the checks of what arrives, so that tests/fuzz/ runs the code that
  * rl_boot_exchange runs. */
 #define RL_BOOT_MAGIC 0x31424c52u /* "RLB1" */
+/* In place of a table head: rank 0 let this connection go for others waiting (it had said
+ * nothing yet): the rank connects again. Not authenticated: a forged one costs a retry. */
+#define RL_BOOT_BUSY 0x59534252u /* "RBSY" */
 
 typedef struct rl_boot_challenge {
     uint32_t magic;
