@@ -3,7 +3,8 @@
  * The one public header. C11, C ABI, no CUDA types: a CUDA stream is passed as an
  * opaque `void *stream` (NULL = host buffers: a blocking call runs on the caller's thread
  * when the communicator is idle (RINGLET_INLINE=0: never), else on its progress thread, and
- * returns when the result is in place; a non-blocking one on the progress thread). A call with
+ * returns when the result is in place; a non-blocking one on the progress thread, but a host
+ * send or receive is posted on the caller's thread when the communicator is idle). A call with
  * a stream starts after the stream's earlier work and returns once its operation is done;
  * with RINGLET_STREAM_HOLD=memop|kernel it returns at once and the stream waits for it
  * (README.md, "Holding streams").
@@ -33,9 +34,10 @@ typedef enum {
     RINGLET_ERR_SYSTEM = 2,           /* a system call failed (socket, memory, ...) */
     RINGLET_ERR_INTERNAL = 3,         /* a bug in ringlet */
     RINGLET_ERR_INVALID_ARGUMENT = 4, /* null pointer, bad dtype/op, rank out of range, size overflow */
-    RINGLET_ERR_INVALID_USAGE = 5,    /* a call the communicator's state does not allow (aborted, failed, a
-                                         forked child's) */
-    RINGLET_ERR_REMOTE = 6,           /* a peer failed or closed its connection */
+    RINGLET_ERR_INVALID_USAGE = 5,    /* a call the communicator's state does not allow (aborted, a forked
+                                         child's) */
+    RINGLET_ERR_REMOTE = 6,           /* a peer failed or closed its connection (later calls on a failed
+                                         communicator return the code it failed with) */
     RINGLET_IN_PROGRESS = 7,          /* a non-blocking operation is not finished yet */
     RINGLET_ERR_TIMEOUT = 8,          /* a deadline (RINGLET_TIMEOUT) passed */
     RINGLET_NUM_RESULTS = 9

@@ -2,7 +2,7 @@
 
     import ringlet
     ringlet.init_from_env()              # torchrun / ringlet-run / srun / mpirun variables
-    ringlet.all_reduce(tensor)           # in place, sum; CPU torch tensors or numpy arrays
+    ringlet.all_reduce(tensor)           # in place, sum; torch tensors (CPU, CUDA) or numpy arrays
     ringlet.broadcast(tensor, src=0)
     work = ringlet.all_reduce(t, op="avg", async_op=True); work.wait()
 

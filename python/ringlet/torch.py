@@ -44,7 +44,8 @@ stream sees the reduced gradients without any host synchronisation in between. C
 into ringlet run with the module's device current (torch.cuda.set_device is not needed).
 Several ranks may share one GPU.
 
-Launch with `ringlet-run -n 4 python3 train.py` or `torchrun --nproc-per-node 4 train.py`.
+Launch with `ringlet-run -n 4 python3 train.py` or `torchrun --nproc_per_node 4 train.py` (torch 1.13 on
+Python 3.11: add `--redirects 2 --tee 2`; README, "DDP and PyTorch").
 Works with the PyTorch 1.13 of Debian (CPU) and PyTorch 2.x (CPU and CUDA).
 """
 import contextlib
