@@ -135,7 +135,8 @@ else
     diff "$TMP/want" "$TMP/lines" >/dev/null || { fail "results.txt's step lines:"; cat "$R"; }
     grep -q '^FAIL selftest-hang .*timed out after 3s' "$R" || fail "results.txt does not say selftest-hang timed out"
     took=$(sed -n 's/^FAIL selftest-hang *\([0-9]*\)s of .*/\1/p' "$R")
-    [ -n "$took" ] && [ "$took" -le 3 ] || fail "selftest-hang took '${took}' s, more than its 3 s budget"
+    # whole seconds (run.sh's $SECONDS), and the failure's report after the stop: 2 s of slack
+    [ -n "$took" ] && [ "$took" -le 5 ] || fail "selftest-hang took '${took}' s, more than its 3 s budget and 2 s"
     grep -q '^SKIP preflight .*no GPU' "$R" || fail "results.txt does not say why preflight skipped"
     grep -q '| selftest-hang: sleeping past the budget' "$R" || fail "results.txt lacks the tail of selftest-hang's log"
     last=$(tail -n 1 "$R")

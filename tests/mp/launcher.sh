@@ -28,9 +28,10 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 pass() { echo "ok:   $*"; }
 # the launcher under a watchdog, so that a launcher that hangs fails the test (137) instead of hanging it
+# (60 s: only a hang, never a slow sanitizer build, reaches it)
 L() {
     if command -v timeout >/dev/null 2>&1; then
-        timeout -s KILL 20 "$RUN" "$@"
+        timeout -s KILL 60 "$RUN" "$@"
     else
         "$RUN" "$@"
     fi

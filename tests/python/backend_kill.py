@@ -11,7 +11,7 @@ or about to enter them, when it dies. Each survivor prints
 comes within the timeout (X counted from the start of step K) and names rank V; and then
 checks that a further collective fails at once and that destroy_process_group returns.
 --hang: the victim SIGSTOPs itself instead (a hung rank); the survivors must raise once
-the timeout given to init_process_group has passed (ringlet's deadline is torch's
+the timeout given to the training group has passed (ringlet's deadline is torch's
 timeout; less two heartbeat periods, from which the monitor counts the silence), within
 it plus 3 s, naming rank V; then the lowest survivor SIGKILLs the victim.
 """
@@ -36,15 +36,18 @@ ap.add_argument("--timeout", type=float, default=20)
 ap.add_argument("--hang", action="store_true")
 a = ap.parse_args()
 
-dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=a.timeout))
+# The timeout under test is the training group's, made once every rank is up: given to
+# init_process_group, it would also bound the ranks' start (three imports of torch on 2 cores).
+dist.init_process_group("ringlet", timeout=datetime.timedelta(seconds=max(a.timeout, 120)))
 R, P = dist.get_rank(), dist.get_world_size()
 pids = [None] * P
 dist.all_gather_object(pids, os.getpid())
+pg = dist.new_group(list(range(P)), timeout=datetime.timedelta(seconds=a.timeout))
 torch.set_num_threads(1)
 torch.manual_seed(1)
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 8))
-ddp = DDP(model, bucket_cap_mb=0.05)  # several buckets
+ddp = DDP(model, bucket_cap_mb=0.05, process_group=pg)  # several buckets
 opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 state = {"step": -1}
 
@@ -91,7 +94,7 @@ except Exception as e:  # noqa: BLE001
 # the group is broken now: a collective fails at once, and destroy returns
 t0 = time.monotonic()
 try:
-    dist.all_reduce(torch.ones(4))
+    dist.all_reduce(torch.ones(4), group=pg)
     print("backend_kill: survivor %d: FAIL: an all_reduce after the failure succeeded" % R, flush=True)
     sys.exit(1)
 except RuntimeError as e:
