@@ -110,9 +110,10 @@ $(BUILD)/obj/%.o: %.cu $(FLAGS_FILE)
 # (nvcc writes no dependency files here: the kernels' headers, named)
 $(CU_SRC:%.cu=$(BUILD)/obj/%.o): kernels/cuda_common.cuh kernels/reduce_cuda.h kernels/reduce.h include/ringlet.h
 
-$(SO): $(LIB_OBJ)
+$(SO): $(LIB_OBJ) src/api/exports.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,$(SONAME) $(SO_LDFLAGS) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/api/exports.map $(SO_LDFLAGS) $(LDFLAGS) -o $@ \
+	    $(LIB_OBJ) $(CUDA_LIBS) $(LDLIBS)
 	ln -sf libringlet.so.$(VERSION) $(BUILD)/lib/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/lib/libringlet.so
 

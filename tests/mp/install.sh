@@ -73,3 +73,11 @@ ldc() { make -n install BUILD="$BUILD" "$@" 2>/dev/null | grep -cx 'ldconfig'; }
     [ "$(ldc PREFIX="$tmp/prefix")" = 0 ] || { echo "make install runs ldconfig where it should not, or not where it should"; exit 1; }
 grep -q -- "-Wl,-rpath,$tmp/prefix/lib" <<<"$flags" || { echo "pkg-config's flags lack the rpath: $flags"; exit 1; }
 echo "ldconfig after installs to /usr and /usr/local only; ringlet.pc's rpath elsewhere: $flags"
+# What the installed libringlet.so exports: the public API (ringlet_*) and the few internals
+# src/api/exports.map lets ringlet's own tools and tests call; no other rl_* or sim_* name
+# (a program's own, readline's rl_* say, must never meet them)
+allowed=$(sed -n 's/^ *\(rl_[a-z_]*\);$/\1/p' src/api/exports.map)
+extra=$(nm -D --defined-only "$tmp/prefix/lib/libringlet.so.0" | awk '{print $3}' | grep -v '^ringlet_' |
+    grep -vxF "$allowed")
+[ -n "$allowed" ] && [ -z "$extra" ] || { echo "libringlet.so exports internals: $(echo $extra | head -c 400)"; exit 1; }
+echo "libringlet.so exports ringlet_* and $(wc -w <<<"$allowed") internals for ringlet's tools and tests, nothing else"
