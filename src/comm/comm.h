@@ -111,6 +111,7 @@ struct ringlet_request {
     ringlet_op_t op;
     int root, peer;
     uint64_t seq;
+    uint64_t coll_first; /* the number of its first collective on the communicator (rl_request_colls); 0: none */
     atomic_int done;   /* set last, after result and err */
     ringlet_result_t result;
     char err[RL_MSG_MAX];
@@ -250,6 +251,13 @@ struct ringlet_comm {
     atomic_int waiters; /* threads in ringlet_test / ringlet_wait: they poll the transports,
                          * so an abort's teardown lets them leave before closing those */
     uint64_t seq;
+    /* Collectives called on this communicator (rl_request_count_colls), and the rank that
+     * had called the fewest with its count, as rank 0 last said (its monitor counts every
+     * rank's from their heartbeats; lag_rank -1: not known): a call that times out says
+     * whether that rank has not called it yet. */
+    atomic_ullong colls_called;
+    atomic_ullong lag_colls;
+    atomic_int lag_rank;
 
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
     rl_treq *oneshot_treqs; /* the one-shot exchange's requests: 2 (P - 1), made on first use */
@@ -297,7 +305,25 @@ static inline void rl_request_shadow(struct ringlet_request *dst, const struct r
     dst->root = src->root;
     dst->peer = src->peer;
     dst->seq = src->seq;
+    dst->coll_first = src->coll_first;
     dst->device = src->device;
+}
+
+/* Collectives in a request (a group's: among its calls). Sends and receives, which only
+ * some ranks call, are not counted: every rank's count of collectives called is
+ * comparable (monitor.c: which rank lags). */
+static inline int rl_request_colls(const struct ringlet_request *r) {
+    if (r->kind != RL_OP_GROUP) return r->kind != RL_OP_SEND && r->kind != RL_OP_RECV;
+    int n = 0;
+    for (int i = 0; i < r->nsub; i++) n += r->sub[i].kind != RL_OP_SEND && r->sub[i].kind != RL_OP_RECV;
+    return n;
+}
+
+/* Numbers request r's collectives (queue lock held, when r gets its seq). */
+static inline void rl_request_count_colls(struct ringlet_comm *c, struct ringlet_request *r) {
+    int n = rl_request_colls(r);
+    r->coll_first = n ? atomic_load(&c->colls_called) + 1 : 0;
+    atomic_fetch_add(&c->colls_called, (unsigned long long)n);
 }
 
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };

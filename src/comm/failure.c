@@ -107,6 +107,17 @@ void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char
 ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_request *r, ringlet_result_t code,
                                    const char *what, char *err) {
     if (!atomic_load(&c->failed)) {
+        /* A stall whose cause is a rank that has not called this collective (busy outside
+         * ringlet, or blocked in another call): say so, with the counts rank 0 last told. */
+        char hint[RL_MSG_MAX];
+        int lag = atomic_load(&c->lag_rank);
+        unsigned long long called = atomic_load(&c->lag_colls);
+        if (code == RINGLET_ERR_TIMEOUT && r->coll_first && lag >= 0 && lag != c->rank && called < r->coll_first) {
+            snprintf(hint, sizeof hint, "%.250s; rank %d has not called this collective: it has called %llu "
+                     "collectives on this communicator, this is collective %llu (is it busy outside ringlet, or "
+                     "waiting in another call?)", what, lag, called, (unsigned long long)r->coll_first);
+            what = hint;
+        }
         /* A broken link or a stall may be a neighbour's view of another rank's fault,
          * which the monitor names (a death at once, silence after RINGLET_TIMEOUT). */
         if (code == RINGLET_ERR_REMOTE || code == RINGLET_ERR_TIMEOUT) rl_comm_fail_link(c, code, what);

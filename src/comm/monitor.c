@@ -49,6 +49,11 @@ struct mon_frame {
     int32_t type;
     int32_t rank;
     int32_t len; /* MON_WHY: bytes of text after the frame; else 0 */
+    /* MON_ALIVE: a rank's to rank 0, the collectives it has called; rank 0's, the fewest any
+     * rank had called, by lag_rank (ringlet_comm's colls_called, lag_colls, lag_rank) */
+    uint64_t colls;
+    int32_t lag_rank;
+    int32_t pad;
 };
 
 struct rl_monitor {
@@ -63,6 +68,7 @@ struct rl_monitor {
     int wake[2];        /* a byte on it ends the monitor's poll at once (stop); -1: none */
     double *heard;      /* per fd: when a frame last came on it (monitor thread only) */
     int *silent;        /* per fd: declared unresponsive (monitor thread only) */
+    uint64_t *colls;    /* root: per fd, the collectives that rank had called at its last heartbeat */
     double beat_s, next_beat;
     double frame_s; /* the most the rest of a frame's receive may take: 2 s, or RINGLET_TIMEOUT
                      * where less (0 until rl_monitor_start); sends take half or a quarter */
@@ -80,7 +86,7 @@ struct rl_monitor {
 /* One frame to connection i, whole (the monitor thread's heartbeats and init's frames
  * share the socket). */
 static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double timeout_s) {
-    struct mon_frame f = {MON_MAGIC, type, rank, 0};
+    struct mon_frame f = {.magic = MON_MAGIC, .type = type, .rank = rank};
     pthread_mutex_lock(&m->send_mu);
     rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + timeout_s, NULL) : RL_IO_ERR;
     pthread_mutex_unlock(&m->send_mu);
@@ -91,7 +97,7 @@ static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double 
 static rl_io_t mon_send_why(struct rl_monitor *m, int i, int rank, const char *text, double timeout_s) {
     size_t len = strnlen(text, MON_WHY_MAX);
     char buf[sizeof(struct mon_frame) + MON_WHY_MAX];
-    struct mon_frame f = {MON_MAGIC, MON_WHY, rank, (int32_t)len};
+    struct mon_frame f = {.magic = MON_MAGIC, .type = MON_WHY, .rank = rank, .len = (int32_t)len};
     memcpy(buf, &f, sizeof f);
     memcpy(buf + sizeof f, text, len);
     pthread_mutex_lock(&m->send_mu);
@@ -137,7 +143,7 @@ static void *monitor_thread(void *arg);
 static void mon_free(struct rl_monitor *m) {
     for (int r = 0; m->why && r < m->nranks; r++) free(m->why[r]);
     free(m->why);
-    free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m);
+    free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m->colls), free(m);
 }
 
 /* Closes the connections and the wake pipe and frees m (its thread is not running). */
@@ -169,7 +175,8 @@ struct rl_monitor *rl_monitor_new(int is_root, int nfds) {
     m->heard = calloc((size_t)m->nfds, sizeof(double));
     m->silent = calloc((size_t)m->nfds, sizeof(int));
     m->ready = calloc((size_t)m->nfds, sizeof(atomic_int));
-    if (!m->fds || !m->said_bye || !m->heard || !m->silent || !m->ready) {
+    m->colls = calloc((size_t)m->nfds, sizeof(uint64_t));
+    if (!m->fds || !m->said_bye || !m->heard || !m->silent || !m->ready || !m->colls) {
         mon_free(m);
         return NULL;
     }
@@ -222,10 +229,24 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
 
 #define SILENT_WHY "stopped, hung, or cut off by the network"
 
-/* Heartbeats to every connection that still counts. */
+/* Heartbeats to every connection that still counts: a rank's carries the collectives it
+ * has called; rank 0's, the rank that had called the fewest (itself included), with its
+ * count, which rank 0 also keeps for its own calls. */
 static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
-    for (int i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send(m, i, MON_ALIVE, c->rank, m->frame_s / 4);
+    struct mon_frame f = {MON_MAGIC, MON_ALIVE, c->rank, 0, atomic_load(&c->colls_called), -1, 0};
+    if (m->is_root) {
+        f.lag_rank = 0;
+        for (int i = 1; i < m->nfds; i++)
+            if (m->fds[i] >= 0 && !m->said_bye[i] && m->colls[i] < f.colls) f.colls = m->colls[i], f.lag_rank = i;
+        atomic_store(&c->lag_colls, f.colls);
+        atomic_store(&c->lag_rank, f.lag_rank);
+    }
+    for (int i = 0; i < m->nfds; i++) {
+        if (m->fds[i] < 0 || m->silent[i] || m->said_bye[i]) continue;
+        pthread_mutex_lock(&m->send_mu);
+        (void)rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + m->frame_s / 4, NULL);
+        pthread_mutex_unlock(&m->send_mu);
+    }
 }
 
 /* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */
@@ -291,6 +312,14 @@ static void *monitor_thread(void *arg) {
             /* rank 0 knows a rank by its connection; the others, by what rank 0 says */
             if (r == RL_IO_OK && f.type == MON_WHY) r = take_why(m, i, m->is_root ? i : f.rank, &f);
             if (r == RL_IO_OK) m->heard[i] = rl_now();
+            if (r == RL_IO_OK && f.type == MON_ALIVE) {
+                if (m->is_root) {
+                    m->colls[i] = f.colls;
+                } else if (f.lag_rank >= 0 && f.lag_rank < m->nranks) {
+                    atomic_store(&c->lag_colls, f.colls);
+                    atomic_store(&c->lag_rank, f.lag_rank);
+                }
+            }
             char why[MON_WHY_MAX + 32];
             if (m->is_root) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {

@@ -244,6 +244,7 @@ static int claim_idle_queue(struct ringlet_comm *c, struct ringlet_request *r, i
     }
     c->running = 1;
     r->seq = ++c->seq;
+    rl_request_count_colls(c, r);
     if (r->seq_out) *r->seq_out = r->seq;
     pthread_mutex_unlock(&c->q_mu);
     return 1;
@@ -360,6 +361,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
         return snprintf(err, RL_MSG_MAX, "the communicator was aborted"), RINGLET_ERR_INVALID_USAGE;
     }
     r->seq = ++c->seq;
+    rl_request_count_colls(c, r);
     if (r->seq_out) *r->seq_out = r->seq;
     if (r->stream) {
         ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);

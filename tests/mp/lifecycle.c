@@ -35,6 +35,9 @@
  *       all-reduce: it must fail with RINGLET_ERR_REMOTE within 30 s (RINGLET_TIMEOUT is 60
  *       s in the test), naming rank 1 and quoting what rank 1 said of its failure (its
  *       abort), on rank 0 (which heard it) and on rank 2 (told by rank 0).
+ *   lifecycle --laggard   (4 ranks)
+ *       rank 2 stays out of an all-reduce until the others' has failed at the 4 s deadline
+ *       of their communicator: every one's error says that rank 2 has not called it.
  *   lifecycle --abort-init
  *       one process, no launcher: inits that wait for peers who never come are stopped
  *       from another thread through a stop token (ringlet_comm_init_rank_stoppable): a
@@ -413,6 +416,39 @@ static int peer_says_why(void) {
     return g_failed ? 1 : 0;
 }
 
+/* --laggard (4 ranks): on a communicator with a 4 s deadline (made from a unique id sent
+ * over a world communicator, so the ranks' start is not in it), rank 2 stays out of the
+ * second all-reduce until the others' has failed (it waits for the world's barrier, which
+ * they reach after), and then leaves: their error must say that rank 2 has not called it. */
+static int laggard(void) {
+    ringlet_comm_t world, c = NULL;
+    if (ringlet_comm_init_env(&world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_unique_id_t id;
+    ringlet_result_t rc = g_rank == 0 ? ringlet_get_unique_id(&id) : RINGLET_SUCCESS;
+    if (!rc) rc = ringlet_broadcast(&id, &id, sizeof id, RINGLET_UINT8, 0, world, NULL);
+    ringlet_comm_config_t cfg = RINGLET_COMM_CONFIG_INIT;
+    cfg.timeout_s = 4;
+    if (!rc) rc = ringlet_comm_init_rank_config(&c, 4, id, g_rank, &cfg);
+    if (rc) return printf("FAIL rank %d: a communicator with a 4 s deadline: %s\n", g_rank, ringlet_comm_last_error(NULL)), 1;
+    int32_t x[64];
+    for (int i = 0; i < 64; i++) x[i] = g_rank * 64 + i;
+    if (ringlet_allreduce(x, x, 64, RINGLET_INT32, RINGLET_SUM, c, NULL)) /* every link made */
+        return printf("FAIL rank %d: the first all-reduce: %s\n", g_rank, ringlet_comm_last_error(c)), 1;
+    if (g_rank != 2) {
+        rc = ringlet_allreduce(x, x, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        const char *msg = ringlet_comm_last_error(c);
+        if (rc == RINGLET_SUCCESS || !strstr(msg, "rank 2 has not called this collective"))
+            FAIL("the all-reduce rank 2 stayed out of: %s: %s", ringlet_strerror(rc), msg);
+        else
+            printf("lifecycle: rank %d: OK the all-reduce rank 2 stayed out of: %s\n", g_rank, msg);
+    }
+    if (ringlet_barrier(world, NULL)) FAIL("the world's barrier: %s", ringlet_comm_last_error(world));
+    else if (g_rank == 2) printf("lifecycle: rank 2: OK stayed out\n");
+    ringlet_comm_destroy(c);
+    ringlet_comm_destroy(world);
+    return g_failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0;
     int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0;
@@ -447,6 +483,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
         else if (!strcmp(argv[i], "--late-peer-test")) late_peer = 2;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
+        else if (!strcmp(argv[i], "--laggard")) peer_why = 2;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -456,7 +493,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --late-peer-test | --peer-why | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -465,6 +502,7 @@ int main(int argc, char **argv) {
     if (g_count < 1) return fprintf(stderr, "lifecycle: --count must be at least 1\n"), 2;
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();
     if (forks) return fork_child_calls() ? 1 : 0;

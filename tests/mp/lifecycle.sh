@@ -77,6 +77,8 @@ else
 fi
 # a rank that aborts: the others' error quotes what it said (rank 2 hears it through rank 0)
 WANT_OK=3 one "a peer that aborted says why" "$RUN" -n 3 --timeout 120 "$PROG" --peer-why
+# a rank that has not called the collective the others time out in: their error says so
+WANT_OK=4 one "a call's timeout names the rank that has not called it" "$RUN" -n 4 --timeout 120 "$PROG" --laggard
 if RINGLET_TIMEOUT=60 "$PROG" --abort-init >"$TMP/out" 2>&1 && [ "$(grep -c 'lifecycle: rank 0: OK' "$TMP/out")" = 4 ]; then
     echo "ok:   inits stopped through a stop token"
     sed 's/^/      /' "$TMP/out" | grep OK
