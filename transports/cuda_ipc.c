@@ -169,8 +169,8 @@ static void refuse_sender(ipc_conn *k, int fifo_mismatch) {
 /* Whose failure a failed mapping is: a sender that died after it connected takes its
  * memory with it, which is the peer's failure (REMOTE: the monitor then names it), not a
  * mapping problem. A process being killed loses its memory before it is gone, so the
- * callers give it a second to be (MAP_BLAME_S). */
-#define MAP_BLAME_S 1.0
+ * callers give it a second to be (map_blame_s: less where RINGLET_TIMEOUT is short). */
+static double map_blame_s(const ipc_conn *k) { return k->ctx->in.timeout_s < 2.0 ? k->ctx->in.timeout_s / 2 : 1.0; }
 static ringlet_result_t map_blame(const ipc_conn *k) {
     ipc_proc sender = {k->ctl->sender_pid, k->ctl->sender_pidns};
     return process_gone(sender) ? RINGLET_ERR_REMOTE : RINGLET_ERR_CUDA;
@@ -216,7 +216,7 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     int fifo_mismatch = !check_fifo(k, why, sizeof why);
     refuse_sender(k, fifo_mismatch);
     if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
-    for (double until = rl_now() + MAP_BLAME_S; map_blame(k) != RINGLET_ERR_REMOTE && rl_now() < until;) rl_sleep_ms(10);
+    for (double until = rl_now() + map_blame_s(k); map_blame(k) != RINGLET_ERR_REMOTE && rl_now() < until;) rl_sleep_ms(10);
     return map_blame(k);
 }
 
@@ -248,7 +248,7 @@ static int attach(ipc_conn *k) {
     if (fifo_mismatch) rl_ipc_fail(k, RINGLET_ERR_INVALID_USAGE, why);
     else if (map_blame(k) == RINGLET_ERR_REMOTE) rl_ipc_fail(k, RINGLET_ERR_REMOTE, why);
     else {
-        k->blame_until = rl_now() + MAP_BLAME_S;
+        k->blame_until = rl_now() + map_blame_s(k);
         snprintf(k->blame_why, sizeof k->blame_why, "%s", why);
     }
     return 0;
@@ -351,6 +351,7 @@ static int busy(const ipc_conn *k) {
  * Not after this rank's abort, which waits for nothing. A device that cannot record or
  * query the event has failed (a sticky error ends its work): nothing is waited for. */
 void rl_ipc_fail(ipc_conn *k, ringlet_result_t code, const char *why) {
+    k->blame_until = 0; /* a failed mapping's requests fail now: a later one maps again */
     if (!k->q.head || k->failing) return; /* a failure under way keeps its reason */
     if (busy(k) && k->drain && !aborted(k->ctx)) {
         const rl_device_ops *d = k->ctx->d;

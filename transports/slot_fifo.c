@@ -22,8 +22,8 @@ const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code) {
         *code = RINGLET_ERR_INVALID_USAGE;
         return "the receiver's cuda_ipc slots differ from this rank's in count or size (RINGLET_CUDA_IPC_NSLOTS / "
                "_SLOT_SIZE must be the same on every rank)";
-    case RL_FIFO_REFUSED_MAP:
-        *code = RINGLET_ERR_CUDA;
+    case RL_FIFO_REFUSED_MAP: /* the receiver's failure, not this rank's device's */
+        *code = RINGLET_ERR_REMOTE;
         return "the receiver could not map this rank's cuda_ipc slots (its error says why)";
     default:
         *code = RINGLET_ERR_INVALID_USAGE;

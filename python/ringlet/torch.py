@@ -428,6 +428,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._expect_hooks = False
         self._nosync_usage = False
         self._callback_queued = False
+        self._finish_pending = False  # _inner_backward_end
         self._ready = bytearray(len(self._params))
         self._unused = set()
         self._undefined = []  # parameters whose gradient came back undefined this backward
@@ -578,6 +579,11 @@ class DistributedDataParallel(torch.nn.Module):
 
     def forward(self, *inputs, **kwargs):
         h = self._ptr()
+        if self._finish_pending:
+            # an inner backward's end left the last iteration open and no hook came after
+            # it (_inner_backward_end): it ends here, raising what it found
+            self._finish_pending = False
+            self._finish()
         grad = torch.is_grad_enabled()
         sync = grad and self.require_backward_grad_sync
         self._check_params()
@@ -598,6 +604,9 @@ class DistributedDataParallel(torch.nn.Module):
             # PyTorch's reducer), which find_unused_parameters needs to hear of
             self._nosync_usage = not sync and self.find_unused_parameters
         if sync:
+            # a callback torch dropped (a backward that raised) is queued again
+            self._callback_queued = False
+            self._first_hook_time = None
             self._ready = bytearray(len(self._params))
             self._unused = set()
             self._undefined = []
@@ -696,6 +705,7 @@ class DistributedDataParallel(torch.nn.Module):
         if all(r or j in self._unused for j, r in enumerate(self._ready)) or not _inside_function_backward():
             return False
         self._callback_queued = False
+        self._finish_pending = True  # if no hook comes after it, the next forward ends it
         return True
 
     def _grad_ptr(self, i, unused=False):
@@ -771,6 +781,7 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _finish_here(self):
         self._callback_queued = False
+        self._finish_pending = False
         undefined, self._undefined = self._undefined, []
         h = self._ptr()
         err = self._hook_error

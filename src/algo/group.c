@@ -36,6 +36,7 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
     }
     ringlet_result_t rc = RINGLET_SUCCESS;
     ns = nr = 0;
+    uint64_t coll = g->coll_first; /* the number of the group's next collective (comm.h) */
     for (int i = 0; i < g->nsub && !rc; i++) {
         const rl_subop *o = &g->sub[i];
         size_t bytes = o->count * ringlet_datatype_size(o->dtype);
@@ -47,6 +48,7 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
             /* A collective: as a request of its own, numbered as the group. */
             struct ringlet_request r;
             rl_subop_request(&r, c, o, g->seq);
+            r.coll_first = coll ? coll++ : 0;
             rc = run_one(c, &r, mem, err);
             /* Its device work done before the next reuses the communicator's scratch. */
             if (!rc && mem->dev) {

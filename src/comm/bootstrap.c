@@ -333,7 +333,7 @@ static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, 
 /* A connection rank 0 took and challenged, whose hello has not all arrived. */
 typedef struct {
     int fd;
-    double since; /* taken */
+    double heard; /* taken, or its last byte came */
     double until; /* its hello's deadline */
     size_t got;   /* bytes of the hello so far */
     uint8_t nonce[16];
@@ -350,24 +350,23 @@ static void refuse(pending_t *p, const char *why) {
  * for its hello, all at once (poll): a stranger that connects and says nothing (or
  * several, or a slow one) holds up no rank, nor uses up the deadline. At most
  * PENDING_MAX wait at a time; more stay in the listening socket's backlog. While they
- * do, a connection that said nothing for EVICT_S makes way (a genuine rank's hello comes
- * within a round trip; one that was slower is told to connect again, RL_BOOT_BUSY): 300
- * silent strangers held up the job 47 s, 32 every 5 s. */
+ * do, a connection from which nothing came for EVICT_S makes way (a genuine rank's hello
+ * comes within a round trip; one that was slower is told to connect again, RL_BOOT_BUSY):
+ * 300 silent strangers held up the job 47 s, 32 every 5 s. */
 #define PENDING_MAX 32
 #define EVICT_S 0.25
 
-/* The connection that said nothing for longest, if for EVICT_S by now; else -1, and *at
- * when the first will have (unchanged when none can). */
+/* The connection quiet for longest, if for EVICT_S by now; else -1, and *at when the
+ * first will have been (unchanged when none can). */
 static int evictable(const pending_t *pend, int npend, double now, double *at) {
     int best = -1;
     char b;
-    for (int i = 0; i < npend; i++) /* bytes not read yet: a hello, read next round (closed, it would be lost) */
-        if (pend[i].got == 0 && (best < 0 || pend[i].since < pend[best].since) &&
-            recv(pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
+    for (int i = 0; i < npend; i++) /* bytes not read yet: a hello's, read next round (closed, it would be lost) */
+        if ((best < 0 || pend[i].heard < pend[best].heard) && recv(pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
             best = i;
     if (best < 0) return -1;
-    if (now >= pend[best].since + EVICT_S) return best;
-    if (pend[best].since + EVICT_S < *at) *at = pend[best].since + EVICT_S;
+    if (now >= pend[best].heard + EVICT_S) return best;
+    if (pend[best].heard + EVICT_S < *at) *at = pend[best].heard + EVICT_S;
     return -1;
 }
 
@@ -376,7 +375,7 @@ static int evictable(const pending_t *pend, int npend, double now, double *at) {
 static void evict(pending_t *p) {
     rl_boot_table_head busy = {RL_BOOT_BUSY, 0, {0}};
     (void)!send(p->fd, &busy, sizeof busy, MSG_DONTWAIT | MSG_NOSIGNAL);
-    RL_INFO(0, "bootstrap: let a connection that had sent nothing for %.2f s go: others wait", EVICT_S);
+    RL_INFO(0, "bootstrap: let a connection from which nothing came for %.2f s go: others wait", EVICT_S);
     close(p->fd);
     p->fd = -1;
 }
@@ -435,6 +434,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
                 continue;
             }
             q->got += (size_t)n;
+            q->heard = rl_now();
             if (q->got < sizeof q->h) continue;
             int verdict = rl_boot_check_hello(t->secret, q->nonce, &q->h, P, fds, msg, sizeof msg);
             if (verdict < 0) {
@@ -474,8 +474,8 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             pending_t *q = &pend[npend];
             q->fd = fd;
             q->got = 0;
-            q->since = rl_now();
-            q->until = q->since + HELLO_WAIT_S;
+            q->heard = rl_now();
+            q->until = q->heard + HELLO_WAIT_S;
             if (q->until > deadline) q->until = deadline;
             rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
             rl_random_bytes(ch.nonce, 16);
@@ -536,8 +536,11 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         rl_boot_table_head th;
         r = rl_sock_send_all(fd, &h, sizeof h, deadline, &c->stop);
         if (r == RL_IO_OK) r = rl_sock_recv_all(fd, &th, sizeof th, deadline + 10.0, &c->stop);
-        if (r == RL_IO_OK && th.magic == RL_BOOT_BUSY && rl_now() < deadline) { /* let go for others: again */
+        if (r == RL_IO_OK && th.magic == RL_BOOT_BUSY) { /* let go for others: again */
             close(fd);
+            if (rl_now() >= deadline)
+                return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 at %s was busy with other connections until the "
+                                "deadline (RINGLET_TIMEOUT)", where), RINGLET_ERR_TIMEOUT;
             rl_sleep_ms(20);
             continue;
         }

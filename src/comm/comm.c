@@ -193,7 +193,6 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     c->nranks = nranks;
     pthread_mutex_init(&c->fail_mu, NULL);
     atomic_init(&c->ev, &c->own_bell);
-    atomic_init(&c->lag_rank, -1);
     pthread_mutex_init(&c->q_mu, NULL);
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);

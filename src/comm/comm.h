@@ -253,11 +253,10 @@ struct ringlet_comm {
     uint64_t seq;
     /* Collectives called on this communicator (rl_request_count_colls), and the rank that
      * had called the fewest with its count, as rank 0 last said (its monitor counts every
-     * rank's from their heartbeats; lag_rank -1: not known): a call that times out says
+     * rank's from their heartbeats; lag 0: not known): a call that times out says
      * whether that rank has not called it yet. */
     atomic_ullong colls_called;
-    atomic_ullong lag_colls;
-    atomic_int lag_rank;
+    atomic_ullong lag; /* rl_lag_pack: both from one report */
 
     char *slots;      /* nslots * chunk_bytes: receive staging, reused by every call */
     rl_treq *oneshot_treqs; /* the one-shot exchange's requests: 2 (P - 1), made on first use */
@@ -318,6 +317,14 @@ static inline int rl_request_colls(const struct ringlet_request *r) {
     for (int i = 0; i < r->nsub; i++) n += r->sub[i].kind != RL_OP_SEND && r->sub[i].kind != RL_OP_RECV;
     return n;
 }
+
+/* The rank that had called the fewest collectives and its count, in one word (count in
+ * the high 40 bits, rank + 1 in the low 24; 0: not known). */
+static inline unsigned long long rl_lag_pack(int rank, unsigned long long colls) {
+    return (colls << 24) | ((unsigned long long)(rank + 1) & 0xffffff);
+}
+static inline int rl_lag_rank(unsigned long long lag) { return (int)(lag & 0xffffff) - 1; }
+static inline unsigned long long rl_lag_colls(unsigned long long lag) { return lag >> 24; }
 
 /* Numbers request r's collectives (queue lock held, when r gets its seq). */
 static inline void rl_request_count_colls(struct ringlet_comm *c, struct ringlet_request *r) {

@@ -110,8 +110,9 @@ ringlet_result_t rl_comm_op_failed(struct ringlet_comm *c, const struct ringlet_
         /* A stall whose cause is a rank that has not called this collective (busy outside
          * ringlet, or blocked in another call): say so, with the counts rank 0 last told. */
         char hint[RL_MSG_MAX];
-        int lag = atomic_load(&c->lag_rank);
-        unsigned long long called = atomic_load(&c->lag_colls);
+        unsigned long long packed = atomic_load(&c->lag);
+        int lag = rl_lag_rank(packed);
+        unsigned long long called = rl_lag_colls(packed);
         if (code == RINGLET_ERR_TIMEOUT && r->coll_first && lag >= 0 && lag != c->rank && called < r->coll_first) {
             snprintf(hint, sizeof hint, "%.250s; rank %d has not called this collective: it has called %llu "
                      "collectives on this communicator, this is collective %llu (is it busy outside ringlet, or "

@@ -39,7 +39,7 @@
 #include "util.h"
 #include "wait.h"
 
-#define MON_MAGIC 0x314d4c52u    /* "RLM1" */
+#define MON_MAGIC 0x324d4c52u    /* "RLM2": frames of 32 bytes (heartbeats count collectives) */
 
 enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6, MON_WHY = 7 };
 #define MON_WHY_MAX 360 /* bytes of a failure's reason that travel (MON_WHY: len, then the text) */
@@ -50,7 +50,7 @@ struct mon_frame {
     int32_t rank;
     int32_t len; /* MON_WHY: bytes of text after the frame; else 0 */
     /* MON_ALIVE: a rank's to rank 0, the collectives it has called; rank 0's, the fewest any
-     * rank had called, by lag_rank (ringlet_comm's colls_called, lag_colls, lag_rank) */
+     * rank had called, by lag_rank (ringlet_comm's colls_called and lag) */
     uint64_t colls;
     int32_t lag_rank;
     int32_t pad;
@@ -238,8 +238,7 @@ static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
         f.lag_rank = 0;
         for (int i = 1; i < m->nfds; i++)
             if (m->fds[i] >= 0 && !m->said_bye[i] && m->colls[i] < f.colls) f.colls = m->colls[i], f.lag_rank = i;
-        atomic_store(&c->lag_colls, f.colls);
-        atomic_store(&c->lag_rank, f.lag_rank);
+        atomic_store(&c->lag, rl_lag_pack(f.lag_rank, f.colls));
     }
     for (int i = 0; i < m->nfds; i++) {
         if (m->fds[i] < 0 || m->silent[i] || m->said_bye[i]) continue;
@@ -316,8 +315,7 @@ static void *monitor_thread(void *arg) {
                 if (m->is_root) {
                     m->colls[i] = f.colls;
                 } else if (f.lag_rank >= 0 && f.lag_rank < m->nranks) {
-                    atomic_store(&c->lag_colls, f.colls);
-                    atomic_store(&c->lag_rank, f.lag_rank);
+                    atomic_store(&c->lag, rl_lag_pack(f.lag_rank, f.colls));
                 }
             }
             char why[MON_WHY_MAX + 32];

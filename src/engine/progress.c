@@ -366,7 +366,10 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     if (r->stream) {
         ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
         if (rc) {
-            /* The number stays used (no stream waits for it: rl_devcomm_enqueue). */
+            /* The number stays used (no stream waits for it: rl_devcomm_enqueue); its
+             * collectives are not counted (a retry counts them), so that this rank's count
+             * stays the others' (monitor.c). */
+            atomic_fetch_sub(&c->colls_called, (unsigned long long)rl_request_colls(r));
             pthread_mutex_unlock(&c->q_mu);
             rl_dev_hold_end();
             return rc;

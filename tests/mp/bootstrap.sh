@@ -80,7 +80,7 @@ held = []
 while len(held) < count:
     try:
         held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-    except ConnectionRefusedError:
+    except OSError:  # refused until rank 0 listens; a full backlog (somaxconn 128) may time out
         if time.monotonic() > until: raise
         time.sleep(0.02)
 open(mark, "w").close()

@@ -35,6 +35,8 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             gradients are the average
   checkpoint  torch.utils.checkpoint (reentrant) on later layers: the gradients are the
             average (the end of the backward run inside the checkpoint's is not the end)
+  checkpoint-unused  the whole model in a reentrant checkpoint, a parameter unused: the
+            next forward raises, naming it (no hook came after the inner backward's end)
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
             the gradients keep their values (they were views into the freed buckets)
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
@@ -434,8 +436,8 @@ def main():
 
         def forward(self, x):
             h = torch.relu(self.layers[0](x))
-            h = torch.utils.checkpoint.checkpoint(lambda t: torch.relu(self.layers[1](t)), h)
-            return torch.utils.checkpoint.checkpoint(self.layers[2], h)
+            h = torch.utils.checkpoint.checkpoint(lambda t: torch.relu(self.layers[1](t)), h, use_reentrant=True)
+            return torch.utils.checkpoint.checkpoint(self.layers[2], h, use_reentrant=True)
 
     net = Checkpointed()
     xin = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
@@ -459,6 +461,32 @@ def main():
             check(rank, case, good, "iteration %d: every layer's gradient is the average" % it)
     except Exception as e:
         check(rank, case, False, "backward raised %s: %s" % (type(e).__name__, e))
+    ddp.close()
+
+    # checkpoint-unused: the whole model in one reentrant checkpoint, so that every hook
+    # comes from the inner backward, and a parameter it never uses (no
+    # find_unused_parameters): the inner end leaves the iteration open, no hook comes after
+    # it, and the next forward raises the error naming the parameter
+    case = "checkpoint-unused"
+    torch.manual_seed(29)
+
+    class AllCheckpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(8, 8)
+            self.never = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.utils.checkpoint.checkpoint(self.body, x, use_reentrant=True)
+
+    ddp = RingletDDP(AllCheckpointed())
+    xin = torch.randn(4, 8, requires_grad=True)
+    try:
+        ddp(xin).sum().backward()
+        ddp(xin)
+        check(rank, case, False, "the next forward succeeded")
+    except ringlet.RingletError as e:
+        check(rank, case, "'never.weight'" in str(e) and "got no gradient" in str(e), str(e))
     ddp.close()
 
     # outlive: gradients that are bucket views outlive the communicator's destroy (which
