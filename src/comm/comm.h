@@ -329,8 +329,15 @@ static inline unsigned long long rl_lag_colls(unsigned long long lag) { return l
 /* Numbers request r's collectives (queue lock held, when r gets its seq). */
 static inline void rl_request_count_colls(struct ringlet_comm *c, struct ringlet_request *r) {
     int n = rl_request_colls(r);
-    r->coll_first = n ? atomic_load(&c->colls_called) + 1 : 0;
-    atomic_fetch_add(&c->colls_called, (unsigned long long)n);
+    if (!n) {
+        r->coll_first = 0;
+        return;
+    }
+    /* Written under the queue lock only: a plain store (no locked add on every call); the
+     * monitor thread reads it. */
+    unsigned long long was = atomic_load_explicit(&c->colls_called, memory_order_relaxed);
+    r->coll_first = was + 1;
+    atomic_store_explicit(&c->colls_called, was + (unsigned long long)n, memory_order_relaxed);
 }
 
 enum { RL_ALGO_AUTO = 0, RL_ALGO_RING = 1, RL_ALGO_ONESHOT = 2, RL_ALGO_HIER = 3, RL_ALGO_HALVING = 4, RL_ALGO_DOUBLING = 5, RL_ALGO_STAR = 6 };

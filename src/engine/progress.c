@@ -369,7 +369,10 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
             /* The number stays used (no stream waits for it: rl_devcomm_enqueue); its
              * collectives are not counted (a retry counts them), so that this rank's count
              * stays the others' (monitor.c). */
-            atomic_fetch_sub(&c->colls_called, (unsigned long long)rl_request_colls(r));
+            atomic_store_explicit(&c->colls_called,
+                                  atomic_load_explicit(&c->colls_called, memory_order_relaxed) -
+                                      (unsigned long long)rl_request_colls(r),
+                                  memory_order_relaxed);
             pthread_mutex_unlock(&c->q_mu);
             rl_dev_hold_end();
             return rc;
