@@ -159,11 +159,14 @@ static int map_sender(ipc_conn *k, int locked, char *why, size_t n) {
     return 1;
 }
 
-/* A mapping of the sender's slots that failed (fifo_mismatch: for their count or size):
- * the sender is told, and fails too. */
-static void refuse_sender(ipc_conn *k, int fifo_mismatch) {
+/* A mapping of the sender's slots that failed: the sender is told why (their count or
+ * size, or the mapping), and fails too. 1 when it was their count or size. */
+static int refuse_sender(ipc_conn *k) {
+    char why[RL_ERR_MAX];
+    int fifo_mismatch = !check_fifo(k, why, sizeof why);
     atomic_store(&k->ctl->fifo.mismatch, fifo_mismatch ? RL_FIFO_REFUSED_SLOTS : RL_FIFO_REFUSED_MAP);
     ring_peer(k);
+    return fifo_mismatch;
 }
 
 /* Whose failure a failed mapping is: a sender that died after it connected takes its
@@ -213,9 +216,7 @@ static ringlet_result_t ipc_ready(void *conn, double deadline, char *err) {
     rl_dev_quiet_end();
     if (ok) return RINGLET_SUCCESS;
     snprintf(err, RL_ERR_MAX, "over cuda_ipc: %.220s", why);
-    int fifo_mismatch = !check_fifo(k, why, sizeof why);
-    refuse_sender(k, fifo_mismatch);
-    if (fifo_mismatch) return RINGLET_ERR_INVALID_USAGE;
+    if (refuse_sender(k)) return RINGLET_ERR_INVALID_USAGE;
     for (double until = rl_now() + map_blame_s(k); map_blame(k) != RINGLET_ERR_REMOTE && rl_now() < until;) rl_sleep_ms(10);
     return map_blame(k);
 }
@@ -243,9 +244,7 @@ static int attach(ipc_conn *k) {
     int ok = map_sender(k, 1, why, sizeof why);
     rl_dev_quiet_end();
     if (ok) return 1;
-    int fifo_mismatch = !check_fifo(k, why, sizeof why);
-    refuse_sender(k, fifo_mismatch);
-    if (fifo_mismatch) rl_ipc_fail(k, RINGLET_ERR_INVALID_USAGE, why);
+    if (refuse_sender(k)) rl_ipc_fail(k, RINGLET_ERR_INVALID_USAGE, why);
     else if (map_blame(k) == RINGLET_ERR_REMOTE) rl_ipc_fail(k, RINGLET_ERR_REMOTE, why);
     else {
         k->blame_until = rl_now() + map_blame_s(k);

@@ -83,14 +83,18 @@ struct rl_monitor {
     pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
 };
 
-/* One frame to connection i, whole (the monitor thread's heartbeats and init's frames
- * share the socket). */
-static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double timeout_s) {
-    struct mon_frame f = {.magic = MON_MAGIC, .type = type, .rank = rank};
+/* A frame (with what follows it) to connection i, whole (the monitor thread's heartbeats
+ * and init's frames share the socket). */
+static rl_io_t mon_send_bytes(struct rl_monitor *m, int i, const void *buf, size_t len, double timeout_s) {
     pthread_mutex_lock(&m->send_mu);
-    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + timeout_s, NULL) : RL_IO_ERR;
+    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], buf, len, rl_now() + timeout_s, NULL) : RL_IO_ERR;
     pthread_mutex_unlock(&m->send_mu);
     return r;
+}
+
+static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double timeout_s) {
+    struct mon_frame f = {.magic = MON_MAGIC, .type = type, .rank = rank};
+    return mon_send_bytes(m, i, &f, sizeof f, timeout_s);
 }
 
 /* MON_WHY to connection i: rank's failure, text. */
@@ -100,10 +104,7 @@ static rl_io_t mon_send_why(struct rl_monitor *m, int i, int rank, const char *t
     struct mon_frame f = {.magic = MON_MAGIC, .type = MON_WHY, .rank = rank, .len = (int32_t)len};
     memcpy(buf, &f, sizeof f);
     memcpy(buf + sizeof f, text, len);
-    pthread_mutex_lock(&m->send_mu);
-    rl_io_t r = m->fds[i] >= 0 ? rl_sock_send_all(m->fds[i], buf, sizeof f + len, rl_now() + timeout_s, NULL) : RL_IO_ERR;
-    pthread_mutex_unlock(&m->send_mu);
-    return r;
+    return mon_send_bytes(m, i, buf, sizeof f + len, timeout_s);
 }
 
 /* Says this rank's own failure, once: to rank 0, or (rank 0) to everybody. */
@@ -240,12 +241,8 @@ static void send_beats(struct ringlet_comm *c, struct rl_monitor *m) {
             if (m->fds[i] >= 0 && !m->said_bye[i] && m->colls[i] < f.colls) f.colls = m->colls[i], f.lag_rank = i;
         atomic_store(&c->lag, rl_lag_pack(f.lag_rank, f.colls));
     }
-    for (int i = 0; i < m->nfds; i++) {
-        if (m->fds[i] < 0 || m->silent[i] || m->said_bye[i]) continue;
-        pthread_mutex_lock(&m->send_mu);
-        (void)rl_sock_send_all(m->fds[i], &f, sizeof f, rl_now() + m->frame_s / 4, NULL);
-        pthread_mutex_unlock(&m->send_mu);
-    }
+    for (int i = 0; i < m->nfds; i++)
+        if (m->fds[i] >= 0 && !m->silent[i] && !m->said_bye[i]) (void)mon_send_bytes(m, i, &f, sizeof f, m->frame_s / 4);
 }
 
 /* Connections that have been quiet for RINGLET_TIMEOUT: their rank is unresponsive. */

@@ -270,46 +270,41 @@ run_plan() {
         fi
     done <<<"$plan"
 }
-# CUDA IPC one way only (simulator: RINGLET_SIM_IPC_DENY on rank 1 alone): rank 1 cannot map
-# rank 0's memory and stages, rank 0 could use cuda_ipc. That cannot work; it must fail at
-# once naming the cause (rank 1 marks the pair declined), not at RINGLET_TIMEOUT (60 s here)
-# with "did not connect".
-one_way_ipc() {
-    local t rc n
+# A setting on rank 1 alone that cannot work (2 ranks, the simulator, device memory): the run
+# must fail at once, a line of its output (lines: "all", or "0": rank 0's only) matching
+# pattern, and not by waiting for RINGLET_TIMEOUT (60 s here: "did not connect").
+# rank1_setting label setting extra-args lines pattern
+rank1_setting() {
+    local label=$1 setting=$2 extra=$3 lines=$4 pat=$5 t rc n
     t=$(now_ms)
+    # shellcheck disable=SC2086
     RINGLET_DEVICE=sim RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 180 sh -c \
-        '[ "$RANK" = 1 ] && export RINGLET_SIM_IPC_DENY=1; exec "$0" --seed 1 --memory device --max-count 1007 --quick' \
-        "$PROG" >"$TMP/out" 2>"$TMP/err"
+        '[ "$RANK" = 1 ] && export "$1"; shift; exec "$@"' sh "$setting" \
+        "$PROG" --seed 1 --memory device --max-count 1007 --quick $extra >"$TMP/out" 2>"$TMP/err"
     rc=$?
-    n=$(cat "$TMP/out" "$TMP/err" | grep -c "CUDA IPC works one way only between these two processes")
+    if [ "$lines" = all ]; then n=$(cat "$TMP/out" "$TMP/err" | grep -c "$pat")
+    else n=$(cat "$TMP/out" "$TMP/err" | grep "^\[$lines\]" | grep -c "$pat"); fi
     if [ "$rc" != 0 ] && [ "$n" -gt 0 ] && ! grep -q "did not connect" "$TMP/out" "$TMP/err"; then
-        echo "ok:   ipc sim P=2, CUDA IPC one way only (rank 1 cannot map rank 0's memory): fails naming it," \
-            "$(($(now_ms) - t)) ms"
+        echo "ok:   ipc sim P=2, $label, $(($(now_ms) - t)) ms"
     else
         fails=$((fails + 1))
-        echo "FAIL: ipc sim P=2, CUDA IPC one way only: exit status $rc, $n lines name the cause"
+        echo "FAIL: ipc sim P=2, $label: exit status $rc, $n lines ($lines) name the cause"
         tail -n 20 "$TMP/out" "$TMP/err"
     fi
+}
+# CUDA IPC one way only (RINGLET_SIM_IPC_DENY on rank 1 alone): rank 1 cannot map rank 0's
+# memory and stages, rank 0 could use cuda_ipc. That cannot work; it must fail naming the
+# cause (rank 1 marks the pair declined).
+one_way_ipc() {
+    rank1_setting "CUDA IPC one way only (rank 1 cannot map rank 0's memory): fails naming it" \
+        RINGLET_SIM_IPC_DENY=1 "" all "CUDA IPC works one way only between these two processes"
 }
 # CUDA IPC slots of another count on rank 1 (RINGLET_CUDA_IPC_NSLOTS=3, rank 0 the default):
 # rank 1's receive fails naming the setting, and rank 0, whose peer then aborts, must name it
 # too (the aborting rank's last error travels with its abort), not only "rank 1 aborted".
 ipc_slots_differ() {
-    local t rc n0
-    t=$(now_ms)
-    RINGLET_DEVICE=sim RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 180 sh -c \
-        '[ "$RANK" = 1 ] && export RINGLET_CUDA_IPC_NSLOTS=3; exec "$0" --seed 1 --memory device --max-count 1007 --quick --colls broadcast' \
-        "$PROG" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-    n0=$(cat "$TMP/out" "$TMP/err" | grep '^\[0\]' | grep -c "RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank")
-    if [ "$rc" != 0 ] && [ "$n0" -gt 0 ] && ! grep -q "did not connect" "$TMP/out" "$TMP/err"; then
-        echo "ok:   ipc sim P=2, CUDA IPC slots differ (rank 1 RINGLET_CUDA_IPC_NSLOTS=3): rank 0 names it too," \
-            "$(($(now_ms) - t)) ms"
-    else
-        fails=$((fails + 1))
-        echo "FAIL: ipc sim P=2, CUDA IPC slots differ: exit status $rc, $n0 of rank 0's lines name the setting"
-        tail -n 20 "$TMP/out" "$TMP/err"
-    fi
+    rank1_setting "CUDA IPC slots differ (rank 1 RINGLET_CUDA_IPC_NSLOTS=3): rank 0 names it too" \
+        RINGLET_CUDA_IPC_NSLOTS=3 "--colls broadcast" 0 "RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank"
 }
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
