@@ -6,7 +6,8 @@
 # SIGHUP (as a step's timeout in tests/gpu/run.sh sends; run.sh also stops a daemon left in
 # that step's TMPDIR after a SIGKILL).
 #   tests/gpu/mps.sh command [args...]
-# Exit: the command's status; 77 when nvidia-cuda-mps-control is missing or MPS does not start.
+# Exit: the command's status (1 where it skipped, 77: CUDA unusable under MPS); 77 when
+# nvidia-cuda-mps-control is missing or MPS does not start.
 set -u
 if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     echo "SKIP: nvidia-cuda-mps-control not found"
@@ -30,6 +31,11 @@ trap 'echo "mps.sh: signalled: stopping MPS"; stop_mps; exit 143' TERM INT HUP
 echo "mps.sh: MPS running (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
 "$@"
 rc=$?
+# MPS is running: a command that skips (no usable CUDA) could not use the GPU through it
+if [ $rc = 77 ]; then
+    echo "FAIL: the command skipped under MPS: CUDA was not usable through the MPS daemon"
+    rc=1
+fi
 trap - TERM INT HUP
 stop_mps
 exit $rc

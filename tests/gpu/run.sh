@@ -42,11 +42,11 @@ SELF=tests/gpu/run.sh
 #   needs: gpu   skipped where no GPU is usable
 #          build needs make's output: --steps runs the build step first when $BUILD lacks it
 STEP_TABLE='
-preflight|10|-|GPU, driver, CUDA version, compute mode, MIG, MPS control (nvidia-cuda-mps-control), GPU processes; nvcc, compute-sanitizer, cores
+preflight|20|-|GPU, driver, CUDA version, compute mode, MIG, MPS control (nvidia-cuda-mps-control), GPU processes; nvcc, compute-sanitizer, cores
 build|45|-|make -j16: the library with its CUDA kernels (fails if nvcc is here and reduce_cuda.o is not), tests, libnccl.so.2
 test_kernels-quick|25|gpu|tests/gpu/test_kernels --max-n 262147: device kernels against the CPU ones bit for bit (reduce, divide, many, scale, convert, wait/write flag, last error)
-collectives-p2-ipc|30|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
-collectives-p2-shm|30|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
+collectives-p2-ipc|25|gpu,build|collectives.sh plan quick over cuda_ipc: P = 2, device memory, every collective, 4 dtypes x 2 ops each, default and 4 KiB slots, counts to 1000003
+collectives-p2-shm|25|gpu,build|the same over shm (pinned host slots, reduced on the GPU)
 stream-p2|55|gpu,build|stream.sh over cuda, ipc and shm: stream order, abort with a call pending, a peer that leaves, the legacy stream; holds by memory operations, by a kernel (order), and none (the default: order, also with one hardware queue); capture, per-thread, the cuda_ipc probe cases
 torch-nccl-p2|50|gpu,build|PyTorch backend "nccl" on ringlet'"'"'s libnccl.so.2 (LD_PRELOAD), 2 ranks on the GPU: tests/gpu/torch_nccl.py
 ipc-p4|55|gpu,build|collectives.sh plan quick-p4: 4 ranks on the one GPU over cuda_ipc, small chunks and slots; again with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it)
@@ -160,16 +160,18 @@ step_preflight() {
     echo "RINGLET_TIMEOUT=$RINGLET_TIMEOUT; BUILD=$BUILD; results to $OUT"
     [ "$HAVE_GPU" = 1 ] || skip "no GPU usable here ($GPU_INFO)"
     local q
-    if ! q=$(timeout 20 nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used,compute_mode,persistence_mode,pci.bus_id \
+    # each nvidia-smi bounded well inside the step's budget (one may take seconds to wake the
+    # driver where persistence mode is off)
+    if ! q=$(timeout 8 nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used,compute_mode,persistence_mode,pci.bus_id \
         --format=csv 2>&1); then
         echo "FAIL: nvidia-smi --query-gpu: $q"
         exit 1
     fi
     echo "$q"
-    echo "CUDA (driver): $(timeout 20 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1)"
-    echo "MIG mode: $(timeout 20 nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null | head -n 1)"
+    echo "CUDA (driver): $(timeout 3 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1)"
+    echo "MIG mode: $(timeout 3 nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null | head -n 1)"
     echo "GPU processes now:"
-    timeout 20 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null | sed 's/^/    /'
+    timeout 3 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null | sed 's/^/    /'
     case $(tail -n +2 <<<"$q" | head -n 1) in
     *Prohibited*) echo "FAIL: compute mode Prohibited: no CUDA context can be made"; exit 1 ;;
     *Exclusive_Process*) echo "WARN: compute mode Exclusive_Process: several ranks on one GPU need MPS" ;;
@@ -410,7 +412,7 @@ list_tier() { # title limit steps...
 }
 if [ $list = 1 ]; then
     echo "tests/gpu/run.sh: steps by tier; a step's budget is the most it may take; [needs]: gpu = skipped without a GPU,"
-    echo "build = needs make's output (a group builds first; --steps adds the build when it is missing)"
+    echo "build = needs make's output (a group builds first; --steps adds the build step first, a no-op when current)"
     # shellcheck disable=SC2086
     list_tier "quick (--quick)" $QUICK_LIMIT $QUICK
     for g in $(seq 1 "$NGROUPS"); do
@@ -461,10 +463,11 @@ export RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-20}
 export RINGLET_GPU_RUN_ACTIVE=1
 export NVCC GPU_ARCH SANITIZER PY HAVE_GPU GPU_INFO OUT
 
-build_present() { [ -x "$BUILD/bin/ringlet-run" ] && [ -f "$BUILD/lib/libnccl.so.2" ] && [ -x "$BUILD/tests/mp/collectives" ]; }
 needs() { [[ ,${NEEDS[$1]}, == *",$2,"* ]]; }
-# --steps: the build first when a step that will run needs it and it is not there
-if ! build_present && [ -z "${seen[build]+x}" ]; then
+# --steps: the build first when a step that will run needs it, also when build/ has its
+# outputs: a warm machine keeps them, and a rerun after a fix must not test the old ones
+# (make is a no-op when they are current)
+if [ -z "${seen[build]+x}" ]; then
     for s in "${STEPS[@]}"; do
         if needs "$s" build && { [ $HAVE_GPU = 1 ] || ! needs "$s" gpu; }; then
             STEPS=(build "${STEPS[@]}")
@@ -517,7 +520,11 @@ record() { # name result seconds note log
         echo "$line"
         if [ -n "$log" ] && [ -s "$log" ]; then
             local n=20
-            [ "$res" = FAIL ] && n=60
+            if [ "$res" = FAIL ]; then
+                n=60 # the first failures first: a long tail can push them out
+                echo "    ---- first FAIL lines of $log"
+                grep -m20 -aE '(^|\] )FAIL' "$log" | cut -c1-400 | sed 's/^/    | /'
+            fi
             echo "    ---- last $n lines of $log"
             tail -n $n "$log" | cut -c1-400 | sed 's/^/    | /'
         fi
@@ -567,14 +574,14 @@ run_step() { # index
         for p in "$tmp"/*/pipe; do
             [ -e "$p/control" ] || continue
             echo "run.sh: stopping the MPS daemon left in $p" >>"$log"
-            echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control >>"$log" 2>&1
+            echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 5 nvidia-cuda-mps-control >>"$log" 2>&1
         done
         rm -rf "$tmp"
     fi
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         {
             echo "run.sh: $name timed out after ${budget}s; GPU processes now:"
-            timeout 10 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>&1
+            timeout 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>&1
             # the step's own logs (the ranks' output of torch_nccl, p8), which the kill left unread
             local f
             for f in $(find "$LOGDIR" -maxdepth 1 -type f -newer "$LOGDIR/.step-start" ! -name "$name.log" 2>/dev/null); do

@@ -111,6 +111,20 @@ done
 for g in $(seq 1 $ngroups); do
     bash $RUN --dry-run --group "$g" >"$TMP/g" 2>&1 || fail "--dry-run --group $g failed"
 done
+# A rerun of failed steps builds first even where build/ has the outputs (a warm machine keeps
+# them; the fix being tested is newer): a stand-in nvidia-smi that lists a GPU, so that the
+# GPU steps count as runnable.
+mkdir -p "$TMP/fakebin"
+printf '#!/bin/sh\necho "NVIDIA H100 80GB HBM3, 580.00, 81559 MiB"\n' >"$TMP/fakebin/nvidia-smi"
+chmod +x "$TMP/fakebin/nvidia-smi"
+PATH="$TMP/fakebin:$PATH" bash $RUN --dry-run --steps collectives-p2-ipc >"$TMP/dry" 2>&1
+first=$(awk 'NR == 1 {print $1}' "$TMP/dry")
+if [ "$first" = build ] && grep -q '^collectives-p2-ipc ' "$TMP/dry"; then
+    echo "ok:   --steps collectives-p2-ipc with a GPU listed runs the build first$([ -x "$BUILD/bin/ringlet-run" ] && echo ", also with $BUILD built")"
+else
+    fail "--steps collectives-p2-ipc with a GPU listed: the build is not its first step:"
+    cat "$TMP/dry"
+fi
 
 # ---- 3. a run without a GPU: results as each step ends, a hang costs its step only
 OUT="$TMP/out"

@@ -105,8 +105,16 @@ run_case() {
 # (CUDA_DEVICE_MAX_CONNECTIONS; the simulator holds the same): with more streams than queues
 # in the process, ringlet's own copies can share the held one's queue and never run (order
 # timed out so, as holds did on the H200). Holds need a queue per stream: 32.
-# Holds by stream memory operations and by a spinning kernel (RINGLET_STREAM_HOLD=memop|kernel),
-# and the default, no hold (sync), each checked in the INFO log.
+# The default, no hold (sync), first (what most programs run; on a GPU the opt-in holds below
+# have timed out before), then holds by stream memory operations and by a spinning kernel
+# (RINGLET_STREAM_HOLD=memop|kernel), each checked in the INFO log. No hold: a call returns
+# with its result in place; also with one hardware work queue (CUDA_DEVICE_MAX_CONNECTIONS=1:
+# ringlet's streams share the caller's queue).
+WANT_HOLD=sync
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
+    for cas in ${STREAM_SYNC_CASES:-order legacy}; do run_case "$tr" "$cas"; done
+    run_case "$tr" order CUDA_DEVICE_MAX_CONNECTIONS=1
+done
 WANT_HOLD=memop
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm tcp}; do
     for cas in order abort async legacy; do
@@ -116,13 +124,6 @@ done
 WANT_HOLD=kernel
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel CUDA_DEVICE_MAX_CONNECTIONS=32; done
-done
-# No hold: a call returns with its result in place; also with one hardware work queue
-# (CUDA_DEVICE_MAX_CONNECTIONS=1: ringlet's streams share the caller's queue).
-WANT_HOLD=sync
-for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
-    for cas in ${STREAM_SYNC_CASES:-order legacy}; do run_case "$tr" "$cas"; done
-    run_case "$tr" order CUDA_DEVICE_MAX_CONNECTIONS=1
 done
 WANT_HOLD=
 # A capturing stream (CUDA graphs) is refused, and the capture survives; another thread's
