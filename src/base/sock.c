@@ -64,8 +64,12 @@ void rl_sock_tune(int fd, int bufsize) {
 int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd) {
     int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -errno;
-    int one = 1;
+    int one = 1, zero = 0;
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* IPv6's any address takes IPv4 connections too, whatever net.ipv6.bindv6only says */
+    if (addr->ss_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr))
+        setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (bind(s, (struct sockaddr *)addr, rl_sockaddr_len(addr)) < 0 || listen(s, 1024) < 0) {
         int e = -errno;
         close(s);

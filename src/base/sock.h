@@ -11,8 +11,8 @@
 typedef enum { RL_IO_OK = 0, RL_IO_EOF, RL_IO_ERR, RL_IO_TIMEOUT, RL_IO_STOPPED } rl_io_t;
 
 const char *rl_io_str(rl_io_t r);
-/* Listening socket bound to addr (port 0 = any free port); *fd, and the bound address
- * back in *addr. 0 or -errno. */
+/* Listening socket bound to addr (port 0 = any free port; IPv6's any address is dual-stack,
+ * taking IPv4 too); *fd, and the bound address back in *addr. 0 or -errno. */
 int rl_sock_listen(struct sockaddr_storage *addr, socklen_t *len, int *fd);
 /* Connects, retrying refused/unreachable attempts every 2-512 ms until the deadline (and a
  * socket that connected to itself, as one to a port of this host nobody listens on can).

@@ -133,14 +133,16 @@ ringlet_result_t rl_boot_parse_id(const ringlet_unique_id_t *id, int rank, rl_bo
         return snprintf(err, RL_MSG_MAX, "id: not a ringlet unique id (bad magic, family or port)"),
                RINGLET_ERR_INVALID_ARGUMENT;
     memset(t, 0, sizeof *t);
-    t->addr.ss_family = l.family;
+    struct sockaddr_storage *a = &t->addr[0];
+    t->naddr = 1;
+    a->ss_family = l.family;
     if (l.family == AF_INET6) {
-        memcpy(&((struct sockaddr_in6 *)&t->addr)->sin6_addr, l.addr, 16);
-        ((struct sockaddr_in6 *)&t->addr)->sin6_scope_id = l.scope;
+        memcpy(&((struct sockaddr_in6 *)a)->sin6_addr, l.addr, 16);
+        ((struct sockaddr_in6 *)a)->sin6_scope_id = l.scope;
     } else {
-        memcpy(&((struct sockaddr_in *)&t->addr)->sin_addr, l.addr, 4);
+        memcpy(&((struct sockaddr_in *)a)->sin_addr, l.addr, 4);
     }
-    rl_sockaddr_set_port(&t->addr, l.port);
+    rl_sockaddr_set_port(a, l.port);
     memcpy(t->secret, l.secret, 32);
     t->listen_fd = -1;
     if (rank == 0) {
@@ -223,9 +225,23 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
         return snprintf(err, RL_MSG_MAX, "MASTER_ADDR=%s does not resolve: %s", host, gai_strerror(gai)),
                RINGLET_ERR_SYSTEM;
     memset(t, 0, sizeof *t);
-    memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
+    int any6 = 0;
+    for (struct addrinfo *ai = res; ai && t->naddr < RL_BOOT_NADDR; ai = ai->ai_next) {
+        if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) || ai->ai_addrlen > sizeof t->addr[0]) continue;
+        struct sockaddr_storage a;
+        memset(&a, 0, sizeof a);
+        memcpy(&a, ai->ai_addr, ai->ai_addrlen);
+        rl_sockaddr_set_port(&a, p);
+        int dup = 0;
+        for (int i = 0; i < t->naddr; i++) dup |= !memcmp(&t->addr[i], &a, sizeof a);
+        if (dup) continue;
+        t->addr[t->naddr++] = a;
+        any6 |= a.ss_family == AF_INET6;
+    }
     freeaddrinfo(res);
-    rl_sockaddr_set_port(&t->addr, p);
+    if (t->naddr == 0)
+        return snprintf(err, RL_MSG_MAX, "MASTER_ADDR=%s resolves to no IPv4 or IPv6 address", host),
+               RINGLET_ERR_SYSTEM;
     t->listen_fd = -1;
     /* The job secret: all ranks must agree. Without one, peers are still checked
      * against an all-zero key (protects against garbage, not against a deliberate
@@ -234,13 +250,19 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
     if (sec && *sec) rl_sha256(sec, strlen(sec), t->secret);
     else memset(t->secret, 0, 32);
     if (*rank == 0) {
-        /* Rank 0 listens on every address of MASTER_ADDR's family at that port. */
+        /* Rank 0 listens on every address of the host at that port: IPv6 and IPv4 both
+         * (a dual-stack socket) where MASTER_ADDR has an IPv6 address and the host has
+         * IPv6, so that a rank whose resolver put either first reaches it. */
         struct sockaddr_storage any;
-        memset(&any, 0, sizeof any);
-        any.ss_family = t->addr.ss_family;
-        rl_sockaddr_set_port(&any, p);
         socklen_t len;
-        int e = rl_sock_listen(&any, &len, &t->listen_fd);
+        int e = -EAFNOSUPPORT;
+        for (int fam = any6 ? 6 : 4; fam >= 4 && e < 0; fam -= 2) {
+            memset(&any, 0, sizeof any);
+            any.ss_family = fam == 6 ? AF_INET6 : AF_INET;
+            rl_sockaddr_set_port(&any, p);
+            e = rl_sock_listen(&any, &len, &t->listen_fd);
+            if (e == -EADDRINUSE) break; /* the port's, in either family */
+        }
         if (e < 0)
             return snprintf(err, RL_MSG_MAX, "rank 0 cannot listen on port %d: %s", p, strerror(-e)),
                    RINGLET_ERR_SYSTEM;
@@ -502,13 +524,43 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
     return rc;
 }
 
+/* Connects to rank 0 at one of t's addresses. With several, each is tried in turn for a
+ * slice (1 s, doubling to 8 s), from the one that answered last (*at): one that refuses or
+ * stays silent (rank 0 not up yet, or an address that does not reach it) costs its slice,
+ * not the deadline. One this host cannot use at all (RL_IO_ERR: its family off, no
+ * descriptors) is left out; RL_IO_ERR once none is left. */
+static rl_io_t connect_rank0(const rl_boot_target *t, int *at, double deadline, const atomic_int *stop, int *fd) {
+    if (t->naddr == 1) return rl_sock_connect(&t->addr[0], rl_sockaddr_len(&t->addr[0]), deadline, stop, fd);
+    int usable[RL_BOOT_NADDR], left = t->naddr;
+    for (int i = 0; i < t->naddr; i++) usable[i] = 1;
+    for (double slice = 1.0;; slice = slice < 8.0 ? slice * 2 : slice) {
+        for (int k = 0; k < t->naddr; k++) {
+            int i = (*at + k) % t->naddr;
+            if (!usable[i]) continue;
+            double until = rl_now() + slice;
+            rl_io_t r = rl_sock_connect(&t->addr[i], rl_sockaddr_len(&t->addr[i]), until < deadline ? until : deadline,
+                                        stop, fd);
+            if (r == RL_IO_OK) *at = i;
+            if (r == RL_IO_OK || r == RL_IO_STOPPED) return r;
+            if (r == RL_IO_ERR && (usable[i] = 0, --left == 0)) return r;
+            if (rl_now() >= deadline) return RL_IO_TIMEOUT;
+        }
+    }
+}
+
 static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, int *fd_out, char *err) {
     double deadline = rl_now() + c->timeout_s;
-    char where[96];
-    rl_sockaddr_str((struct sockaddr *)&t->addr, where, sizeof where);
+    char where[RL_BOOT_NADDR * 52];
+    size_t wl = 0;
+    for (int i = 0; i < t->naddr && wl + 52 < sizeof where; i++) {
+        if (i) wl += (size_t)snprintf(where + wl, sizeof where - wl, " or ");
+        rl_sockaddr_str((struct sockaddr *)&t->addr[i], where + wl, sizeof where - wl);
+        wl += strlen(where + wl);
+    }
+    int at = 0; /* the address that answered last */
     for (;;) {
         int fd;
-        rl_io_t r = rl_sock_connect(&t->addr, rl_sockaddr_len(&t->addr), deadline, &c->stop, &fd);
+        rl_io_t r = connect_rank0(t, &at, deadline, &c->stop, &fd);
         if (r != RL_IO_OK)
             return snprintf(err, RL_MSG_MAX, "bootstrap: cannot reach rank 0 at %s: %s", where,
                             r == RL_IO_ERR ? strerror(-fd) : rl_io_str(r)),

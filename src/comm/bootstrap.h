@@ -5,8 +5,13 @@
 
 #include "comm.h"
 
+#define RL_BOOT_NADDR 8 /* the most addresses of MASTER_ADDR tried */
+
 typedef struct rl_boot_target {
-    struct sockaddr_storage addr; /* where rank 0 listens */
+    /* where rank 0 listens: every address MASTER_ADDR resolves to (the ranks' resolvers may
+     * order them differently, and some may not reach rank 0), or the unique id's one */
+    struct sockaddr_storage addr[RL_BOOT_NADDR];
+    int naddr;
     uint8_t secret[32];
     int listen_fd;                /* rank 0: the listener already open (unique id), or -1 */
 } rl_boot_target;

@@ -2,7 +2,8 @@
 # Bootstrap: unique id through a file; strangers, garbage and a port scan on rank 0's
 # port while the job starts (must be refused without harm); a rank with the wrong
 # secret (refused; init fails naming the rank that never joined); a rank that never
-# shows up (init fails on the others within RINGLET_TIMEOUT, naming it).
+# shows up (init fails on the others within RINGLET_TIMEOUT, naming it); MASTER_ADDR with two
+# addresses that the ranks' resolvers order differently.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/tests/mp/bootstrap
@@ -134,4 +135,36 @@ wait $m1; s1=$?
 cat "$tmp"/m?.log
 [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $((SECONDS - t0)) -le 20 ]
 check "missing rank named by every rank within the deadline" $?
+
+# 5. MASTER_ADDR names a host with an IPv6 and an IPv4 address, and the ranks' resolvers
+#    disagree (each rank in a mount namespace with its own /etc/hosts): rank 0 knows only the
+#    IPv4 one (it listens on IPv4 alone), rank 1 both, ::1 first (the IPv6 one refuses: rank 1
+#    must go on to the next, as it would past an address that does not reach rank 0); then
+#    rank 0 knows both (it listens dual-stack) and rank 1 only the IPv4 one. 10 s deadline.
+with_hosts() { # file command...: the command with /etc/hosts replaced by file
+    unshare --mount sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$@"
+}
+name=rlboth-$$
+printf '127.0.0.1 %s\n' "$name" >"$tmp/hosts4"
+printf '::1 %s\n127.0.0.1 %s\n' "$name" "$name" >"$tmp/hosts46"
+first6=$(with_hosts "$tmp/hosts46" getent ahostsv6 "$name" 2>/dev/null | head -n 1)
+first=$(with_hosts "$tmp/hosts46" getent ahosts "$name" 2>/dev/null | awk 'NR == 1 {print $1}')
+if [ "$first" != ::1 ] || [ -z "$first6" ]; then
+    echo "skip: MASTER_ADDR with two addresses (needs unshare --mount as root and ::1 first: got '$first')"
+else
+    for order in "hosts4 hosts46" "hosts46 hosts4"; do
+        set -- $order
+        P=$(port)
+        export MASTER_ADDR=$name MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=10 RINGLET_SECRET=x
+        t0=$SECONDS
+        RANK=0 with_hosts "$tmp/$1" $bin env >"$tmp/a0.log" 2>&1 &
+        a0=$!
+        RANK=1 with_hosts "$tmp/$2" $bin env >"$tmp/a1.log" 2>&1
+        s1=$?
+        wait $a0; s0=$?
+        cat "$tmp"/a?.log
+        [ $s0 -eq 0 ] && [ $s1 -eq 0 ]
+        check "MASTER_ADDR=$name: rank 0 resolves it by $1, rank 1 by $2 ($((SECONDS - t0)) s)" $?
+    done
+fi
 exit $fail
