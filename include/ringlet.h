@@ -261,10 +261,11 @@ ringlet_result_t ringlet_op_destroy(ringlet_op_t op, ringlet_comm_t comm);
  * size, else RINGLET_ERR_INVALID_ARGUMENT; the other calls take any alignment. */
 ringlet_result_t ringlet_allreduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                    ringlet_op_t op, ringlet_comm_t comm, void *stream);
-/* root's sendbuf goes to every rank's recvbuf (root's recvbuf too). sendbuf is read on root only. */
+/* root's sendbuf goes to every rank's recvbuf (root's recvbuf too). sendbuf is read on root
+ * only: elsewhere it is ignored (never read nor checked; may be NULL). */
 ringlet_result_t ringlet_broadcast(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                    int root, ringlet_comm_t comm, void *stream);
-/* recvbuf is written on root only (may be NULL elsewhere). */
+/* recvbuf is written on root only (elsewhere ignored: never written nor checked; may be NULL). */
 ringlet_result_t ringlet_reduce(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                 ringlet_op_t op, int root, ringlet_comm_t comm, void *stream);
 /* recvbuf holds nranks * sendcount elements, rank r's block at r * sendcount. In place
@@ -288,11 +289,11 @@ ringlet_result_t ringlet_recv(void *recvbuf, size_t count, ringlet_datatype_t da
 ringlet_result_t ringlet_alltoall(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                   ringlet_comm_t comm, void *stream);
 /* Every rank's sendbuf (count elements) to the root's recvbuf (nranks * count, rank r's
- * at block r; recvbuf may be NULL elsewhere). In place when the root's sendbuf is its
+ * at block r; recvbuf is ignored elsewhere, and may be NULL). In place when the root's sendbuf is its
  * own block of recvbuf. */
 ringlet_result_t ringlet_gather(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                 int root, ringlet_comm_t comm, void *stream);
-/* Block r of the root's sendbuf (nranks * count elements; NULL elsewhere) to rank r's
+/* Block r of the root's sendbuf (nranks * count elements; ignored elsewhere, may be NULL) to rank r's
  * recvbuf. In place when the root's recvbuf is its own block of sendbuf. */
 ringlet_result_t ringlet_scatter(const void *sendbuf, void *recvbuf, size_t count, ringlet_datatype_t datatype,
                                  int root, ringlet_comm_t comm, void *stream);

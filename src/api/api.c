@@ -160,7 +160,7 @@ static ringlet_result_t check_overlap(struct ringlet_comm *c, const call_t *a, s
                     rl_op_name(a->kind), a->sendbuf, slen, a->recvbuf, rlen, form);
 }
 
-static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
+static ringlet_result_t check_call(struct ringlet_comm *c, call_t *a) {
     const char *fn = rl_op_name(a->kind);
     ringlet_result_t rc = check_comm(c, fn);
     if (rc || (rc = check_capture(c, fn, a))) return rc;
@@ -175,6 +175,14 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
                  a->kind == RL_OP_SCATTER;
     if (rooted && (a->root < 0 || a->root >= c->nranks))
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn, a->root, c->nranks);
+    int is_root = rooted && a->root == c->rank;
+    int needs_send = a->kind != RL_OP_RECV && ((a->kind != RL_OP_BROADCAST && a->kind != RL_OP_SCATTER) || is_root);
+    int needs_recv = a->kind != RL_OP_SEND && ((a->kind != RL_OP_REDUCE && a->kind != RL_OP_GATHER) || is_root);
+    /* A buffer this rank does not use (a broadcast's or scatter's sendbuf, a reduce's or
+     * gather's recvbuf, off the root) is as if NULL, as NCCL documents: one process's ranks
+     * of several devices often pass the root's there, of another device. */
+    if (rooted && !needs_send) a->sendbuf = NULL;
+    if (rooted && !needs_recv) a->recvbuf = NULL;
     /* This rank itself is a peer inside a group only (its send and receive meet there). */
     if ((a->kind == RL_OP_SEND || a->kind == RL_OP_RECV) &&
         (a->peer < 0 || a->peer >= c->nranks || (a->peer == c->rank && !t_group.depth)))
@@ -190,9 +198,6 @@ static ringlet_result_t check_call(struct ringlet_comm *c, const call_t *a) {
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: count %zu of %zu-byte elements%s overflows the address space",
                         fn, a->count, es, blocks > 1 ? " times nranks" : "");
     if (a->count == 0) return RINGLET_SUCCESS;
-    int is_root = rooted && a->root == c->rank;
-    int needs_send = a->kind != RL_OP_RECV && ((a->kind != RL_OP_BROADCAST && a->kind != RL_OP_SCATTER) || is_root);
-    int needs_recv = a->kind != RL_OP_SEND && ((a->kind != RL_OP_REDUCE && a->kind != RL_OP_GATHER) || is_root);
     if (needs_send && !a->sendbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
     if (needs_recv && !a->recvbuf) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
     /* The reduction kernels load whole elements (reduce.h): on a GPU a misaligned operand is
@@ -272,11 +277,11 @@ static int post_here(struct ringlet_comm *c, struct ringlet_request *r, int wait
     return 1;
 }
 
-static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now);
+static ringlet_result_t submit_counted(struct ringlet_comm *c, call_t *a, ringlet_request_t *out, int waits_now);
 
 /* A call under way counts as a waiter (rl_conn_wait_idle): an abort from another thread
  * lets it leave before it tears the communicator down. */
-static ringlet_result_t submit(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
+static ringlet_result_t submit(struct ringlet_comm *c, call_t *a, ringlet_request_t *out, int waits_now) {
     if (!c) return submit_counted(c, a, out, waits_now); /* refused there */
     atomic_fetch_add(&c->waiters, 1);
     ringlet_result_t rc = submit_counted(c, a, out, waits_now);
@@ -296,7 +301,7 @@ static int stream_home(struct ringlet_comm *c, const void *stream, int device) {
     return ringlet_comm_device(c, &dev) == RINGLET_SUCCESS ? dev : -1;
 }
 
-static ringlet_result_t submit_counted(struct ringlet_comm *c, const call_t *a, ringlet_request_t *out, int waits_now) {
+static ringlet_result_t submit_counted(struct ringlet_comm *c, call_t *a, ringlet_request_t *out, int waits_now) {
     if (out) *out = NULL;
     ringlet_result_t rc = check_call(c, a);
     if (rc) return rc;
@@ -429,11 +434,11 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
 
 /* ---- groups: the calls of this thread between group_start and group_end ---- */
 
-static ringlet_result_t group_record(struct ringlet_comm *c, const call_t *a);
+static ringlet_result_t group_record(struct ringlet_comm *c, call_t *a);
 
 /* A call inside a group is recorded; one refused spoils the group (as NCCL's group fails
  * whole): running the rest would pair this rank's calls with the wrong ones elsewhere. */
-static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
+static ringlet_result_t group_add(struct ringlet_comm *c, call_t *a) {
     ringlet_result_t rc = group_record(c, a);
     if (rc && !t_group.refused) {
         t_group.refused = rc;
@@ -442,7 +447,7 @@ static ringlet_result_t group_add(struct ringlet_comm *c, const call_t *a) {
     return rc;
 }
 
-static ringlet_result_t group_record(struct ringlet_comm *c, const call_t *a) {
+static ringlet_result_t group_record(struct ringlet_comm *c, call_t *a) {
     ringlet_result_t rc = check_call(c, a);
     int device;
     if (rc || (rc = buffers_device(c, a, &device))) return rc;

@@ -179,6 +179,12 @@ static unsigned shim_fork_generation(void) {
     return atomic_load_explicit(&g_forks, memory_order_relaxed);
 }
 
+/* group_held, release_later, and the set of communicators made in a group: another thread
+ * may destroy or abort a handle while the ncclGroupEnd of the thread that made it runs.
+ * Also the list of live handles (g_live), and their sets and destroying. */
+static pthread_mutex_t g_group_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm *g_live;
+
 static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     struct ncclComm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -198,6 +204,11 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
         free(c);
         return NULL;
     }
+    pthread_mutex_lock(&g_group_mu);
+    c->live_next = g_live;
+    if (g_live) g_live->live_prev = c;
+    g_live = c;
+    pthread_mutex_unlock(&g_group_mu);
     return c;
 }
 
@@ -221,6 +232,11 @@ struct shim_reg; /* below: ncclCommRegister */
 static void regs_free(struct ncclComm *c);
 
 static void comm_free(struct ncclComm *c) {
+    pthread_mutex_lock(&g_group_mu);
+    if (c->live_prev) c->live_prev->live_next = c->live_next;
+    else g_live = c->live_next;
+    if (c->live_next) c->live_next->live_prev = c->live_prev;
+    pthread_mutex_unlock(&g_group_mu);
     regs_free(c);
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
@@ -316,9 +332,6 @@ static int group_init_add(struct ncclComm *c) {
     return 0;
 }
 
-/* group_held, release_later, and the set of communicators made in a group: another thread
- * may destroy or abort a handle while the ncclGroupEnd of the thread that made it runs. */
-static pthread_mutex_t g_group_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Starts c's init or split on a thread of its own (fn(a)), on the caller's current device
  * (into *device, a's field); on failure frees a and c (and takes c out of this thread's
@@ -536,11 +549,35 @@ static void release_handle(struct ncclComm *c) {
     else comm_free(c);
 }
 
-static struct initall_set *set_of(struct ncclComm *c) {
-    pthread_mutex_lock(&g_group_mu);
-    struct initall_set *s = c->set;
-    pthread_mutex_unlock(&g_group_mu);
-    return s;
+/* Whether o is another live rank of c's communicator in this process, up, and not yet let
+ * go of by its user nor part of a set. Caller holds g_group_mu. */
+static int local_peer(const struct ncclComm *c, struct ncclComm *o) {
+    if (o == c || o->key != c->key || o->set || o->destroying || o->nocolor || o->release_later || o->group_held ||
+        o->fork_gen != c->fork_gen || !atomic_load(&o->init_done) || !o->rc)
+        return 0;
+    pthread_mutex_lock(&o->mu);
+    int doomed = o->doomed;
+    pthread_mutex_unlock(&o->mu);
+    return !doomed;
+}
+
+/* c and the other live ranks of its communicator in this process (made on threads of their
+ * own, or by non-blocking inits from one thread) become a set, destroyed together once the
+ * last of them is let go of: ringlet's destroy waits for every rank's goodbye, so a thread
+ * destroying them one after another waited out the deadline at the first, where NCCL's
+ * destroy is local. Caller holds g_group_mu; c is in no set. */
+static void join_local_ranks(struct ncclComm *c) {
+    int n = 1;
+    for (struct ncclComm *o = g_live; o; o = o->live_next) n += local_peer(c, o);
+    if (n < 2) return;
+    struct initall_set *s = calloc(1, sizeof *s);
+    if (s && !(s->members = calloc((size_t)n, sizeof *s->members))) free(s), s = NULL;
+    if (!s) return; /* destroyed alone: it waits for the others' goodbye */
+    pthread_mutex_init(&s->mu, NULL);
+    s->members[s->n++] = c, c->set = s;
+    for (struct ncclComm *o = g_live; o && s->n < n; o = o->live_next)
+        if (local_peer(c, o)) s->members[s->n++] = o, o->set = s;
+    s->left = s->n;
 }
 
 /* Ranks of one communicator that this thread made in the group (same key), when there are
@@ -727,12 +764,21 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
     pthread_mutex_lock(&comm->mu);
-    int doomed = comm->doomed;
+    int doomed = comm->doomed, calls = comm->calls;
     pthread_mutex_unlock(&comm->mu);
     if (doomed)
         return shim_fail(NULL, ncclInvalidUsage, "ncclCommDestroy: the communicator was aborted (its calls still under "
                                                  "way end it)");
-    if (set_of(comm)) {
+    /* freed under them, they would use it after (a group's ncclGroupEnd leaves it at its end) */
+    if (calls > 0)
+        return shim_fail(comm, ncclInvalidUsage, "ncclCommDestroy: the communicator has %d call(s) under way: in a "
+                         "group this thread has not ended (ncclGroupEnd first), or on another thread", calls);
+    pthread_mutex_lock(&g_group_mu);
+    if (!comm->set && !comm->group_held) join_local_ranks(comm);
+    struct initall_set *set = comm->set;
+    if (!set) comm->destroying = 1;
+    pthread_mutex_unlock(&g_group_mu);
+    if (set) {
         set_release(comm);
         return ncclSuccess;
     }

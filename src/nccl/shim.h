@@ -32,7 +32,11 @@ struct ncclComm {
     ringlet_request_t *pending;
     int npending, cap;
     ncclResult_t async;
-    struct initall_set *set; /* ncclCommInitAll's communicators are destroyed together */
+    struct initall_set *set; /* ranks of one communicator in this process: destroyed together */
+    /* Every handle of the process, and destroying: destroyed alone (both under the layer's
+     * group lock). */
+    struct ncclComm *live_prev, *live_next;
+    int destroying;
     /* Made by a split inside a group (joined at ncclGroupEnd): its parent; nocolor: only a
      * stand-in, where the caller gave no color. */
     struct ncclComm *split_parent;

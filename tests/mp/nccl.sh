@@ -5,7 +5,8 @@
 # with RINGLET_SIM_JITTER=100 so that a missing stream wait shows); a peer that aborts
 # (P = 2, 3); an abort from another thread while a call waits (P = 2); ncclCommInitAll in one process (on the simulator: 3 ranks on 2 devices, two
 # of them sharing one); two ranks per process made and driven by one thread through groups
-# (P = 2, and on the simulator P = 3 over 2 devices); host memory again at P = 2 with the device backend present.
+# (P = 2, and on the simulator P = 3 over 2 devices); host memory again at P = 2 with the device backend present;
+# 3 ranks made on threads of their own and destroyed one by one by one thread.
 # Exit 0 = all passed, 1 = a failure.
 set -u
 BUILD=${BUILD:-build}
@@ -73,6 +74,7 @@ NCCL_COMM_BLOCKING=1 one "host all P=2, NCCL_COMM_BLOCKING=1" 2 --case all --mem
 # each other there, as NCCL's kernels would (NCCL asks for a group).
 NCCL_COMM_BLOCKING=0 RINGLET_DEVICE=none one "host initall, NCCL_COMM_BLOCKING=0" 0 --case initall --memory host
 one "abort of a non-blocking init whose peer never comes" 0 --case abortinit
+one "3 ranks made on threads of their own, destroyed one by one by one thread" 0 --case threads
 [ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
 echo "nccl: $fails failed"
 exit 1

@@ -5,7 +5,7 @@
  * read through the device layer; calls use stream 0. Random inputs (small integers, so
  * that every float result is exact); every result is checked byte for byte.
  *
- *   nccl_api --case all|fault|abortcall|initall|pairs|abortinit [--memory host|device] [--count N]
+ *   nccl_api --case all|fault|abortcall|initall|pairs|abortinit|threads [--memory host|device] [--count N]
  *            [--dir D]
  *
  *   all      a non-blocking communicator (init polled through ncclCommGetAsyncError) and
@@ -43,6 +43,10 @@
  *            Before the abort, a child forked from the process: its calls on the
  *            communicator (async error, an all-reduce, destroy) fail with
  *            ncclInvalidUsage saying it forked, none waiting for the parent's init.
+ *   threads  one process: 3 ranks made by ncclCommInitRank on threads of their own, split
+ *            there; this thread runs grouped all-reduces on them and destroys the 6
+ *            handles one by one, within RINGLET_TIMEOUT / 2 (a destroy inside a group
+ *            with a call on the communicator is refused).
  * Prints "nccl_api: rank R of P: N checks, F failed"; exit 0 iff none failed.
  */
 #include <errno.h>
@@ -831,6 +835,22 @@ static void case_initall(void) {
         g_checks++;
         if (rk != r) FAIL("initall: comm %d has rank %d", r, rk);
     }
+    /* The root's buffers passed where a rank does not use them (a reduce's recvbuf, a
+     * broadcast's sendbuf, off the root), of another device than that rank's when there are
+     * two: ignored, as NCCL documents (they were refused: buffers of two devices). */
+    for (int r = 0; r < N; r++) ON_DEVICE(r), put(rb[r], h[r], n * 4); /* not the result */
+    OK(ncclGroupStart());
+    for (int r = 0; r < N; r++) OK(ncclReduce(sb[r], rb[0], n, ncclInt32, ncclSum, 0, comms[r], NULL));
+    OK(ncclGroupEnd());
+    for (int r = 0; r < N; r++) {
+        ON_DEVICE(r);
+        get(got, rb[r], n * 4);
+        check_bytes(r ? "initall reduce: a non-root's recvbuf, untouched" : "initall reduce", got, r ? h[r] : want, n, 4);
+    }
+    OK(ncclGroupStart());
+    for (int r = 0; r < N; r++) OK(ncclBroadcast(sb[0], rb[r], n, ncclInt32, 0, comms[r], NULL));
+    OK(ncclGroupEnd());
+    for (int r = 0; r < N; r++) ON_DEVICE(r), get(got, rb[r], n * 4), check_bytes("initall broadcast", got, h[0], n, 4);
     const char *e = getenv("NCCL_COMM_BLOCKING");
     if (e && !strcmp(e, "0")) {
         for (int r = 0; r < N; r++) ON_DEVICE(r), put(rb[r], h[r], n * 4); /* not the result */
@@ -844,6 +864,92 @@ static void case_initall(void) {
         }
     }
     for (int r = 0; r < N; r++) OK(ncclCommDestroy(comms[r])); /* one thread, one by one */
+    for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
+#undef ON_DEVICE
+    free(want), free(got);
+}
+
+/* --case threads: one process, 3 ranks, each made by ncclCommInitRank on a thread of its own
+ * (no group) and split there (color 0); this thread drives them (grouped all-reduces on
+ * the parents and the children, checked), then destroys them one after another, children
+ * first. NCCL's destroy is local: ringlet's waits for every rank's goodbye, and the first
+ * destroy here waited out the deadline (RINGLET_TIMEOUT) for ranks this thread had yet to
+ * destroy. A destroy while this thread's group has a call on the communicator is refused. */
+typedef struct {
+    ncclUniqueId id;
+    int rank, n;
+    ncclComm_t comm, kid;
+    ncclResult_t rc;
+} threads_arg;
+
+static void *threads_init(void *p) {
+    threads_arg *a = p;
+    int ndev = 0;
+    if (D) ringlet_device_count(&ndev), ringlet_set_device(a->rank % ndev);
+    a->rc = ncclCommInitRank(&a->comm, a->n, a->id, a->rank);
+    if (a->rc == ncclSuccess) a->rc = ncclCommSplit(a->comm, 0, a->rank, &a->kid, NULL);
+    return NULL;
+}
+
+static void case_threads(void) {
+    enum { N = 3 };
+    threads_arg a[N];
+    pthread_t th[N];
+    ncclUniqueId id;
+    OK(ncclGetUniqueId(&id));
+    for (int r = 0; r < N; r++) {
+        a[r] = (threads_arg){.id = id, .rank = r, .n = N};
+        if (pthread_create(&th[r], NULL, threads_init, &a[r]) != 0) {
+            FAIL("threads: no thread");
+            return;
+        }
+    }
+    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < N; r++)
+        if (a[r].rc != ncclSuccess) {
+            FAIL("threads: rank %d's init or split: %d: %s", r, (int)a[r].rc, ncclGetLastError(NULL));
+            return;
+        }
+    size_t n = g_N;
+    int ndev = 0;
+    if (D) ringlet_device_count(&ndev);
+#define ON_DEVICE(r) (D ? (void)ringlet_set_device((r) % ndev) : (void)0)
+    int32_t *h[N], *want = malloc(n * 4), *got = malloc(n * 4);
+    void *sb[N], *rb[N];
+    for (int r = 0; r < N; r++) {
+        ON_DEVICE(r);
+        h[r] = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) h[r][i] = val(r, 700, i, ncclInt32);
+        sb[r] = balloc(n * 4), rb[r] = balloc(n * 4);
+        put(sb[r], h[r], n * 4);
+    }
+    for (size_t i = 0; i < n; i++) want[i] = h[0][i] + h[1][i] + h[2][i];
+    for (int kid = 0; kid < 2; kid++) {
+        OK(ncclGroupStart());
+        for (int r = 0; r < N; r++)
+            OK(ncclAllReduce(sb[r], rb[r], n, ncclInt32, ncclSum, kid ? a[r].kid : a[r].comm, NULL));
+        if (!kid) EXPECT(ncclCommDestroy(a[0].comm), ncclInvalidUsage, -1); /* a call on it in the group */
+        OK(ncclGroupEnd());
+        for (int r = 0; r < N; r++) {
+            ON_DEVICE(r);
+            get(got, rb[r], n * 4);
+            check_bytes(kid ? "threads: the children's allreduce" : "threads: allreduce", got, want, n, 4);
+            put(rb[r], h[r], n * 4); /* not the result */
+        }
+    }
+    double t0 = now(), limit = 10;
+    const char *e = getenv("RINGLET_TIMEOUT");
+    if (e && atof(e) > 0) limit = atof(e) / 2;
+    for (int r = 0; r < N; r++) OK(ncclCommDestroy(a[r].kid)); /* one thread, one by one */
+    for (int r = 0; r < N; r++) OK(ncclCommDestroy(a[r].comm));
+    double dt = now() - t0;
+    g_checks++;
+    if (dt > limit)
+        FAIL("threads: destroying the 6 handles one after another took %.1f s (RINGLET_TIMEOUT %s): a destroy "
+             "waited for ranks this thread had yet to destroy", dt, e ? e : "unset");
+    else
+        printf("nccl_api: threads: 6 handles made on 3 threads destroyed one by one by one thread in %.1f ms\n",
+               dt * 1e3);
     for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
 #undef ON_DEVICE
     free(want), free(got);
@@ -1087,7 +1193,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_N = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) g_dir = dir = argv[++i];
-        else return fprintf(stderr, "usage: nccl_api --case all|fault|abortcall|initall|pairs|abortinit [--memory host|device] "
+        else return fprintf(stderr, "usage: nccl_api --case all|fault|abortcall|initall|pairs|abortinit|threads [--memory host|device] "
                               "[--count N] [--dir D]\n"), 2;
     }
     if (device && !(D = rl_device())) {
@@ -1117,6 +1223,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cas, "abortinit")) {
         g_P = 1;
         case_abortinit();
+    } else if (!strcmp(cas, "threads")) {
+        g_P = 1;
+        case_threads();
     } else {
         ncclUniqueId id;
         if (share_id(dir, &id)) return 1;
