@@ -176,6 +176,8 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     b.mtu = (uint32_t)x->port.attr.active_mtu;
     b.is_eth = (uint32_t)x->port.is_eth;
     b.gid_index = (uint32_t)x->port.gid_index;
+    b.gid_type = (uint32_t)x->port.gid_type;
+    b.grh = (uint32_t)x->port.grh;
     memcpy(blob, &b, sizeof b);
     *bloblen = sizeof b;
     *ctxp = x;
@@ -193,6 +195,7 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
                 x->slot_size);
     RL_INFO(in->rank, "ib: GPUDirect RDMA: dma-buf registration %s, nvidia-peermem %s (host memory only in this build)",
             rl_ib_dmabuf_available() ? "available" : "not available", rl_ib_peermem_loaded() ? "loaded" : "not loaded");
+    RL_INFO(in->rank, "ib: fork protection %s", rl_ib_fork_state());
     return RINGLET_SUCCESS;
 fail:
     ctx_free(x);

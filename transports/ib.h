@@ -11,7 +11,7 @@
 #include "ringlet.h"
 
 #define RL_IB_MAGIC 0x524c4942u /* "RLIB" */
-#define RL_IB_VERSION 1
+#define RL_IB_VERSION 2 /* 2: GID type and GRH in the blob, hello and reply */
 #define RL_IB_MAX_QPS 16
 #define RL_IB_CHUNK_MAGIC 0x43484b31u
 
@@ -21,6 +21,7 @@ typedef struct rl_ib_blob {
     struct sockaddr_storage addr; /* the handshake listener */
     uint8_t gid[16];
     uint32_t lid, mtu, is_eth, gid_index;
+    uint32_t gid_type, grh; /* RL_GID_*; 1: addressed with a GRH (rl_ib_port.grh) */
 } rl_ib_blob;
 
 /* Connector -> acceptor. */
@@ -29,6 +30,7 @@ typedef struct rl_ib_hello {
     int32_t from, to;
     uint32_t nqps, nslots, slot_size, mtu;
     uint32_t lid, is_eth;
+    uint32_t gid_type, grh;
     uint8_t gid[16];
     uint32_t qpn[RL_IB_MAX_QPS];
     uint8_t nonce[16];
@@ -40,7 +42,7 @@ typedef struct rl_ib_reply {
     uint32_t magic, version;
     int32_t from, to;
     int32_t status; /* ringlet_result_t: 0, or why the acceptor refused (msg) */
-    uint32_t nqps, mtu, lid;
+    uint32_t nqps, mtu, lid, grh;
     uint8_t gid[16];
     uint32_t qpn[RL_IB_MAX_QPS];
     uint64_t fifo_addr;

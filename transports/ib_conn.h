@@ -150,9 +150,9 @@ int rl_ib_post_recvs(struct ib_conn *c, int qi, int n);
 struct ib_conn *rl_ib_conn_create(struct ib_ctx *x, int peer, int is_send, int nqps, int nslots, size_t slot_size,
                                   char *err);
 void rl_ib_conn_free_verbs(struct ib_conn *c);
-/* RTR then RTS against the peer's QPs. */
+/* RTR then RTS against the peer's QPs (addressed with a GRH where rl_ib_use_grh says). */
 int rl_ib_conn_connect_qps(struct ib_conn *c, const uint32_t *qpn, const uint8_t *gid, uint32_t lid, uint32_t mtu,
-                           char *err);
+                           int peer_grh, char *err);
 ringlet_result_t rl_ib_reg_mr(void *ctxp, void *buf, size_t len, void **mrp, char *err);
 void rl_ib_dereg_mr(void *ctxp, void *mrp);
 

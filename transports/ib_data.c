@@ -239,7 +239,12 @@ static void handle_wc(struct ib_conn *c, const struct ibv_wc *wc) {
         return;
     }
     if (kind != WR_RECV) return;
-    if (idx < (uint32_t)c->nqps && c->state != ST_BROKEN) rl_ib_post_recvs(c, (int)idx, 1);
+    int e = idx < (uint32_t)c->nqps && c->state != ST_BROKEN ? rl_ib_post_recvs(c, (int)idx, 1) : 0;
+    if (e) { /* one receive fewer on the queue pair each time: the peer's sends would end waiting */
+        rl_ib_conn_break(c, RINGLET_ERR_SYSTEM, "%s rank %d: ibv_post_recv failed: %s", rl_ib_dir_str(c), c->peer,
+                         strerror(e));
+        return;
+    }
     if (c->state == ST_BROKEN) return;
     uint32_t imm = ntohl(wc->imm_data), type = imm >> 30, val = imm & IB_IMM_MASK;
     if (!c->is_send && wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && type == IMM_DATA) {

@@ -98,7 +98,7 @@ static void finish_connect(struct ib_conn *c) {
         return;
     }
     char err[RL_ERR_MAX];
-    if (rl_ib_conn_connect_qps(c, r->qpn, r->gid, r->lid, r->mtu, err) != 0) {
+    if (rl_ib_conn_connect_qps(c, r->qpn, r->gid, r->lid, r->mtu, (int)r->grh, err) != 0) {
         rl_ib_conn_break(c, RINGLET_ERR_SYSTEM, "send to rank %d: %s", c->peer, err);
         return;
     }
@@ -150,6 +150,22 @@ static void conn_add(struct ib_ctx *x, struct ib_conn *c) {
     pthread_mutex_unlock(&x->mu);
 }
 
+/* Whether this rank's GID and the peer's cannot reach each other (rl_ib_gid_mismatch):
+ * refused at once, naming both, instead of queue pairs whose sends all fail seconds later. */
+static int gid_refused(const struct ib_ctx *x, int peer, int peer_type, const uint8_t peer_gid[16], char *err) {
+    const char *why = rl_ib_gid_mismatch(x->port.gid_type, x->port.gid.raw, peer_type, peer_gid);
+    if (!why) return 0;
+    union ibv_gid pg;
+    memcpy(pg.raw, peer_gid, 16);
+    char mine[64], theirs[64];
+    rl_ib_gid_str(&x->port.gid, mine, sizeof mine);
+    rl_ib_gid_str(&pg, theirs, sizeof theirs);
+    snprintf(err, RL_ERR_MAX, "ib: rank %d's GID %s (%s) and this rank's %s (%s, index %d) are %s: set "
+             "RINGLET_IB_GID_INDEX on every rank to GIDs of one kind", peer, theirs, rl_ib_gid_type_str(peer_type),
+             mine, rl_ib_gid_type_str(x->port.gid_type), x->port.gid_index, why);
+    return 1;
+}
+
 ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size_t bloblen, void **connp,
                                    char *err) {
     struct ib_ctx *x = ctxp;
@@ -162,6 +178,7 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
         return snprintf(err, RL_ERR_MAX, "ib: rank %d's port is %s, this rank's %s", peer,
                         b.is_eth ? "RoCE" : "InfiniBand", x->port.is_eth ? "RoCE" : "InfiniBand"),
                RINGLET_ERR_INVALID_USAGE;
+    if (gid_refused(x, peer, (int)b.gid_type, b.gid, err)) return RINGLET_ERR_INVALID_USAGE;
     struct ib_conn *c = rl_ib_conn_create(x, peer, 1, x->nqps, x->nslots, x->slot_size, err);
     if (!c) return RINGLET_ERR_SYSTEM;
     double deadline = rl_now() + x->in.timeout_s;
@@ -182,6 +199,8 @@ ringlet_result_t rl_ib_connect(void *ctxp, int peer, const void *peer_blob, size
         h->mtu = (uint32_t)x->port.attr.active_mtu;
         h->lid = x->port.attr.lid;
         h->is_eth = (uint32_t)x->port.is_eth;
+        h->gid_type = (uint32_t)x->port.gid_type;
+        h->grh = (uint32_t)x->port.grh;
         memcpy(h->gid, x->port.gid.raw, 16);
         for (int i = 0; i < c->nqps; i++) h->qpn[i] = c->qp[i]->qp_num;
         rl_random_bytes(h->nonce, sizeof h->nonce);
@@ -257,6 +276,7 @@ ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
     rep.nqps = h.nqps;
     rep.mtu = (uint32_t)x->port.attr.active_mtu;
     rep.lid = x->port.attr.lid;
+    rep.grh = (uint32_t)x->port.grh;
     memcpy(rep.gid, x->port.gid.raw, 16);
     ringlet_result_t rc = RINGLET_SUCCESS;
     struct ib_conn *c = NULL;
@@ -264,10 +284,12 @@ ringlet_result_t rl_ib_accept(void *ctxp, int peer, void **connp, char *err) {
         rc = RINGLET_ERR_INVALID_USAGE;
         snprintf(err, RL_ERR_MAX, "ib: rank %d's port is %s, this rank's %s", peer, h.is_eth ? "RoCE" : "InfiniBand",
                  x->port.is_eth ? "RoCE" : "InfiniBand");
+    } else if (gid_refused(x, peer, (int)h.gid_type, h.gid, err)) {
+        rc = RINGLET_ERR_INVALID_USAGE;
     } else {
         c = rl_ib_conn_create(x, peer, 0, (int)h.nqps, (int)h.nslots, h.slot_size, err);
         if (!c) rc = RINGLET_ERR_SYSTEM;
-        else if (rl_ib_conn_connect_qps(c, h.qpn, h.gid, h.lid, h.mtu, err) != 0) rc = RINGLET_ERR_SYSTEM;
+        else if (rl_ib_conn_connect_qps(c, h.qpn, h.gid, h.lid, h.mtu, (int)h.grh, err) != 0) rc = RINGLET_ERR_SYSTEM;
     }
     if (rc == RINGLET_SUCCESS) {
         for (int i = 0; i < c->nqps; i++) rep.qpn[i] = c->qp[i]->qp_num;

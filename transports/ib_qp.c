@@ -12,6 +12,14 @@
 
 #ifdef RL_HAVE_VERBS
 
+/* What to check when a registration fails, by its errno. */
+static const char *reg_hint(int e) {
+    if (e == ENOMEM || e == EPERM || e == EAGAIN)
+        return " (the locked-memory limit, ulimit -l, or the NIC's memory translation tables are full)";
+    if (e == EFAULT) return " (not memory the NIC can reach: device memory needs GPUDirect RDMA)";
+    return "";
+}
+
 int rl_ib_post_recvs(struct ib_conn *c, int qi, int n) {
     struct ibv_recv_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
@@ -49,8 +57,12 @@ struct ib_conn *rl_ib_conn_create(struct ib_ctx *x, int peer, int is_send, int n
     c->slot_size = slot_size;
     c->stride = IB_HDR + slot_size;
     pthread_mutex_init(&c->mu, NULL);
-    size_t bytes = c->stride * (size_t)nslots;
-    if (posix_memalign((void **)&c->buf, 4096, bytes) != 0) {
+    /* whole pages: under ibv_fork_init a registration's pages are not in a forked child,
+     * and no other data may share them (ib_verbs.c's fork_protect) */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = c->stride * (size_t)nslots;
+    if (page < 4096) page = 4096;
+    bytes = (bytes + page - 1) / page * page;
+    if (posix_memalign((void **)&c->buf, page, bytes) != 0) {
         c->buf = NULL;
         snprintf(err, RL_ERR_MAX, "ib: out of memory for %d slots of %zu bytes", nslots, slot_size);
         goto fail;
@@ -58,8 +70,8 @@ struct ib_conn *rl_ib_conn_create(struct ib_ctx *x, int peer, int is_send, int n
     memset(c->buf, 0, bytes);
     c->mr = v->reg_mr(x->pd, c->buf, bytes, IBV_ACCESS_LOCAL_WRITE | (is_send ? 0 : IBV_ACCESS_REMOTE_WRITE));
     if (!c->mr) {
-        snprintf(err, RL_ERR_MAX, "ib: cannot register %zu bytes for rank %d: %s (locked-memory limit, ulimit -l?)",
-                 bytes, peer, strerror(errno));
+        snprintf(err, RL_ERR_MAX, "ib: cannot register %zu bytes for rank %d: %s%s", bytes, peer, strerror(errno),
+                 reg_hint(errno));
         goto fail;
     }
     if (is_send) c->slot_req = calloc((size_t)nslots, sizeof *c->slot_req);
@@ -117,8 +129,9 @@ fail:
 }
 
 int rl_ib_conn_connect_qps(struct ib_conn *c, const uint32_t *qpn, const uint8_t *gid, uint32_t lid, uint32_t mtu,
-                            char *err) {
+                            int peer_grh, char *err) {
     struct ib_ctx *x = c->ctx;
+    int global = rl_ib_use_grh(x->port.grh, x->port.gid.raw, peer_grh, gid);
     enum ibv_mtu m = x->port.attr.active_mtu;
     if (mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 && (enum ibv_mtu)mtu < m) m = (enum ibv_mtu)mtu;
     for (int i = 0; i < c->nqps; i++) {
@@ -133,10 +146,10 @@ int rl_ib_conn_connect_qps(struct ib_conn *c, const uint32_t *qpn, const uint8_t
         a.ah_attr.port_num = (uint8_t)x->port.port;
         a.ah_attr.sl = (uint8_t)x->sl;
         a.ah_attr.dlid = (uint16_t)lid;
-        if (x->port.gid_index >= 0) {
+        if (global) {
             a.ah_attr.is_global = 1;
             memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
-            a.ah_attr.grh.sgid_index = (uint8_t)x->port.gid_index;
+            a.ah_attr.grh.sgid_index = (uint8_t)(x->port.gid_index >= 0 ? x->port.gid_index : 0);
             a.ah_attr.grh.hop_limit = 255;
             a.ah_attr.grh.traffic_class = (uint8_t)x->tc;
         }
@@ -173,8 +186,8 @@ ringlet_result_t rl_ib_reg_mr(void *ctxp, void *buf, size_t len, void **mrp, cha
      * read-only memory register and gives the peers' queue pairs no way into it. */
     m->mr = x->v->reg_mr(x->pd, buf, len, 0);
     if (!m->mr) {
-        snprintf(err, RL_ERR_MAX, "ib: cannot register %zu bytes at %p: %s (locked-memory limit, ulimit -l?)", len, buf,
-                 strerror(errno));
+        snprintf(err, RL_ERR_MAX, "ib: cannot register %zu bytes at %p: %s%s", len, buf, strerror(errno),
+                 reg_hint(errno));
         free(m);
         return RINGLET_ERR_SYSTEM;
     }

@@ -60,6 +60,39 @@ static int g_ibv_ok;
 static char g_ibv_err[512];
 static pthread_once_t g_ibv_once = PTHREAD_ONCE_INIT;
 
+static char g_fork_state[160] = "unknown";
+
+/* fork() after memory was registered: where the kernel does not copy pages under DMA into
+ * the child (before Linux 5.13), the parent's first write to such a page after a fork (a
+ * DataLoader starting its workers) moves the parent to a copy the NIC never sees: sends of
+ * stale data, receives lost, silently. ibv_fork_init (before any registration: here, at
+ * load) makes registrations MADV_DONTFORK instead, as NCCL and UCX do; ringlet's own
+ * registered buffers are whole pages, so a child loses no other data with them. */
+static void fork_protect(void) {
+    enum { FORK_DISABLED = 0, FORK_ENABLED = 1, FORK_UNNEEDED = 2 }; /* enum ibv_fork_status */
+    int st = g_ibv.is_fork_initialized ? g_ibv.is_fork_initialized() : -1;
+    if (st == FORK_UNNEEDED) {
+        snprintf(g_fork_state, sizeof g_fork_state, "unneeded (the kernel copies registered pages at fork)");
+        return;
+    }
+    if (st == FORK_ENABLED) {
+        snprintf(g_fork_state, sizeof g_fork_state, "on (enabled before ringlet: RDMAV_FORK_SAFE or the program)");
+        return;
+    }
+    if (!g_ibv.fork_init) {
+        snprintf(g_fork_state, sizeof g_fork_state, "off (this libibverbs has no ibv_fork_init): do not fork after init");
+        return;
+    }
+    int e = g_ibv.fork_init();
+    if (e == 0) snprintf(g_fork_state, sizeof g_fork_state, "on (ibv_fork_init)");
+    else
+        snprintf(g_fork_state, sizeof g_fork_state,
+                 "off (ibv_fork_init: %s; memory was registered before ringlet loaded verbs?): do not fork after init",
+                 strerror(e > 0 ? e : errno));
+}
+
+const char *rl_ib_fork_state(void) { return g_fork_state; }
+
 static void ibv_load_once(void) {
     const char *dir = getenv("RINGLET_IB_LIBDIR");
     if (dir && *dir) snprintf(g_ibv.path, sizeof g_ibv.path, "%s/libibverbs.so.1", dir);
@@ -104,6 +137,8 @@ static void ibv_load_once(void) {
         {(void **)&g_ibv.event_type_str, "ibv_event_type_str", 1},
         {(void **)&g_ibv.query_gid_ex, "_ibv_query_gid_ex", 0},
         {(void **)&g_ibv.reg_dmabuf_mr, "ibv_reg_dmabuf_mr", 0},
+        {(void **)&g_ibv.fork_init, "ibv_fork_init", 0},
+        {(void **)&g_ibv.is_fork_initialized, "ibv_is_fork_initialized", 0},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(h, syms[i].name);
@@ -115,6 +150,7 @@ static void ibv_load_once(void) {
         /* POSIX: a function pointer travels through void * (dlsym's contract). */
         memcpy(syms[i].slot, &p, sizeof p);
     }
+    fork_protect();
     g_ibv_ok = 1;
 }
 
@@ -138,6 +174,10 @@ int rl_ib_peermem_loaded(void) {
     return access("/sys/module/nvidia_peermem", F_OK) == 0 || access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0;
 }
 
+#ifndef IBV_QPF_GRH_REQUIRED /* rdma-core before v20 */
+#define IBV_QPF_GRH_REQUIRED 1
+#endif
+
 const char *rl_ib_gid_type_str(int type) {
     switch (type) {
     case RL_GID_IB: return "IB";
@@ -160,6 +200,24 @@ static int gid_is_v4mapped(const union ibv_gid *g) {
 }
 
 static int gid_is_linklocal(const union ibv_gid *g) { return g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80; }
+
+const char *rl_ib_gid_mismatch(int type, const uint8_t gid[16], int peer_type, const uint8_t peer_gid[16]) {
+    if (type == RL_GID_UNKNOWN || peer_type == RL_GID_UNKNOWN) return NULL; /* sysfs silent: nothing to compare */
+    if (type != peer_type) return "GIDs of different RoCE versions (v1 is Ethernet frames, v2 UDP/IP packets)";
+    if (type != RL_GID_ROCE_V2) return NULL;
+    union ibv_gid a, b;
+    memcpy(a.raw, gid, 16);
+    memcpy(b.raw, peer_gid, 16);
+    if (gid_is_v4mapped(&a) != gid_is_v4mapped(&b)) return "an IPv4 and an IPv6 address (RoCE v2 is UDP over one IP)";
+    return NULL;
+}
+
+int rl_ib_use_grh(int grh, const uint8_t gid[16], int peer_grh, const uint8_t peer_gid[16]) {
+    if (grh || peer_grh) return 1;
+    static const uint8_t zero[8];
+    /* another subnet: only routers between them, which need the GRH (both prefixes known) */
+    return memcmp(gid, zero, 8) && memcmp(peer_gid, zero, 8) && memcmp(gid, peer_gid, 8);
+}
 
 void rl_ib_gid_str(const union ibv_gid *g, char *buf, size_t len) {
     if (gid_is_v4mapped(g)) {
@@ -252,13 +310,17 @@ static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_stor
             return -1;
         }
         p->gid_index = (int)forced;
+        p->grh = 1;
         p->gid = g;
         p->gid_type = type;
         snprintf(p->gid_ndev, sizeof p->gid_ndev, "%s", ndev);
         return 1;
     }
-    if (!p->is_eth) { /* InfiniBand: LID routing, no GRH */
-        p->gid_index = -1;
+    if (!p->is_eth) {
+        /* InfiniBand: LID routing, no GRH, unless the port requires one (an SR-IOV virtual
+         * function's: its address is the GID); then GID 0, the port's own */
+        p->grh = (p->attr.flags & IBV_QPF_GRH_REQUIRED) != 0;
+        p->gid_index = p->grh ? 0 : -1;
         p->gid_type = RL_GID_IB;
         if (v->query_gid(p->ctx, (uint8_t)p->port, 0, &p->gid) != 0) memset(&p->gid, 0, sizeof p->gid);
         return 1;
@@ -280,6 +342,7 @@ static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_stor
         return -1;
     }
     p->gid_index = best;
+    p->grh = 1;
     return best_score >= 50 ? 2 : 1;
 }
 

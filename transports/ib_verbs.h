@@ -40,6 +40,10 @@ int rl_ib_hca_match(const char *spec, const char *dev, int port);
 int rl_ib_dmabuf_available(void);
 /* 1 when the nvidia-peermem kernel module (the older route) is loaded. */
 int rl_ib_peermem_loaded(void);
+/* How registered memory fares across fork(), once rl_ibv_load succeeded: "unneeded (...)"
+ * where the kernel copies pages under DMA into the child at fork (Linux >= 5.13), "on"
+ * where ibv_fork_init made registrations MADV_DONTFORK, or why it is off. */
+const char *rl_ib_fork_state(void);
 
 #ifdef RL_HAVE_VERBS
 #include <infiniband/verbs.h>
@@ -79,6 +83,10 @@ typedef struct rl_ibv {
     void (*ack_async_event)(struct ibv_async_event *ev);
     const char *(*wc_status_str)(enum ibv_wc_status status);
     const char *(*event_type_str)(enum ibv_event_type type);
+    /* Optional: fork protection (rl_ibv_load calls it where the kernel needs it; see
+     * rl_ib_fork_state). */
+    int (*fork_init)(void);
+    int (*is_fork_initialized)(void); /* enum ibv_fork_status; rdma-core >= 35 */
     char path[512]; /* what was loaded */
 } rl_ibv;
 
@@ -100,6 +108,8 @@ typedef struct rl_ib_port {
     int is_eth;      /* RoCE (link layer Ethernet): addressed by GID */
     int gid_index;   /* -1: none (InfiniBand without RINGLET_IB_GID_INDEX: LID routing) */
     int gid_type;    /* RL_GID_* */
+    int grh;         /* sends carry a GRH: RoCE; InfiniBand with a GID index set, or whose port
+                      * requires it (a virtual function's, IBV_QPF_GRH_REQUIRED): GID 0 */
     union ibv_gid gid;
     char gid_ndev[32]; /* netdev of the GID when known */
 } rl_ib_port;
@@ -114,6 +124,13 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
 
 /* "RoCE v2", "IB", ... */
 const char *rl_ib_gid_type_str(int type);
+/* Whether a connection between GIDs of these types can carry traffic: NULL, or what
+ * differs ("RoCE v1 and RoCE v2", "an IPv4 and an IPv6 address"): such queue pairs
+ * connect, and every send then ends in "retry counter exceeded" seconds later. */
+const char *rl_ib_gid_mismatch(int type, const uint8_t gid[16], int peer_type, const uint8_t peer_gid[16]);
+/* Whether this side's queue pairs to a peer address it with a GRH: where either side's
+ * port uses one (grh), or their subnet prefixes differ (routed InfiniBand). */
+int rl_ib_use_grh(int grh, const uint8_t gid[16], int peer_grh, const uint8_t peer_gid[16]);
 /* The GID as text: "::ffff:192.0.2.1" style for IPv4-mapped, else 8 groups of hex. */
 void rl_ib_gid_str(const union ibv_gid *gid, char *buf, size_t len);
 #endif /* RL_HAVE_VERBS */

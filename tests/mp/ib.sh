@@ -102,6 +102,23 @@ guest() {
     sel ok "ib: $DEV port 1 .*" "RINGLET_IB_HCA==$DEV:1"
     sel fail "ib: no active port selected by RINGLET_IB_HCA=\^$DEV" "RINGLET_IB_HCA=^$DEV"
     sel fail "ib: no active port selected by RINGLET_IB_HCA=$DEV:2" "RINGLET_IB_HCA=$DEV:2"
+    # fork() and registered memory: protected where the kernel needs it (ib_verbs.c)
+    sel ok "ib: fork protection (unneeded|on) [^;]*"
+    # GIDs that cannot reach each other (rank 0 the IPv6 link-local GID 0, rank 1 the IPv4
+    # one): refused at the connection, naming both, not sends failing seconds later
+    printf '#!/bin/sh\n[ "$RANK" = 0 ] && export RINGLET_IB_GID_INDEX=0\nexec "$@"\n' >"$TMP/gid0.sh"
+    chmod +x "$TMP/gid0.sh"
+    t=$(now_ms)
+    RINGLET_TRANSPORT=ib "$RUN" -n 2 --timeout 120 "$TMP/gid0.sh" "$COLL" --max-count 0 --quick --colls allreduce \
+        >"$TMP/out" 2>&1
+    rc=$?
+    line=$(grep -m1 -oE "ib: rank [01]'s GID [^ ]+ \(RoCE v2\) and this rank's [^ ]+ \(RoCE v2, index [0-9]+\) are an IPv4 and an IPv6 address" "$TMP/out")
+    if [ $rc != 0 ] && [ -n "$line" ]; then
+        echo "ok:   rank 0 on GID 0 (IPv6), rank 1 on its IPv4 GID: refused in $(secs "$t"): $line"
+    else
+        fail "GIDs of two address families: exit status $rc, no message naming both"
+        grep -v ' INFO: ' "$TMP/out" | tail -n 15
+    fi
 
     echo "===== collectives, RINGLET_TRANSPORT=ib"
     # P|environment|arguments. Every run checks all 10 dtypes x 5 ops at counts 0, 1, P-1,

@@ -4,8 +4,10 @@
  * InfiniBand nor RoCE (AWS EFA: its queue pairs are datagrams; iWARP: no write with
  * immediate) is not, saying why (it was taken, and every connection then failed); a GID
  * index past 255 (a queue pair names its source GID in 8 bits) is refused when forced and
- * never chosen (it was cut to 8 bits: another GID). Exit status 0 on success, 77 when built
- * without rdma-core's headers. */
+ * never chosen (it was cut to 8 bits: another GID); an InfiniBand port that requires a GRH
+ * (an SR-IOV virtual function's) is addressed by GID 0 with one. And which GIDs can reach
+ * each other (rl_ib_gid_mismatch) and when queue pairs need a GRH (rl_ib_use_grh). Exit
+ * status 0 on success, 77 when built without rdma-core's headers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ static struct ibv_device g_dev;
 static struct ibv_device *g_list[2];
 static struct ibv_context g_ctx;
 static int g_link, g_tbl, g_first_valid; /* GIDs below g_first_valid read as zero (unused) */
+static int g_port_flags;                  /* ibv_port_attr.flags */
 
 static struct ibv_device **get_list(int *n) {
     g_list[0] = &g_dev;
@@ -45,6 +48,7 @@ static int query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr 
     a->link_layer = (uint8_t)g_link;
     a->gid_tbl_len = g_tbl;
     a->lid = 7;
+    a->flags = (uint8_t)g_port_flags;
     return 0;
 }
 static int query_gid(struct ibv_context *c, uint8_t port, int i, union ibv_gid *g) {
@@ -79,6 +83,12 @@ static void one(const char *what, int transport, int link, int tbl, int first_va
     int rc = rl_ib_open_port(&v, NULL, &p, err, sizeof err);
     int ok = want_ok ? rc == 0 && (!p.is_eth || (p.gid_index >= 0 && p.gid_index < 256))
                      : rc != 0 && (!want_in_err || strstr(err, want_in_err));
+    /* a GRH where RoCE, a forced GID or the port asks for one; on InfiniBand then GID 0 */
+    int want_grh = link == IBV_LINK_LAYER_ETHERNET || forced || (g_port_flags & 1);
+    if (ok && rc == 0 && (p.grh != want_grh || (!p.is_eth && !forced && p.gid_index != (want_grh ? 0 : -1)))) {
+        printf("FAIL: %s: GRH %d (want %d), GID index %d\n", what, p.grh, want_grh, p.gid_index);
+        ok = 0;
+    }
     printf("%s %s: %s%s\n", ok ? "ok:  " : "FAIL:", what, rc ? "refused: " : "taken", rc ? err : "");
     failures += !ok;
 }
@@ -95,6 +105,38 @@ int main(void) {
     one("RoCE, the only usable GIDs past 255", IBV_TRANSPORT_IB, IBV_LINK_LAYER_ETHERNET, 1024, 256, NULL, 0,
         "no usable GID");
     one("RoCE, usable GIDs from 200 of 1024", IBV_TRANSPORT_IB, IBV_LINK_LAYER_ETHERNET, 1024, 200, NULL, 1, NULL);
+    g_port_flags = 1; /* IBV_QPF_GRH_REQUIRED: an SR-IOV virtual function's port */
+    one("InfiniBand port that requires a GRH", IBV_TRANSPORT_IB, IBV_LINK_LAYER_INFINIBAND, 1, 0, NULL, 1, NULL);
+    g_port_flags = 0;
+    one("InfiniBand port, RINGLET_IB_GID_INDEX=0", IBV_TRANSPORT_IB, IBV_LINK_LAYER_INFINIBAND, 1, 0, "0", 1, NULL);
+
+    /* Which GIDs can reach each other, and when a GRH is needed. */
+    uint8_t v4a[16] = {[10] = 0xff, [11] = 0xff, [12] = 10, [15] = 1}, v4b[16] = {[10] = 0xff, [11] = 0xff, [12] = 10, [15] = 2};
+    uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1}, ll[16] = {0xfe, 0x80, [15] = 3};
+    uint8_t ib1[16] = {0xfe, 0x80, [8] = 1, [15] = 1}, ib2[16] = {0xfe, 0x80, [8] = 2, [15] = 2};
+    uint8_t sub2[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 1, [8] = 2, [15] = 2}, zero[16] = {0};
+    struct {
+        const char *what;
+        int got, want;
+    } t[] = {
+        {"v2 IPv4 / v2 IPv4", rl_ib_gid_mismatch(RL_GID_ROCE_V2, v4a, RL_GID_ROCE_V2, v4b) == NULL, 1},
+        {"v2 IPv4 / v2 IPv6: refused", rl_ib_gid_mismatch(RL_GID_ROCE_V2, v4a, RL_GID_ROCE_V2, v6) != NULL, 1},
+        {"v2 link-local / v2 IPv4: refused", rl_ib_gid_mismatch(RL_GID_ROCE_V2, ll, RL_GID_ROCE_V2, v4b) != NULL, 1},
+        {"v1 / v2: refused", rl_ib_gid_mismatch(RL_GID_ROCE_V1, v4a, RL_GID_ROCE_V2, v4b) != NULL, 1},
+        {"v1 IPv4 / v1 IPv6", rl_ib_gid_mismatch(RL_GID_ROCE_V1, v4a, RL_GID_ROCE_V1, v6) == NULL, 1},
+        {"unknown type / v2 IPv6", rl_ib_gid_mismatch(RL_GID_UNKNOWN, v4a, RL_GID_ROCE_V2, v6) == NULL, 1},
+        {"IB / IB", rl_ib_gid_mismatch(RL_GID_IB, ib1, RL_GID_IB, ib2) == NULL, 1},
+        {"GRH: one subnet, neither asks", rl_ib_use_grh(0, ib1, 0, ib2), 0},
+        {"GRH: the peer asks", rl_ib_use_grh(0, ib1, 1, ib2), 1},
+        {"GRH: this side asks", rl_ib_use_grh(1, ib1, 0, ib2), 1},
+        {"GRH: other subnets", rl_ib_use_grh(0, ib1, 0, sub2), 1},
+        {"GRH: a prefix unknown", rl_ib_use_grh(0, zero, 0, sub2), 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int ok = t[i].got == t[i].want;
+        printf("%s %s\n", ok ? "ok:  " : "FAIL:", t[i].what);
+        failures += !ok;
+    }
     if (failures) return 1;
     printf("test_ib_port: ok\n");
     return 0;
