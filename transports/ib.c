@@ -47,6 +47,7 @@
  * here registers host memory only.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,8 +82,11 @@ static void ctx_free(struct ib_ctx *x) {
         pthread_mutex_lock(&x->mu);
         x->quit = 1;
         pthread_mutex_unlock(&x->mu);
+        rl_ib_wake(x);
         pthread_join(x->thread, NULL);
     }
+    for (int i = 0; i < 2; i++)
+        if (x->wake[i] >= 0) close(x->wake[i]);
     if (x->stash) {
         for (int r = 0; r < x->in.nranks; r++)
             if (x->stash[r].fd >= 0) close(x->stash[r].fd);
@@ -116,6 +120,7 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     x->in = *in;
     x->v = v;
     x->lfd = -1;
+    x->wake[0] = x->wake[1] = -1;
     memcpy(x->secret, in->secret, 32);
     x->nqps = (int)rl_env_int("RINGLET_IB_QPS_PER_PEER", 1, 1, IB_MAX_QPS);
     x->nslots = (int)rl_env_int("RINGLET_IB_NSLOTS", 8, 2, 1024);
@@ -136,6 +141,10 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
     if (!x->pd || !x->ch) {
         snprintf(err, RL_ERR_MAX, "ib: %s: cannot allocate a %s: %s", x->port.dev,
                  x->pd ? "completion channel" : "protection domain", strerror(errno));
+        goto fail;
+    }
+    if (pipe2(x->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, RL_ERR_MAX, "ib: cannot make a pipe: %s", strerror(errno));
         goto fail;
     }
     if (rl_sock_set_nonblock(x->ch->fd) != 0 || rl_sock_set_nonblock(x->port.ctx->async_fd) != 0) {
@@ -236,6 +245,7 @@ static void ib_fini(void *ctxp) {
         pthread_mutex_lock(&x->mu);
         x->quit = 1;
         pthread_mutex_unlock(&x->mu);
+        rl_ib_wake(x);
         pthread_join(x->thread, NULL);
         x->thread_started = 0;
     }

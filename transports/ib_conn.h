@@ -123,7 +123,12 @@ struct ib_ctx {
     struct ib_stash *stash; /* [nranks]: hellos accepted, not yet claimed */
     pthread_t thread;
     int thread_started, quit, stop_seen;
+    int wake[2]; /* a pipe: rl_ib_wake ends the progress thread's sleep */
 };
+
+/* Ends the progress thread's sleep (up to 100 ms in poll): a new connection (its socket
+ * and completion queue are not watched until the thread looks again), or quit. */
+void rl_ib_wake(struct ib_ctx *x);
 
 static inline const char *rl_ib_dir_str(const struct ib_conn *c) { return c->is_send ? "send to" : "receive from"; }
 

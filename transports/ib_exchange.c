@@ -148,6 +148,7 @@ static void conn_add(struct ib_ctx *x, struct ib_conn *c) {
     c->next = x->conns;
     x->conns = c;
     pthread_mutex_unlock(&x->mu);
+    rl_ib_wake(x); /* its socket and completion queue watched now, not at the next 100 ms poll */
 }
 
 /* Whether this rank's GID and the peer's cannot reach each other (rl_ib_gid_mismatch):

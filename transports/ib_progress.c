@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ib.h"
 #include "ib_conn.h"
@@ -79,6 +80,12 @@ static void async_events(struct ib_ctx *x) {
     }
 }
 
+void rl_ib_wake(struct ib_ctx *x) {
+    char b = 1;
+    ssize_t r = write(x->wake[1], &b, 1); /* full: a wake is already pending */
+    (void)r;
+}
+
 void *rl_ib_progress_main(void *arg) {
     struct ib_ctx *x = arg;
     struct pollfd *pfd = NULL;
@@ -107,7 +114,7 @@ void *rl_ib_progress_main(void *arg) {
             pthread_mutex_lock(&x->mu);
             continue;
         }
-        size_t n = 2;
+        size_t n = 3;
         for (struct ib_conn *c = x->conns; c; c = c->next) n += c->fd >= 0;
         if (n > cap) {
             struct pollfd *np = realloc(pfd, n * sizeof *pfd);
@@ -118,9 +125,10 @@ void *rl_ib_progress_main(void *arg) {
             else n = cap; /* out of memory: watch fewer sockets this round */
         }
         size_t i = 0;
-        if (cap >= 2) {
+        if (cap >= 3) {
             pfd[i++] = (struct pollfd){x->ch->fd, POLLIN, 0};
             pfd[i++] = (struct pollfd){x->port.ctx->async_fd, POLLIN, 0};
+            pfd[i++] = (struct pollfd){x->wake[0], POLLIN, 0};
             for (struct ib_conn *c = x->conns; c && i < n; c = c->next)
                 if (c->fd >= 0) {
                     pconn[i] = c;
@@ -136,7 +144,12 @@ void *rl_ib_progress_main(void *arg) {
         void *cqctx;
         while (x->v->get_cq_event(x->ch, &cq, &cqctx) == 0) x->v->ack_cq_events(cq, 1);
         if (i >= 2 && pfd[1].revents) async_events(x);
-        for (size_t j = 2; j < i; j++) {
+        if (i >= 3 && pfd[2].revents) {
+            char buf[64];
+            while (read(x->wake[0], buf, sizeof buf) > 0) {
+            }
+        }
+        for (size_t j = 3; j < i; j++) {
             if (!pfd[j].revents) continue;
             struct ib_conn *c = pconn[j];
             if (!conn_listed(x, c)) continue;
