@@ -211,15 +211,20 @@ ncclResult_t ncclGroupEnd(void) {
  * results never written), and has no cost model: the estimate is NCCL_UNDEF_FLOAT, which
  * NCCL also gives when it has none (PyTorch then uses its own formula). */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
+    if (!info) return ncclGroupEnd(); /* as NCCL: no simulation asked for, a plain end */
     if (!t_group_depth)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart before it");
     ncclResult_t inits = --t_group_depth ? ncclSuccess : shim_group_inits_end();
     int dropped = 0;
+    ncclResult_t refused = t_group_depth ? ncclSuccess : t_group_refused;
     if (!t_group_depth) t_group_refused = ncclSuccess;
     ncclResult_t rc = shim_check(NULL, ringlet_group_cancel(&dropped));
     if (!t_group_depth) group_leave_all();
     if (inits != ncclSuccess && inits != ncclInProgress) return inits;
-    if (rc || t_group_depth || !info) return rc ? rc : inits; /* as NCCL: simInfo is the outermost end's */
+    if (refused) /* as ncclGroupEnd, NCCL's simulation reports the group's refusal first */
+        return shim_fail(NULL, refused, "ncclGroupSimulateEnd: one of the group's calls was refused (%.400s)",
+                         t_group_why);
+    if (rc || t_group_depth) return rc ? rc : inits; /* as NCCL: simInfo is the outermost end's */
     int short_size = info->size < offsetof(ncclSimInfo_t, magic) + sizeof info->magic;
     if (short_size || info->magic != 0x74685283u)
         return shim_fail(NULL, ncclInvalidArgument,

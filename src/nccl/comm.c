@@ -386,7 +386,8 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     if (start_init_thread(c, init_thread, a, &a->device, grouped))
         return shim_fail(NULL, ncclSystemError, "%s: cannot start the init thread", fn);
     *out = c;
-    return blocking ? ncclSuccess : ncclInProgress;
+    /* as NCCL: in a group, ncclGroupEnd says ncclInProgress for the non-blocking ones */
+    return blocking || grouped ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
@@ -465,7 +466,8 @@ static void set_release(struct ncclComm *c) {
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     if (!comms) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
-    if (ndev < 1) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev is %d (at least 1)", ndev);
+    if (ndev < 0) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev is %d", ndev);
+    if (ndev == 0) return ncclSuccess; /* as NCCL: no communicator to make */
     int ndevices = 0;
     ringlet_device_count(&ndevices);
     for (int i = 0; devlist && i < ndev; i++)
@@ -741,9 +743,15 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+    if (!comm) return ncclSuccess; /* as NCCL */
     ncclResult_t rc = shim_enter_ready(comm, "ncclCommFinalize");
     if (rc) return rc;
-    if (!(rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) rc = shim_poll(comm);
+    pthread_mutex_lock(&comm->mu);
+    int again = comm->finalized;
+    comm->finalized = 1;
+    pthread_mutex_unlock(&comm->mu);
+    if (again) rc = shim_fail(comm, ncclInvalidArgument, "ncclCommFinalize: the communicator was finalized already");
+    else if (!(rc = shim_check(comm, ringlet_comm_finalize(comm->rc)))) rc = shim_poll(comm);
     shim_leave(comm);
     return rc == ncclInProgress ? ncclSuccess : rc; /* finalize waited: nothing still runs */
 }

@@ -51,6 +51,7 @@ struct ncclComm {
     /* Calls under way on the handle (shim_enter), and doomed: aborted while some were, so
      * that the last of them to leave ends it (under mu). */
     int calls, doomed;
+    int finalized; /* ncclCommFinalize returned: a second one is refused, as NCCL's */
     /* ncclCommRegister's handles not yet deregistered (under mu): freed with the handle, as
      * NCCL's destroy releases a communicator's registrations. */
     struct shim_reg *regs;

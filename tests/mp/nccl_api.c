@@ -943,6 +943,30 @@ static void case_threads(void) {
     for (int r = 0; r < N; r++) OK(ncclCommDestroy(a[r].kid)); /* one thread, one by one */
     for (int r = 0; r < N; r++) OK(ncclCommDestroy(a[r].comm));
     double dt = now() - t0;
+    /* Non-blocking inits in a group, NCCL's documented pattern: each call says ncclSuccess
+     * (it said ncclInProgress), ncclGroupEnd ncclInProgress until they are up. */
+    ncclUniqueId id2;
+    OK(ncclGetUniqueId(&id2));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t g[N];
+    OK(ncclGroupStart());
+    for (int r = 0; r < N; r++) {
+        ON_DEVICE(r);
+        OK(ncclCommInitRankConfig(&g[r], N, id2, r, &cfg));
+    }
+    EXPECT(ncclGroupEnd(), ncclInProgress, ncclSuccess);
+    for (int r = 0; r < N; r++) OK(settle(g[r]));
+    OK(ncclGroupStart());
+    for (int r = 0; r < N; r++) OK(ncclAllReduce(sb[r], rb[r], n, ncclInt32, ncclSum, g[r], NULL));
+    EXPECT(ncclGroupEnd(), ncclInProgress, ncclSuccess);
+    for (int r = 0; r < N; r++) {
+        OK(settle(g[r]));
+        ON_DEVICE(r);
+        get(got, rb[r], n * 4);
+        check_bytes("threads: the grouped non-blocking communicators' allreduce", got, want, n, 4);
+    }
+    for (int r = 0; r < N; r++) OK(ncclCommDestroy(g[r]));
     g_checks++;
     if (dt > limit)
         FAIL("threads: destroying the 6 handles one after another took %.1f s (RINGLET_TIMEOUT %s): a destroy "

@@ -163,6 +163,24 @@ int main(void) {
     EXPECT(ncclGroupSimulateEnd(&bad), ncclInvalidArgument); /* the group ended all the same */
     TRUE(strstr(pncclGetLastError(NULL), "NCCL_SIM_INFO_INITIALIZER") != NULL);
     EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    /* A simulation of a group with a refused call says so, as NCCL's (it said success). */
+    OK(ncclGroupStart());
+    EXPECT(ncclAllReduce(a, b, N, (ncclDataType_t)99, ncclSum, c, NULL), ncclInvalidArgument);
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidArgument);
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    /* No simInfo: a plain ncclGroupEnd, as NCCL's (the group was dropped, its results
+     * never written). */
+    memset(b, 0, N * 4);
+    OK(ncclGroupStart());
+    OK(ncclAllReduce(a, b, N, ncclInt32, ncclSum, c, NULL));
+    OK(ncclGroupSimulateEnd(NULL));
+    TRUE(!memcmp(b, a, N * 4));
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    /* Finalize: of NULL a no-op, twice refused, as NCCL's; ncclCommInitAll of no device makes none. */
+    OK(ncclCommFinalize(NULL));
+    ncclComm_t none[1] = {NULL};
+    OK(ncclCommInitAll(none, 0, NULL));
+    TRUE(none[0] == NULL);
     /* Device memory: from the device backend when there is one (RINGLET_DEVICE=sim). */
     void *d = NULL;
     ncclResult_t mr = ncclMemAlloc(&d, 1 << 20);
@@ -172,6 +190,7 @@ int main(void) {
     ncclComm_t s = NULL;
     OK(ncclCommSplit(c, 0, 0, &s, NULL));
     OK(ncclCommFinalize(s));
+    EXPECT(ncclCommFinalize(s), ncclInvalidArgument);
     OK(ncclCommDestroy(s));
     OK(ncclCommSplit(c, NCCL_SPLIT_NOCOLOR, 0, &s, NULL));
     TRUE(s == NULL);
