@@ -358,12 +358,20 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
         if (list) v->free_device_list(list);
         return -1;
     }
-    /* The first active port selected; a later one only if it is a RoCE port whose GID
-     * holds the bootstrap interface's address and the first is not. */
+    /* Every usable port selected (at most IB_MAX_CANDS), each device kept open while it has
+     * one; then the choice (pick_port). */
+    enum { IB_MAX_CANDS = 64 };
+    rl_ib_port *cands = calloc(IB_MAX_CANDS, sizeof *cands);
+    int *scores = calloc(IB_MAX_CANDS, sizeof *scores), nc = 0;
+    if (!cands || !scores) {
+        free(cands), free(scores);
+        v->free_device_list(list);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     char why[256] = "";
-    int best = 0;
     memset(out, 0, sizeof *out);
-    for (int d = 0; d < n && best < 2; d++) {
+    for (int d = 0; d < n && nc < IB_MAX_CANDS; d++) {
         const char *name = v->get_device_name(list[d]);
         if (!name) continue;
         /* InfiniBand and RoCE only: an iWARP device has no write with immediate, and one of
@@ -388,7 +396,7 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
         snprintf(cand.dev, sizeof cand.dev, "%s", name);
         int kept = 0;
         if (v->query_device(ctx, &cand.dattr) == 0) {
-            for (int port = 1; port <= cand.dattr.phys_port_cnt && best < 2; port++) {
+            for (int port = 1; port <= cand.dattr.phys_port_cnt && nc < IB_MAX_CANDS; port++) {
                 if (!rl_ib_hca_match(spec, name, port)) continue;
                 struct ibv_port_attr pa;
                 memset(&pa, 0, sizeof pa);
@@ -410,24 +418,63 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
                     snprintf(why, sizeof why, "; %s", e);
                     continue;
                 }
-                if (score > best) {
-                    if (out->ctx && out->ctx != ctx) v->close_device(out->ctx);
-                    *out = cand;
-                    best = score;
-                    kept = 1;
-                }
+                scores[nc] = score;
+                cands[nc++] = cand;
+                kept = 1;
             }
         }
         if (!kept) v->close_device(ctx);
     }
     v->free_device_list(list);
-    if (!best) {
+    int pick = rl_ib_pick_port(cands, scores, nc, rl_env_local_rank(), &out->alike);
+    if (pick >= 0) {
+        int alike = out->alike;
+        *out = cands[pick];
+        out->alike = alike;
+    }
+    /* every device but the chosen one's closed (a device's ports share its context) */
+    for (int i = 0; i < nc; i++) {
+        int first = 1;
+        for (int k = 0; k < i; k++) first &= cands[k].ctx != cands[i].ctx;
+        if (first && (pick < 0 || cands[i].ctx != cands[pick].ctx)) v->close_device(cands[i].ctx);
+    }
+    free(cands), free(scores);
+    if (pick < 0) {
         snprintf(err, errlen, "no active port%s%s%s", spec && *spec ? " selected by RINGLET_IB_HCA=" : "",
                  spec && *spec ? spec : "", why);
         memset(out, 0, sizeof *out);
         return -1;
     }
     return 0;
+}
+
+int rl_ib_pick_port(const rl_ib_port *c, const int *score, int n, int local_rank, int *alike) {
+    *alike = 0;
+    if (n <= 0) return -1;
+    int ib = 0;
+    for (int i = 0; i < n; i++) ib |= !c[i].is_eth;
+    /* the first of the kind with the best score (on RoCE, 2: the GID holds the bootstrap
+     * interface's address, so the network the bootstrap used carries it) */
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (c[i].is_eth == !ib && (best < 0 || score[i] > score[best])) best = i;
+    if (c[best].is_eth) return best; /* RoCE: NICs of one host may sit on networks of their own */
+    /* InfiniBand ports alike (width and speed): one per local rank, from the best on */
+    int k = 0, at = 0;
+    for (int i = 0; i < n; i++)
+        if (!c[i].is_eth && c[i].attr.active_width == c[best].attr.active_width &&
+            c[i].attr.active_speed == c[best].attr.active_speed) {
+            if (i == best) at = k;
+            k++;
+        }
+    *alike = k;
+    if (k < 2 || local_rank <= 0) return best;
+    int want = (at + local_rank) % k;
+    for (int i = 0; i < n; i++)
+        if (!c[i].is_eth && c[i].attr.active_width == c[best].attr.active_width &&
+            c[i].attr.active_speed == c[best].attr.active_speed && want-- == 0)
+            return i;
+    return best;
 }
 
 #else /* !RL_HAVE_VERBS */

@@ -112,16 +112,24 @@ typedef struct rl_ib_port {
                       * requires it (a virtual function's, IBV_QPF_GRH_REQUIRED): GID 0 */
     union ibv_gid gid;
     char gid_ndev[32]; /* netdev of the GID when known */
+    int alike;         /* InfiniBand ports like this one here (the local ranks share them) */
 } rl_ib_port;
 
-/* Opens the first active port selected by RINGLET_IB_HCA (devices in the order the
- * library lists them, ports in order) and chooses its GID: RINGLET_IB_GID_INDEX when
- * set, else on RoCE the RoCE v2 GID holding the bootstrap interface's address
+/* Opens the active port selected by RINGLET_IB_HCA that rl_ib_pick_port chooses (devices in
+ * the order the library lists them, ports in order) and chooses its GID: RINGLET_IB_GID_INDEX
+ * when set, else on RoCE the RoCE v2 GID holding the bootstrap interface's address
  * (ifaddr), else a RoCE v2 IPv4-mapped GID, else a RoCE v2 global IPv6 GID, else any
  * RoCE v2 GID, else RoCE v1. 0, or -1 with a message. */
 int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_ib_port *out, char *err,
                     size_t errlen);
 
+/* Which of n usable ports (score: choose_gid's, 2 on a RoCE port whose GID holds the
+ * bootstrap interface's address) a rank takes: InfiniBand where there is any (a RoCE port
+ * beside InfiniBand ones is most often the front end's); on RoCE the best score, first;
+ * on InfiniBand the ports alike (width and speed) to the first are shared out by the
+ * launcher's local rank (rank 0, or none known: the first), so that a host's ranks do not
+ * all go through one NIC. *alike: how many such InfiniBand ports. -1 when n is 0. */
+int rl_ib_pick_port(const rl_ib_port *cands, const int *score, int n, int local_rank, int *alike);
 /* "RoCE v2", "IB", ... */
 const char *rl_ib_gid_type_str(int type);
 /* Whether a connection between GIDs of these types can carry traffic: NULL, or what

@@ -103,6 +103,16 @@ long long rl_env_int(const char *name, long long def, long long lo, long long hi
     return v;
 }
 
+int rl_env_local_rank(void) {
+    static const char *vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+    for (int i = 0; i < 4; i++) {
+        const char *s = getenv(vars[i]);
+        long long v;
+        if (s && *s) return rl_parse_int(s, 0, 1 << 24, &v) == 0 ? (int)v : -1;
+    }
+    return -1;
+}
+
 double rl_env_double(const char *name, double def, double lo, double hi) {
     const char *s = getenv(name);
     double v;

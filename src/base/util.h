@@ -40,6 +40,10 @@ int rl_process_gone_in(int pid, unsigned long long ns);
  * refuses such values of every RINGLET_* variable first (src/comm/envcheck.c, with the same
  * bounds), so the warning is only for a value changed after init. */
 long long rl_env_int(const char *name, long long def, long long lo, long long hi);
+/* The launcher's local rank of this process (LOCAL_RANK, SLURM_LOCALID,
+ * OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID: the first set), -1 when none is (or it is
+ * not a number). */
+int rl_env_local_rank(void);
 double rl_env_double(const char *name, double def, double lo, double hi);
 /* The parsers behind them (pure; fuzzed by tests/fuzz/env.c): 0 and *out in [lo, hi],
  * or -1 when s is not an integer (decimal, 0x hex or 0 octal, optional K/M/G suffix)

@@ -176,7 +176,6 @@ static int env_int(const char *name, int *out) {
 ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nranks, int *local_rank, char *err) {
     static const char *rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
     static const char *size_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
-    static const char *local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
     int found = -1;
     for (int i = 0; i < 4 && found < 0; i++) {
         const char *bad = env_int(rank_vars[i], rank) < 0 ? rank_vars[i] : env_int(size_vars[i], nranks) < 0 ? size_vars[i] : NULL;
@@ -197,8 +196,7 @@ ringlet_result_t rl_boot_target_from_env(rl_boot_target *t, int *rank, int *nran
         return snprintf(err, RL_MSG_MAX, "%s=%d is out of range for %s=%d: ranks run from 0 to %d", rank_vars[found],
                         *rank, size_vars[found], *nranks, *nranks - 1),
                RINGLET_ERR_INVALID_ARGUMENT;
-    *local_rank = -1;
-    env_int(local_vars[found], local_rank);
+    *local_rank = rl_env_local_rank();
     const char *host = getenv("MASTER_ADDR");
     const char *port = getenv("MASTER_PORT");
     if (!host || !*host || !port || !*port)

@@ -6,7 +6,8 @@
  * index past 255 (a queue pair names its source GID in 8 bits) is refused when forced and
  * never chosen (it was cut to 8 bits: another GID); an InfiniBand port that requires a GRH
  * (an SR-IOV virtual function's) is addressed by GID 0 with one. And which GIDs can reach
- * each other (rl_ib_gid_mismatch) and when queue pairs need a GRH (rl_ib_use_grh). Exit
+ * each other (rl_ib_gid_mismatch), when queue pairs need a GRH (rl_ib_use_grh), and which
+ * port a rank takes among several (rl_ib_pick_port). Exit
  * status 0 on success, 77 when built without rdma-core's headers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,48 @@ int main(void) {
         printf("%s %s\n", ok ? "ok:  " : "FAIL:", t[i].what);
         failures += !ok;
     }
+
+    /* Which port a rank takes (rl_ib_pick_port): InfiniBand before RoCE (a host's front-end
+     * ConnectX holding the bootstrap address took every rank's traffic); InfiniBand ports
+     * alike shared out by local rank; RoCE: the bootstrap address's port, for every rank. */
+    rl_ib_port c[6];
+    int sc[6];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < 6; i++) {
+        c[i].is_eth = i == 0;         /* 0: RoCE, front end */
+        c[i].attr.active_width = 2;   /* 4x */
+        c[i].attr.active_speed = 128; /* NDR */
+        c[i].port = i;
+        sc[i] = i == 0 ? 2 : 1;
+    }
+    c[5].attr.active_speed = 32; /* 5: a slower InfiniBand port (EDR) */
+    int alike = 0;
+    struct {
+        const char *what;
+        int got, want;
+    } pk[] = {
+        {"pick: InfiniBand before the RoCE port of the bootstrap address", rl_ib_pick_port(c, sc, 6, -1, &alike), 1},
+        {"pick: 4 InfiniBand ports alike", alike, 4},
+        {"pick: local rank 0", rl_ib_pick_port(c, sc, 6, 0, &alike), 1},
+        {"pick: local rank 2", rl_ib_pick_port(c, sc, 6, 2, &alike), 3},
+        {"pick: local rank 5 (of 4 alike)", rl_ib_pick_port(c, sc, 6, 5, &alike), 2},
+        {"pick: local rank 3, never the slower port", rl_ib_pick_port(c, sc, 6, 3, &alike), 4},
+        {"pick: RoCE alone: the bootstrap address's port, local rank 3", rl_ib_pick_port(c, sc, 1, 3, &alike), 0},
+        {"pick: none", rl_ib_pick_port(c, sc, 0, 0, &alike), -1},
+    };
+    for (size_t i = 0; i < sizeof pk / sizeof pk[0]; i++) {
+        int ok = pk[i].got == pk[i].want;
+        printf("%s %s (%d)\n", ok ? "ok:  " : "FAIL:", pk[i].what, pk[i].got);
+        failures += !ok;
+    }
+    /* RoCE ports only: the bootstrap address's, wherever it is listed */
+    rl_ib_port r[3];
+    int rs[3] = {1, 2, 1};
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 3; i++) r[i].is_eth = 1;
+    int got = rl_ib_pick_port(r, rs, 3, 1, &alike);
+    printf("%s pick: RoCE ports only, the second holds the bootstrap address (%d)\n", got == 1 ? "ok:  " : "FAIL:", got);
+    failures += got != 1;
     if (failures) return 1;
     printf("test_ib_port: ok\n");
     return 0;
