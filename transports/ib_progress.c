@@ -67,6 +67,17 @@ static void async_events(struct ib_ctx *x) {
                     pthread_mutex_unlock(&p->mu);
                 }
             break;
+        case IBV_EVENT_LID_CHANGE:
+        case IBV_EVENT_GID_CHANGE:
+        case IBV_EVENT_CLIENT_REREGISTER:
+        case IBV_EVENT_SM_CHANGE:
+            /* connections made from now on still use the address published at init */
+            RL_WARN(x->in.rank, "ib: %s on %s port %d: connections not made yet may fail (the address this rank "
+                    "published at init may be stale)", x->v->event_type_str(ev.event_type), x->port.dev, x->port.port);
+            break;
+        case IBV_EVENT_PORT_ACTIVE:
+            RL_INFO(x->in.rank, "ib: %s port %d is active again", x->port.dev, x->port.port);
+            break;
         default: break;
         }
         if (c && conn_listed(x, c)) {
