@@ -177,7 +177,9 @@ int main(int argc, char **argv)
                 stream_read(pstreams[i]);
         flush_outputs();
 
-        /* 3. signals to the launcher: forward, then SIGKILL 3 s later; a second one kills at once */
+        /* 3. signals to the launcher: SIGUSR1/2 and SIGTSTP passed on; SIGINT/TERM/HUP forwarded,
+         * then SIGKILL 3 s later, and a second one kills at once */
+        forward_signals();
         int sc = sig_count;
         if (sc != sigs_handled) {
             sigs_handled = sc;

@@ -113,6 +113,9 @@ void setup_signals(sigset_t *wait_mask);
 /* In a child: the signal state the launcher was started with. */
 void restore_signals(void);
 void signal_alive(int sig);
+/* Passes on the SIGUSR1, SIGUSR2 and SIGTSTP received since the last call (job loop). */
+#define NFWD 3
+void forward_signals(void);
 const char *sig_name(int sig, char *tmp, size_t tmplen);
 /* A wait status as an exit status: the code, or 128 + the signal. */
 int status_code(int st);

@@ -18,7 +18,8 @@
 
 static bool random_bytes(unsigned char *p, size_t n);
 
-/* Can a listener bind this port on 127.0.0.1 (0: any)? Returns the port, or -1. */
+/* Can a listener bind this port on every address (0: any), as rank 0's does? Returns the
+ * port, or -1. */
 static int try_port(int want)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -27,7 +28,7 @@ static int try_port(int want)
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = htonl(INADDR_ANY); /* a port taken on another address fails rank 0's bind */
     a.sin_port = htons((uint16_t)want);
     socklen_t alen = sizeof a;
     int port = -1;
@@ -119,6 +120,15 @@ bool set_common_env(long world)
         if (setenv("RINGLET_SECRET", hex, 1) != 0)
             return false;
     }
+    /* Unless the user set them, as torchrun does for OpenMP: the ranks share the cores
+     * rather than each starting a thread per core; and Python's output is unbuffered, since
+     * the ranks write into pipes (fully buffered: late, and lost when a rank is killed). */
+    cpu_set_t allowed;
+    long cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+    if (world > 1 && !getenv("OMP_NUM_THREADS") && !setenv_long("OMP_NUM_THREADS", cpus / world > 1 ? cpus / world : 1))
+        return false;
+    if (setenv("PYTHONUNBUFFERED", "1", 0) != 0)
+        return false;
     return setenv("MASTER_ADDR", "127.0.0.1", 1) == 0 && setenv_long("MASTER_PORT", port) &&
            setenv_long("WORLD_SIZE", world) && setenv_long("LOCAL_WORLD_SIZE", world) &&
            setenv("GROUP_RANK", "0", 1) == 0 && setenv("GROUP_WORLD_SIZE", "1", 1) == 0 &&
@@ -233,6 +243,11 @@ int start_rank(long r, char **argv, pid_t launcher)
         return e;
     }
     if (pid == 0) {
+        /* A session of its own: the launcher's signals go to the rank's process group, so
+         * what the rank started (a script's python) stops with it; the terminal's Ctrl-C
+         * reaches the ranks once, through the launcher; and rank 0, with no controlling
+         * terminal, still reads the terminal on stdin (a background group would stop). */
+        setsid();
         /* no rank outlives the launcher, even when the launcher is killed with SIGKILL */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != launcher)

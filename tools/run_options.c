@@ -17,7 +17,7 @@ static const char help_text[] =
     "Start N local processes of PROGRAM with torchrun's environment and forward their output.\n"
     "\n"
     "options:\n"
-    "  -n N, -nN, --nproc N, --nproc=N   number of ranks (1.." "65536" "), required\n"
+    "  -n N, -nN, -np N, --nproc N, --nproc=N   number of ranks (1.." "65536" "), required\n"
     "  --nproc-per-node N, --nproc_per_node N   same as -n (torchrun spelling)\n"
     "  --timeout S, --timeout=S   stop the whole job after S seconds (decimal) and exit 124;\n"
     "                             0 or absent: no timeout\n"
@@ -36,8 +36,11 @@ static const char help_text[] =
     "Each rank gets MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port: bound, read and closed, so another\n"
     "process could in rare cases take it before rank 0 listens), RANK, WORLD_SIZE=N, LOCAL_RANK=RANK,\n"
     "LOCAL_WORLD_SIZE=N, GROUP_RANK=0, GROUP_WORLD_SIZE=1, ROLE_RANK, ROLE_WORLD_SIZE, and\n"
-    "RINGLET_SECRET (32 random hex digits unless already set and non-empty). Rank 0 inherits stdin;\n"
-    "the other ranks read /dev/null. Output lines are prefixed with \"[RANK] \".\n"
+    "RINGLET_SECRET (32 random hex digits unless already set and non-empty); unless set,\n"
+    "OMP_NUM_THREADS=cores/N (at least 1; N > 1) and PYTHONUNBUFFERED=1. Rank 0 inherits stdin;\n"
+    "the other ranks read /dev/null. Output lines are prefixed with \"[RANK] \". Each rank leads a\n"
+    "session of its own: signals go to its process group (what it started too). SIGUSR1 and SIGUSR2\n"
+    "are passed on to the ranks; SIGTSTP (Ctrl-Z) stops them and the launcher, SIGCONT both.\n"
     "\n"
     "exit status: 0 when all ranks exit 0; otherwise the first failing rank's status (128+signal when\n"
     "killed by a signal); 124 on --timeout; when the launcher gets SIGINT/SIGTERM/SIGHUP, it forwards the\n"
@@ -113,7 +116,11 @@ void parse_args(int argc, char **argv, struct options *o)
             fputs(help_text, stdout);
             exit(0);
         }
-        if (strncmp(a, "-n", 2) == 0 && a[2] != '\0' && a[2] != '-' && a[1] != '-') {
+        if (strcmp(a, "-np") == 0 || strcmp(a, "--np") == 0) { /* mpirun's spelling */
+            if (i + 1 >= argc)
+                usage_error("option %s needs a value", a);
+            o->nranks = parse_nranks("-n", argv[++i]);
+        } else if (strncmp(a, "-n", 2) == 0 && a[2] != '\0' && a[2] != '-' && a[1] != '-') {
             o->nranks = parse_nranks("-n", a[2] == '=' ? a + 3 : a + 2);
         } else if (strcmp(a, "-n") == 0) {
             if (i + 1 >= argc)

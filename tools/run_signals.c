@@ -1,6 +1,6 @@
-/* ringlet-run's signals: SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked except inside
- * ppoll(), where their handlers only note them for the job loop; the ranks get the signal
- * state the launcher was started with. */
+/* ringlet-run's signals: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 and SIGTSTP are
+ * blocked except inside ppoll(), where their handlers only note them for the job loop; the
+ * ranks get the signal state the launcher was started with. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -13,15 +13,27 @@ volatile sig_atomic_t sig_count; /* how many of them */
 static const int term_sigs[] = {SIGINT, SIGTERM, SIGHUP};
 static sigset_t orig_mask;
 static bool sig_was_ignored[3];
+/* Passed on to the ranks, the job going on: SIGUSR1 and SIGUSR2 (a batch system's warning
+ * before the end of its time), and SIGTSTP (Ctrl-Z: the ranks, in sessions of their own,
+ * would not see the terminal's). */
+static const int fwd_sigs[NFWD] = {SIGUSR1, SIGUSR2, SIGTSTP};
+static bool fwd_was_ignored[NFWD];
+static volatile sig_atomic_t fwd_count[NFWD];
+static int fwd_handled[NFWD];
 
 static void on_signal(int sig)
 {
     if (sig == SIGCHLD) {
         got_chld = 1;
-    } else {
-        got_sig = sig;
-        sig_count++;
+        return;
     }
+    for (int i = 0; i < NFWD; i++)
+        if (sig == fwd_sigs[i]) {
+            fwd_count[i]++;
+            return;
+        }
+    got_sig = sig;
+    sig_count++;
 }
 
 void setup_signals(sigset_t *wait_mask)
@@ -31,6 +43,8 @@ void setup_signals(sigset_t *wait_mask)
     sigaddset(&block, SIGCHLD);
     for (size_t i = 0; i < 3; i++)
         sigaddset(&block, term_sigs[i]);
+    for (int i = 0; i < NFWD; i++)
+        sigaddset(&block, fwd_sigs[i]);
     sigprocmask(SIG_BLOCK, &block, &orig_mask);
     *wait_mask = orig_mask; /* signals are delivered only inside ppoll() */
     sigdelset(wait_mask, SIGCHLD);
@@ -51,6 +65,15 @@ void setup_signals(sigset_t *wait_mask)
             sigdelset(wait_mask, term_sigs[i]);
         }
     }
+    for (int i = 0; i < NFWD; i++) {
+        struct sigaction old;
+        sigaction(fwd_sigs[i], NULL, &old);
+        fwd_was_ignored[i] = old.sa_handler == SIG_IGN;
+        if (!fwd_was_ignored[i]) {
+            sigaction(fwd_sigs[i], &sa, NULL);
+            sigdelset(wait_mask, fwd_sigs[i]);
+        }
+    }
     signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher while ranks run */
 }
 
@@ -60,6 +83,8 @@ void restore_signals(void)
     signal(SIGCHLD, SIG_DFL);
     for (size_t i = 0; i < 3; i++)
         signal(term_sigs[i], sig_was_ignored[i] ? SIG_IGN : SIG_DFL);
+    for (int i = 0; i < NFWD; i++)
+        signal(fwd_sigs[i], fwd_was_ignored[i] ? SIG_IGN : SIG_DFL);
     sigprocmask(SIG_SETMASK, &orig_mask, NULL);
 }
 
@@ -95,9 +120,28 @@ const char *sig_name(int sig, char *tmp, size_t tmplen)
 
 void signal_alive(int sig)
 {
+    /* the rank's process group (it leads a session of its own); the rank alone while it
+     * has not made it yet, just after the fork */
     for (long r = 0; r < nranks; r++)
-        if (ranks[r].pid > 0)
+        if (ranks[r].pid > 0 && kill(-ranks[r].pid, sig) != 0)
             kill(ranks[r].pid, sig);
+}
+
+void forward_signals(void)
+{
+    for (int i = 0; i < NFWD; i++) {
+        int c = fwd_count[i];
+        if (c == fwd_handled[i])
+            continue;
+        fwd_handled[i] = c;
+        if (fwd_sigs[i] == SIGTSTP) { /* stop the ranks, then the launcher; on SIGCONT, go on together */
+            signal_alive(SIGSTOP);
+            raise(SIGSTOP);
+            signal_alive(SIGCONT);
+        } else {
+            signal_alive(fwd_sigs[i]);
+        }
+    }
 }
 
 int status_code(int st)

@@ -95,6 +95,10 @@ grace) # rank 0 fails at once; rank 1 does its work once $dir/$GATE exists, then
 stubborn) trap '' TERM; loop ;;   # ignores SIGTERM: needs the SIGKILL
 loop) touch "$dir/up.$RANK"; loop ;;
 termfile) trap 'touch "$dir/term.$RANK"; exit 0' TERM INT; touch "$dir/up.$RANK"; loop ;;
+grandchild) # a script that runs the real program: the program must stop with it
+    (exec -a "grandchild_$2" sleep 1000) & touch "$dir/up.$RANK"; wait ;;
+usr) trap 'touch "$dir/usr1.$RANK"' USR1; trap 'touch "$dir/usr2.$RANK"; exit 0' USR2; touch "$dir/up.$RANK"; loop ;;
+threads) echo "omp=${OMP_NUM_THREADS:-unset} py=${PYTHONUNBUFFERED:-unset}" ;;
 fds) for f in 0 1 2; do [ -e "/proc/$$/fd/$f" ] || echo "fd $f closed" >&2; done; echo "fds checked" >&2 ;;
 lines)
     awk -v r="$RANK" 'BEGIN { for (i = 0; i < 10000; i++) print "out", r, i }'
@@ -468,6 +472,46 @@ if [ $rc = 0 ] && [ "$n" = 200000 ] && [ "$(wc -l <"$TMP/late.out")" = 200000 ];
     pass "a reader that pauses 2 s: all 200000 lines (20 MB) arrive whole"
 else
     fail "a reader that pauses 2 s: exit $rc, $n of 200000 lines right, $(wc -l <"$TMP/late.out") in all"
+fi
+
+# A rank that is a script running the real program: --timeout stops the program too (the
+# launcher signals each rank's process group; the program was left running, reparented)
+rm -f "$TMP"/up.*
+L -n 2 --timeout 2 "$R" grandchild "$MARK" >/dev/null 2>"$TMP/gc.err"
+rc=$?
+if [ $rc = 124 ] && no_leftovers; then
+    pass "--timeout stops what the ranks started, not only the ranks"
+else
+    fail "grandchildren: exit $rc (want 124), leftovers: $(leftovers | tr '\n' ' ')"
+fi
+# SIGUSR1 and SIGUSR2 passed on to every rank, the job going on (SIGUSR1 killed the
+# launcher, and with it every rank); mpirun's -np spelling
+rm -f "$TMP"/up.* "$TMP"/usr*.*
+"$RUN" -np 2 "$R" usr "$MARK" >/dev/null 2>"$TMP/usr.err" &
+pid=$!
+wait_files 2 up
+kill -USR1 $pid
+wait_files 2 usr1
+got1=$?
+alive=$(kill -0 $pid 2>/dev/null && echo yes)
+kill -USR2 $pid
+wait_bounded $pid
+rc=$?
+if [ $got1 = 0 ] && [ "$alive" = yes ] && [ $rc = 0 ] && wait_files 2 usr2 && no_leftovers; then
+    pass "-np 2; SIGUSR1 passed on, the job going on; SIGUSR2 passed on, the ranks ended it"
+else
+    fail "SIGUSR1/2: usr1 files $got1, launcher alive after SIGUSR1: ${alive:-no}, exit $rc (want 0)"
+    cat "$TMP/usr.err"
+fi
+# OpenMP's threads shared out, Python unbuffered, unless the user set them
+cores=$(nproc)
+want=$((cores / 2 > 1 ? cores / 2 : 1))
+out=$(L -n 2 "$R" threads "$MARK" 2>/dev/null)
+out2=$(OMP_NUM_THREADS=7 PYTHONUNBUFFERED= L -n 2 "$R" threads "$MARK" 2>/dev/null)
+if [ "$(printf '%s\n' "$out" | grep -c "omp=$want py=1$")" = 2 ] && [ "$(printf '%s\n' "$out2" | grep -c "omp=7 py=unset$")" = 2 ]; then
+    pass "OMP_NUM_THREADS=$want (cores / ranks) and PYTHONUNBUFFERED=1 unless set"
+else
+    fail "OMP_NUM_THREADS/PYTHONUNBUFFERED: got '$out' and, set by the user, '$out2'"
 fi
 
 if [ $fails = 0 ]; then
