@@ -29,6 +29,9 @@ void rl_bell_ring_sleeper(rl_bell *b) {
 
 void rl_bell_wait(rl_bell *b, unsigned seen, int ms, int (*poll)(void *), void *arg) {
     atomic_fetch_add(&b->sleepers, 1);
+    /* the pair of rl_bell_ring_sleeper's: the count before the poll's loads, which are
+     * acquire only (not ordered after a store by themselves on every ARM) */
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&b->gen) == seen && !(poll && poll(arg))) {
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         syscall(SYS_futex, (void *)&b->gen, FUTEX_WAIT, seen, &ts, NULL, 0);

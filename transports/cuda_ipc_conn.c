@@ -83,7 +83,7 @@ ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob
     if (!e && (base = mmap(NULL, x->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (e) {
         snprintf(err, RL_ERR_MAX, "control segment %s: %s", fd >= 0 ? x->name : "", strerror(e));
-        if (fd >= 0) shm_unlink(x->name), close(fd);
+        if (fd >= 0) shm_unlink(x->name), rl_shmseg_close(fd);
         free(x->reach);
         free(x);
         return RINGLET_ERR_SYSTEM;
@@ -458,7 +458,7 @@ void rl_ipc_fini(void *ctx) {
     atomic_compare_exchange_strong(&x->seg->probe_state, &pending, IPC_PROBE_FAILED);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
-    close(x->lock_fd);
+    rl_shmseg_close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
     free(x->reach);
     free(x);

@@ -153,7 +153,7 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
     if (e) {
         snprintf(err, RL_ERR_MAX, "shared memory segment %s of %zu bytes: %s", x->name, x->seg_len, strerror(e));
         shm_unlink(x->name);
-        close(fd);
+        rl_shmseg_close(fd);
         free(x);
         return RINGLET_ERR_SYSTEM;
     }
@@ -486,7 +486,7 @@ static void shm_fini(void *ctx) {
     while (x->conns) shm_close(x->conns);
     munmap(x->seg, x->seg_len);
     shm_unlink(x->name);
-    close(x->lock_fd);
+    rl_shmseg_close(x->lock_fd);
     pthread_mutex_destroy(&x->mu);
     free(x);
 }

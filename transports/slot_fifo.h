@@ -133,7 +133,9 @@ static inline int rl_fifo_check_piece(uint64_t msg_len, uint64_t piece, size_t l
 static inline int rl_fifo_peek(rl_fifo *f, size_t len, size_t off, uint64_t *piece, char *why, size_t n) {
     const rl_fifo_rec *r = rl_fifo_rec_at(f, f->rpos);
     if (atomic_load_explicit(&r->seq, memory_order_acquire) != f->rpos + 1) return 0;
-    uint64_t msg_len = r->msg_len, p = r->piece; /* once: the sender's memory */
+    /* once each (volatile: the compiler may not read them again after the check): the
+     * sender's memory */
+    uint64_t msg_len = *(const volatile uint64_t *)&r->msg_len, p = *(const volatile uint64_t *)&r->piece;
     if (rl_fifo_check_piece(msg_len, p, len, off, f->slot_bytes) != 0) {
         rl_fifo_mismatch(f, msg_len, len, why, n);
         return -1;

@@ -1,6 +1,8 @@
 /* Locked shared-memory segments (shmseg.h). */
 #include "shmseg.h"
 
+#include "fork_close.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PREFIX "ringlet-"
@@ -19,7 +22,12 @@ int rl_shmseg_create(const char *kind, size_t bytes, char name[RL_SHMSEG_NAME_MA
     *fd_out = -1;
     for (int attempt = 0; attempt < 8; attempt++) {
         uint8_t r[8];
-        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) memset(r, attempt, sizeof r);
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) { /* a seccomp filter: the clock's */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) * 0x9e3779b97f4a7c15ull + (uint64_t)attempt;
+            memcpy(r, &v, sizeof r);
+        }
         snprintf(name, RL_SHMSEG_NAME_MAX, "/" PREFIX "%d-%s-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), kind,
                  r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
         int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -44,10 +52,19 @@ int rl_shmseg_create(const char *kind, size_t bytes, char name[RL_SHMSEG_NAME_MA
             close(fd);
             return e;
         }
+        int high = fcntl(fd, F_DUPFD_CLOEXEC, 10); /* the same open file: the lock goes with it */
+        if (high >= 0) close(fd), fd = high;
+        rl_fork_close_add(fd);
         *fd_out = fd;
         return 0;
     }
     return EAGAIN;
+}
+
+void rl_shmseg_close(int fd) {
+    if (fd < 0) return;
+    rl_fork_close_remove(fd);
+    close(fd);
 }
 
 void rl_shmseg_remove_stale(void) {

@@ -12,9 +12,14 @@
 #define RL_SHMSEG_NAME_MAX 64
 
 /* Creates the segment of `bytes` bytes and locks it: name receives "/ringlet-...", *fd the
- * descriptor that holds the lock (keep it open while the segment lives; close it after
- * shm_unlink). Returns 0 or an errno value. */
+ * descriptor that holds the lock (keep it open while the segment lives; close it with
+ * rl_shmseg_close after shm_unlink). The descriptor is 10 or above (a program's dup2 onto
+ * 0..2 would drop the lock, and another init remove the live segment) and not in a forked
+ * child (its copy would hold the lock past this process's death: the segment never
+ * removed). Returns 0 or an errno value. */
 int rl_shmseg_create(const char *kind, size_t bytes, char name[RL_SHMSEG_NAME_MAX], int *fd);
+/* Closes a descriptor rl_shmseg_create returned. */
+void rl_shmseg_close(int fd);
 /* Unlinks every /dev/shm/ringlet-* segment whose lock nobody holds. */
 void rl_shmseg_remove_stale(void);
 

@@ -56,7 +56,7 @@ void rl_doorbell_open(struct ringlet_comm *c) {
     if (!e && (m = mmap(NULL, DB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) e = errno;
     if (m == MAP_FAILED) {
         RL_INFO(c->rank, "no shared doorbell (%s): peers of this host will poll", strerror(e));
-        if (fd >= 0) shm_unlink(d->name), close(fd);
+        if (fd >= 0) shm_unlink(d->name), rl_shmseg_close(fd);
         pthread_mutex_destroy(&d->mu);
         free(d->peers), free(d->failed), free(d->mapped), free(d);
         return;
@@ -145,7 +145,7 @@ void rl_doorbell_close(struct ringlet_comm *c) {
     }
     munmap(d->own, DB_BYTES);
     shm_unlink(d->name);
-    close(d->lock_fd);
+    rl_shmseg_close(d->lock_fd);
     pthread_mutex_destroy(&d->mu);
     free(d->peers), free(d->failed), free(d->mapped), free(d);
     c->db = NULL;
