@@ -173,6 +173,15 @@ ssize_t stream_read(struct stream *s)
 {
     if (s->fd < 0)
         return 0;
+    if ((s->is_err ? &out_e : &out_o)->dead) {
+        /* Nobody reads this output any more (`ringlet-run ... | head`): the rank learns it
+         * as it would writing there itself, EPIPE or SIGPIPE at its next write, instead of
+         * running on with its output dropped. */
+        s->len = 0;
+        close(s->fd);
+        s->fd = -1;
+        return 0;
+    }
     ssize_t r;
     do {
         r = read(s->fd, s->buf + s->len, STREAM_BUF - s->len);

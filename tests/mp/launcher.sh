@@ -503,6 +503,19 @@ else
     fail "SIGUSR1/2: usr1 files $got1, launcher alive after SIGUSR1: ${alive:-no}, exit $rc (want 0)"
     cat "$TMP/usr.err"
 fi
+# Output into a pipe whose reader leaves (| head): the ranks get SIGPIPE at their next
+# write, as they would writing there themselves (they ran on, the launcher dropping their
+# output, and `yes` never ended)
+t0=$(now_ms)
+timeout -s KILL 20 "$RUN" -n 2 sh -c 'exec yes "$0"' "$MARK" 2>"$TMP/head.err" | head -n 1 >"$TMP/head.out"
+st=${PIPESTATUS[0]}
+first=$(cat "$TMP/head.out")
+if [ "$st" != 137 ] && [ "${first#\[}" != "$first" ] && no_leftovers; then
+    pass "| head -n 1: the ranks ended by SIGPIPE, the launcher with status $st ($(($(now_ms) - t0)) ms): $first"
+else
+    fail "| head -n 1: launcher status $st (137: killed by the test's 20 s watchdog), first line '$first', leftovers: $(leftovers | tr '\n' ' ')"
+    head -c 500 "$TMP/head.err"
+fi
 # OpenMP's threads shared out, Python unbuffered, unless the user set them
 cores=$(nproc)
 want=$((cores / 2 > 1 ? cores / 2 : 1))
