@@ -484,6 +484,18 @@ if [ $rc = 124 ] && no_leftovers; then
 else
     fail "grandchildren: exit $rc (want 124), leftovers: $(leftovers | tr '\n' ' ')"
 fi
+# Rank 0 reads the terminal on stdin (a session of its own has no controlling terminal, so
+# no SIGTTIN; a process group of its own in the launcher's session would stop at the read)
+if command -v script >/dev/null 2>&1; then
+    tty=$(printf 'typed\n' | timeout -s KILL 20 script -qec "'$RUN' -n 2 sh -c 'if [ \$RANK = 0 ]; then read x; echo \"got \$x\"; fi' $MARK" /dev/null 2>&1 | tr -d '\r')
+    if printf '%s\n' "$tty" | grep -qx '\[0\] got typed'; then
+        pass "rank 0 reads the terminal on stdin"
+    else
+        fail "rank 0 reading the terminal: got '$tty'"
+    fi
+else
+    echo "skip: rank 0 reading the terminal (needs script from util-linux)"
+fi
 # SIGUSR1 and SIGUSR2 passed on to every rank, the job going on (SIGUSR1 killed the
 # launcher, and with it every rank); mpirun's -np spelling
 rm -f "$TMP"/up.* "$TMP"/usr*.*
