@@ -39,6 +39,7 @@ bool write_all(int fd, const char *p, size_t n)
 struct outbuf {
     int fd;
     bool dead; /* the destination is closed: keep draining ranks, drop their output */
+    bool gone; /* dead because its reader left (EPIPE, POLLERR): the ranks are told */
     size_t len, cap;
     char *data;
 };
@@ -59,6 +60,7 @@ static bool out_try(struct outbuf *ob)
             break;
         if (pfd.revents & (POLLERR | POLLNVAL)) {
             ob->dead = true;
+            ob->gone = (pfd.revents & POLLERR) != 0;
             break;
         }
         size_t n = ob->len - off < PIPE_BUF ? ob->len - off : PIPE_BUF;
@@ -70,7 +72,7 @@ static bool out_try(struct outbuf *ob)
         else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         else
-            ob->dead = true;
+            ob->dead = true, ob->gone = w < 0 && errno == EPIPE; /* a full disk: dropped, the job goes on */
     }
     if (ob->dead) {
         ob->len = 0;
@@ -173,7 +175,7 @@ ssize_t stream_read(struct stream *s)
 {
     if (s->fd < 0)
         return 0;
-    if ((s->is_err ? &out_e : &out_o)->dead) {
+    if ((s->is_err ? &out_e : &out_o)->gone) {
         /* Nobody reads this output any more (`ringlet-run ... | head`): the rank learns it
          * as it would writing there itself, EPIPE or SIGPIPE at its next write, instead of
          * running on with its output dropped. */

@@ -206,8 +206,8 @@ static ringlet_result_t ib_init(const rl_transport_init *in, void **ctxp, void *
             rl_ib_dmabuf_available() ? "available" : "not available", rl_ib_peermem_loaded() ? "loaded" : "not loaded");
     RL_INFO(in->rank, "ib: fork protection %s", rl_ib_fork_state());
     if (x->port.alike > 1)
-        RL_INFO(in->rank, "ib: %d InfiniBand ports alike here, shared out by the launcher's local rank (%d): this "
-                "rank takes %s port %d (RINGLET_IB_HCA chooses otherwise)", x->port.alike, rl_env_local_rank(),
+        RL_INFO(in->rank, "ib: %d InfiniBand ports alike here; every rank takes the first, %s port %d (to spread a "
+                "host's ranks over them, give each its own RINGLET_IB_HCA, from its local rank)", x->port.alike,
                 x->port.dev, x->port.port);
     return RINGLET_SUCCESS;
 fail:

@@ -71,11 +71,14 @@ static void async_events(struct ib_ctx *x) {
         case IBV_EVENT_GID_CHANGE:
         case IBV_EVENT_CLIENT_REREGISTER:
         case IBV_EVENT_SM_CHANGE:
-            /* connections made from now on still use the address published at init */
+            /* connections made from now on still use the address published at init (the
+             * device's events cover its every port: this one's only) */
+            if (ev.element.port_num != x->port.port) break;
             RL_WARN(x->in.rank, "ib: %s on %s port %d: connections not made yet may fail (the address this rank "
                     "published at init may be stale)", x->v->event_type_str(ev.event_type), x->port.dev, x->port.port);
             break;
         case IBV_EVENT_PORT_ACTIVE:
+            if (ev.element.port_num != x->port.port) break;
             RL_INFO(x->in.rank, "ib: %s port %d is active again", x->port.dev, x->port.port);
             break;
         default: break;

@@ -426,7 +426,7 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
         if (!kept) v->close_device(ctx);
     }
     v->free_device_list(list);
-    int pick = rl_ib_pick_port(cands, scores, nc, rl_env_local_rank(), &out->alike);
+    int pick = rl_ib_pick_port(cands, scores, nc, &out->alike);
     if (pick >= 0) {
         int alike = out->alike;
         *out = cands[pick];
@@ -448,33 +448,28 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
     return 0;
 }
 
-int rl_ib_pick_port(const rl_ib_port *c, const int *score, int n, int local_rank, int *alike) {
-    *alike = 0;
+static int alike(const rl_ib_port *a, const rl_ib_port *b) {
+    return !a->is_eth && !b->is_eth && a->attr.active_width == b->attr.active_width &&
+           a->attr.active_speed == b->attr.active_speed;
+}
+
+int rl_ib_pick_port(const rl_ib_port *c, const int *score, int n, int *nalike) {
+    *nalike = 0;
     if (n <= 0) return -1;
-    int ib = 0;
-    for (int i = 0; i < n; i++) ib |= !c[i].is_eth;
-    /* the first of the kind with the best score (on RoCE, 2: the GID holds the bootstrap
-     * interface's address, so the network the bootstrap used carries it) */
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (c[i].is_eth == !ib && (best < 0 || score[i] > score[best])) best = i;
-    if (c[best].is_eth) return best; /* RoCE: NICs of one host may sit on networks of their own */
-    /* InfiniBand ports alike (width and speed): one per local rank, from the best on */
-    int k = 0, at = 0;
-    for (int i = 0; i < n; i++)
-        if (!c[i].is_eth && c[i].attr.active_width == c[best].attr.active_width &&
-            c[i].attr.active_speed == c[best].attr.active_speed) {
-            if (i == best) at = k;
-            k++;
+    int ib = -1, roce = -1; /* the first of the largest group of InfiniBand ports alike; the best RoCE port */
+    for (int i = 0; i < n; i++) {
+        if (c[i].is_eth) {
+            if (roce < 0 || score[i] > score[roce]) roce = i;
+            continue;
         }
-    *alike = k;
-    if (k < 2 || local_rank <= 0) return best;
-    int want = (at + local_rank) % k;
-    for (int i = 0; i < n; i++)
-        if (!c[i].is_eth && c[i].attr.active_width == c[best].attr.active_width &&
-            c[i].attr.active_speed == c[best].attr.active_speed && want-- == 0)
-            return i;
-    return best;
+        int k = 0;
+        for (int j = 0; j < n; j++) k += alike(&c[i], &c[j]);
+        if (k > *nalike) *nalike = k, ib = i;
+    }
+    /* InfiniBand before RoCE, unless the RoCE port carries the bootstrap address and the
+     * InfiniBand one is alone (a storage card beside a RoCE compute network) */
+    if (ib >= 0 && (roce < 0 || score[roce] < 2 || *nalike >= 2)) return ib;
+    return roce >= 0 ? roce : ib;
 }
 
 #else /* !RL_HAVE_VERBS */

@@ -112,7 +112,7 @@ typedef struct rl_ib_port {
                       * requires it (a virtual function's, IBV_QPF_GRH_REQUIRED): GID 0 */
     union ibv_gid gid;
     char gid_ndev[32]; /* netdev of the GID when known */
-    int alike;         /* InfiniBand ports like this one here (the local ranks share them) */
+    int alike;         /* InfiniBand ports like this one here (rl_ib_pick_port) */
 } rl_ib_port;
 
 /* Opens the active port selected by RINGLET_IB_HCA that rl_ib_pick_port chooses (devices in
@@ -124,12 +124,12 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
                     size_t errlen);
 
 /* Which of n usable ports (score: choose_gid's, 2 on a RoCE port whose GID holds the
- * bootstrap interface's address) a rank takes: InfiniBand where there is any (a RoCE port
- * beside InfiniBand ones is most often the front end's); on RoCE the best score, first;
- * on InfiniBand the ports alike (width and speed) to the first are shared out by the
- * launcher's local rank (rank 0, or none known: the first), so that a host's ranks do not
- * all go through one NIC. *alike: how many such InfiniBand ports. -1 when n is 0. */
-int rl_ib_pick_port(const rl_ib_port *cands, const int *score, int n, int local_rank, int *alike);
+ * bootstrap interface's address) every rank of a host takes: InfiniBand before RoCE (a
+ * RoCE port beside several InfiniBand ones is most often the front end's), the first of
+ * the largest group of InfiniBand ports alike (width and speed); but the RoCE port of the
+ * bootstrap address before a lone InfiniBand one (a storage card); on RoCE the best score,
+ * first. *alike: the size of that InfiniBand group. -1 when n is 0. */
+int rl_ib_pick_port(const rl_ib_port *cands, const int *score, int n, int *alike);
 /* "RoCE v2", "IB", ... */
 const char *rl_ib_gid_type_str(int type);
 /* Whether a connection between GIDs of these types can carry traffic: NULL, or what

@@ -523,7 +523,7 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
 }
 
 /* Connects to rank 0 at one of t's addresses. With several, each is tried in turn for a
- * slice (1 s, doubling to 8 s), from the one that answered last (*at): one that refuses or
+ * slice (1 s, then 2 s), from the one that answered last (*at): one that refuses or
  * stays silent (rank 0 not up yet, or an address that does not reach it) costs its slice,
  * not the deadline. One this host cannot use at all (RL_IO_ERR: its family off, no
  * descriptors) is left out; RL_IO_ERR once none is left. */
@@ -531,7 +531,9 @@ static rl_io_t connect_rank0(const rl_boot_target *t, int *at, double deadline, 
     if (t->naddr == 1) return rl_sock_connect(&t->addr[0], rl_sockaddr_len(&t->addr[0]), deadline, stop, fd);
     int usable[RL_BOOT_NADDR], left = t->naddr;
     for (int i = 0; i < t->naddr; i++) usable[i] = 1;
-    for (double slice = 1.0;; slice = slice < 8.0 ? slice * 2 : slice) {
+    /* short slices: with a dead address in the list, a rank 0 that comes up late is met
+     * within 2 s per address */
+    for (double slice = 1.0;; slice = 2.0) {
         for (int k = 0; k < t->naddr; k++) {
             int i = (*at + k) % t->naddr;
             if (!usable[i]) continue;

@@ -140,7 +140,7 @@ check "missing rank named by every rank within the deadline" $?
 #    disagree (each rank in a mount namespace with its own /etc/hosts): rank 0 knows only the
 #    IPv4 one (it listens on IPv4 alone), rank 1 both, ::1 first (the IPv6 one refuses: rank 1
 #    must go on to the next, as it would past an address that does not reach rank 0); then
-#    rank 0 knows both (it listens dual-stack) and rank 1 only the IPv4 one. 10 s deadline.
+#    rank 0 knows both (it listens dual-stack) and rank 1 only the IPv4 one. 20 s deadline.
 with_hosts() { # file command...: the command with /etc/hosts replaced by file
     unshare --mount sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$@"
 }
@@ -155,7 +155,7 @@ else
     for order in "hosts4 hosts46" "hosts46 hosts4"; do
         set -- $order
         P=$(port)
-        export MASTER_ADDR=$name MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=10 RINGLET_SECRET=x
+        export MASTER_ADDR=$name MASTER_PORT=$P WORLD_SIZE=2 RINGLET_TIMEOUT=20 RINGLET_SECRET=x
         t0=$SECONDS
         RANK=0 with_hosts "$tmp/$1" $bin env >"$tmp/a0.log" 2>&1 &
         a0=$!

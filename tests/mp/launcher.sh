@@ -340,7 +340,7 @@ n=$(grep -c ' err ' "$TMP/lines.out")
 
 # --- 10. --bind cores: the allowed cores split among the ranks; more ranks than cores: one core each ----
 cores=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
-ncores=$(nproc)
+ncores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # nproc answers OMP_NUM_THREADS where set
 expand() { # a cpu list (0-2,5) as one core per line
     tr ',' '\n' <<<"$1" | awk -F- '{ hi = NF > 1 ? $2 : $1; for (c = $1; c <= hi; c++) print c }'
 }
@@ -529,9 +529,9 @@ else
     head -c 500 "$TMP/head.err"
 fi
 # OpenMP's threads shared out, Python unbuffered, unless the user set them
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 want=$((cores / 2 > 1 ? cores / 2 : 1))
-out=$(L -n 2 "$R" threads "$MARK" 2>/dev/null)
+out=$(unset OMP_NUM_THREADS; L -n 2 "$R" threads "$MARK" 2>/dev/null)
 out2=$(OMP_NUM_THREADS=7 PYTHONUNBUFFERED= L -n 2 "$R" threads "$MARK" 2>/dev/null)
 if [ "$(printf '%s\n' "$out" | grep -c "omp=$want py=1$")" = 2 ] && [ "$(printf '%s\n' "$out2" | grep -c "omp=7 py=unset$")" = 2 ]; then
     pass "OMP_NUM_THREADS=$want (cores / ranks) and PYTHONUNBUFFERED=1 unless set"

@@ -139,33 +139,38 @@ int main(void) {
         failures += !ok;
     }
 
-    /* Which port a rank takes (rl_ib_pick_port): InfiniBand before RoCE (a host's front-end
-     * ConnectX holding the bootstrap address took every rank's traffic); InfiniBand ports
-     * alike shared out by local rank; RoCE: the bootstrap address's port, for every rank. */
+    /* Which port a host's ranks take (rl_ib_pick_port): InfiniBand before RoCE (a host's
+     * front-end ConnectX holding the bootstrap address took every rank's traffic beside 4
+     * InfiniBand NICs), the first of the largest group of ports alike (a slower card listed
+     * first left out); but the RoCE port of the bootstrap address before a lone InfiniBand
+     * card (storage beside a RoCE compute network). */
     rl_ib_port c[6];
     int sc[6];
     memset(c, 0, sizeof c);
     for (int i = 0; i < 6; i++) {
-        c[i].is_eth = i == 0;         /* 0: RoCE, front end */
+        c[i].is_eth = i == 0;         /* 0: RoCE, front end, holding the bootstrap address */
         c[i].attr.active_width = 2;   /* 4x */
         c[i].attr.active_speed = 128; /* NDR */
-        c[i].port = i;
         sc[i] = i == 0 ? 2 : 1;
     }
-    c[5].attr.active_speed = 32; /* 5: a slower InfiniBand port (EDR) */
-    int alike = 0;
+    c[1].attr.active_speed = 32; /* 1: a slower InfiniBand card (EDR), listed first */
+    /* each call in its own statement: an initialiser list's order of evaluation is unspecified */
+    int alike = 0, got, p_all = rl_ib_pick_port(c, sc, 6, &alike), n_all = alike;
+    int p_lone = rl_ib_pick_port(c, sc, 2, &alike);
+    sc[0] = 1; /* the RoCE port no longer holds the bootstrap address */
+    int p_lone2 = rl_ib_pick_port(c, sc, 2, &alike);
+    int p_roce = rl_ib_pick_port(c, sc, 1, &alike);
+    int p_none = rl_ib_pick_port(c, sc, 0, &alike);
     struct {
         const char *what;
         int got, want;
     } pk[] = {
-        {"pick: InfiniBand before the RoCE port of the bootstrap address", rl_ib_pick_port(c, sc, 6, -1, &alike), 1},
-        {"pick: 4 InfiniBand ports alike", alike, 4},
-        {"pick: local rank 0", rl_ib_pick_port(c, sc, 6, 0, &alike), 1},
-        {"pick: local rank 2", rl_ib_pick_port(c, sc, 6, 2, &alike), 3},
-        {"pick: local rank 5 (of 4 alike)", rl_ib_pick_port(c, sc, 6, 5, &alike), 2},
-        {"pick: local rank 3, never the slower port", rl_ib_pick_port(c, sc, 6, 3, &alike), 4},
-        {"pick: RoCE alone: the bootstrap address's port, local rank 3", rl_ib_pick_port(c, sc, 1, 3, &alike), 0},
-        {"pick: none", rl_ib_pick_port(c, sc, 0, 0, &alike), -1},
+        {"pick: InfiniBand NDR (4 alike) before the RoCE port of the bootstrap address and the EDR card", p_all, 2},
+        {"pick: the group of 4 counted", n_all, 4},
+        {"pick: a lone InfiniBand card: the RoCE port of the bootstrap address", p_lone, 0},
+        {"pick: a lone InfiniBand card beside a RoCE port without it: InfiniBand", p_lone2, 1},
+        {"pick: RoCE alone", p_roce, 0},
+        {"pick: none", p_none, -1},
     };
     for (size_t i = 0; i < sizeof pk / sizeof pk[0]; i++) {
         int ok = pk[i].got == pk[i].want;
@@ -177,7 +182,7 @@ int main(void) {
     int rs[3] = {1, 2, 1};
     memset(r, 0, sizeof r);
     for (int i = 0; i < 3; i++) r[i].is_eth = 1;
-    int got = rl_ib_pick_port(r, rs, 3, 1, &alike);
+    got = rl_ib_pick_port(r, rs, 3, &alike);
     printf("%s pick: RoCE ports only, the second holds the bootstrap address (%d)\n", got == 1 ? "ok:  " : "FAIL:", got);
     failures += got != 1;
     if (failures) return 1;
