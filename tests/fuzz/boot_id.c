@@ -22,10 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FZ_CHECK(rank != 0); /* no id was made in this process */
-    FZ_CHECK(t.addr.ss_family == AF_INET || t.addr.ss_family == AF_INET6);
-    FZ_CHECK(rl_sockaddr_port(&t.addr) != 0 && t.listen_fd == -1);
-    FZ_CHECK(rl_sockaddr_len(&t.addr) <= sizeof t.addr);
+    FZ_CHECK(t.naddr == 1); /* an id carries one address */
+    FZ_CHECK(t.addr[0].ss_family == AF_INET || t.addr[0].ss_family == AF_INET6);
+    FZ_CHECK(rl_sockaddr_port(&t.addr[0]) != 0 && t.listen_fd == -1);
+    FZ_CHECK(rl_sockaddr_len(&t.addr[0]) <= sizeof t.addr[0]);
     char where[96]; /* what client_join prints */
-    FZ_CHECK(rl_sockaddr_str((struct sockaddr *)&t.addr, where, sizeof where) == 0);
+    FZ_CHECK(rl_sockaddr_str((struct sockaddr *)&t.addr[0], where, sizeof where) == 0);
     return 0;
 }

@@ -21,8 +21,8 @@ typedef struct {
 } report;
 
 int main(void) {
-    int p[2];
-    if (pipe(p) != 0) return perror("pipe"), 1;
+    int p[2], up[2];
+    if (pipe(p) != 0 || pipe(up) != 0) return perror("pipe"), 1;
     pid_t a = fork();
     if (a < 0) return perror("fork"), 1;
     if (a == 0) { /* the rank: makes a segment, forks a worker, dies holding it */
@@ -31,8 +31,12 @@ int main(void) {
         r.err = rl_shmseg_create("unittest", 4096, r.name, &r.fd);
         if (!r.err && (r.child = fork()) == 0) { /* the worker: lives on (30 s at most) */
             alarm(30);
+            /* past fork's child handlers (where a copy of the lock is closed): say so */
+            if (write(up[1], "u", 1) != 1) _exit(4);
             for (;;) pause();
         }
+        char u;
+        if (r.child > 0 && read(up[0], &u, 1) != 1) _exit(5); /* the worker is up: by construction */
         if (write(p[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(3);
         _exit(0);
     }
