@@ -799,26 +799,52 @@ static void case_fault(ncclComm_t c) {
     OK(ncclCommAbort(c));
 }
 
+/* Three ranks of one process (initall, threads): rank r's data (val with seed `seed`) in
+ * sendbuf r, recvbuf r beside it, both on device r mod the device count (as a CUDA program
+ * sets the device before it allocates: ncclCommInitAll's choice without a devlist), and
+ * the sum of the three. */
+enum { N3 = 3 };
+typedef struct {
+    size_t n;
+    int ndev;
+    int32_t *h[N3], *want, *got;
+    void *sb[N3], *rb[N3];
+} ranks3;
+
+static void ranks3_make(ranks3 *b, int seed) {
+    b->n = g_N;
+    b->ndev = 0;
+    if (D) ringlet_device_count(&b->ndev);
+    b->want = malloc(b->n * 4), b->got = malloc(b->n * 4);
+    for (int r = 0; r < N3; r++) {
+        if (D) ringlet_set_device(r % b->ndev);
+        b->h[r] = malloc(b->n * 4);
+        for (size_t i = 0; i < b->n; i++) b->h[r][i] = val(r, seed, i, ncclInt32);
+        b->sb[r] = balloc(b->n * 4), b->rb[r] = balloc(b->n * 4);
+        put(b->sb[r], b->h[r], b->n * 4);
+    }
+    for (size_t i = 0; i < b->n; i++) b->want[i] = b->h[0][i] + b->h[1][i] + b->h[2][i];
+}
+
+static void ranks3_free(ranks3 *b) {
+    for (int r = 0; r < N3; r++) {
+        if (D) ringlet_set_device(r % b->ndev);
+        bfree(b->sb[r]), bfree(b->rb[r]), free(b->h[r]);
+    }
+    free(b->want), free(b->got);
+}
+
 static void case_initall(void) {
-    enum { N = 3 };
+    enum { N = N3 };
     ncclComm_t comms[N];
     OK(ncclCommInitAll(comms, N, NULL));
-    size_t n = g_N;
-    int32_t *h[N], *want = malloc(n * 4), *got = malloc(n * 4);
-    void *sb[N], *rb[N];
-    int ndev = 0;
-    if (D) ringlet_device_count(&ndev);
-    /* As a CUDA program sets the device before it allocates: rank r's device is r mod the
-     * device count (ncclCommInitAll's choice without a devlist). */
+    ranks3 b;
+    ranks3_make(&b, 500);
+    size_t n = b.n;
+    int ndev = b.ndev;
+    int32_t **h = b.h, *want = b.want, *got = b.got;
+    void **sb = b.sb, **rb = b.rb;
 #define ON_DEVICE(r) (D ? (void)ringlet_set_device((r) % ndev) : (void)0)
-    for (int r = 0; r < N; r++) {
-        ON_DEVICE(r);
-        h[r] = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) h[r][i] = val(r, 500, i, ncclInt32);
-        sb[r] = balloc(n * 4), rb[r] = balloc(n * 4);
-        put(sb[r], h[r], n * 4);
-    }
-    for (size_t i = 0; i < n; i++) want[i] = h[0][i] + h[1][i] + h[2][i];
     OK(ncclGroupStart());
     for (int r = 0; r < N; r++) OK(ncclAllReduce(sb[r], rb[r], n, ncclInt32, ncclSum, comms[r], NULL));
     OK(ncclGroupEnd());
@@ -864,9 +890,8 @@ static void case_initall(void) {
         }
     }
     for (int r = 0; r < N; r++) OK(ncclCommDestroy(comms[r])); /* one thread, one by one */
-    for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
 #undef ON_DEVICE
-    free(want), free(got);
+    ranks3_free(&b);
 }
 
 /* --case threads: one process, 3 ranks, each made by ncclCommInitRank on a thread of its own
@@ -892,7 +917,7 @@ static void *threads_init(void *p) {
 }
 
 static void case_threads(void) {
-    enum { N = 3 };
+    enum { N = N3 };
     threads_arg a[N];
     pthread_t th[N];
     ncclUniqueId id;
@@ -910,20 +935,13 @@ static void case_threads(void) {
             FAIL("threads: rank %d's init or split: %d: %s", r, (int)a[r].rc, ncclGetLastError(NULL));
             return;
         }
-    size_t n = g_N;
-    int ndev = 0;
-    if (D) ringlet_device_count(&ndev);
+    ranks3 b;
+    ranks3_make(&b, 700);
+    size_t n = b.n;
+    int ndev = b.ndev;
+    int32_t **h = b.h, *want = b.want, *got = b.got;
+    void **sb = b.sb, **rb = b.rb;
 #define ON_DEVICE(r) (D ? (void)ringlet_set_device((r) % ndev) : (void)0)
-    int32_t *h[N], *want = malloc(n * 4), *got = malloc(n * 4);
-    void *sb[N], *rb[N];
-    for (int r = 0; r < N; r++) {
-        ON_DEVICE(r);
-        h[r] = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) h[r][i] = val(r, 700, i, ncclInt32);
-        sb[r] = balloc(n * 4), rb[r] = balloc(n * 4);
-        put(sb[r], h[r], n * 4);
-    }
-    for (size_t i = 0; i < n; i++) want[i] = h[0][i] + h[1][i] + h[2][i];
     for (int kid = 0; kid < 2; kid++) {
         OK(ncclGroupStart());
         for (int r = 0; r < N; r++)
@@ -974,9 +992,8 @@ static void case_threads(void) {
     else
         printf("nccl_api: threads: 6 handles made on 3 threads destroyed one by one by one thread in %.1f ms\n",
                dt * 1e3);
-    for (int r = 0; r < N; r++) ON_DEVICE(r), bfree(sb[r]), bfree(rb[r]), free(h[r]);
 #undef ON_DEVICE
-    free(want), free(got);
+    ranks3_free(&b);
 }
 
 /* Two ranks per process (ranks 2p and 2p+1 of 2P), both made by this thread with
