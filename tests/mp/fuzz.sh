@@ -10,7 +10,7 @@
 #      instrumented: fuzzer-no-link,address,undefined), then each target into
 #      $BUILD/fuzz/<target>, and $BUILD/fuzz/gen_corpus (writes the seeds);
 #   2. replays every input under tests/fuzz/regress/<target>/ (past findings);
-#   3. fuzzes each target for FUZZ_SECONDS (default 15) on a copy of its seeds
+#   3. fuzzes each target for FUZZ_SECONDS (default 10) on a copy of its seeds
 #      (tests/fuzz/corpus/<target>/), one at a time, and prints its executions.
 # Any crash, sanitizer report, leak, timeout or violated property fails the test, with
 # the target and the reproducer (kept under $BUILD/fuzz/work/<target>/). To replay one:
@@ -20,7 +20,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-SECS=${FUZZ_SECONDS:-15}
+SECS=${FUZZ_SECONDS:-10}
 CLANG=${CLANG:-clang}
 OUT=$BUILD/fuzz
 if [ -n "${SANITIZE:-}" ]; then

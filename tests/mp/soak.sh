@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak: random collectives over two communicators at once, every result checked
-# (tests/mp/soak.c), for SOAK_SECONDS in all (default 120; 30 in sanitizer builds), split
+# (tests/mp/soak.c), for SOAK_SECONDS in all (default 90; 30 in sanitizer builds), split
 # over three runs through ringlet-run:
 #   1. P=4 on host memory over shared memory (weight 2 of 4; the split communicator is
 #      two communicators of 2 ranks);
@@ -24,7 +24,7 @@ for f in "$RUN" "$PROG"; do
     [ -x "$f" ] || { echo "FAIL: $f not found (build first, or set BUILD)"; exit 1; }
 done
 case "${SANITIZE:-}" in
-"") SECONDS_ALL=${SOAK_SECONDS:-120} MAXB=64M DMAXB=8M ;;
+"") SECONDS_ALL=${SOAK_SECONDS:-90} MAXB=64M DMAXB=8M ;;
 *thread*) SECONDS_ALL=${SOAK_SECONDS:-30} MAXB=1M DMAXB=256K ;;
 *) SECONDS_ALL=${SOAK_SECONDS:-30} MAXB=16M DMAXB=2M ;;
 esac
