@@ -10,14 +10,13 @@
 #include "util.h"
 #include "wait.h"
 
+static int is_rooted(int kind) {
+    return kind == RL_OP_BROADCAST || kind == RL_OP_REDUCE;
+}
+
 int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes) {
-    if (!c->board_bytes || pub_bytes > c->board_bytes || c->nranks > RL_BOARD_MAX_RANKS) return 0;
-    for (int q = 0; q < c->nranks && device; q++) {
-        int tp = -1;
-        char e[RL_ERR_MAX];
-        if (q != c->rank && (rl_conn_pick_transport(c, q, 1, &tp, e) != RINGLET_SUCCESS || tp != RL_TP_SHM)) return 0;
-    }
-    return 1;
+    return c->board_bytes && pub_bytes <= c->board_bytes && c->nranks <= RL_BOARD_MAX_RANKS &&
+           (!device || c->board_device);
 }
 
 /* The wait's state: peers before `next` (in rank order, this rank skipped) have marked
@@ -58,6 +57,12 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     for (int i = 0; i < n; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_RECV, (size_t)i);
     for (int i = 0; i < nsend; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_SEND, (size_t)i);
     if (pub_bytes) memcpy(slot[me][s].data, pub, pub_bytes);
+    /* the call's size, which every rank knows alike (what a rank publishes depends on its
+     * role: a broadcast's root publishes, the others nothing) */
+    uint64_t call_bytes = (uint64_t)r->count * ringlet_datatype_size(r->dtype);
+    slot[me][s].bytes = call_bytes;
+    slot[me][s].kind = (int32_t)r->kind;
+    slot[me][s].root = is_rooted(r->kind) ? r->root : -1;
     atomic_store_explicit(&slot[me][s].seq, w.seq, memory_order_release);
     /* Wakes the peers that sleep (rl_bell_ring_sleeper's pairing, with one fence for all). */
     atomic_thread_fence(memory_order_seq_cst);
@@ -85,6 +90,22 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
         rl_comm_wait_peer_for(c, gen, 100, all_marked, &w);
     }
     if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
+    /* Every rank compares every peer's call with its own, so each fails alike; the
+     * verdict is the call's error even where a peer that found it first and aborted is
+     * already known to have failed (as a send's length mismatch, p2p.c). */
+    for (int q = 0; q < P; q++) {
+        const rl_board_slot *o = &slot[q][s];
+        if (q == me || (o->bytes == call_bytes && o->kind == slot[me][s].kind && o->root == slot[me][s].root)) continue;
+        snprintf(cerr, sizeof cerr,
+                 "mismatched calls: rank %d called %s (%llu bytes, root %d) where this rank called %s (%llu bytes, "
+                 "root %d); RINGLET_CHECK=1 compares every call",
+                 q, rl_op_name((rl_op_kind)o->kind), (unsigned long long)o->bytes, (int)o->root, opname,
+                 (unsigned long long)call_bytes, (int)slot[me][s].root);
+        rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "%s #%llu: %s", opname, (unsigned long long)r->seq, cerr);
+        snprintf(err, RL_MSG_MAX, "%s #%llu (count %zu) failed: %.400s", opname, (unsigned long long)r->seq, r->count,
+                 cerr);
+        return RINGLET_ERR_INVALID_USAGE;
+    }
 
     for (int i = 0; i < n; i++) {
         const unsigned char *at = slot[reads[i].peer][s].data + reads[i].off;

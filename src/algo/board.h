@@ -26,8 +26,8 @@ typedef struct rl_board_read {
 } rl_board_read;
 
 /* Whether a call publishing pub_bytes goes through the board (the same answer on every
- * rank: comm->board_bytes is; device buffers also need every peer's device transport to
- * be shared memory, as the host's is). */
+ * rank: comm->board_bytes and board_device are; device buffers also need that no pair of
+ * ranks could use cuda_ipc, so that every pair's device transport is shared memory). */
 int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes);
 /* Publishes pub_bytes of pub, waits for every rank's part of this call (deadline and
  * failure as the one-shot exchange's), and fills reads[0..n). nsend: the messages the

@@ -135,6 +135,9 @@ static void peer_transports_setup(struct ringlet_comm *c) {
         c->crowded |= on_host > c->infos[p].ncpu;
     }
     c->board_bytes = all_shm ? b : 0;
+    int ipc_ranks = 0;
+    for (int p = 0; p < P && c->forced_tp < 0; p++) ipc_ranks += c->infos[p].bloblen[RL_TP_CUDA_IPC] > 0;
+    c->board_device = c->board_bytes && ipc_ranks < 2;
 }
 
 void rl_comm_trace_split(struct ringlet_comm *c) {

@@ -173,6 +173,11 @@ struct ringlet_comm {
      * every rank has one and every pair of ranks talks over shared memory. board_seq
      * counts the board's calls, the same on every rank. */
     size_t board_bytes;
+    /* Device buffers may take the board too: no two ranks could reach each other over
+     * cuda_ipc (fewer than two published it, or RINGLET_TRANSPORT is forced). From what
+     * every rank published, never from a pair's own reachability, which only its two
+     * ranks know: a rank that took the board while the others exchanged messages hung. */
+    int board_device;
     uint64_t board_seq;
     int tcp_peers; /* some peer is reached over TCP (host buffers) */
     int crowded;   /* some host has more of this communicator's ranks than cores online */

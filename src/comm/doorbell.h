@@ -18,6 +18,11 @@
 /* A board slot: call seq's data once seq reads seq (release/acquire). */
 typedef struct rl_board_slot {
     _Alignas(64) _Atomic uint64_t seq;
+    /* What the call is, written before seq: each reader compares it with its own call, so
+     * that ranks whose calls differ (a count, a kind, a root) fail instead of reading what
+     * the slot held before (board.c). */
+    uint64_t bytes;
+    int32_t kind, root;
     unsigned char data[RL_BOARD_BYTES];
 } rl_board_slot;
 

@@ -307,6 +307,27 @@ ipc_slots_differ() {
     rank1_setting "CUDA IPC slots differ (rank 1 RINGLET_CUDA_IPC_NSLOTS=3): rank 0 names it too" \
         RINGLET_CUDA_IPC_NSLOTS=3 "--colls broadcast" 0 "RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank"
 }
+# cuda_ipc disabled on rank 2 alone (3 ranks, device memory): its pairs stage through shared
+# memory while ranks 0 and 1 use cuda_ipc. Every rank must still take the same path for the
+# small calls (before, rank 2 took the shared-memory board, the others messages, and all
+# three waited for RINGLET_TIMEOUT); every collective at small and larger counts.
+ipc_off_on_one_rank() {
+    local t rc good
+    t=$(now_ms)
+    RINGLET_DEVICE=sim RINGLET_TIMEOUT=30 "$RUN" -n 3 --timeout 180 sh -c \
+        '[ "$RANK" = 2 ] && export RINGLET_CUDA_IPC_DISABLE=1; exec "$@"' sh \
+        "$PROG" --seed 7 --memory device --max-count 4099 --quick >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of 3: [0-9]+ cases checked, 0 failed" "$TMP/out")
+    if [ "$rc" = 0 ] && [ "$good" = 3 ]; then
+        echo "ok:   ipc sim P=3, cuda_ipc disabled on rank 2 alone: $(($(now_ms) - t)) ms"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: ipc sim P=3, cuda_ipc disabled on rank 2 alone: exit status $rc, $good of 3 ranks passed"
+        grep -E 'FAIL|collectives: rank' "$TMP/out" | head -n 20
+        grep -vE ' INFO: ' "$TMP/err" | tail -n 10
+    fi
+}
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
         for tr in $TRANSPORTS; do run_plan "$tr" "" "" "$PLAN"; done
@@ -320,6 +341,7 @@ for mem in $MEMORY; do
         if [ "$DEVICE" = sim ] && [[ " $DTRANSPORTS " == *" ipc "* ]] && [ -z "${RINGLET_COLLECTIVES_PLAN:-}" ]; then
             one_way_ipc
             ipc_slots_differ
+            ipc_off_on_one_rank
         fi
     fi
 done

@@ -24,7 +24,16 @@
  *       still report the mismatch (RINGLET_ERR_INVALID_USAGE, "mismatched collectives"),
  *       not "rank P-1 failed": the verdict reaches every rank before any rank can act on
  *       it. Prints "mismatch abort: rank R: N rounds, F wrong" and the first round's
- *       message. */
+ *       message.
+ *
+ *   mismatch --board CASE
+ *       Without RINGLET_CHECK, over shared memory, where small one-shot calls go through
+ *       the board (each rank reads its peers' data where they published it): rank P-1
+ *       calls something else once, and every rank's call must fail with
+ *       RINGLET_ERR_INVALID_USAGE naming the mismatch, not read what the peer's slot held
+ *       before (count: allreduce of 12 vs 10 int32, after a correct all-reduce of 12 had
+ *       filled the slots; kind: allreduce vs allgather of as many bytes; root: broadcast
+ *       from 0 vs from 1). Prints "mismatch board: rank R: N checks, F failed". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +115,43 @@ static int abort_on_error(int rounds, size_t count) {
     return wrong ? 1 : 0;
 }
 
+static int board_case(const char *cas) {
+    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_P);
+    int odd = g_rank == g_P - 1;
+    int32_t x[12 * 8], y[12 * 8];
+    for (int i = 0; i < 12; i++) x[i] = (int32_t)(i * 37 + g_rank * 1009 + 5);
+    /* A correct call first: every slot then holds 12 elements of the peer's. */
+    ringlet_result_t rc = ringlet_allreduce(x, y, 12, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    int bad = 0;
+    for (int i = 0; i < 12 && !rc; i++) {
+        int32_t want = 0;
+        for (int r = 0; r < g_P; r++) want += (int32_t)(i * 37 + r * 1009 + 5);
+        bad += y[i] != want;
+    }
+    CHECK(!rc && !bad, "board %s: the first allreduce: %s, %d wrong", cas, rc ? ringlet_comm_last_error(g_comm) : "ok", bad);
+    if (!strcmp(cas, "count"))
+        rc = ringlet_allreduce(x, y, odd ? 10 : 12, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    else if (!strcmp(cas, "kind"))
+        rc = odd ? ringlet_allgather(x, y, 12, RINGLET_INT32, g_comm, NULL)
+                 : ringlet_allreduce(x, y, 12, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+    else if (!strcmp(cas, "root"))
+        rc = ringlet_broadcast(x, y, 12, RINGLET_INT32, odd ? 1 : 0, g_comm, NULL);
+    else
+        return printf("FAIL: --board %s: want count, kind or root\n", cas), 1;
+    const char *m = ringlet_comm_last_error(g_comm);
+    CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(m, "mismatched calls: rank "),
+          "board %s: returned %d (%s): %s", cas, (int)rc, ringlet_strerror(rc), rc ? m : "");
+    if (g_rank == 0) printf("mismatch board: %s -> %s\n", cas, m);
+    printf("mismatch board: rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failed);
+    ringlet_comm_abort(g_comm);
+    ringlet_comm_destroy(g_comm);
+    return g_failed != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--board")) return board_case(argv[2]);
     if (argc > 2 && !strcmp(argv[1], "--abort-on-error"))
         return abort_on_error(atoi(argv[2]), argc > 4 && !strcmp(argv[3], "--count") ? (size_t)atol(argv[4]) : 1 << 20);
     if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;

@@ -5,7 +5,8 @@
 # 20 rounds, 8 under the sanitizers, at P = 3 and 4 over shm and tcp; the rank that passed
 # the other count aborts the moment its call returns), every other rank still reports the
 # mismatch, never "rank N failed"; and RINGLET_CHECK set differently on the ranks fails
-# init on every rank, saying so.
+# init on every rank, saying so. Without RINGLET_CHECK, over shared memory: a count, kind or
+# root that differs in a call small enough for the board fails on every rank (P = 2, 3).
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -58,6 +59,22 @@ else
     echo "FAIL: RINGLET_CHECK on rank 0 only: exit $rc, $n of 3 ranks said so"
     tail -n 20 "$TMP/out"
 fi
+# Without RINGLET_CHECK, calls that differ through the shared-memory board: an error on
+# every rank (mismatch --board), not the bytes a peer's slot held before.
+for cas in count kind root; do
+    for P in 2 3; do
+        RINGLET_TRANSPORT=shm "$RUN" -n $P --timeout 120 --grace 30 "$PROG" --board $cas >"$TMP/out" 2>&1
+        rc=$?
+        n=$(grep -cE "mismatch board: rank [0-9]+: [0-9]+ checks, 0 failed" "$TMP/out")
+        if [ "$n" = $P ]; then
+            echo "ok:   board $cas P=$P: every rank's call failed: $(sed -n 's/^\[0\] mismatch board: [a-z]* -> //p' "$TMP/out")"
+        else
+            fails=$((fails + 1))
+            echo "FAIL: board $cas P=$P (exit $rc, $n of $P ranks passed)"
+            tail -n 20 "$TMP/out"
+        fi
+    done
+done
 [ $fails = 0 ] && { echo "mismatch: all passed"; exit 0; }
 echo "mismatch: $fails failed"
 exit 1
