@@ -69,7 +69,10 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
 int rl_p2p_test(struct ringlet_request *r) {
     if (!atomic_load_explicit(&r->posted, memory_order_acquire)) return 0;
     struct ringlet_comm *c = r->comm;
+    size_t was = r->ndone;
     while (r->ndone < r->ntreq && rl_treq_done(&r->treqs[r->ndone])) r->ndone++;
+    /* A piece done is progress: the deadline (RINGLET_TIMEOUT without progress) restarts. */
+    if (r->ndone != was) r->posted_at = rl_now();
     if (r->ndone < r->ntreq) return 0;
     ringlet_result_t st = RINGLET_SUCCESS;
     const char *why = "";

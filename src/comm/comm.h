@@ -142,7 +142,7 @@ struct ringlet_request {
      * the waiter completes the request from them. */
     atomic_int posted;
     int posted_here; /* by the calling thread (api.c's post_here): its waits poll as inline calls do */
-    double posted_at;
+    double posted_at; /* when posted, then when a piece last completed: RINGLET_TIMEOUT counts from it */
     size_t ntreq, ndone; /* pieces posted, pieces seen done (in order) */
     int park_local;      /* a parked piece failed for this rank's own reason (conn.h): it fails alone */
     rl_treq *treqs;

@@ -646,8 +646,40 @@ static void emfile(ringlet_comm_t comm, int parked) {
           rc ? ringlet_comm_last_error(comm) : "ok", (int)sum);
 }
 
+/* --slow BYTES: rank 0 isends BYTES to rank 1, which irecvs them, over a link slow enough
+ * (the script's rate limit) that the transfer takes longer than RINGLET_TIMEOUT while
+ * every piece moves well within it: the deadline counts time without progress, so both
+ * must succeed. The transfer must have taken at least twice RINGLET_TIMEOUT, else the
+ * case tested nothing (the rate limit makes it so by construction). */
+static void slow_link(ringlet_comm_t comm, size_t n) {
+    unsigned char *buf = malloc(n + GUARD);
+    if (!buf) {
+        CHECK(0, "slow link: out of memory for %zu bytes", n);
+        return;
+    }
+    memset(buf + n, 0xA5, GUARD);
+    if (g_rank == 0)
+        for (size_t i = 0; i < n; i++) buf[i] = byte_at(-9, 0, 0, i);
+    const char *te = getenv("RINGLET_TIMEOUT");
+    double timeout = te ? atof(te) : 300;
+    long long t0 = clock_ms();
+    ringlet_request_t req = NULL;
+    ringlet_result_t rc = g_rank == 0 ? ringlet_isend(buf, n, RINGLET_UINT8, 1, comm, NULL, &req)
+                                      : ringlet_irecv(buf, n, RINGLET_UINT8, 0, comm, NULL, &req);
+    if (!rc) rc = ringlet_wait(&req);
+    double secs = (double)(clock_ms() - t0) / 1000;
+    CHECK(rc == RINGLET_SUCCESS, "slow link: %s of %zu bytes: %s", g_rank ? "irecv" : "isend", n,
+          rc ? ringlet_comm_last_error(comm) : "ok");
+    if (!rc && g_rank == 1) check_recv(buf, n, -9, 0, 0, "slow link");
+    CHECK(rc || secs >= 2 * timeout, "slow link: %zu bytes took %.1f s, not 2 x RINGLET_TIMEOUT (%.1f s): the link was "
+                                     "not slow, and the case tested nothing", n, secs, timeout);
+    if (!rc) printf("slow link: %zu bytes in %.1f s with RINGLET_TIMEOUT=%.1f\n", n, secs, timeout);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     int rounds = 40, two = 0, emf = 0, first = 0;
+    size_t slow = 0;
     const char *mm = "none";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
@@ -656,9 +688,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--two-comms")) two = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--emfile")) emf = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--slow")) slow = (size_t)strtoull(argv[i + 1], NULL, 10);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces] "
-                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4]\n"),
+                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4] [--slow BYTES]\n"),
                    2;
     }
     g_realtime_back = first == 4;
@@ -669,7 +702,8 @@ int main(int argc, char **argv) {
     }
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
-    if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
+    if (slow && g_P == 2) slow_link(comm, slow);
+    else if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
     else if (first == 3 && g_P == 4) accept_chain(comm);

@@ -31,7 +31,10 @@
 # TCP buffers are 4 KiB, so that the 64 KiB message cannot sit in the kernel: without a
 # socket thread reading it, both ranks would wait out RINGLET_TIMEOUT (20 s there); the
 # same over shared memory with 4 MiB (twice the FIFO; no root needed), where the
-# communicator's progress thread moves the posted message.
+# communicator's progress thread moves the posted message. As root, also --slow: an isend /
+# irecv of 48 MiB in a network namespace whose loopback is limited to 80 Mbit/s, with
+# RINGLET_TIMEOUT=2: it takes some 5 s, and must succeed (the deadline counts time without
+# progress, and a 1 MiB piece completes every 0.1 s).
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -94,6 +97,27 @@ EOF2
         ROUNDS=2 RINGLET_TIMEOUT=20 one "P=2, two communicators, 4 KiB TCP buffers" 2 --seed 6 --two-comms 1
 else
     echo "skip: P=2, two communicators (needs root and unshare -n for 4 KiB TCP buffers)"
+fi
+# isend / irecv of 48 MiB over loopback limited to 80 Mbit/s (about 5 s) with RINGLET_TIMEOUT=2:
+# each 1 MiB piece takes 0.1 s, so the deadline, which counts time without progress, must
+# not end it (it counted from the post before)
+if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null && command -v tc >/dev/null; then
+    cat >"$TMP/slowlink" <<'EOF2'
+#!/usr/bin/env bash
+# runs "$@" in a new network namespace whose loopback is limited to 80 Mbit/s (tbf passes no
+# packet larger than its burst: the MTU 9000, the burst 256 KiB)
+ip link set lo mtu 9000 up && tc qdisc add dev lo root tbf rate 80mbit burst 256kb latency 400ms && exec "$@"
+EOF2
+    chmod +x "$TMP/slowlink"
+    if unshare -n "$TMP/slowlink" true; then
+        WRAP="unshare -n $TMP/slowlink" RINGLET_TIMEOUT=2 one "P=2, 48 MiB isend/irecv over a slow link, RINGLET_TIMEOUT=2" \
+            2 --seed 16 --rounds 0 --slow 50331648
+        grep -h '^\[[01]\] slow link' "$TMP/out" | sed 's/^/      /'
+    else
+        echo "skip: P=2, a slow link (tc cannot limit the loopback of a new namespace)"
+    fi
+else
+    echo "skip: P=2, a slow link (needs root, unshare -n and tc)"
 fi
 [ $fails = 0 ] && { echo "tcp_inline: all passed"; exit 0; }
 echo "tcp_inline: $fails failed"
