@@ -226,11 +226,16 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * other (an all-to-all made of sends and receives) never wait for each other; its
  * collectives run first, in the order they were called, then its sends and receives (a
  * peer that receives one of them with a plain call before it joins a collective of the
- * same group waits for it until the deadline). group_end returns once every call is
+ * same group gets that collective's first message instead: messages between two ranks,
+ * collectives' included, match in the order sent; an error where the lengths differ, but
+ * wrong data where they agree: such a peer must group its calls alike, or use another
+ * communicator for its sends and receives, as the torch backend does). group_end returns once every call is
  * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
  * it and every call without one is done; its first error). The
  * non-blocking forms are refused inside a group. Calls of one group on one communicator
- * use one kind of memory (host, or one device). A collective or send/receive refused for
+ * use one kind of memory (host, or one device; calls without buffers, a count of 0 with
+ * NULL pointers or a barrier, take that of the group's first call with one). A
+ * collective or send/receive refused for
  * its arguments inside a group (its error returned at the call) spoils the group, as
  * NCCL's: group_end then runs none of its calls and returns that error (the other ranks'
  * calls find no partner here). A non-blocking form, refused there, spoils nothing. */
@@ -279,7 +284,8 @@ ringlet_result_t ringlet_reduce_scatter(const void *sendbuf, void *recvbuf, size
                                         void *stream);
 ringlet_result_t ringlet_barrier(ringlet_comm_t comm, void *stream);
 /* Point to point. Messages between two ranks arrive in the order they were sent;
- * a count that differs from the matching call's is an error on both sides. */
+ * a size in bytes that differs from the matching call's is an error on both sides (the
+ * datatypes are not compared: 4 float32 match 16 uint8). */
 ringlet_result_t ringlet_send(const void *sendbuf, size_t count, ringlet_datatype_t datatype, int peer,
                               ringlet_comm_t comm, void *stream);
 ringlet_result_t ringlet_recv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,

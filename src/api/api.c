@@ -628,6 +628,21 @@ static void connect_early(const grouped_t *ops, int n) {
     free(sub);
 }
 
+/* Calls without buffers (a count of 0 with NULL buffers, as torch passes an empty CUDA
+ * tensor; a barrier) move no data: they take the memory of their communicator's first
+ * call with a buffer. Refused as a mix of host and device memory (group_submit), on
+ * this rank alone, they left the peers waiting for the group until the deadline. */
+static void bufferless_take_group_memory(grouped_t *ops, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ops[i].op.sendbuf || ops[i].op.recvbuf) continue;
+        for (int j = 0; j < n; j++)
+            if (ops[j].c == ops[i].c && (ops[j].op.sendbuf || ops[j].op.recvbuf)) {
+                ops[i].op.device = ops[j].op.device;
+                break;
+            }
+    }
+}
+
 ringlet_result_t ringlet_group_end(void) {
     if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_end: no group_start before it");
     if (--t_group.depth) return RINGLET_SUCCESS;
@@ -642,6 +657,7 @@ ringlet_result_t ringlet_group_end(void) {
         return rl_error(NULL, rc, "group_end: none of the group's %d call(s) ran: one was refused (%.400s)", n,
                         t_group.why);
     }
+    bufferless_take_group_memory(ops, n);
     /* Each call counts as a waiter on its communicator until the end (submit). */
     for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].c->waiters, 1);
     /* Per communicator, in the order of their first call; every submission before any

@@ -693,6 +693,41 @@ static void probe_group(ringlet_comm_t a, ringlet_comm_t b, int P, size_t n, int
     DEV(D->stream_destroy(s));
 }
 
+/* empty-in-group: a group on device buffers that starts with a send and a receive of 0
+ * elements with NULL buffers (torch's empty CUDA tensor) and a barrier, then exchanges n
+ * elements: the group runs (its calls without buffers take the group's device memory; it
+ * was refused, on one rank alone, as a mix of host and device), the data exact. */
+static void empty_in_group_case(ringlet_comm_t comm, size_t n) {
+    int peer = 1 - g_rank;
+    uint32_t *in, *out;
+    void *din, *dout;
+    rl_dev_stream_t s;
+    DEV(D->stream_create(&s));
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4));
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i);
+    DEV(D->memcpy_async(din, in, n * 4, s));
+    if (ringlet_group_start() != RINGLET_SUCCESS) FAIL("empty-in-group: group_start");
+    if (ringlet_send(NULL, 0, RINGLET_UINT32, peer, comm, s) || ringlet_recv(NULL, 0, RINGLET_UINT32, peer, comm, s) ||
+        ringlet_barrier(comm, s) || ringlet_send(din, n, RINGLET_UINT32, peer, comm, s) ||
+        ringlet_recv(dout, n, RINGLET_UINT32, peer, comm, s))
+        FAIL("empty-in-group: a call in the group: %s", ringlet_comm_last_error(comm));
+    if (ringlet_group_end() != RINGLET_SUCCESS) FAIL("empty-in-group: group_end: %s", ringlet_comm_last_error(NULL));
+    DEV(D->memcpy_async(out, dout, n * 4, s));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
+        FAIL("empty-in-group: the group failed: %s", ringlet_comm_last_error(comm));
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != input(peer, i)) FAIL("empty-in-group: element %zu is 0x%08x, want 0x%08x", i, out[i], input(peer, i));
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(dout));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+    DEV(D->stream_destroy(s));
+}
+
 /* host: all-reduces (blocking and not), an all-gather and a broadcast on host buffers. */
 static void host_case(ringlet_comm_t comm, int P, size_t n) {
     uint32_t *in = malloc(n * 4), *out = malloc(n * 4 * (size_t)P);
@@ -945,7 +980,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
-                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies [--count N] "
+                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group "
+                            "[--count N] "
                             "[--dir D]\n");
             return 2;
         }
@@ -1006,6 +1042,12 @@ int main(int argc, char **argv) {
     if (ringlet_barrier(comm, NULL) != RINGLET_SUCCESS) FAIL("warm-up barrier: %s", ringlet_comm_last_error(comm));
     char path[4096];
 
+    if (!strcmp(cas, "empty-in-group")) {
+        empty_in_group_case(comm, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK empty-in-group\n", g_rank);
+        return 0;
+    }
     if (!strcmp(cas, "order")) {
         for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n, 0);
         for (int kind = 0; kind < 4; kind++) order_round(comm, P, kind, n, 1);

@@ -30,6 +30,9 @@
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
+#   empty-in-group  a group on device buffers whose first calls are a send and a receive of 0
+#          elements with NULL buffers (torch's empty CUDA tensor) and a barrier: it runs, the
+#          data exact (ipc and tcp; it was refused on each rank as mixing host and device)
 #   pending-copies (simulator, ipc and shm) a receive whose copies cannot start (one hardware queue,
 #          held by the program's own spinning kernel) fails, saying that it waits on its own
 #          device, and the destroy keeps the slots those copies read mapped; they run once
@@ -132,6 +135,8 @@ run_case shm capture
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-other; done
 # cudaStreamPerThread: each calling thread's own default stream.
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" per-thread; done
+# A device group whose first calls have no buffers (0 elements, NULL; a barrier).
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc tcp}; do run_case "$tr" empty-in-group; done
 # pending_checks transport pattern: the pending-copies case's messages (after run_case).
 pending_checks() {
     if ! grep -qE "waiting to receive from rank 0: $2" "$TMP/out"; then
