@@ -119,6 +119,10 @@ class ProcessGroupRinglet(_ProcessGroup):
         for h in self._core.holder:
             if h:
                 _L.ringlet_comm_abort(h)
+        # the communicators split from it too: the finalizer's clean destroy of them is
+        # collective, and would wait for a hung peer until the deadline
+        for c in list(self._core.children):
+            c.abort()
         self._finalizer()
 
     # -- collectives --
@@ -249,7 +253,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             if not direct:
                 def out():
                     for r, o in enumerate(outs):
-                        o.copy_(dst[r])
+                        o.copy_(dst[r].view(o.shape))
                 ln.then(out)
             ln.keep += outs + [inp, src, dst]
         except BaseException as e:
@@ -467,7 +471,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             if staged:
                 def out():
                     for r, o in enumerate(outs):
-                        o.copy_(dst[r])
+                        o.copy_(dst[r].view(o.shape))
                 ln.then(out)
             ln.keep += outs + [inp, src, dst]
         except BaseException as e:
@@ -507,6 +511,10 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([out])
 
     def barrier(self, opts=None):
+        # Earlier collectives first, their copies out of staging included, as Gloo's barrier
+        # waits for all earlier work: a program may read an async_op's output after a
+        # barrier without waiting for it (their Works still report to wait and test).
+        self._core.finish_earlier()
         ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=_sync_call())
         try:
             ln.call(_L.ringlet_ibarrier, _L.ringlet_barrier)

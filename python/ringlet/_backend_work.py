@@ -58,7 +58,7 @@ class _CpuWork(_Work):
     def _run_requests(self, block):
         """Waits for (block) or tests the requests; the caller owns them. True once all are done."""
         reqs = self._reqs
-        if not self._pg._handle:
+        if not self._pg.holder[self._ci]:  # its own communicator: send/recv's goes first
             self._complete(_lib.ERR_INVALID_USAGE, "the process group was destroyed before the operation completed")
             return True
         for r in reqs:
@@ -702,6 +702,21 @@ class _Core:
             mine, _ = test._take()
             if mine and not test._run_requests(False):
                 test._release()
+
+    def finish_earlier(self):
+        """Completes every collective on CPU tensors launched so far and not yet completed
+        (waits for it, then runs its copies out of staging); errors stay with the Works.
+        Not sends and receives, as Gloo's barrier (a receive may wait for a send its peer
+        makes after the barrier)."""
+        with self.track_mu:
+            works = [w for w in self.tracked if isinstance(w, _CpuWork) and w._ci == 0]
+        for w in works:
+            while not w._state:
+                mine, ev = w._take()
+                if mine:
+                    w._run_requests(True)
+                elif ev is not None:
+                    ev.wait()
 
     def _retire(self, w):
         with self.track_mu:

@@ -32,8 +32,13 @@ asked for, oldest first, in ringlet_wait (the GIL released); there is no thread 
 An operation nobody asked a future of is completed by whoever waits or tests it.
 
 Work on CUDA tensors (as NCCL's): the call is queued on a stream of the group's (per
-device, one for collectives and one for send/recv) that first waits for torch's current stream; wait() makes the then current
-stream wait for it (the host does not wait); get_future()'s future is complete at once
+device, one for collectives and one for send/recv) that first waits for torch's current
+stream. By default (RINGLET_STREAM_HOLD unset) the host then waits for the operation
+before the call returns, async_op=True too; with RINGLET_STREAM_HOLD=memop|kernel it
+returns at once, as NCCL's does (README, Holding streams). So, by default, an irecv
+whose send the peer makes only after a collective this rank calls next waits until the
+deadline, where NCCL's returns: post such pairs with batch_isend_irecv. wait()
+makes the then current stream wait for the work; get_future()'s future is complete at once
 and makes the streams of its consumers wait; is_completed() says whether the GPU has
 finished it. Tensors are kept (record_stream) until the stream is done with them.
 

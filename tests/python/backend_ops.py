@@ -377,6 +377,14 @@ def case_allgather():
             wants = gathered(x)  # Gloo's all_gather
             for r in range(P):
                 same("%s list[%d] (%s, vs gloo)" % (case, r, mode), outs[r], wants[r])
+            # outputs of another shape with as many elements (NCCL takes them; the staged copy
+            # views each block as its output)
+            outs = [dev(torch.empty((n, 1), dtype=dtype)) for _ in range(P)]
+            mode = next_mode()
+            w = dist.all_gather(outs, dev(x), async_op=mode != "sync")
+            finish(w, mode, case)
+            for r in range(P):
+                same("%s list of (n, 1)[%d] (%s, vs gloo)" % (case, r, mode), outs[r].reshape(-1), wants[r])
             flat = dev(torch.empty(P * n, dtype=dtype))
             mode = next_mode()
             w = dist.all_gather(list(flat.chunk(P)) if n else [flat[:0]] * P, dev(x), async_op=mode != "sync")
@@ -665,6 +673,14 @@ def case_gather_scatter():
         if R == root:
             for r in range(P):
                 same("%s[%d] (%s, vs gloo)" % (case, r, mode), outs[r], from_bytes(wants[r], x))
+        # outputs of another shape with as many elements, as all_gather's
+        outs = [dev(torch.empty((n, 1), dtype=dtype)) for _ in range(P)] if R == root else None
+        mode = next_mode()
+        w = dist.gather(dev(x), outs, dst=root, async_op=mode != "sync")
+        finish(w, mode, case)
+        if R == root:
+            for r in range(P):
+                same("%s of (n, 1)[%d] (%s, vs gloo)" % (case, r, mode), outs[r].reshape(-1), from_bytes(wants[r], x))
         case = "scatter/%s" % dtype
         ins = [rand(case + str(q), dtype, (n,)) for q in range(P)]
         out = dev(torch.empty(n, dtype=dtype))
@@ -728,6 +744,28 @@ def case_p2p_barrier():
             dist.send(torch.full((3,), 7.0), 1)
         else:
             dist.barrier()
+    # a barrier completes the operations before it, as Gloo's does: three async all_gathers
+    # into separate tensors (staged, copied out when completed), launched on rank 0 before
+    # the other ranks call theirs (by construction: they wait for rank 0 in a Gloo barrier),
+    # so that no later launch can have completed the last of them; after dist.barrier()
+    # their outputs hold the data, before any wait
+    if DEV.type == "cpu":
+        xs = [rand("barrier-completes%d" % k, torch.float32, (257,)) for k in range(3)]
+        outs = [[torch.full((257,), -1.0) for _ in range(P)] for _ in range(3)]
+        if R == 0:
+            ws = [dist.all_gather(outs[k], xs[k], async_op=True) for k in range(3)]
+            dist.barrier(group=GLOO)
+        else:
+            dist.barrier(group=GLOO)
+            ws = [dist.all_gather(outs[k], xs[k], async_op=True) for k in range(3)]
+        dist.barrier()
+        for k in range(3):
+            wants = [torch.empty(257) for _ in range(P)]
+            dist.all_gather(wants, xs[k], group=GLOO)
+            for q in range(P):
+                same("all_gather %d's output %d after a barrier, before its wait" % (k, q), outs[k][q], wants[q])
+        for w in ws:
+            w.wait()
     # a receive pending across a collective whose messages have the same length (12 bytes):
     # rank 1 posts it before the all_reduce, rank 0 sends after it; the receive must get
     # the send's data and the all_reduce its own (Gloo keeps them apart with tags). CPU
