@@ -371,6 +371,7 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->inline_ok = (int)rl_env_int("RINGLET_INLINE", 1, 0, 1);
     c->check = (int)rl_env_int("RINGLET_CHECK", 0, 0, 1);
     c->infos[rank].check = c->check;
+    c->infos[rank].transport = c->forced_tp + 1;
     tuning_of(c, c->infos[rank].tuning);
     c->infos[rank].board_bytes = c->db ? (uint32_t)rl_env_int("RINGLET_BOARD_BYTES", RL_BOARD_BYTES, 0, RL_BOARD_BYTES) : 0;
     const rl_device_ops *dops = rl_device();
@@ -394,6 +395,18 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
             rc = RINGLET_ERR_INVALID_USAGE;
             snprintf(err, RL_MSG_MAX, "RINGLET_CHECK is %d on rank %d but %d on rank %d: set it the same on every rank",
                      c->infos[r].check, r, c->check, rank);
+        }
+    /* A rank forcing a transport alone would wait at init for connections the others make
+     * over another (until RINGLET_TIMEOUT, "waiting for rank N to connect"). */
+    for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
+        if (c->infos[r].transport != c->infos[rank].transport) {
+            int a = c->infos[r].transport, b = c->infos[rank].transport;
+            rc = RINGLET_ERR_INVALID_USAGE;
+            snprintf(err, RL_MSG_MAX,
+                     "RINGLET_TRANSPORT is %s on rank %d but %s on rank %d: both ends of a pair must choose its "
+                     "transport alike, so set it the same on every rank",
+                     a > 0 && a <= RL_TP_MAX ? rl_transports[a - 1]->name : "unset (auto)", r,
+                     b > 0 && b <= RL_TP_MAX ? rl_transports[b - 1]->name : "unset (auto)", rank);
         }
     if (rc == RINGLET_SUCCESS) {
         build_ring(c);

@@ -5,7 +5,8 @@
 # 20 rounds, 8 under the sanitizers, at P = 3 and 4 over shm and tcp; the rank that passed
 # the other count aborts the moment its call returns), every other rank still reports the
 # mismatch, never "rank N failed"; and RINGLET_CHECK set differently on the ranks fails
-# init on every rank, saying so. Without RINGLET_CHECK, over shared memory: a count, kind or
+# init on every rank, saying so, as does RINGLET_TRANSPORT set on one rank only. Without
+# RINGLET_CHECK, over shared memory: a count, kind or
 # root that differs in a call small enough for the board fails on every rank (P = 2, 3).
 # Exit 0 = passed, 1 = failed.
 set -u
@@ -57,6 +58,19 @@ if [ $rc != 0 ] && [ "$n" = 3 ]; then
 else
     fails=$((fails + 1))
     echo "FAIL: RINGLET_CHECK on rank 0 only: exit $rc, $n of 3 ranks said so"
+    tail -n 20 "$TMP/out"
+fi
+# RINGLET_TRANSPORT=tcp on rank 0 only: init fails on every rank, naming it (it waited for
+# RINGLET_TIMEOUT, "waiting for rank 2 to connect")
+RINGLET_TIMEOUT=120 "$RUN" -n 3 --timeout 100 --grace 30 sh -c '[ "$RANK" = 0 ] && export RINGLET_TRANSPORT=tcp; exec "$0"' \
+    "$PROG" >"$TMP/out" 2>&1
+rc=$?
+n=$(grep -c 'FAIL: init (rank [0-9] of 3): RINGLET_TRANSPORT is' "$TMP/out")
+if [ $rc != 0 ] && [ "$n" = 3 ]; then
+    echo "ok:   RINGLET_TRANSPORT on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_TRANSPORT is.*' "$TMP/out")"
+else
+    fails=$((fails + 1))
+    echo "FAIL: RINGLET_TRANSPORT on rank 0 only: exit $rc, $n of 3 ranks said so"
     tail -n 20 "$TMP/out"
 fi
 # Without RINGLET_CHECK, calls that differ through the shared-memory board: an error on
