@@ -226,10 +226,11 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * other (an all-to-all made of sends and receives) never wait for each other; its
  * collectives run first, in the order they were called, then its sends and receives (a
  * peer that receives one of them with a plain call before it joins a collective of the
- * same group gets that collective's first message instead: messages between two ranks,
- * collectives' included, match in the order sent; an error where the lengths differ, but
- * wrong data where they agree: such a peer must group its calls alike, or use another
- * communicator for its sends and receives, as the torch backend does). group_end returns once every call is
+ * same group gets that collective's first message to it instead, where the collective
+ * sends it one over that connection (messages between two ranks, collectives' included,
+ * match in the order sent): an error where the lengths differ, but wrong data where they
+ * agree; else it waits until the deadline. Such a peer must group its calls alike, or use
+ * another communicator for its sends and receives, as the torch backend does). group_end returns once every call is
  * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
  * it and every call without one is done; its first error). The
  * non-blocking forms are refused inside a group. Calls of one group on one communicator

@@ -369,7 +369,8 @@ class Communicator:
         if self._handle:
             _lib.lib.ringlet_comm_abort(self._handle)
             self._close_ddps()
-            self._handle = None
+            h, self._handle = self._handle, None
+            _lib.lib.ringlet_comm_destroy(h)  # frees the handle; after an abort it waits for nobody
 
     def _check_rc_after(self, rc, what):
         if rc:

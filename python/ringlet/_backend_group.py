@@ -511,11 +511,15 @@ class ProcessGroupRinglet(_ProcessGroup):
         return ln.work([out])
 
     def barrier(self, opts=None):
-        # Earlier collectives first, their copies out of staging included, as Gloo's barrier
-        # waits for all earlier work: a program may read an async_op's output after a
-        # barrier without waiting for it (their Works still report to wait and test).
-        self._core.finish_earlier()
-        ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=_sync_call())
+        # The blocking form completes the earlier collectives first, their copies out of
+        # staging included, as Gloo's barrier waits for all earlier work: a program may read
+        # an async_op's output after a barrier without waiting for it (their Works still
+        # report to wait and test). The async form does not wait here (the caller may have
+        # to send something first).
+        sync = _sync_call()
+        if sync:
+            self._core.finish_earlier()
+        ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=sync)
         try:
             ln.call(_L.ringlet_ibarrier, _L.ringlet_barrier)
         except BaseException as e:

@@ -49,7 +49,13 @@ def _batch_isend_irecv_for(original):
         except BaseException:
             _drop_window()
             raise
-        group._end_coalescing(device)
+        w = group._end_coalescing(device)
+        # Nobody gets this Work (torch drops it too). On CUDA it stays among the group's
+        # Works never waited for (up to 4096 of them): without its tensors, which the
+        # stream keeps while it uses them (record_stream) and each op's own Work returns,
+        # so that a pipeline's sent activations do not outlive the batch that long.
+        if w is not None:
+            w._outputs = []
         return works
 
     batch_isend_irecv._ringlet = True

@@ -49,9 +49,14 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
             struct ringlet_request r;
             rl_subop_request(&r, c, o, g->seq);
             r.coll_first = coll ? coll++ : 0;
-            rc = run_one(c, &r, mem, err);
+            /* A barrier moves no data: on host memory whatever the group's, so that every
+             * rank takes the same path (the board or messages) whatever its other calls. */
+            rl_mem host = {NULL, RINGLET_SUCCESS, "", NULL};
+            int bar = o->kind == RL_OP_BARRIER;
+            if (bar) r.device = -1;
+            rc = run_one(c, &r, bar ? &host : mem, err);
             /* Its device work done before the next reuses the communicator's scratch. */
-            if (!rc && mem->dev) {
+            if (!rc && mem->dev && !bar) {
                 char e[RL_MSG_MAX];
                 if ((rc = rl_devcomm_drain(c, e)))
                     snprintf(err, RL_MSG_MAX, "%s #%llu (in a group): %.400s", rl_op_name(o->kind),

@@ -628,18 +628,29 @@ static void connect_early(const grouped_t *ops, int n) {
     free(sub);
 }
 
+/* The device of a stream (-1: none, or no device backend). */
+static int stream_device(void *stream) {
+    const rl_device_ops *d = stream ? rl_device() : NULL;
+    int dev = -1;
+    if (d && (rl_dev_stream_is_current(stream) ? d->get_device(&dev) : d->stream_device((rl_dev_stream_t)stream, &dev)) !=
+                 RL_DEV_OK)
+        dev = -1;
+    return dev;
+}
+
 /* Calls without buffers (a count of 0 with NULL buffers, as torch passes an empty CUDA
  * tensor; a barrier) move no data: they take the memory of their communicator's first
- * call with a buffer. Refused as a mix of host and device memory (group_submit), on
- * this rank alone, they left the peers waiting for the group until the deadline. */
+ * call with a buffer, or, in a group with none, that of their stream (device memory on
+ * its device; host memory without one), as a peer's group with buffers decides for a
+ * zero-byte send or receive to match it. Refused as a mix of host and device memory
+ * (group_submit), on this rank alone, they left the peers waiting until the deadline.
+ * (A barrier runs on host memory whatever the group's: group.c.) */
 static void bufferless_take_group_memory(grouped_t *ops, int n) {
     for (int i = 0; i < n; i++) {
         if (ops[i].op.sendbuf || ops[i].op.recvbuf) continue;
-        for (int j = 0; j < n; j++)
-            if (ops[j].c == ops[i].c && (ops[j].op.sendbuf || ops[j].op.recvbuf)) {
-                ops[i].op.device = ops[j].op.device;
-                break;
-            }
+        int j = 0;
+        while (j < n && (ops[j].c != ops[i].c || (!ops[j].op.sendbuf && !ops[j].op.recvbuf))) j++;
+        ops[i].op.device = j < n ? ops[j].op.device : stream_device(ops[i].op.stream);
     }
 }
 

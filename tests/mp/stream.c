@@ -721,6 +721,23 @@ static void empty_in_group_case(ringlet_comm_t comm, size_t n) {
         FAIL("empty-in-group: the group failed: %s", ringlet_comm_last_error(comm));
     for (size_t i = 0; i < n; i++)
         if (out[i] != input(peer, i)) FAIL("empty-in-group: element %zu is 0x%08x, want 0x%08x", i, out[i], input(peer, i));
+    /* A zero-element receive in a group of its own (no call there has a buffer: it takes
+     * its stream's device) against a group with device buffers that sends it: they meet. */
+    DEV(D->memset_async(dout, 0, n * 4, s));
+    if (g_rank == 1 && ringlet_recv(dout, n, RINGLET_UINT32, 0, comm, s) != RINGLET_SUCCESS)
+        FAIL("empty-in-group: the receive before the second group: %s", ringlet_comm_last_error(comm));
+    if (ringlet_group_start() != RINGLET_SUCCESS) FAIL("empty-in-group: group_start (2)");
+    ringlet_result_t rc = g_rank == 0 ? ringlet_send(din, n, RINGLET_UINT32, 1, comm, s)
+                                      : ringlet_recv(NULL, 0, RINGLET_UINT32, 0, comm, s);
+    if (!rc && g_rank == 0) rc = ringlet_send(NULL, 0, RINGLET_UINT32, 1, comm, s);
+    if (rc) FAIL("empty-in-group: a call in the second group: %s", ringlet_comm_last_error(comm));
+    if (ringlet_group_end() != RINGLET_SUCCESS) FAIL("empty-in-group: group_end (2): %s", ringlet_comm_last_error(NULL));
+    DEV(D->memcpy_async(out, dout, n * 4, s));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS)
+        FAIL("empty-in-group: the second group failed: %s", ringlet_comm_last_error(comm));
+    for (size_t i = 0; i < n && g_rank == 1; i++)
+        if (out[i] != input(0, i)) FAIL("empty-in-group (2): element %zu is 0x%08x, want 0x%08x", i, out[i], input(0, i));
     DEV(D->mem_free(din));
     DEV(D->mem_free(dout));
     DEV(D->host_free(in));

@@ -32,7 +32,9 @@
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
 #   empty-in-group  a group on device buffers whose first calls are a send and a receive of 0
 #          elements with NULL buffers (torch's empty CUDA tensor) and a barrier: it runs, the
-#          data exact (ipc and tcp; it was refused on each rank as mixing host and device)
+#          data exact (ipc and tcp; it was refused on each rank as mixing host and device);
+#          then a zero-element receive alone in a group (its stream's device) against a group
+#          with device buffers that sends it
 #   pending-copies (simulator, ipc and shm) a receive whose copies cannot start (one hardware queue,
 #          held by the program's own spinning kernel) fails, saying that it waits on its own
 #          device, and the destroy keeps the slots those copies read mapped; they run once

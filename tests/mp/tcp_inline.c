@@ -649,7 +649,7 @@ static void emfile(ringlet_comm_t comm, int parked) {
 /* --slow BYTES: rank 0 isends BYTES to rank 1, which irecvs them, over a link slow enough
  * (the script's rate limit) that the transfer takes longer than RINGLET_TIMEOUT while
  * every piece moves well within it: the deadline counts time without progress, so both
- * must succeed. The transfer must have taken at least twice RINGLET_TIMEOUT, else the
+ * must succeed. The receive must have taken at least twice RINGLET_TIMEOUT, else the
  * case tested nothing (the rate limit makes it so by construction). */
 static void slow_link(ringlet_comm_t comm, size_t n) {
     unsigned char *buf = malloc(n + GUARD);
@@ -671,8 +671,10 @@ static void slow_link(ringlet_comm_t comm, size_t n) {
     CHECK(rc == RINGLET_SUCCESS, "slow link: %s of %zu bytes: %s", g_rank ? "irecv" : "isend", n,
           rc ? ringlet_comm_last_error(comm) : "ok");
     if (!rc && g_rank == 1) check_recv(buf, n, -9, 0, 0, "slow link");
-    CHECK(rc || secs >= 2 * timeout, "slow link: %zu bytes took %.1f s, not 2 x RINGLET_TIMEOUT (%.1f s): the link was "
-                                     "not slow, and the case tested nothing", n, secs, timeout);
+    /* The receiver's: the sender's isend may end while socket buffers still hold data. */
+    CHECK(rc || g_rank == 0 || secs >= 2 * timeout,
+          "slow link: %zu bytes took %.1f s, not 2 x RINGLET_TIMEOUT (%.1f s): the link was not slow, and the case "
+          "tested nothing", n, secs, timeout);
     if (!rc) printf("slow link: %zu bytes in %.1f s with RINGLET_TIMEOUT=%.1f\n", n, secs, timeout);
     free(buf);
 }
