@@ -158,13 +158,7 @@ class _CpuWork(_Work):
                                        % (self._what, limit))
                 time.sleep(nap)
                 nap = min(nap * 2, 1e-3)
-        while not self._state:
-            mine, ev = self._take()
-            if mine:
-                self._run_requests(True)
-            elif ev is not None:
-                ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline; a tester's
-                # test returns at once (and it sets the event when it gives them back)
+        self._finish()
         if self._deliver is not None and self._user_fut is not None:
             # its future is completed by a deliverer thread: done before wait() returns, as
             # Gloo's is (a caller may read get_future().value() next)
@@ -176,6 +170,16 @@ class _CpuWork(_Work):
         if self._state == 2:
             raise self._err
         return True
+
+    def _finish(self):
+        """Blocks until the requests are done and the copies out of staging have run."""
+        while not self._state:
+            mine, ev = self._take()
+            if mine:
+                self._run_requests(True)
+            elif ev is not None:
+                ev.wait()  # the owner's ringlet_wait returns within ringlet's deadline; a tester's
+                # test returns at once (and it sets the event when it gives them back)
 
     def is_completed(self):
         if not self._state:
@@ -711,12 +715,7 @@ class _Core:
         with self.track_mu:
             works = [w for w in self.tracked if isinstance(w, _CpuWork) and w._ci == 0]
         for w in works:
-            while not w._state:
-                mine, ev = w._take()
-                if mine:
-                    w._run_requests(True)
-                elif ev is not None:
-                    ev.wait()
+            w._finish()
 
     def _retire(self, w):
         with self.track_mu:

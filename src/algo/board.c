@@ -10,10 +10,6 @@
 #include "util.h"
 #include "wait.h"
 
-static int is_rooted(int kind) {
-    return kind == RL_OP_BROADCAST || kind == RL_OP_REDUCE;
-}
-
 int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes) {
     return c->board_bytes && pub_bytes <= c->board_bytes && c->nranks <= RL_BOARD_MAX_RANKS &&
            (!device || c->board_device);
@@ -62,7 +58,7 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
     uint64_t call_bytes = (uint64_t)r->count * ringlet_datatype_size(r->dtype);
     slot[me][s].bytes = call_bytes;
     slot[me][s].kind = (int32_t)r->kind;
-    slot[me][s].root = is_rooted(r->kind) ? r->root : -1;
+    slot[me][s].root = rl_op_rooted(r->kind) ? r->root : -1;
     atomic_store_explicit(&slot[me][s].seq, w.seq, memory_order_release);
     /* Wakes the peers that sleep (rl_bell_ring_sleeper's pairing, with one fence for all). */
     atomic_thread_fence(memory_order_seq_cst);

@@ -188,9 +188,6 @@ typedef struct {
 static int is_reduction(int kind) {
     return kind == RL_OP_ALLREDUCE || kind == RL_OP_REDUCE || kind == RL_OP_REDUCE_SCATTER;
 }
-static int is_rooted(int kind) {
-    return kind == RL_OP_BROADCAST || kind == RL_OP_REDUCE || kind == RL_OP_GATHER || kind == RL_OP_SCATTER;
-}
 
 /* "allreduce(count=1000, float32, sum)", "broadcast(count=1000, float32, root=0)". */
 static void describe_call(const fingerprint_t *f, char *out, size_t n) {
@@ -201,7 +198,7 @@ static void describe_call(const fingerprint_t *f, char *out, size_t n) {
         else snprintf(op, sizeof op, ", op %d", (int)f->op);
     }
     char root[24] = "";
-    if (is_rooted(f->kind)) snprintf(root, sizeof root, ", root=%d", (int)f->root);
+    if (rl_op_rooted(f->kind)) snprintf(root, sizeof root, ", root=%d", (int)f->root);
     char left[80] = "";
     if (f->left > 0) snprintf(left, sizeof left, " with %d more collective(s) of its group after it", (int)f->left);
     if (f->kind == RL_OP_BARRIER) snprintf(out, n, "barrier()%s", left);
@@ -212,7 +209,7 @@ static void describe_call(const fingerprint_t *f, char *out, size_t n) {
 
 static int same_call(const fingerprint_t *a, const fingerprint_t *b) {
     return a->seq == b->seq && a->kind == b->kind && a->count == b->count && a->dtype == b->dtype && a->left == b->left &&
-           (!is_reduction(a->kind) || a->op == b->op) && (!is_rooted(a->kind) || a->root == b->root);
+           (!is_reduction(a->kind) || a->op == b->op) && (!rl_op_rooted(a->kind) || a->root == b->root);
 }
 
 /* Gathers every rank's fingerprint of r (a small all-gather on host memory) and fails

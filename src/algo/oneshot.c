@@ -249,15 +249,12 @@ static ringlet_result_t oneshot_as(struct ringlet_comm *c, struct ringlet_reques
     size_t in_bytes = (size_t)P * bytes, out_bytes = kind == RL_OP_REDUCE_SCATTER ? (size_t)P * bytes : bytes;
     char e[RL_MSG_MAX];
     e[0] = 0;
-    /* A barrier's bytes are on the stack: it stages nothing (a barrier on device buffers, in
-     * a group of them, found no pinned scratch of 0 bytes and failed). */
-    int staged_data = staged && kind != RL_OP_BARRIER;
-    if (staged_data) {
+    if (staged) {
         if ((tmp = rl_devcomm_pinned(c, in_bytes + out_bytes, e))) out = tmp + in_bytes;
     } else if (reduces) {
         tmp = direct ? rl_devcomm_scratch(c, in_bytes, e) : rl_comm_temp(c, in_bytes);
     }
-    if ((staged_data || reduces) && !tmp)
+    if ((staged || reduces) && !tmp)
         return snprintf(err, RL_MSG_MAX, "%s: out of memory for scratch%s%.300s", rl_op_name(r->kind), *e ? ": " : "", e),
                dev ? RINGLET_ERR_CUDA : RINGLET_ERR_SYSTEM;
     const char *input = sendbuf;

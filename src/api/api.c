@@ -628,13 +628,12 @@ static void connect_early(const grouped_t *ops, int n) {
     free(sub);
 }
 
-/* The device of a stream (-1: none, or no device backend). */
-static int stream_device(void *stream) {
-    const rl_device_ops *d = stream ? rl_device() : NULL;
-    int dev = -1;
-    if (d && (rl_dev_stream_is_current(stream) ? d->get_device(&dev) : d->stream_device((rl_dev_stream_t)stream, &dev)) !=
-                 RL_DEV_OK)
-        dev = -1;
+/* The device of a call's stream (-1: none, or no device backend); a default stream
+ * handle is the communicator's device's (stream_home). */
+static int stream_device(struct ringlet_comm *c, void *stream) {
+    int dev = stream_home(c, stream, -1);
+    const rl_device_ops *d = dev < 0 && stream && !rl_dev_stream_is_current(stream) ? rl_device() : NULL;
+    if (d && d->stream_device((rl_dev_stream_t)stream, &dev) != RL_DEV_OK) dev = -1;
     return dev;
 }
 
@@ -650,7 +649,7 @@ static void bufferless_take_group_memory(grouped_t *ops, int n) {
         if (ops[i].op.sendbuf || ops[i].op.recvbuf) continue;
         int j = 0;
         while (j < n && (ops[j].c != ops[i].c || (!ops[j].op.sendbuf && !ops[j].op.recvbuf))) j++;
-        ops[i].op.device = j < n ? ops[j].op.device : stream_device(ops[i].op.stream);
+        ops[i].op.device = j < n ? ops[j].op.device : stream_device(ops[i].c, ops[i].op.stream);
     }
 }
 

@@ -395,11 +395,9 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
             rc = RINGLET_ERR_INVALID_USAGE;
             snprintf(err, RL_MSG_MAX, "RINGLET_CHECK is %d on rank %d but %d on rank %d: set it the same on every rank",
                      c->infos[r].check, r, c->check, rank);
-        }
-    /* A rank forcing a transport alone would wait at init for connections the others make
-     * over another (until RINGLET_TIMEOUT, "waiting for rank N to connect"). */
-    for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
-        if (c->infos[r].transport != c->infos[rank].transport) {
+        } else if (c->infos[r].transport != c->infos[rank].transport) {
+            /* A rank forcing a transport alone would wait at init for connections the others
+             * make over another (until RINGLET_TIMEOUT, "waiting for rank N to connect"). */
             int a = c->infos[r].transport, b = c->infos[rank].transport;
             rc = RINGLET_ERR_INVALID_USAGE;
             snprintf(err, RL_MSG_MAX,

@@ -64,6 +64,11 @@ typedef enum {
     RL_OP_GROUP, /* the calls of one ringlet_group_start/end on one communicator */
 } rl_op_kind;
 
+/* Whether a collective of this kind has a root. */
+static inline int rl_op_rooted(int k) {
+    return k == RL_OP_BROADCAST || k == RL_OP_REDUCE || k == RL_OP_GATHER || k == RL_OP_SCATTER;
+}
+
 /* "allreduce", ...; "?" out of range. */
 static inline const char *rl_op_name(rl_op_kind k) {
     static const char *const names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier",

@@ -49,30 +49,25 @@ for tr in shm tcp; do
     done
 done
 grep -m1 -E '^\[0\] mismatch abort: rank 0: [a-z]' "$TMP/out" | sed 's/^\[0\] /      /'
-# RINGLET_CHECK=1 on rank 0 only
-"$RUN" -n 3 --timeout 120 --grace 60 sh -c 'RINGLET_CHECK=$([ "$RANK" = 0 ] && echo 1 || echo 0) exec "$0"' "$PROG" >"$TMP/out" 2>&1
-rc=$?
-n=$(grep -c 'FAIL: init (rank [0-9] of 3): RINGLET_CHECK is' "$TMP/out")
-if [ $rc != 0 ] && [ "$n" = 3 ]; then
-    echo "ok:   RINGLET_CHECK on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_CHECK is.*' "$TMP/out")"
-else
-    fails=$((fails + 1))
-    echo "FAIL: RINGLET_CHECK on rank 0 only: exit $rc, $n of 3 ranks said so"
-    tail -n 20 "$TMP/out"
-fi
-# RINGLET_TRANSPORT=tcp on rank 0 only: init fails on every rank, naming it (it waited for
-# RINGLET_TIMEOUT, "waiting for rank 2 to connect")
-RINGLET_TIMEOUT=120 "$RUN" -n 3 --timeout 100 --grace 30 sh -c '[ "$RANK" = 0 ] && export RINGLET_TRANSPORT=tcp; exec "$0"' \
-    "$PROG" >"$TMP/out" 2>&1
-rc=$?
-n=$(grep -c 'FAIL: init (rank [0-9] of 3): RINGLET_TRANSPORT is' "$TMP/out")
-if [ $rc != 0 ] && [ "$n" = 3 ]; then
-    echo "ok:   RINGLET_TRANSPORT on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o 'RINGLET_TRANSPORT is.*' "$TMP/out")"
-else
-    fails=$((fails + 1))
-    echo "FAIL: RINGLET_TRANSPORT on rank 0 only: exit $rc, $n of 3 ranks said so"
-    tail -n 20 "$TMP/out"
-fi
+# A setting on rank 0 only that must be the same everywhere: init fails on all 3 ranks,
+# naming it. rank0_only VAR VALUE (RINGLET_TRANSPORT alone used to wait for RINGLET_TIMEOUT,
+# "waiting for rank 2 to connect").
+rank0_only() {
+    local var=$1 val=$2 rc n
+    "$RUN" -n 3 --timeout 120 --grace 60 sh -c '[ "$RANK" = 0 ] && export "$1=$2"; exec "$3"' sh "$var" "$val" "$PROG" \
+        >"$TMP/out" 2>&1
+    rc=$?
+    n=$(grep -c "FAIL: init (rank [0-9] of 3): $var is" "$TMP/out")
+    if [ $rc != 0 ] && [ "$n" = 3 ]; then
+        echo "ok:   $var on rank 0 only: init fails on all 3 ranks: $(grep -m1 -o "$var is.*" "$TMP/out")"
+    else
+        fails=$((fails + 1))
+        echo "FAIL: $var on rank 0 only: exit $rc, $n of 3 ranks said so"
+        tail -n 20 "$TMP/out"
+    fi
+}
+rank0_only RINGLET_CHECK 1
+rank0_only RINGLET_TRANSPORT tcp
 # Without RINGLET_CHECK, calls that differ through the shared-memory board: an error on
 # every rank (mismatch --board), not the bytes a peer's slot held before.
 for cas in count kind root; do
