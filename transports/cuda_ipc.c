@@ -94,6 +94,7 @@ static int progress_send(ipc_conn *k) {
             }
             k->pmsg[s] = p->len;
             k->plen[s] = piece;
+            k->pchan[s] = p->req->chan;
             p->off += piece;
             o->started++;
             f->head++;
@@ -112,7 +113,7 @@ publish:
             rl_ipc_fail(k, RINGLET_ERR_CUDA, why);
             return 1;
         }
-        rl_fifo_publish(f, k->ppos, k->pmsg[s], k->plen[s]);
+        rl_fifo_publish(f, k->ppos, k->pmsg[s], k->plen[s], k->pchan[s]);
         k->ppos++;
         moved = 1;
     }
@@ -272,7 +273,7 @@ static int progress_recv(ipc_conn *k) {
         while (o->started < o->npieces) {
             uint64_t piece;
             char why[RL_ERR_MAX];
-            int got = rl_fifo_peek(f, p->len, p->off, &piece, why, sizeof why);
+            int got = rl_fifo_peek(f, p->len, p->req->chan, p->off, &piece, why, sizeof why);
             if (got == 0) goto finish;
             if (got < 0) {
                 ring_peer(k);

@@ -11,7 +11,7 @@
 #include "ringlet.h"
 
 #define RL_IB_MAGIC 0x524c4942u /* "RLIB" */
-#define RL_IB_VERSION 2 /* 2: GID type and GRH in the blob, hello and reply */
+#define RL_IB_VERSION 3 /* 2: GID type and GRH in the blob, hello and reply; 3: a channel in chunk headers */
 #define RL_IB_MAX_QPS 16
 #define RL_IB_CHUNK_MAGIC 0x43484b31u
 
@@ -59,9 +59,20 @@ typedef struct rl_ib_chunk_hdr {
     uint64_t seq;   /* chunk number on the connection */
     uint32_t len;   /* bytes in this chunk */
     uint32_t magic;
+    uint32_t chan;  /* the message's channel (rl_treq.chan) */
+    uint32_t pad;
 } rl_ib_chunk_hdr;
 
-enum { RL_IB_OK = 0, RL_IB_BAD, RL_IB_VERSION_MISMATCH, RL_IB_REFUSED, RL_IB_NQPS, RL_IB_LENGTH, RL_IB_PLACE };
+enum {
+    RL_IB_OK = 0,
+    RL_IB_BAD,
+    RL_IB_VERSION_MISMATCH,
+    RL_IB_REFUSED,
+    RL_IB_NQPS,
+    RL_IB_LENGTH,
+    RL_IB_PLACE,
+    RL_IB_CHANNEL
+};
 
 /* A peer's blob of bloblen bytes into *b: RL_IB_OK, RL_IB_BAD (malformed) or
  * RL_IB_VERSION_MISMATCH. */
@@ -78,8 +89,9 @@ int rl_ib_check_hello(const uint8_t secret[32], const rl_ib_hello *h, int rank, 
 int rl_ib_check_reply(const uint8_t secret[32], const rl_ib_reply *r, int peer, int rank, const uint8_t nonce[16],
                       int nqps, ringlet_result_t *code);
 /* Receiver, on the header of chunk number seq landed for a receive of len bytes of
- * which off have arrived, slots of slot_size bytes: RL_IB_OK, RL_IB_BAD (corrupt),
- * RL_IB_LENGTH (a message of another length) or RL_IB_PLACE (chunk out of place). */
-int rl_ib_check_chunk(const rl_ib_chunk_hdr *h, uint64_t seq, size_t len, size_t off, size_t slot_size);
+ * channel chan of which off have arrived, slots of slot_size bytes: RL_IB_OK, RL_IB_BAD
+ * (corrupt), RL_IB_CHANNEL (a message of another call), RL_IB_LENGTH (of another length)
+ * or RL_IB_PLACE (chunk out of place). */
+int rl_ib_check_chunk(const rl_ib_chunk_hdr *h, uint64_t seq, size_t len, unsigned chan, size_t off, size_t slot_size);
 
 #endif

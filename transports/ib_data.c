@@ -115,7 +115,7 @@ int rl_ib_post_sends(struct ib_conn *c) {
         if (c->slot_req[k]) break; /* our staging slot is still being written */
         size_t len = r->len - r->off < c->slot_size ? r->len - r->off : c->slot_size;
         char *slot = c->buf + (size_t)k * c->stride;
-        rl_ib_chunk_hdr h = {r->len, r->off, seq, (uint32_t)len, IB_CHUNK_MAGIC};
+        rl_ib_chunk_hdr h = {r->len, r->off, seq, (uint32_t)len, IB_CHUNK_MAGIC, r->t->chan, 0};
         memcpy(slot, &h, sizeof h);
         struct ibv_sge sge[2];
         int nsge = 1;
@@ -177,10 +177,20 @@ int rl_ib_consume(struct ib_conn *c) {
         const char *slot = c->buf + (size_t)k * c->stride;
         rl_ib_chunk_hdr h;
         memcpy(&h, slot, sizeof h);
-        int verdict = rl_ib_check_chunk(&h, c->consumed, r->len, r->off, c->slot_size);
+        int verdict = rl_ib_check_chunk(&h, c->consumed, r->len, r->t->chan, r->off, c->slot_size);
         if (verdict == RL_IB_BAD) {
             rl_ib_conn_break(c, RINGLET_ERR_REMOTE, "receive from rank %d: corrupt chunk header (chunk %llu)", c->peer,
                        (unsigned long long)c->consumed);
+            break;
+        }
+        if (verdict == RL_IB_CHANNEL) {
+            rl_treq_fail(r->t, RINGLET_ERR_INVALID_USAGE, "receive from rank %d: " RL_CHAN_MISMATCH_FMT, c->peer,
+                         rl_chan_name(h.chan), rl_chan_name(r->t->chan));
+            send_ctrl(c, IMM_ERROR, RINGLET_ERR_INVALID_USAGE);
+            rl_ib_conn_break(c, RINGLET_ERR_INVALID_USAGE,
+                             "receive from rank %d: a message of another call (its %s, this rank's %s); connection "
+                             "closed",
+                             c->peer, rl_chan_name(h.chan), rl_chan_name(r->t->chan));
             break;
         }
         if (verdict == RL_IB_LENGTH) {
@@ -265,7 +275,8 @@ static void handle_wc(struct ib_conn *c, const struct ibv_wc *wc) {
         c->credits = cr;
     } else if (c->is_send && wc->opcode == IBV_WC_RECV && type == IMM_ERROR) {
         rl_ib_conn_break(c, val == RINGLET_ERR_INVALID_USAGE ? RINGLET_ERR_INVALID_USAGE : RINGLET_ERR_REMOTE,
-                   "send to rank %d: rank %d refused a message: its receive was posted with a different length",
+                   "send to rank %d: rank %d refused a message: its receive was posted with a different length or for "
+                   "another call",
                    c->peer, c->peer);
     } else {
         rl_ib_conn_break(c, RINGLET_ERR_REMOTE, "%s rank %d: protocol error (unexpected completion, opcode %d)", rl_ib_dir_str(c),

@@ -65,9 +65,10 @@ int rl_ib_check_reply(const uint8_t secret[32], const rl_ib_reply *r, int peer, 
     return r->nqps != (uint32_t)nqps ? RL_IB_NQPS : RL_IB_OK;
 }
 
-int rl_ib_check_chunk(const rl_ib_chunk_hdr *h, uint64_t seq, size_t len, size_t off, size_t slot_size) {
+int rl_ib_check_chunk(const rl_ib_chunk_hdr *h, uint64_t seq, size_t len, unsigned chan, size_t off, size_t slot_size) {
     size_t want = len - off < slot_size ? len - off : slot_size;
     if (h->magic != RL_IB_CHUNK_MAGIC || h->seq != seq) return RL_IB_BAD;
+    if (h->chan != chan) return RL_IB_CHANNEL;
     if (h->total != len) return RL_IB_LENGTH;
     if (h->off != off || h->len != want) return RL_IB_PLACE;
     return RL_IB_OK;

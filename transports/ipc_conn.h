@@ -23,7 +23,7 @@
 #include "transport.h"
 #include "util.h"
 
-#define IPC_MAGIC 0x32504952u /* "RIP2": the layout of 2026-12-05 (pid namespaces, no probe in the blob) */
+#define IPC_MAGIC 0x33504952u /* "RIP3": the layout of 2026-12-06 (a channel in every slot's record) */
 /* The control segment's header page and the unit of its per-peer blocks: 64 KiB, the largest
  * page Linux uses, since a peer maps its block at its offset (as shm.h's RL_SHM_PAGE). */
 #define IPC_PAGE 65536u
@@ -125,12 +125,13 @@ typedef struct ipc_conn {
     rl_dev_event_t ev[IPC_MAX_SLOTS];
     rl_posted_q q;
     /* The FIFO over ctl. Sender: its head counts the pieces whose copy was enqueued, ppos
-     * those published (copy done); pmsg / plen what each slot's piece will publish.
+     * those published (copy done); pmsg / plen / pchan what each slot's piece will publish.
      * Receiver: its rpos counts the pieces taken (copy enqueued or lent); owner, whose
      * copy a slot's is. */
     rl_fifo fifo;
     uint64_t ppos;
     uint64_t pmsg[IPC_MAX_SLOTS], plen[IPC_MAX_SLOTS];
+    unsigned char pchan[IPC_MAX_SLOTS];
     unsigned char state[IPC_MAX_SLOTS];
     ipc_op *owner[IPC_MAX_SLOTS];
     /* A failure that waits for the device copies queued for its requests (rl_ipc_fail):

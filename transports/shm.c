@@ -328,7 +328,7 @@ static int progress_send(shm_conn *k) {
             if (piece) memcpy(piece_at(k, f->head), p->buf + p->off, piece);
             p->off += piece;
             o->pieces++;
-            rl_fifo_publish(f, f->head++, p->len, piece);
+            rl_fifo_publish(f, f->head++, p->len, piece, p->req->chan);
             pushed = 1;
         }
         if (pushed) {
@@ -351,7 +351,7 @@ static int progress_recv(shm_conn *k) {
         while (p->off < p->len || o->pieces == 0) {
             uint64_t piece;
             char why[160];
-            int got = rl_fifo_peek(f, p->len, p->off, &piece, why, sizeof why);
+            int got = rl_fifo_peek(f, p->len, p->req->chan, p->off, &piece, why, sizeof why);
             if (got == 0) break;
             if (got < 0) {
                 ring_peer(k);

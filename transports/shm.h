@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_SHM_MAGIC 0x524c534du /* "RLSM" */
+#define RL_SHM_MAGIC 0x524c5332u /* "RLS2": the layout of 2026-12-06 (a channel in every slot's record) */
 /* The segment header's page; FIFOs follow, each a whole number of these. 64 KiB, the
  * largest page Linux uses (arm64 and ppc64le kernels may have 64 KiB pages): a sender maps
  * the receiver's FIFO at its offset, and mmap takes only offsets on a page boundary. */

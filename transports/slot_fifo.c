@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "slot_fifo.h"
+#include "transport.h"
 
 void rl_fifo_init(rl_fifo *f, rl_fifo_ctl *ctl, void *recs, size_t rec_stride, uint32_t nslots, uint64_t slot_bytes,
                   unsigned char *state) {
@@ -25,6 +26,9 @@ const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code) {
     case RL_FIFO_REFUSED_MAP: /* the receiver's failure, not this rank's device's */
         *code = RINGLET_ERR_REMOTE;
         return "the receiver could not map this rank's cuda_ipc slots (its error says why)";
+    case RL_FIFO_REFUSED_CHANNEL:
+        *code = RINGLET_ERR_INVALID_USAGE;
+        return "the receiver posted this message's receive for another call (the two ranks called in another order)";
     default:
         *code = RINGLET_ERR_INVALID_USAGE;
         return "the receiver posted a receive of another length";
@@ -36,7 +40,12 @@ const char *rl_fifo_refused(const rl_fifo *f, ringlet_result_t *code) {
     return NULL;
 }
 
-void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, char *why, size_t n) {
+void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, unsigned chan_got, unsigned chan, char *why, size_t n) {
+    if (chan_got != chan) {
+        atomic_store(&f->ctl->mismatch, RL_FIFO_REFUSED_CHANNEL);
+        snprintf(why, n, RL_CHAN_MISMATCH_FMT, rl_chan_name(chan_got), rl_chan_name(chan));
+        return;
+    }
     atomic_store(&f->ctl->mismatch, RL_FIFO_REFUSED_LENGTH);
     snprintf(why, n, "length mismatch: the peer sent %llu bytes, the receive was posted for %zu",
              (unsigned long long)msg_len, len);

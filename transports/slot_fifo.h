@@ -6,8 +6,8 @@
  *
  * Both processes map the control block (rl_fifo_ctl) and one record per slot
  * (rl_fifo_rec) in shared host memory. A message is cut into pieces of at most one slot
- * (a message of 0 bytes is one empty piece), each recording the message's length, so a
- * receive posted with another length fails on both ends. Piece p goes to slot p % nslots:
+ * (a message of 0 bytes is one empty piece), each recording the message's length and
+ * channel (rl_treq.chan), so a receive posted with another fails on both ends. Piece p goes to slot p % nslots:
  *   - the sender takes the slot once p - tail < nslots (it reads tail, acquire, only when
  *     its cached copy says the ring is full), fills it, then publishes the piece: the
  *     record's lengths, then seq = p + 1 (release);
@@ -32,9 +32,9 @@
 enum { RL_FIFO_NONE = 0, RL_FIFO_OPEN = 1, RL_FIFO_CLOSED = 2 };
 
 /* Why the receiver refused the sender (rl_fifo_ctl.mismatch; 0: it did not): a receive of
- * another length; the sender's slots, which it could not map (cuda_ipc): their count or
- * size differs from its own, or the mapping failed. */
-enum { RL_FIFO_REFUSED_LENGTH = 1, RL_FIFO_REFUSED_SLOTS = 2, RL_FIFO_REFUSED_MAP = 3 };
+ * another length, or of another channel; the sender's slots, which it could not map
+ * (cuda_ipc): their count or size differs from its own, or the mapping failed. */
+enum { RL_FIFO_REFUSED_LENGTH = 1, RL_FIFO_REFUSED_SLOTS = 2, RL_FIFO_REFUSED_MAP = 3, RL_FIFO_REFUSED_CHANNEL = 4 };
 
 /* In shared host memory, at the start of the transport's own control block. */
 typedef struct rl_fifo_ctl {
@@ -49,6 +49,7 @@ typedef struct rl_fifo_ctl {
 typedef struct rl_fifo_rec {
     atomic_ullong seq; /* piece position + 1 once the piece is in the slot */
     uint64_t msg_len, piece;
+    uint32_t chan, pad_;
 } rl_fifo_rec;
 
 /* What the receiver does with a slot it took. */
@@ -103,18 +104,20 @@ static inline int rl_fifo_room(rl_fifo *f) {
 }
 
 /* Piece pos is in its slot: the receiver may take it. */
-static inline void rl_fifo_publish(rl_fifo *f, uint64_t pos, uint64_t msg_len, uint64_t piece) {
+static inline void rl_fifo_publish(rl_fifo *f, uint64_t pos, uint64_t msg_len, uint64_t piece, unsigned chan) {
     rl_fifo_rec *r = rl_fifo_rec_at(f, pos);
     r->msg_len = msg_len;
     r->piece = piece;
+    r->chan = chan;
     atomic_store_explicit(&r->seq, pos + 1, memory_order_release);
 }
 
 /* ---- receiver ---- */
 
 /* Marks the FIFO failed for the sender, and writes why into why (n bytes): the peer sent
- * msg_len bytes where the receive was posted for len. */
-void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, char *why, size_t n);
+ * msg_len bytes where the receive was posted for len, or (chan_got != chan) a message of
+ * another channel. */
+void rl_fifo_mismatch(rl_fifo *f, uint64_t msg_len, size_t len, unsigned chan_got, unsigned chan, char *why, size_t n);
 
 /* A piece's record (the message's length, the piece's, as the sender wrote them) against
  * the receive posted for len bytes of which off have arrived, slots of slot_bytes: 0 when
@@ -127,17 +130,19 @@ static inline int rl_fifo_check_piece(uint64_t msg_len, uint64_t piece, size_t l
     return piece == want ? 0 : -1;
 }
 
-/* Piece rpos for a receive of len bytes of which off have arrived: 1 when it is
- * published and fits (its length in *piece), 0 while it is not published, -1 when it
- * does not fit (rl_fifo_mismatch done: why says so). */
-static inline int rl_fifo_peek(rl_fifo *f, size_t len, size_t off, uint64_t *piece, char *why, size_t n) {
+/* Piece rpos for a receive of len bytes of channel chan of which off have arrived: 1
+ * when it is published and fits (its length in *piece), 0 while it is not published, -1
+ * when it does not fit (rl_fifo_mismatch done: why says so). */
+static inline int rl_fifo_peek(rl_fifo *f, size_t len, unsigned chan, size_t off, uint64_t *piece, char *why,
+                               size_t n) {
     const rl_fifo_rec *r = rl_fifo_rec_at(f, f->rpos);
     if (atomic_load_explicit(&r->seq, memory_order_acquire) != f->rpos + 1) return 0;
     /* once each (volatile: the compiler may not read them again after the check): the
      * sender's memory */
     uint64_t msg_len = *(const volatile uint64_t *)&r->msg_len, p = *(const volatile uint64_t *)&r->piece;
-    if (rl_fifo_check_piece(msg_len, p, len, off, f->slot_bytes) != 0) {
-        rl_fifo_mismatch(f, msg_len, len, why, n);
+    uint32_t got = *(const volatile uint32_t *)&r->chan;
+    if (got != chan || rl_fifo_check_piece(msg_len, p, len, off, f->slot_bytes) != 0) {
+        rl_fifo_mismatch(f, msg_len, len, got, chan, why, n);
         return -1;
     }
     *piece = p;

@@ -60,7 +60,7 @@ struct tcp_part {
     size_t len;
     size_t done;    /* bytes of header and payload moved so far */
     rl_tcp_hdr hdr; /* the header sent, or as received; before a receive's first byte, its
-                     * pad says that delay_acks has yet to run for it (the request's
+                     * pad[0] says that delay_acks has yet to run for it (the request's
                      * private area has no room for another field at 16 sockets) */
 };
 
@@ -117,8 +117,9 @@ struct tcp_conn {
 
 /* ---- the wire (tcp.h) ---- */
 
-int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part) {
+int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part, unsigned chan) {
     if (got->magic != TCP_MAGIC) return RL_TCP_HDR_CORRUPT;
+    if (got->chan != chan) return RL_TCP_HDR_CHANNEL;
     return got->total != total || got->part != part ? RL_TCP_HDR_LENGTH : RL_TCP_HDR_OK;
 }
 
@@ -173,10 +174,13 @@ static void part_fail(struct tcp_conn *c, struct tcp_part *p, rl_io_t r, int err
 
 /* A received header against the receive posted; 0 (failed, connection broken) or 1. */
 static int hdr_ok(struct tcp_conn *c, struct tcp_part *p) {
-    int verdict = rl_tcp_check_hdr(&p->hdr, p->req->len, p->len);
+    int verdict = rl_tcp_check_hdr(&p->hdr, p->req->len, p->len, p->req->chan);
     if (verdict == RL_TCP_HDR_OK) return 1;
     if (verdict == RL_TCP_HDR_CORRUPT)
         rl_treq_fail(p->req, RINGLET_ERR_REMOTE, "receive from rank %d: corrupt stream (bad part header)", c->peer);
+    else if (verdict == RL_TCP_HDR_CHANNEL)
+        rl_treq_fail(p->req, RINGLET_ERR_INVALID_USAGE, "receive from rank %d: " RL_CHAN_MISMATCH_FMT, c->peer,
+                     rl_chan_name(p->hdr.chan), rl_chan_name(p->req->chan));
     else
         rl_treq_fail(p->req, RINGLET_ERR_INVALID_USAGE,
                      "receive from rank %d: the peer sent a message of %llu bytes, this rank expected %llu", c->peer,
@@ -225,8 +229,8 @@ static int part_step(struct tcp_conn *c, struct tcp_sock *s, struct tcp_part *p)
     static const char zeroes[PAD];
     static _Thread_local char sink[PAD];
     const size_t H = sizeof p->hdr, W = RL_TCP_HDR_WIRE;
-    if (!c->is_send && p->done == 0 && p->hdr.pad) {
-        p->hdr.pad = 0;
+    if (!c->is_send && p->done == 0 && p->hdr.pad[0]) {
+        p->hdr.pad[0] = 0;
         delay_acks(s, p->len);
     }
     while (p->done < W + p->len) {
@@ -644,7 +648,7 @@ static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *re
         parts[i].ptr = (char *)buf + off;
         parts[i].len = n;
         parts[i].done = 0;
-        parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, !c->is_send};
+        parts[i].hdr = (rl_tcp_hdr){len, n, TCP_MAGIC, req->chan, {!c->is_send}};
         off += n;
     }
     int inl = nparts == 1 && len <= c->ctx->inline_max;

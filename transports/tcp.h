@@ -16,7 +16,8 @@ typedef struct rl_tcp_hdr {
     uint64_t total; /* the message's length */
     uint64_t part;  /* this part's length */
     uint32_t magic;
-    uint32_t pad;
+    uint8_t chan; /* the message's channel (rl_treq.chan) */
+    uint8_t pad[3];
 } rl_tcp_hdr;
 /* Bytes a part's header takes on the wire: the header, then zeroes. A multiple of 64, so
  * that the payload keeps the cache-line alignment it has in memory on both ends
@@ -47,10 +48,11 @@ typedef struct rl_tcp_blob {
     uint8_t listener[16];
 } rl_tcp_blob;
 
-enum { RL_TCP_HDR_OK = 0, RL_TCP_HDR_CORRUPT = 1, RL_TCP_HDR_LENGTH = 2 };
+enum { RL_TCP_HDR_OK = 0, RL_TCP_HDR_CORRUPT = 1, RL_TCP_HDR_LENGTH = 2, RL_TCP_HDR_CHANNEL = 3 };
 /* A received part header against the part the receive expects: RL_TCP_HDR_OK, CORRUPT
- * (not a header) or LENGTH (the peer sent a message of another length). */
-int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part);
+ * (not a header), CHANNEL (the peer sent a message of another call) or LENGTH (of
+ * another length). */
+int rl_tcp_check_hdr(const rl_tcp_hdr *got, uint64_t total, uint64_t part, unsigned chan);
 
 void rl_tcp_hello_mac(const uint8_t secret[32], const rl_tcp_hello *h, uint8_t out[32]);
 /* 0 when h is a genuine hello to this listener (its id `listener`), rank `rank` of a job

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "ringlet.h"
+#include "names.h"
 
 #define RL_BLOB_MAX 256   /* bytes a transport may publish per rank */
 #define RL_ERR_MAX 256    /* error message length */
@@ -46,6 +47,10 @@ typedef struct rl_treq {
     atomic_int status;   /* ringlet_result_t of the first failure, else RINGLET_SUCCESS */
     char err[RL_ERR_MAX]; /* written before status is set */
     size_t len;
+    /* Set by the caller before it posts, the same on both ends (rl_op_chan, names.h):
+     * a receive whose sender gave another fails, naming both (calls in another order on
+     * the two ranks), rather than take another call's message of the same length. */
+    unsigned char chan;
     const void *mapped;  /* irecv_map: where the message lies, once done */
     _Alignas(16) unsigned char priv[RL_TREQ_PRIV];
 } rl_treq;
@@ -170,6 +175,11 @@ static inline int rl_treq_done(rl_treq *r) { return atomic_load_explicit(&r->pen
 
 /* Helpers for transports: fail a request part with a message (first failure wins). */
 void rl_treq_fail(rl_treq *r, ringlet_result_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A receive's failure where the sender's channel differs (rl_treq.chan): the sender's
+ * channel name, the receive's (rl_chan_name). */
+#define RL_CHAN_MISMATCH_FMT                                                                                          \
+    "the peer sent a message of its %s where this rank's receive is for its %s (the two ranks called in another "   \
+    "order)"
 void rl_treq_start(rl_treq *r, size_t len, int parts);
 /* Marks one part done; returns 1 when it was the last. */
 int rl_treq_part_done(rl_treq *r);

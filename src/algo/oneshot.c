@@ -74,11 +74,13 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     for (int i = 0; i < nr; i++, posted_r++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV, (size_t)i);
         const rl_transport_ops *tp = recvs[i].conn->tp;
+        rreq[i].chan = rl_op_chan(r->kind);
         recvs[i].lent = recvs[i].map && tp->irecv_map && tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
         if (!recvs[i].lent) tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     }
     for (int i = 0; i < ns; i++, posted_s++) {
         rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND, (size_t)i);
+        sreq[i].chan = rl_op_chan(r->kind);
         sends[i].conn->tp->isend(sends[i].conn->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
     }
     double last = 0; /* when a request last completed; the clock is read only while waiting */

@@ -36,6 +36,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     for (size_t i = 0; i < n && !rc; i++) {
         rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV, i);
         size_t off = i * RL_P2P_PIECE, len = rl_p2p_piece_bytes(bytes, i);
+        r->treqs[i].chan = rl_op_chan(r->kind);
         if (!conn) {
             rc = rl_conn_park(c, r->peer, (char *)r->recvbuf + off, len, &r->treqs[i], &r->park_local, err);
             if (!rc) r->ntreq++;

@@ -121,6 +121,7 @@ static int post_receives(run_t *s) {
         rl_fault_point(&c->fault, c->rank, rl_op_name(p->r_recv->kind), p->r_recv->seq, RL_FAULT_RECV, i);
         p->recv_at(p, i, &dst, &bytes);
         rl_treq *t = &s->rreq[k];
+        t->chan = rl_op_chan(p->r_recv->kind);
         s->lent[k] = 0;
         if (s->rdev) {
             /* The transport moves device memory: into place, or lent where the peer put
@@ -190,6 +191,7 @@ static int post_sends(run_t *s) {
             }
         }
         rl_fault_point(&c->fault, c->rank, rl_op_name(p->r->kind), p->r->seq, RL_FAULT_SEND, i);
+        s->sreq[k].chan = rl_op_chan(p->r->kind);
         s->sconn->tp->isend(s->sconn->h, s->ssrc[k], s->sbytes[k], NULL, &s->sreq[k]);
         s->posted_s++;
         moved = 1;

@@ -49,32 +49,12 @@ typedef struct rl_conn {
     void *h;
 } rl_conn;
 
-typedef enum {
-    RL_OP_ALLREDUCE,
-    RL_OP_BROADCAST,
-    RL_OP_REDUCE,
-    RL_OP_ALLGATHER,
-    RL_OP_REDUCE_SCATTER,
-    RL_OP_BARRIER,
-    RL_OP_SEND,
-    RL_OP_RECV,
-    RL_OP_ALLTOALL,
-    RL_OP_GATHER,
-    RL_OP_SCATTER,
-    RL_OP_GROUP, /* the calls of one ringlet_group_start/end on one communicator */
-} rl_op_kind;
 
 /* Whether a collective of this kind has a root. */
 static inline int rl_op_rooted(int k) {
     return k == RL_OP_BROADCAST || k == RL_OP_REDUCE || k == RL_OP_GATHER || k == RL_OP_SCATTER;
 }
 
-/* "allreduce", ...; "?" out of range. */
-static inline const char *rl_op_name(rl_op_kind k) {
-    static const char *const names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier",
-                                        "send",      "recv",      "alltoall", "gather", "scatter",        "group"};
-    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
-}
 
 /* Point-to-point messages are cut into pieces of this many bytes (the last shorter; a
  * message of up to this size, 0 included, is one piece), whatever the memory, so that

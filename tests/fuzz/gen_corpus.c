@@ -120,11 +120,12 @@ static void boot_msgs(void) {
 }
 
 static void tcp(void) {
-    uint8_t head[17] = {0};
+    uint8_t head[18] = {0};
     uint64_t total = 1 << 20, part = 1 << 18;
     memcpy(head + 1, &total, 8);
     memcpy(head + 9, &part, 8);
-    rl_tcp_hdr hd = {total, part, RL_TCP_MAGIC, 0};
+    head[17] = 1; /* the channel: an all-reduce's */
+    rl_tcp_hdr hd = {total, part, RL_TCP_MAGIC, 1, {0}};
     seed("tcp", "hdr", head, sizeof head, &hd, sizeof hd);
 
     uint8_t hh[4 + 64] = {1, 1, 4, 4};
@@ -198,10 +199,11 @@ static void ib(void) {
     rl_ib_reply_mac(fz_secret, &r, r.mac);
     seed("ib", "reply_refused", rh, sizeof rh, &r, sizeof r);
 
-    uint8_t ch[33] = {3};
+    uint8_t ch[34] = {3};
     uint64_t c[4] = {5, 3 << 20, 1 << 20, 512 << 10}; /* seq, len, off, slot */
     memcpy(ch + 1, c, sizeof c);
-    rl_ib_chunk_hdr k = {3 << 20, 1 << 20, 5, 512 << 10, RL_IB_CHUNK_MAGIC};
+    ch[33] = 7; /* the channel: a send's */
+    rl_ib_chunk_hdr k = {3 << 20, 1 << 20, 5, 512 << 10, RL_IB_CHUNK_MAGIC, 7, 0};
     seed("ib", "chunk", ch, sizeof ch, &k, sizeof k);
 }
 

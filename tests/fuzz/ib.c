@@ -6,7 +6,8 @@
  *                2: a reply as the connector reads it: byte 1 the peer, byte 2 this
  *                   rank, byte 3 its queue pairs (1..16);
  *                3: a chunk header: the chunk's number, the receive's length, how
- *                   much of it arrived and the slot size (8 bytes each);
+ *                   much of it arrived and the slot size (8 bytes each), its
+ *                   channel (1 byte);
  *   then the message. byte 0 & FZ_SIGN: put the right MAC in first (see fuzz.h). */
 #include <netinet/in.h>
 
@@ -70,15 +71,16 @@ static void reply(fz_in *in, int sign) {
 
 static void chunk(fz_in *in) {
     uint64_t seq = fz_u64(in), len = fz_u64(in), off = fz_u64(in), slot = fz_u64(in);
+    unsigned chan = fz_u8(in);
     if (off > len) off = len;        /* the receiver's own state */
     slot %= 64u << 20; /* as a hello may ask: 64 bytes to 64 MiB */
     if (slot < 64) slot = 64;
     rl_ib_chunk_hdr h;
     fz_take(in, &h, sizeof h);
-    int v = rl_ib_check_chunk(&h, seq, (size_t)len, (size_t)off, (size_t)slot);
-    FZ_CHECK(v == RL_IB_OK || v == RL_IB_BAD || v == RL_IB_LENGTH || v == RL_IB_PLACE);
+    int v = rl_ib_check_chunk(&h, seq, (size_t)len, chan, (size_t)off, (size_t)slot);
+    FZ_CHECK(v == RL_IB_OK || v == RL_IB_BAD || v == RL_IB_LENGTH || v == RL_IB_PLACE || v == RL_IB_CHANNEL);
     /* What consume() then copies: h.len bytes of the slot to buf + off. */
-    if (v == RL_IB_OK) FZ_CHECK(h.len <= slot && off + h.len <= len && h.seq == seq);
+    if (v == RL_IB_OK) FZ_CHECK(h.len <= slot && off + h.len <= len && h.seq == seq && h.chan == chan);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,7 @@
 /* Fuzz target: what a TCP peer sends, through the transport's checks (transports/tcp.h).
  *   byte 0 % 3 = 0: a part header: the length of the message and of the part this
- *                   rank expects (8 bytes each), then the header received;
+ *                   rank expects (8 bytes each) and its channel (1 byte), then the
+ *                   header received;
  *                1: a connection's hello: byte 1 this rank, byte 2 the job's size
  *                   (1..64), byte 3 this rank's sockets per peer (1..16), 64 bytes of
  *                   what earlier hellos said per rank, then the hello;
@@ -16,11 +17,13 @@
 
 static void hdr(fz_in *in) {
     uint64_t total = fz_u64(in), part = fz_u64(in);
+    unsigned chan = fz_u8(in);
     rl_tcp_hdr got;
     fz_take(in, &got, sizeof got);
-    int v = rl_tcp_check_hdr(&got, total, part);
-    FZ_CHECK(v == RL_TCP_HDR_OK || v == RL_TCP_HDR_CORRUPT || v == RL_TCP_HDR_LENGTH);
-    if (v == RL_TCP_HDR_OK) FZ_CHECK(got.magic == RL_TCP_MAGIC && got.total == total && got.part == part);
+    int v = rl_tcp_check_hdr(&got, total, part, chan);
+    FZ_CHECK(v == RL_TCP_HDR_OK || v == RL_TCP_HDR_CORRUPT || v == RL_TCP_HDR_LENGTH || v == RL_TCP_HDR_CHANNEL);
+    if (v == RL_TCP_HDR_OK)
+        FZ_CHECK(got.magic == RL_TCP_MAGIC && got.total == total && got.part == part && got.chan == chan);
 }
 
 static void hello(fz_in *in, int sign) {

@@ -33,7 +33,20 @@
  *       RINGLET_ERR_INVALID_USAGE naming the mismatch, not read what the peer's slot held
  *       before (count: allreduce of 12 vs 10 int32, after a correct all-reduce of 12 had
  *       filled the slots; kind: allreduce vs allgather of as many bytes; root: broadcast
- *       from 0 vs from 1). Prints "mismatch board: rank R: N checks, F failed". */
+ *       from 0 vs from 1). Prints "mismatch board: rank R: N checks, F failed".
+ *
+ *   mismatch --order p2p N | coll N M
+ *       Without RINGLET_CHECK, at P = 2 (run with the board off): the two ranks call in
+ *       another order, with messages of the same lengths, so only what each message
+ *       belongs to (its channel) tells them apart. p2p: rank 0 groups an all-reduce of N
+ *       int32 with a send of N int32 to rank 1, which receives N int32 from rank 0 and
+ *       then calls the all-reduce; coll: rank 0 calls an all-reduce of N int32 then an
+ *       all-gather of M, rank 1 the all-gather first. Every call that succeeds must hold
+ *       the right data (random integers, checked exactly); each rank's first call that
+ *       receives another call's message must fail with RINGLET_ERR_INVALID_USAGE naming
+ *       both (before, rank 1's receive returned rank 0's all-reduce input, and the
+ *       all-reduces summed a peer's send buffer, as successes). Prints "mismatch order:
+ *       rank R: N checks, F failed, K named the other call". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +163,96 @@ static int board_case(const char *cas) {
     return g_failed != 0;
 }
 
+static int32_t order_value(int rank, int what, size_t i) {
+    return (int32_t)((i * 2654435761u + (unsigned)rank * 40503u + (unsigned)what * 977u) % 100003u) - 50000;
+}
+
+/* One call's outcome: rc, and (success) whether its output is right; *named counts the
+ * failures that name the channel mismatch. */
+static void order_outcome(const char *call, ringlet_result_t rc, int wrong, int *named) {
+    const char *m = ringlet_comm_last_error(g_comm);
+    if (rc == RINGLET_SUCCESS) {
+        CHECK(!wrong, "order: %s succeeded with %d wrong elements", call, wrong);
+        return;
+    }
+    if (rc == RINGLET_ERR_INVALID_USAGE && strstr(m, "the peer sent a message of its ") &&
+        strstr(m, "two ranks called in another order")) {
+        ++*named;
+        printf("mismatch order: rank %d: %s -> %s\n", g_rank, call, m);
+    } else {
+        printf("mismatch order: rank %d: %s failed otherwise: %s: %s\n", g_rank, call, ringlet_strerror(rc), m);
+    }
+}
+
+static int order_case(const char *cas, size_t n, size_t m) {
+    if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_comm_rank(g_comm, &g_rank);
+    ringlet_comm_size(g_comm, &g_P);
+    if (g_P != 2) return printf("FAIL: --order runs at P = 2\n"), 1;
+    size_t big = n > 2 * m ? n : 2 * m;
+    int32_t *x = malloc(big * sizeof *x), *y = malloc(big * sizeof *y), *g = malloc(m * sizeof *g);
+    if (!x || !y || !g) return printf("FAIL: out of memory\n"), 1;
+    int named = 0, wrong;
+    ringlet_result_t rc;
+    /* what: 0 the all-reduce's input, 1 the send buffer, 2 the all-gather's input */
+    for (size_t i = 0; i < n; i++) x[i] = order_value(g_rank, 0, i);
+#define AR_WRONG(buf)                                                                                                  \
+    do {                                                                                                               \
+        wrong = 0;                                                                                                     \
+        for (size_t i = 0; i < n; i++) wrong += (buf)[i] != order_value(0, 0, i) + order_value(1, 0, i);               \
+    } while (0)
+    if (!strcmp(cas, "p2p")) {
+        if (g_rank == 0) {
+            for (size_t i = 0; i < n; i++) y[i] = order_value(0, 1, i);
+            ringlet_group_start();
+            ringlet_allreduce(x, x, n, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+            ringlet_send(y, n, RINGLET_INT32, 1, g_comm, NULL);
+            rc = ringlet_group_end();
+            AR_WRONG(x);
+            order_outcome("group(allreduce, send)", rc, wrong, &named);
+        } else {
+            rc = ringlet_recv(y, n, RINGLET_INT32, 0, g_comm, NULL);
+            wrong = 0;
+            for (size_t i = 0; i < n; i++) wrong += y[i] != order_value(0, 1, i);
+            order_outcome("recv", rc, wrong, &named);
+            int first = rc;
+            rc = ringlet_allreduce(x, x, n, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+            AR_WRONG(x);
+            order_outcome("allreduce", rc, wrong, &named);
+            CHECK(first != RINGLET_SUCCESS, "order p2p: rank 1's receive took rank 0's all-reduce message");
+        }
+    } else if (!strcmp(cas, "coll")) {
+        for (size_t i = 0; i < m; i++) g[i] = order_value(g_rank, 2, i);
+        ringlet_result_t first = RINGLET_SUCCESS;
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (g_rank == 0)) {
+                rc = ringlet_allreduce(x, x, n, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+                AR_WRONG(x);
+                order_outcome("allreduce", rc, wrong, &named);
+            } else {
+                rc = ringlet_allgather(g, y, m, RINGLET_INT32, g_comm, NULL);
+                wrong = 0;
+                for (size_t i = 0; i < 2 * m; i++) wrong += y[i] != order_value((int)(i / m), 2, i % m);
+                order_outcome("allgather", rc, wrong, &named);
+            }
+            if (k == 0) first = rc;
+        }
+        CHECK(first != RINGLET_SUCCESS, "order coll: rank %d's first call took the peer's other call's message", g_rank);
+    } else {
+        return printf("FAIL: --order %s: want p2p or coll\n", cas), 1;
+    }
+#undef AR_WRONG
+    printf("mismatch order: rank %d: %d checks, %d failed, %d named the other call\n", g_rank, g_checks, g_failed,
+           named);
+    free(x), free(y), free(g);
+    ringlet_comm_abort(g_comm);
+    ringlet_comm_destroy(g_comm);
+    return g_failed != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 3 && !strcmp(argv[1], "--order"))
+        return order_case(argv[2], (size_t)atol(argv[3]), argc > 4 ? (size_t)atol(argv[4]) : 0);
     if (argc > 2 && !strcmp(argv[1], "--board")) return board_case(argv[2]);
     if (argc > 2 && !strcmp(argv[1], "--abort-on-error"))
         return abort_on_error(atoi(argv[2]), argc > 4 && !strcmp(argv[3], "--count") ? (size_t)atol(argv[4]) : 1 << 20);

@@ -7,7 +7,9 @@
 # mismatch, never "rank N failed"; and RINGLET_CHECK set differently on the ranks fails
 # init on every rank, saying so, as does RINGLET_TRANSPORT set on one rank only. Without
 # RINGLET_CHECK, over shared memory: a count, kind or
-# root that differs in a call small enough for the board fails on every rank (P = 2, 3).
+# root that differs in a call small enough for the board fails on every rank (P = 2, 3);
+# without the board, calls in another order whose messages have the same lengths fail
+# naming both calls, never return another call's data (P = 2, shm and tcp).
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -80,6 +82,27 @@ for cas in count kind root; do
         else
             fails=$((fails + 1))
             echo "FAIL: board $cas P=$P (exit $rc, $n of $P ranks passed)"
+            tail -n 20 "$TMP/out"
+        fi
+    done
+done
+# Without RINGLET_CHECK and the board, calls in another order on the two ranks whose
+# messages have the same lengths (mismatch --order): each rank's first call that took
+# the other call's message fails naming both, every call that succeeds holds the right
+# data (before: a receive returned the peer's all-reduce input, as a success).
+for tr in shm tcp; do
+    for cas in "p2p 1000" "coll 1000 1000" "coll 1048576 524288"; do
+        # shellcheck disable=SC2086 # the case's words are the program's arguments
+        RINGLET_BOARD_BYTES=0 RINGLET_TRANSPORT=$tr "$RUN" -n 2 --timeout 120 --grace 30 "$PROG" --order $cas \
+            >"$TMP/out" 2>&1
+        rc=$?
+        n=$(grep -cE "mismatch order: rank [0-9]+: [0-9]+ checks, 0 failed" "$TMP/out")
+        named=$(grep -cE "order: rank [0-9]+: [a-z(, )]+ -> [a-z_]+ #[0-9]+ .*the peer sent a message of its" "$TMP/out")
+        if [ "$n" = 2 ] && [ "$named" -ge 1 ]; then
+            echo "ok:   order $tr $cas: $(grep -m1 -oE 'rank [0-9]+: [a-z(, )]+ -> [a-z_]+ #[0-9]+ .*' "$TMP/out")"
+        else
+            fails=$((fails + 1))
+            echo "FAIL: order $tr $cas (exit $rc, $n of 2 ranks passed, $named named the other call)"
             tail -n 20 "$TMP/out"
         fi
     done
