@@ -11,7 +11,7 @@
 # $RINGLET_RDMA_VM), this script runs itself with --guest there:
 #   - ibv_devinfo;
 #   - tests/mp/ib_transport (the transport alone: sizes 0 B .. 4 MiB + 3, credits, zero-copy
-#     source, length mismatch, peer closing, stop, no credits, a stranger's handshake),
+#     source, length and channel mismatch, peer closing, stop, no credits, a stranger's handshake),
 #     with the defaults and with 3 QPs per peer and 3 slots of 4 KiB;
 #   - tests/mp/collectives with RINGLET_TRANSPORT=ib at P = 2, 3, 4 (every collective,
 #     every dtype x op incl. float32/int32 all ops and bfloat16 sum, counts 0, 1, P-1,
@@ -77,7 +77,7 @@ guest() {
             tail -n 40 "$TMP/unit"
         fi
     done
-    sed -n 's/^ok: \(length mismatch\|receiver closed\|no credits\)/      \1/p' "$TMP/unit"
+    sed -n 's/^ok: \(length mismatch\|channel mismatch\|receiver closed\|no credits\)/      \1/p' "$TMP/unit"
 
     echo "===== device, port and GID selection (2 ranks, RINGLET_TRANSPORT=ib, RINGLET_DEBUG=INFO)"
     sel() { # expect(ok|fail) pattern env...

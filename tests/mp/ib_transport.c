@@ -9,7 +9,8 @@
  * 4 MiB + 3 posted before the peer accepted the connection and before the receives;
  * 2000 small messages through a window (credits wrap many times round the FIFO);
  * a send from a registered buffer (zero-copy source); a length mismatch (an error
- * naming both lengths, never truncation); the receiver closing while a send waits,
+ * naming both lengths, never truncation); a channel mismatch (another call's message
+ * of the same length: an error naming both calls); the receiver closing while a send waits,
  * the sender closing while a receive waits; a receiver that never posts (no
  * credits: error within RINGLET_TIMEOUT); the stop flag; a handshake with another
  * job secret (refused). Prints "ok: ..." per case, "SKIP: ..." and exit 77 when the
@@ -290,6 +291,25 @@ static void test_mismatch(void) {
     CHECK(told && strstr(sreq[1].err, "rank 1"), "the sender was not told of the mismatch: %s", sreq[1].err);
     link_close(&l);
     if (ok && told) printf("ok: length mismatch: \"%s\"; sender: \"%s\"\n", rreq[0].err, sreq[1].err);
+
+    /* The same length, another channel (the ranks called in another order): an error
+     * naming both, not the other call's bytes. */
+    if (link_open(&l, 0, NULL, NULL, 0) != 0) return;
+    memset(src, 0x5a, sizeof src);
+    memset(dst, 0, sizeof dst);
+    sreq[0].chan = rl_op_chan(RL_OP_ALLREDUCE);
+    rreq[0].chan = rl_op_chan(RL_OP_RECV);
+    T->isend(l.s, src, 100, NULL, &sreq[0]);
+    T->irecv(l.r, dst, 100, NULL, &rreq[0]);
+    ok = wait_done(&rreq[0], 10);
+    CHECK(ok && atomic_load(&rreq[0].status) == RINGLET_ERR_INVALID_USAGE && strstr(rreq[0].err, "its allreduce") &&
+              strstr(rreq[0].err, "its send/recv") && dst[0] == 0,
+          "channel mismatch: done %d status %d (%s), first byte %d", ok, atomic_load(&rreq[0].status), rreq[0].err,
+          dst[0]);
+    wait_done(&sreq[0], 10);
+    sreq[0].chan = rreq[0].chan = 0; /* the other cases post plain requests */
+    link_close(&l);
+    if (ok) printf("ok: channel mismatch: \"%s\"\n", rreq[0].err);
 }
 
 static void test_close(void) {
