@@ -35,7 +35,7 @@
  *       filled the slots; kind: allreduce vs allgather of as many bytes; root: broadcast
  *       from 0 vs from 1). Prints "mismatch board: rank R: N checks, F failed".
  *
- *   mismatch --order p2p N | coll N M
+ *   mismatch --order p2p N | coll N M [--device]
  *       Without RINGLET_CHECK, at P = 2 (run with the board off): the two ranks call in
  *       another order, with messages of the same lengths, so only what each message
  *       belongs to (its channel) tells them apart. p2p: rank 0 groups an all-reduce of N
@@ -45,13 +45,16 @@
  *       the right data (random integers, checked exactly); each rank's first call that
  *       receives another call's message must fail with RINGLET_ERR_INVALID_USAGE naming
  *       both (before, rank 1's receive returned rank 0's all-reduce input, and the
- *       all-reduces summed a peer's send buffer, as successes). Prints "mismatch order:
- *       rank R: N checks, F failed, K named the other call". */
+ *       all-reduces summed a peer's send buffer, as successes). --device: coll on device
+ *       buffers (the device layer's backend, RINGLET_DEVICE; the simulated GPU without
+ *       one), one device per local rank, the calls on the default stream. Prints
+ *       "mismatch order: rank R: N checks, F failed, K named the other call". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h" /* the device layer: device buffers for --order ... --device */
 #include "ringlet.h"
 
 static int g_rank, g_P, g_checks, g_failed;
@@ -184,7 +187,31 @@ static void order_outcome(const char *call, ringlet_result_t rc, int wrong, int 
     }
 }
 
-static int order_case(const char *cas, size_t n, size_t m) {
+/* --device: buffers of bytes on the device, filled from / read back into host ones. */
+static const rl_device_ops *g_dev;
+static rl_dev_stream_t g_copies;
+static void dev_fail(const char *what) {
+    printf("FAIL rank %d: %s: %s\n", g_rank, what, rl_dev_error());
+    exit(1);
+}
+static void *dev_twin(size_t bytes) {
+    void *p = NULL;
+    if (g_dev->mem_alloc(&p, bytes) != RL_DEV_OK) dev_fail("device memory");
+    return p;
+}
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    if (g_dev->memcpy_async(dst, src, bytes, g_copies) != RL_DEV_OK || g_dev->stream_sync(g_copies) != RL_DEV_OK)
+        dev_fail("copy");
+}
+
+static int order_case(const char *cas, size_t n, size_t m, int device) {
+    if (device) {
+        int ndev = 0;
+        const char *lr = getenv("LOCAL_RANK");
+        if (!(g_dev = rl_device()) || g_dev->count(&ndev) != RL_DEV_OK || ndev < 1 ||
+            g_dev->set_device((lr ? atoi(lr) : 0) % ndev) != RL_DEV_OK || g_dev->stream_create(&g_copies) != RL_DEV_OK)
+            return printf("FAIL: no device: %s%s\n", rl_device_unavailable(), g_dev ? rl_dev_error() : ""), 1;
+    }
     if (ringlet_comm_init_env(&g_comm)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_comm_rank(g_comm, &g_rank);
     ringlet_comm_size(g_comm, &g_P);
@@ -223,14 +250,25 @@ static int order_case(const char *cas, size_t n, size_t m) {
         }
     } else if (!strcmp(cas, "coll")) {
         for (size_t i = 0; i < m; i++) g[i] = order_value(g_rank, 2, i);
+        /* The calls' buffers: these, or their device twins. */
+        int32_t *cx = x, *cy = y, *cg = g;
+        if (device) {
+            cx = dev_twin(n * sizeof *x), cy = dev_twin(2 * m * sizeof *y), cg = dev_twin(m * sizeof *g);
+            dev_copy(cx, x, n * sizeof *x);
+            dev_copy(cg, g, m * sizeof *g);
+        }
         ringlet_result_t first = RINGLET_SUCCESS;
         for (int k = 0; k < 2; k++) {
             if ((k == 0) == (g_rank == 0)) {
-                rc = ringlet_allreduce(x, x, n, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+                rc = ringlet_allreduce(cx, cx, n, RINGLET_INT32, RINGLET_SUM, g_comm, NULL);
+                if (!rc) rc = ringlet_comm_get_async_error(g_comm);
+                if (device) dev_copy(x, cx, n * sizeof *x);
                 AR_WRONG(x);
                 order_outcome("allreduce", rc, wrong, &named);
             } else {
-                rc = ringlet_allgather(g, y, m, RINGLET_INT32, g_comm, NULL);
+                rc = ringlet_allgather(cg, cy, m, RINGLET_INT32, g_comm, NULL);
+                if (!rc) rc = ringlet_comm_get_async_error(g_comm);
+                if (device) dev_copy(y, cy, 2 * m * sizeof *y);
                 wrong = 0;
                 for (size_t i = 0; i < 2 * m; i++) wrong += y[i] != order_value((int)(i / m), 2, i % m);
                 order_outcome("allgather", rc, wrong, &named);
@@ -238,6 +276,7 @@ static int order_case(const char *cas, size_t n, size_t m) {
             if (k == 0) first = rc;
         }
         CHECK(first != RINGLET_SUCCESS, "order coll: rank %d's first call took the peer's other call's message", g_rank);
+        if (device) g_dev->mem_free(cx), g_dev->mem_free(cy), g_dev->mem_free(cg);
     } else {
         return printf("FAIL: --order %s: want p2p or coll\n", cas), 1;
     }
@@ -252,7 +291,8 @@ static int order_case(const char *cas, size_t n, size_t m) {
 
 int main(int argc, char **argv) {
     if (argc > 3 && !strcmp(argv[1], "--order"))
-        return order_case(argv[2], (size_t)atol(argv[3]), argc > 4 ? (size_t)atol(argv[4]) : 0);
+        return order_case(argv[2], (size_t)atol(argv[3]), argc > 4 ? (size_t)atol(argv[4]) : 0,
+                          argc > 5 && !strcmp(argv[5], "--device"));
     if (argc > 2 && !strcmp(argv[1], "--board")) return board_case(argv[2]);
     if (argc > 2 && !strcmp(argv[1], "--abort-on-error"))
         return abort_on_error(atoi(argv[2]), argc > 4 && !strcmp(argv[3], "--count") ? (size_t)atol(argv[4]) : 1 << 20);

@@ -9,7 +9,8 @@
 # RINGLET_CHECK, over shared memory: a count, kind or
 # root that differs in a call small enough for the board fails on every rank (P = 2, 3);
 # without the board, calls in another order whose messages have the same lengths fail
-# naming both calls, never return another call's data (P = 2, shm and tcp).
+# naming both calls, never return another call's data (P = 2, shm and tcp; device
+# buffers over cuda_ipc).
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -90,10 +91,15 @@ done
 # messages have the same lengths (mismatch --order): each rank's first call that took
 # the other call's message fails naming both, every call that succeeds holds the right
 # data (before: a receive returned the peer's all-reduce input, as a success).
-for tr in shm tcp; do
-    for cas in "p2p 1000" "coll 1000 1000" "coll 1048576 524288"; do
+# Device buffers go over cuda_ipc (the simulated GPU unless RINGLET_TEST_DEVICE says cuda).
+for tr in shm tcp ipc; do
+    cases=("p2p 1000" "coll 1000 1000" "coll 1048576 524288")
+    envs=(RINGLET_TRANSPORT=$tr)
+    [ $tr = ipc ] && cases=("coll 1000 1000 --device" "coll 262144 131072 --device") &&
+        envs=(RINGLET_DEVICE="${RINGLET_TEST_DEVICE:-sim}")
+    for cas in "${cases[@]}"; do
         # shellcheck disable=SC2086 # the case's words are the program's arguments
-        RINGLET_BOARD_BYTES=0 RINGLET_TRANSPORT=$tr "$RUN" -n 2 --timeout 120 --grace 30 "$PROG" --order $cas \
+        env RINGLET_BOARD_BYTES=0 "${envs[@]}" "$RUN" -n 2 --timeout 120 --grace 30 "$PROG" --order $cas \
             >"$TMP/out" 2>&1
         rc=$?
         n=$(grep -cE "mismatch order: rank [0-9]+: [0-9]+ checks, 0 failed" "$TMP/out")
