@@ -9,7 +9,7 @@
 
 #define RL_TCP_MAX_SOCKS 16
 #define RL_TCP_INLINE_NOLIMIT (1LL << 40) /* RINGLET_TCP_INLINE_BYTES: largest value, and no limit */
-#define RL_TCP_MAGIC 0x524c5443u /* "RLTC" */
+#define RL_TCP_MAGIC 0x524c5432u /* "RLT2": the hello and part header of 2026-12-06 (a channel in the header) */
 
 /* Before every part of a message. */
 typedef struct rl_tcp_hdr {

@@ -1,8 +1,8 @@
 /* Exchanges with many peers at once: every message this rank sends to or receives from
  * each peer, all peers at the same time (one pipelined exchange per peer, pipe.h), each
- * message framed as point-to-point messages are (RL_P2P_PIECE pieces), so a message of
- * a group matches a plain send or receive on the other side. Used by all-to-all, gather,
- * scatter and grouped sends and receives. */
+ * message framed as point-to-point messages are (RL_P2P_PIECE pieces) and on their
+ * channel (names.h), so a message of a group matches a plain send or receive on the
+ * other side. Used by all-to-all, gather, scatter and grouped sends and receives. */
 #ifndef RINGLET_XCHG_H
 #define RINGLET_XCHG_H
 

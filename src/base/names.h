@@ -34,14 +34,19 @@ static inline const char *rl_op_name(rl_op_kind k) {
 }
 
 /* The channel of a message (rl_treq.chan, transport.h): what it belongs to, the same on
- * both ends: the operation kind + 1 (0: none given), one for every send and receive,
- * grouped or not (a group's messages are its sends and receives). */
+ * both ends: the operation kind + 1 (0: none given). Sends and receives, grouped or not,
+ * and all-to-all, gather and scatter share one: the last three frame their messages as
+ * sends and receives (xchg.h), so that either matches the other (the torch backend takes
+ * one or the other by each rank's own tensors). */
 static inline unsigned char rl_op_chan(rl_op_kind k) {
-    return (unsigned char)((k == RL_OP_RECV || k == RL_OP_GROUP ? RL_OP_SEND : k) + 1);
+    int p2p = k == RL_OP_RECV || k == RL_OP_GROUP || k == RL_OP_ALLTOALL || k == RL_OP_GATHER || k == RL_OP_SCATTER;
+    return (unsigned char)((p2p ? RL_OP_SEND : k) + 1);
 }
 /* For messages: "allreduce", "send/recv", ... */
 static inline const char *rl_chan_name(unsigned chan) {
-    return chan == 0 ? "none" : chan == rl_op_chan(RL_OP_SEND) ? "send/recv" : rl_op_name((rl_op_kind)(chan - 1));
+    return chan == 0                          ? "none"
+           : chan == rl_op_chan(RL_OP_SEND) ? "send, recv, alltoall, gather or scatter"
+                                              : rl_op_name((rl_op_kind)(chan - 1));
 }
 
 #endif

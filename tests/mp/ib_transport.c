@@ -303,13 +303,23 @@ static void test_mismatch(void) {
     T->irecv(l.r, dst, 100, NULL, &rreq[0]);
     ok = wait_done(&rreq[0], 10);
     CHECK(ok && atomic_load(&rreq[0].status) == RINGLET_ERR_INVALID_USAGE && strstr(rreq[0].err, "its allreduce") &&
-              strstr(rreq[0].err, "its send/recv") && dst[0] == 0,
+              strstr(rreq[0].err, "its send, recv") && dst[0] == 0,
           "channel mismatch: done %d status %d (%s), first byte %d", ok, atomic_load(&rreq[0].status), rreq[0].err,
           dst[0]);
     wait_done(&sreq[0], 10);
     sreq[0].chan = rreq[0].chan = 0; /* the other cases post plain requests */
+    t0 = now_s();
+    told = 0;
+    while (!told && now_s() - t0 < 5) {
+        T->isend(l.s, src, 10, NULL, &sreq[1]);
+        wait_done(&sreq[1], 5);
+        told = atomic_load(&sreq[1].status) != 0;
+        if (!told) usleep(10000);
+    }
+    CHECK(told && strstr(sreq[1].err, "another call"), "the sender was not told of the channel mismatch: %s",
+          sreq[1].err);
     link_close(&l);
-    if (ok) printf("ok: channel mismatch: \"%s\"\n", rreq[0].err);
+    if (ok && told) printf("ok: channel mismatch: \"%s\"; sender: \"%s\"\n", rreq[0].err, sreq[1].err);
 }
 
 static void test_close(void) {

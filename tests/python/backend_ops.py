@@ -620,6 +620,21 @@ def case_alltoall():
         w = dist.all_to_all(outs, ins, async_op=mode != "sync")
         finish(w, mode, case)
         same("%s lists (%s, vs gloo all_to_all_single)" % (case, mode), torch.cat(outs), want)
+    # Even blocks, as chunks of one tensor on even ranks (one ringlet all-to-all) and as
+    # tensors of their own on odd ones (sends and receives): the two match on the wire.
+    case = "alltoall/mixed"
+    x = rand(case, torch.int32, (P, 6))
+    if R % 2 == 0:
+        ins, out = list(dev(x).chunk(P)), dev(torch.empty(P, 6, dtype=torch.int32))
+        outs = list(out.chunk(P))
+    else:
+        ins = [dev(x[q].clone()) for q in range(P)]
+        outs = [dev(torch.empty(6, dtype=torch.int32)) for _ in range(P)]
+    dist.all_to_all(outs, ins)
+    want = torch.empty(P * 6, dtype=torch.int32)
+    dist.all_to_all_single(want, x.flatten(), group=GLOO)
+    same("%s (even ranks one all-to-all, odd ones sends and receives)" % case, torch.cat([o.flatten() for o in outs]),
+         want)
 
 
 def case_first_exchange():
