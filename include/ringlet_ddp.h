@@ -226,8 +226,9 @@ ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *gra
  * usage errors of other ranks are then reported by the next call (pre_forward, naming
  * the previous iteration). With find_unused_parameters, and in the first iteration with
  * rebuild_buckets, it waits on device memory too (the host decides from the results). A parameter neither ready
- * nor unused is an error naming it, unless find_unused_parameters is on (then it is
- * unused). Does nothing after pre_forward(ddp, 0). */
+ * nor unused is an error naming it (its gradient memory is left alone: the framework may
+ * have freed it), unless find_unused_parameters is on (then it is unused). Does nothing
+ * after pre_forward(ddp, 0). */
 ringlet_result_t ringlet_ddp_finish(ringlet_ddp_t ddp);
 
 /* Device memory: the stream of the next iterations (the framework's current stream;

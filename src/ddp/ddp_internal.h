@@ -70,6 +70,10 @@ typedef struct {
     size_t offset; /* elements from the bucket's start */
     int direct;    /* large, uncompressed: all-reduced on its own, in place where its gradient is */
     void *launch_on; /* this iteration: where a direct parameter's all-reduce runs (gradient or slot) */
+    /* this iteration: not reported by its finish (an error without find_unused_parameters):
+     * zeros in, and its result stays in its slot, never written into the gradient last
+     * given, which the framework may have freed since (zero_grad(set_to_none=True)) */
+    int unreported;
 } tensor_t;
 
 /* A bucket's memory: [packed slots][flag (last bucket only)][direct slots], each slot

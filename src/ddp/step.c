@@ -135,6 +135,7 @@ static void reset_iteration(struct ringlet_ddp *d, int grad_sync) {
     size_t np = d->nparams ? (size_t)d->nparams : 1;
     memset(d->ready, 0, np); /* used_local is not: no_sync iterations add to it until a finish */
     memset(d->used_global, 1, np);
+    for (int i = 0; i < d->nparams; i++) d->params[i].unreported = 0;
     for (int b = 0; b < d->nbuckets; b++) {
         d->buckets[b].pending = d->buckets[b].nparams;
         d->buckets[b].launched = 0;
@@ -262,7 +263,7 @@ static void write_back(struct ringlet_ddp *d, int b) {
         tensor_t *p = &d->params[i];
         if (!d->used_global[i]) continue; /* unused on every rank: untouched */
         void *v = ddp_slot_ptr(d, p);
-        void *dst = p->grad ? p->grad : v;
+        void *dst = p->grad && !p->unreported ? p->grad : v;
         if (bk->wire != bk->dtype)
             ddp_mem_convert(d, dst, p->dtype, (char *)bk->wire_mem + p->offset * ringlet_datatype_size(bk->wire), bk->wire,
                         p->count, 1.0);
@@ -394,7 +395,10 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
         ddp_iter_fail(d, RINGLET_ERR_INVALID_USAGE, m);
     }
     for (int i = 0; i < d->nparams; i++)
-        if (!d->ready[i]) mark(d, i, 0, d->opt.find_unused_parameters ? SRC_GRAD : SRC_ZERO);
+        if (!d->ready[i]) {
+            d->params[i].unreported = !d->opt.find_unused_parameters;
+            mark(d, i, 0, d->opt.find_unused_parameters ? SRC_GRAD : SRC_ZERO);
+        }
     launch_ready(d); /* buckets with no parameter left to wait for (none, normally) */
 
     /* Device memory, nothing the host must decide from the results (the used map, a first

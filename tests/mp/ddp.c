@@ -1184,6 +1184,15 @@ static void test_misuse_iterations(void) {
          * 2: no rank reports parameter 2; 3: only the last rank misses it */
         int erring = scenario == 0 || scenario == 2 || g_rank == last;
         int twice = scenario < 2;
+        /* The gradient memory of the parameter a rank misses: a framework may have freed
+         * it since it last gave it (zero_grad(set_to_none=True)), so finish must not write
+         * there (it wrote the average before); here it holds a pattern that must stay. */
+        size_t b2 = m.p[2].count * ringlet_datatype_size(m.p[2].dtype);
+        void *kept = NULL;
+        if (!twice && erring) {
+            fill_grad(m.p[2].grad, &m.p[2], 99, 2, 1);
+            kept = hcopy(m.p[2].grad, b2);
+        }
         DRC(d, ringlet_ddp_pre_forward(d, 1));
         for (int i = m.np - 1; i >= 0; i--) {
             if (!twice && i == 2 && erring) continue;
@@ -1213,6 +1222,13 @@ static void test_misuse_iterations(void) {
         CHECK(rc == RINGLET_ERR_INVALID_USAGE && strstr(msg, need), "scenario %d: %s: %s: \"%s\" (wanted \"%s\")",
               scenario, started ? "pre_forward after it" : "finish", ringlet_strerror(rc), msg, need);
         if (g_rank == last || g_rank == 0) printf("ddp: misuse scenario %d, rank %d: %s\n", scenario, g_rank, msg);
+        if (kept) {
+            void *now = hcopy(m.p[2].grad, b2);
+            CHECK(!memcmp(now, kept, b2), "scenario %d: finish wrote into the gradient of the parameter never reported",
+                  scenario);
+            free(now);
+            free(kept);
+        }
         /* after finish, reporting again is "twice" as well (a second backward) */
         if (scenario == 0) {
             rc = ringlet_ddp_grad_ready(d, 0, NULL);
