@@ -124,7 +124,11 @@ typedef struct {
     int find_unused_parameters;      /* default 0: parameters not reported ready by ringlet_ddp_finish
                                         are an error; 1: they count as unused (zero gradient, or
                                         the content of their gradient memory when it is given), and
-                                        a parameter unused on every rank keeps its gradient untouched */
+                                        a parameter unused on every rank keeps its gradient untouched
+                                        (with gradient_as_bucket_view, where the gradient is its
+                                        bucket slot, it is all-reduced in place like the rest of
+                                        the bucket: the average of what the ranks hold there, as
+                                        in PyTorch's DDP) */
     int gradient_as_bucket_view;     /* default 0: 1 makes every parameter's gradient live in its
                                         bucket (ringlet_ddp_grad_view): no copy in and out */
     ringlet_ddp_compression_t compression; /* default RINGLET_DDP_COMPRESS_NONE */
@@ -183,7 +187,8 @@ const char *ringlet_ddp_last_error(ringlet_ddp_t ddp);
  *   RINGLET_DDP_NO_SYNC (0)  it only accumulates gradients locally (no_sync): grad_ready
  *                            and finish do nothing until the next pre_forward;
  *   RINGLET_DDP_NO_GRAD (2)  a forward that builds no graph (evaluation): the iteration
- *                            in progress, if any, is left as it is.
+ *                            in progress, if any, is left as it is (but not one that
+ *                            reported gradients and was not finished: below).
  * Buffers are broadcast from rank 0 when broadcast_buffers is on and the previous
  * forward was a RINGLET_DDP_SYNC one (or this is the first forward), as PyTorch's DDP
  * does: inside a no_sync block they are broadcast at its first forward only.
