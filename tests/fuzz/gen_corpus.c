@@ -160,9 +160,12 @@ static void shm(void) {
     uint8_t head[3] = {0, 2, 3};
     seed("shm", "segment", head, sizeof head, &h, sizeof h);
 
+    uint8_t pc[5 * 8 + 2];
     uint64_t p[5] = {1000, 1000 - 512, 1000, 512, 4096}; /* msg_len, piece, len, off, slot */
+    memcpy(pc, p, sizeof p);
+    pc[40] = pc[41] = 7; /* the channels, the sender's and the receive's: a send's */
     uint8_t sel = 1;
-    seed("shm", "piece", &sel, 1, p, sizeof p);
+    seed("shm", "piece", &sel, 1, pc, sizeof pc);
 }
 
 static void ib(void) {

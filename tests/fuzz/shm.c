@@ -5,7 +5,8 @@
  *                   (1..64), then the header;
  *                1: a slot header: its message length and piece length, then the
  *                   receive's length, how much of it arrived and the slot size
- *                   (8 bytes each).
+ *                   (8 bytes each), then the header's channel and the receive's
+ *                   (1 byte each), through the receiver's peek at a FIFO of one slot.
  *   byte 0 & FZ_SIGN: put this job's tag into the header first (see fuzz.h). */
 #include "fuzz.h"
 #include "sha256.h"
@@ -37,7 +38,27 @@ static void segment(fz_in *in, int sign) {
 
 static void piece(fz_in *in) {
     uint64_t msg_len = fz_u64(in), piece = fz_u64(in), len = fz_u64(in), off = fz_u64(in), slot = fz_u64(in);
+    unsigned chan_got = fz_u8(in), chan = fz_u8(in);
     if (off > len) off = len; /* the receiver's own state */
+    if (slot) {
+        /* The receiver's peek at the record as the sender published it. */
+        static rl_fifo_ctl ctl;
+        static rl_fifo_rec rec;
+        unsigned char state[1] = {0};
+        rl_fifo f;
+        memset(&ctl, 0, sizeof ctl);
+        memset(&rec, 0, sizeof rec);
+        rl_fifo_init(&f, &ctl, &rec, sizeof rec, 1, slot, state);
+        rl_fifo_publish(&f, 0, msg_len, piece, chan_got);
+        uint64_t got = 0;
+        char why[160];
+        int v = rl_fifo_peek(&f, (size_t)len, chan, (size_t)off, &got, why, sizeof why);
+        FZ_CHECK(v == 1 || v == -1);
+        if (v == 1) FZ_CHECK(chan_got == chan && got == piece && atomic_load(&ctl.mismatch) == 0);
+        int want = chan_got != chan ? RL_FIFO_REFUSED_CHANNEL : RL_FIFO_REFUSED_LENGTH;
+        if (v == -1) FZ_CHECK(atomic_load(&ctl.mismatch) == want && why[0] != 0);
+        if (v == 1 && rl_fifo_check_piece(msg_len, piece, (size_t)len, (size_t)off, slot) != 0) FZ_CHECK(0);
+    }
     if (rl_fifo_check_piece(msg_len, piece, (size_t)len, (size_t)off, slot) != 0) return;
     /* What progress_recv then copies: piece bytes of the slot to buf + off. */
     FZ_CHECK(msg_len == len && piece <= slot && off + piece <= len && off + piece >= off);
