@@ -7,7 +7,8 @@
  * Both processes map the control block (rl_fifo_ctl) and one record per slot
  * (rl_fifo_rec) in shared host memory. A message is cut into pieces of at most one slot
  * (a message of 0 bytes is one empty piece), each recording the message's length and
- * channel (rl_treq.chan), so a receive posted with another fails on both ends. Piece p goes to slot p % nslots:
+ * channel (rl_treq.chan), so a receive posted with another fails on both ends. Piece p
+ * goes to slot p % nslots:
  *   - the sender takes the slot once p - tail < nslots (it reads tail, acquire, only when
  *     its cached copy says the ring is full), fills it, then publishes the piece: the
  *     record's lengths, then seq = p + 1 (release);

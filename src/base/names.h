@@ -42,7 +42,7 @@ static inline unsigned char rl_op_chan(rl_op_kind k) {
     int p2p = k == RL_OP_RECV || k == RL_OP_GROUP || k == RL_OP_ALLTOALL || k == RL_OP_GATHER || k == RL_OP_SCATTER;
     return (unsigned char)((p2p ? RL_OP_SEND : k) + 1);
 }
-/* For messages: "allreduce", "send/recv", ... */
+/* For messages: "allreduce", "send, recv, alltoall, gather or scatter", ... */
 static inline const char *rl_chan_name(unsigned chan) {
     return chan == 0                          ? "none"
            : chan == rl_op_chan(RL_OP_SEND) ? "send, recv, alltoall, gather or scatter"
