@@ -183,25 +183,18 @@ int rl_ib_consume(struct ib_conn *c) {
                        (unsigned long long)c->consumed);
             break;
         }
-        if (verdict == RL_IB_CHANNEL) {
-            rl_treq_fail(r->t, RINGLET_ERR_INVALID_USAGE, "receive from rank %d: " RL_CHAN_MISMATCH_FMT, c->peer,
-                         rl_chan_name(h.chan), rl_chan_name(r->t->chan));
-            send_ctrl(c, IMM_ERROR, RINGLET_ERR_INVALID_USAGE);
-            rl_ib_conn_break(c, RINGLET_ERR_INVALID_USAGE,
-                             "receive from rank %d: a message of another call (its %s, this rank's %s); connection "
-                             "closed",
-                             c->peer, rl_chan_name(h.chan), rl_chan_name(r->t->chan));
-            break;
-        }
-        if (verdict == RL_IB_LENGTH) {
-            rl_treq_fail(r->t, RINGLET_ERR_INVALID_USAGE,
-                         "receive from rank %d: the peer sent a message of %llu bytes, this rank expected %zu", c->peer,
+        if (verdict == RL_IB_CHANNEL || verdict == RL_IB_LENGTH) {
+            /* another call's message, or another length: the receive fails, the sender is
+             * told, the connection closes */
+            char why[RL_ERR_MAX];
+            if (verdict == RL_IB_CHANNEL)
+                snprintf(why, sizeof why, RL_CHAN_MISMATCH_FMT, rl_chan_name(h.chan), rl_chan_name(r->t->chan));
+            else
+                snprintf(why, sizeof why, "the peer sent a message of %llu bytes, this rank expected %zu",
                          (unsigned long long)h.total, r->len);
+            rl_treq_fail(r->t, RINGLET_ERR_INVALID_USAGE, "receive from rank %d: %s", c->peer, why);
             send_ctrl(c, IMM_ERROR, RINGLET_ERR_INVALID_USAGE);
-            rl_ib_conn_break(c, RINGLET_ERR_INVALID_USAGE,
-                       "receive from rank %d: message length mismatch (the peer sent %llu bytes, this rank expected "
-                       "%zu); connection closed",
-                       c->peer, (unsigned long long)h.total, r->len);
+            rl_ib_conn_break(c, RINGLET_ERR_INVALID_USAGE, "receive from rank %d: %s; connection closed", c->peer, why);
             break;
         }
         if (verdict == RL_IB_PLACE) {
