@@ -44,7 +44,7 @@ run_one() { # name command...
     while kill -0 "$cur" 2>/dev/null; do wait "$cur"; rc=$?; done # a signal's trap ended the wait early
     cur=""
     local dt=$((SECONDS - t0))
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ] && [ $dt -ge "$TEST_LIMIT" ]; then
+    if { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && [ $dt -ge "$TEST_LIMIT" ]; then
         echo "run.sh: killed after TEST_LIMIT=$TEST_LIMIT s" >>"$log"
     fi
     if [ $rc -eq 0 ]; then
@@ -61,11 +61,28 @@ run_one() { # name command...
         exit 130
     fi
 }
-for t in "$BUILD"/tests/unit/test_*; do
-    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+# Every unit test is one tests/unit/test_*.c: one whose binary the build lacks fails
+# (a build that dropped it must not drop the test silently).
+known=()
+for src in tests/unit/test_*.c; do
+    name=$(basename "$src" .c)
+    known+=("$name")
+    if [ -x "$BUILD/tests/unit/$name" ]; then
+        run_one "$name" "$BUILD/tests/unit/$name"
+    else
+        run_one "$name" sh -c "echo 'no binary $BUILD/tests/unit/$name (build first: make)'; exit 1"
+    fi
 done
 for s in tests/mp/*.sh; do
-    [ -f "$s" ] && run_one "$(basename "$s" .sh)" bash "$s"
+    known+=("$(basename "$s" .sh)")
+    run_one "$(basename "$s" .sh)" bash "$s"
+done
+# A name in TESTS that is no test (a typo) fails, rather than run nothing and pass.
+for want in ${TESTS:-}; do
+    if ! printf '%s\n' "${known[@]}" | grep -qxF -- "$want"; then
+        fail=$((fail + 1)); failed_names+=("$want")
+        printf 'FAIL  %-28s %4ds  (no such test: not tests/unit/%s.c nor tests/mp/%s.sh)\n' "$want" 0 "$want" "$want"
+    fi
 done
 if [ $git_tree = 1 ]; then
     tree_after=$(git status --porcelain --untracked-files=all 2>&1)

@@ -26,7 +26,7 @@ one() { # label P env... -- args...
     shift
     env "${envs[@]}" "$RUN" -n "$P" --timeout 600 "$PROG" --count "$COUNT" "$@" >"$TMP/out" 2>&1
     local rc=$? n
-    n=$(grep -cE "batch: rank [0-9]+ of $P: [0-9]+ cases in [0-9]+ batches of up to [0-9]+, 0 failed" "$TMP/out")
+    n=$(grep -cE "batch: rank [0-9]+ of $P: [1-9][0-9]* cases in [0-9]+ batches of up to [0-9]+, 0 failed" "$TMP/out")
     if [ $rc = 0 ] && [ "$n" = "$P" ]; then
         echo "ok:   $label: $(grep -m1 -oE '[0-9]+ cases in [0-9]+ batches of up to [0-9]+' "$TMP/out")"
     else

@@ -66,7 +66,7 @@ while IFS='|' read -r P envs args; do
     env $envs "$RUN" -n "$P" --timeout 600 "$PROG" $args >"$TMP/out" 2>"$TMP/err"
     rc=$?
     dt=$(($(now_ms) - t))
-    good=$(grep -cE "^\[[0-9]+\] ddp: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
+    good=$(grep -cE "^\[[0-9]+\] ddp: rank [0-9]+ of $P: [1-9][0-9]* checks, 0 failed" "$TMP/out")
     checks=$(sed -n "s/^\[0\] ddp: rank 0 of $P: \([0-9]*\) checks.*/\1/p" "$TMP/out")
     name="P=$P${args:+ $args}${envs:+ ($envs)}"
     if [ "$rc" = 0 ] && [ "$good" = "$P" ]; then

@@ -62,7 +62,7 @@ run() {
         return 1
     fi
     local ok
-    ok=$(grep -c "cases checked, 0 failed" "$TMP/$name.log")
+    ok=$(grep -cE "[1-9][0-9]* cases checked, 0 failed" "$TMP/$name.log")
     if [ "$ok" != "$n" ]; then
         fail "$name: $ok of $n ranks report all cases right"
         grep -E "FAIL|wrong|error" "$TMP/$name.log" | head -n 10

@@ -1,6 +1,7 @@
 /* Counts beyond 2^31 elements: an in-place int8 sum all-reduce of 2^31 + 5 elements on
- * every rank (about 2 GiB each), every element checked. Values depend on the index so a
- * chunk in the wrong place shows.
+ * every rank (about 2 GiB each), every element checked. Values hash the whole index (the
+ * top byte of a 64-bit product), so that no stretch of the input repeats and a chunk in
+ * the wrong place shows.
  *   large [--memory device]   device: the buffer in device memory (the device layer's
  *                             backend), copied there from pinned memory and back, the
  *                             all-reduce ordered on a stream */
@@ -11,6 +12,11 @@
 
 #include "device.h"
 #include "ringlet.h"
+
+/* Element i of rank r's input: the top byte of (i + 1) times a 64-bit odd constant
+ * depends on every bit of i (a low byte would repeat every 2^15 elements, far less than
+ * a chunk). */
+static uint8_t input(size_t i, int r) { return (uint8_t)((((uint64_t)i + 1) * 0x9E3779B97F4A7C15ull >> 56) + (uint64_t)r); }
 
 int main(int argc, char **argv) {
     int device = argc > 2 && !strcmp(argv[1], "--memory") && !strcmp(argv[2], "device");
@@ -40,7 +46,7 @@ int main(int argc, char **argv) {
         printf("SKIP: no memory for %zu bytes\n", n);
         return 77;
     }
-    for (size_t i = 0; i < n; i++) x[i] = (int8_t)((i * 2654435761u >> 7) + (size_t)rank);
+    for (size_t i = 0; i < n; i++) x[i] = (int8_t)input(i, rank);
     /* Device: queued on the stream; the all-reduce must wait for it (stream order). */
     if (D && D->memcpy_async(d, x, n, s)) {
         printf("copy to the device: %s\n", rl_dev_error());
@@ -58,7 +64,7 @@ int main(int argc, char **argv) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t want = 0;
-        for (int r = 0; r < P; r++) want = (uint8_t)(want + (uint8_t)((i * 2654435761u >> 7) + (size_t)r));
+        for (int r = 0; r < P; r++) want = (uint8_t)(want + input(i, r));
         if ((uint8_t)x[i] != want && !bad++) first = i;
     }
     printf("rank %d: %zu elements%s, %zu wrong%s", rank, n, D ? " on device memory" : "", bad, bad ? "" : "\n");

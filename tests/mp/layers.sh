@@ -25,13 +25,18 @@
 #      files: each file's callees never call it back, directly or through others (a
 #      file-level graph without cycles). With 3, no loop of calls crosses folders either.
 #      (The device layer's backends and the DDP layer's files call each other both ways.)
-# Exit 0 = all hold, 1 = a violation (each printed), 77 = no objects to read (build first).
+# Exit 0 = all hold, 1 = a violation (each printed) or no objects to read (a build that
+# left none must not turn this check off), 77 = no nm or no python3.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
-if [ ! -d "$BUILD/obj" ] || ! command -v nm >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
-    echo "SKIP: no objects in $BUILD/obj (build first), no nm or no python3"
+if ! command -v nm >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
+    echo "SKIP: no nm or no python3"
     exit 77
+fi
+if ! ls "$BUILD"/obj/src/*/*.o >/dev/null 2>&1; then
+    echo "FAIL: no objects in $BUILD/obj/src (build first: make)"
+    exit 1
 fi
 fails=0
 

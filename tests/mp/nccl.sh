@@ -33,7 +33,7 @@ one() { # label P args...
     fi
     local rc=$? n want=$P
     [[ "$*" == *fault* ]] && want=$((P - 1)) # rank 1 aborts and reports nothing
-    n=$(grep -cE "nccl_api: rank [0-9]+ of [0-9]+: [0-9]+ checks, 0 failed" "$TMP/out")
+    n=$(grep -cE "nccl_api: rank [0-9]+ of [0-9]+: [1-9][0-9]* checks, 0 failed" "$TMP/out")
     if [ "$rc" = 0 ] && [ "$n" -ge "$want" ]; then
         echo "ok:   $label: $(grep -m1 -E '^(\[0\] )?nccl_api: rank 0 ' "$TMP/out" | grep -oE '[0-9]+ checks') on rank 0"
     else

@@ -52,7 +52,7 @@ one() { # name P args... (environment before the name; WRAP: a command to run th
     RINGLET_TRANSPORT=${TRANSPORT:-tcp} RINGLET_TIMEOUT=${RINGLET_TIMEOUT:-30} ${WRAP:-} "$RUN" -n "$P" --timeout 300 --grace 30 \
         "$PROG" --rounds "$ROUNDS" "$@" >"$TMP/out" 2>&1
     rc=$?
-    n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [0-9]+ checks, 0 failed" "$TMP/out")
+    n=$(grep -cE "tcp_inline: rank [0-9]+ of $P: [1-9][0-9]* checks, 0 failed" "$TMP/out")
     if [ "$rc" = 0 ] && [ "$n" = "$P" ]; then
         echo "ok:   $name: $(grep -m1 -oE '[0-9]+ checks' "$TMP/out") per rank"
         grep -E 'mismatch:|after the mismatch|descriptor left|never connected' "$TMP/out" | sed 's/^/      /'

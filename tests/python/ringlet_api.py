@@ -35,16 +35,29 @@ def main():
     r, w = ringlet.get_rank(), ringlet.get_world_size()
     check(comm.rank == int(os.environ["RANK"]) and comm.size == int(os.environ["WORLD_SIZE"]), "rank/size")
     vals = [float(k + 1) for k in range(w)]
+
+    def small(rank, n=37):
+        # rank's input: integers 1..7 that differ per element (an element taken from the
+        # wrong place, or the wrong rank, shows); every sum, max, min exact in bfloat16 too
+        return [float((rank * 131 + i * 29 + (i * i) % 11) % 7 + 1) for i in range(n)]
+
+    ins = [small(k) for k in range(w)]
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64):
-        for op, ref in (("sum", sum(vals)), ("max", max(vals)), ("min", min(vals)), ("avg", sum(vals) / w),
-                        ("prod", float(np.prod(vals)))):
-            t = torch.full((5,), vals[r], dtype=dtype)
+        eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0
+        for op in ("sum", "max", "min", "avg", "prod"):
+            cols = list(zip(*ins))
+            ref = {"sum": [sum(c) for c in cols], "max": [max(c) for c in cols], "min": [min(c) for c in cols],
+                   "prod": [float(np.prod(c)) for c in cols]}.get(op)
+            if op == "avg":  # integers: truncated toward zero, as the sum's division does
+                ref = [sum(c) / w if dtype.is_floating_point else float(int(sum(c)) // w) for c in cols]
+            t = torch.tensor(ins[r], dtype=torch.float64).to(dtype)
             ringlet.all_reduce(t, op=op)
-            exp = torch.full((5,), ref, dtype=torch.float64).to(dtype) if dtype.is_floating_point else \
-                torch.full((5,), int(ref), dtype=dtype)
-            same = torch.allclose(t.double(), exp.double(), rtol=1e-2) if dtype.is_floating_point else \
-                torch.equal(t, exp)  # integers: exact (avg truncates toward zero, as the sum's division does)
-            check(same, "all_reduce %s %s: %s" % (dtype, op, t))
+            exp = torch.tensor(ref, dtype=torch.float64).to(dtype)
+            # exact but for avg's division (2 ulps) and bfloat16's products of more than
+            # two factors (each partial product rounded to 8 bits)
+            rtol = 2 * eps if op == "avg" else 2 ** -7 if (dtype == torch.bfloat16 and op == "prod") else 0
+            same = torch.equal(t, exp) if rtol == 0 else torch.allclose(t.double(), exp.double(), rtol=rtol, atol=0)
+            check(same, "all_reduce %s %s: %s, want %s" % (dtype, op, t.tolist(), exp.tolist()))
     b = torch.tensor([r % 2 == 0, True, False])
     ringlet.all_reduce(b, op="max")
     check(b.tolist() == [True, True, False], "bool all_reduce %s" % b)
@@ -59,28 +72,30 @@ def main():
     nb = np.array([r == 0, True, False])
     comm.all_reduce(nb)
     check(nb.view(np.uint8).tolist() == [1, 1, 0], "numpy bool all_reduce sum: %s" % nb.view(np.uint8).tolist())
-    a = np.full(7, vals[r], dtype=np.float32)
+    a = np.array(ins[r][:7], dtype=np.float32)
     out = np.zeros(7, dtype=np.float32)
     comm.all_reduce(a, output=out)
-    check(np.all(out == sum(vals)) and np.all(a == vals[r]), "numpy out-of-place all_reduce")
+    check(out.tolist() == [sum(c) for c in list(zip(*ins))[:7]] and a.tolist() == ins[r][:7],
+          "numpy out-of-place all_reduce %s" % out)
     for root in range(w):
         t = torch.arange(6, dtype=torch.float32) + (100 * r)
         ringlet.broadcast(t, src=root)
         check(torch.equal(t, torch.arange(6, dtype=torch.float32) + 100 * root), "broadcast from %d" % root)
-    t = torch.full((3,), vals[r])
+    t = torch.tensor([r + 1.0, 2.0 * r, 5.0 - r])
     ringlet.reduce(t, dst=w - 1)
     if r == w - 1:
-        check(torch.all(t == sum(vals)).item(), "reduce")
+        check(t.tolist() == [sum(vals), float(w * (w - 1)), 5.0 * w - w * (w - 1) / 2], "reduce %s" % t)
     flat = torch.zeros(2 * w)
     ringlet.all_gather(flat, torch.tensor([r, -r], dtype=torch.float32))
     check(flat.tolist() == [float(v) for k in range(w) for v in (k, -k)], "all_gather flat %s" % flat)
     lst = [torch.zeros(2, dtype=torch.int64) for _ in range(w)]
     ringlet.all_gather(lst, torch.tensor([r, r * r]))
     check([x.tolist() for x in lst] == [[k, k * k] for k in range(w)], "all_gather list")
-    src = torch.arange(3 * w, dtype=torch.float64)
+    src = torch.arange(3 * w, dtype=torch.float64) * (r + 1)  # rank r's input: its own multiple
     dst = torch.zeros(3, dtype=torch.float64)
     ringlet.reduce_scatter(dst, src)
-    check(torch.equal(dst, torch.arange(3 * r, 3 * r + 3, dtype=torch.float64) * w), "reduce_scatter %s" % dst)
+    check(torch.equal(dst, torch.arange(3 * r, 3 * r + 3, dtype=torch.float64) * (w * (w + 1) // 2)),
+          "reduce_scatter %s" % dst)
     ringlet.barrier()
     if w > 1:
         s = torch.full((4,), float(r))

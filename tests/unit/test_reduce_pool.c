@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,7 @@ static void test_same_bytes(struct rl_reduce_pool *p, const char *label) {
 typedef struct {
     struct rl_reduce_pool *p;
     int rounds, bad;
+    atomic_int done; /* rounds finished, for the thread that waits for the first */
 } hammer_t;
 
 /* Reduces int32 vectors over and over, checking each result. */
@@ -195,6 +197,7 @@ static void *hammer(void *arg) {
         for (size_t i = 0; i < n; i++) x[i] = (int32_t)(i * 7 + (size_t)r), y[i] = (int32_t)i - r, z[i] = -1;
         rl_pool_reduce(h->p, z, x, y, n, RINGLET_INT32, RINGLET_SUM);
         for (size_t i = 0; i < n; i++) h->bad += z[i] != (int32_t)(i * 8);
+        atomic_fetch_add(&h->done, 1);
     }
     free(x), free(y), free(z);
     return NULL;
@@ -209,7 +212,7 @@ static void test_threads(void) {
     int32_t small[16] = {0};
     rl_pool_reduce(p, small, small, small, 16, RINGLET_INT32, RINGLET_SUM);
     CHECK(rl_reduce_pool_running(p) == 0, "threads: started for a reduction too small to split");
-    hammer_t h1 = {p, 20, 0}, h2 = {p, 20, 0};
+    hammer_t h1 = {.p = p, .rounds = 20}, h2 = {.p = p, .rounds = 20};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, hammer, &h1);
     pthread_create(&t2, NULL, hammer, &h2);
@@ -219,22 +222,25 @@ static void test_threads(void) {
     CHECK(rl_reduce_pool_running(p) == 3 && threads_named("ringlet-reduce") == base + 3,
           "threads: %d running, %ld named ringlet-reduce, wanted 3", rl_reduce_pool_running(p),
           threads_named("ringlet-reduce") - base);
-    /* a stop while a caller reduces: it finishes (on its own thread from then on) */
-    hammer_t h3 = {p, 200, 0};
+    /* a stop while a caller reduces: it finishes (on its own thread from then on). The
+     * stop comes once its first round is done, with 199 to go (60 s at most). */
+    hammer_t h3 = {.p = p, .rounds = 200};
     pthread_create(&t1, NULL, hammer, &h3);
-    struct timespec ts = {0, 2 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    struct timespec ts = {0, 100 * 1000};
+    for (int i = 0; i < 600000 && atomic_load(&h3.done) == 0; i++) nanosleep(&ts, NULL);
+    CHECK(atomic_load(&h3.done) > 0 && atomic_load(&h3.done) < 200, "threads: %d rounds done before the stop",
+          atomic_load(&h3.done));
     rl_reduce_pool_stop(p);
     CHECK(rl_reduce_pool_running(p) == 0 && threads_named_settled("ringlet-reduce", base) == base,
           "threads: still running after stop");
     pthread_join(t1, NULL);
     CHECK(h3.bad == 0, "threads: stop during reductions: %d wrong elements", h3.bad);
     rl_reduce_pool_stop(p); /* twice: nothing */
-    hammer_t h4 = {p, 2, 0};
+    hammer_t h4 = {.p = p, .rounds = 2};
     hammer(&h4);
     CHECK(h4.bad == 0 && rl_reduce_pool_running(p) == 0, "threads: after stop: restarted or wrong");
     rl_reduce_pool_free(p);
-    hammer_t h5 = {NULL, 1, 0};
+    hammer_t h5 = {.p = NULL, .rounds = 1};
     hammer(&h5);
     CHECK(h5.bad == 0, "threads: NULL pool");
     rl_reduce_pool_free(NULL);
