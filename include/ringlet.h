@@ -138,14 +138,17 @@ ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks,
 /* Collective clean shutdown: frees everything, including requests never completed
  * by test/wait (their transfers are stopped; they may not be used afterwards). Rank 0
  * waits (within the deadline) for the others' destroy so that no rank mistakes a clean
- * exit for a failure. */
+ * exit for a failure. A call of another thread still inside (one that an abort ended,
+ * leaving) is waited for before anything is freed; past the deadline destroy returns
+ * RINGLET_ERR_TIMEOUT and leaves the memory allocated rather than free it under that call. */
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t comm);
 /* Stops every operation at once, closes every connection, frees every resource but the
  * handle itself, which answers later calls with an error until ringlet_comm_destroy
- * frees it (destroy after abort waits for nobody). Always returns, from any thread, also
- * while another thread waits in a call on comm (that call then returns an error; its
- * thread may destroy comm at once: the destroy waits for the abort's teardown). Peers
- * see this rank as failed. */
+ * frees it (destroy after abort waits for no peer, only for this process's calls still
+ * leaving). Always returns, from any thread, also while another thread waits in a call
+ * on comm (that call then returns an error; any thread may destroy comm at once: the
+ * destroy waits for the abort's teardown and for the calls to leave). Peers see this
+ * rank as failed. */
 ringlet_result_t ringlet_comm_abort(ringlet_comm_t comm);
 ringlet_result_t ringlet_comm_rank(ringlet_comm_t comm, int *rank);
 ringlet_result_t ringlet_comm_size(ringlet_comm_t comm, int *size);
@@ -203,7 +206,8 @@ void ringlet_device_leave(int saved);
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is
- * current); buffers of two devices, a stream of another device, a buffer not aligned
+ * current); overlapping buffers (but the same buffer of one element size, converted
+ * in place), buffers of two devices, a stream of another device, a buffer not aligned
  * to its element size, or device memory with pageable host memory (the kernel reaches
  * only pinned host memory: ringlet_host_alloc; refused also where HMM or ATS would let
  * it through) are RINGLET_ERR_INVALID_ARGUMENT. */

@@ -370,7 +370,7 @@ class Communicator:
             _lib.lib.ringlet_comm_abort(self._handle)
             self._close_ddps()
             h, self._handle = self._handle, None
-            _lib.lib.ringlet_comm_destroy(h)  # frees the handle; after an abort it waits for nobody
+            _lib.lib.ringlet_comm_destroy(h)  # frees the handle once other threads' calls left
 
     def _check_rc_after(self, rc, what):
         if rc:

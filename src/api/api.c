@@ -382,6 +382,14 @@ static int posted_overdue(struct ringlet_comm *c, struct ringlet_request *r) {
     return 1;
 }
 
+/* complete, then no longer a waiter: while counted, a destroy from another thread (after
+ * an abort) frees neither the request nor c under it (lifecycle.c waits for the waiters). */
+static ringlet_result_t complete_leave(struct ringlet_comm *c, struct ringlet_request **req) {
+    ringlet_result_t rc = complete(req);
+    atomic_fetch_sub(&c->waiters, 1);
+    return rc;
+}
+
 ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     if (!req || !*req) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "test: request is NULL");
     if (!done) return rl_error((*req)->comm, RINGLET_ERR_INVALID_ARGUMENT, "test: done is NULL");
@@ -392,8 +400,9 @@ ringlet_result_t ringlet_test(ringlet_request_t *req, int *done) {
     *done = request_done(*req);
     /* A caller that only polls (torch's is_completed) meets the deadline here. */
     if (!*done && posted_overdue(c, *req)) *done = request_done(*req);
+    if (*done) return complete_leave(c, req);
     atomic_fetch_sub(&c->waiters, 1);
-    return *done ? complete(req) : RINGLET_SUCCESS;
+    return RINGLET_SUCCESS;
 }
 
 ringlet_result_t ringlet_wait(ringlet_request_t *req) {
@@ -406,18 +415,12 @@ ringlet_result_t ringlet_wait(ringlet_request_t *req) {
     for (;;) {
         if (atomic_load(&c->aborted)) {
             /* the teardown fails what is still posted; its doorbell may be gone already */
-            if (request_done(r)) {
-                atomic_fetch_sub(&c->waiters, 1);
-                return complete(req);
-            }
+            if (request_done(r)) return complete_leave(c, req);
             rl_sleep_ms(1);
             continue;
         }
         unsigned gen = rl_comm_gen(c);
-        if (request_done(r)) {
-            atomic_fetch_sub(&c->waiters, 1);
-            return complete(req);
-        }
+        if (request_done(r)) return complete_leave(c, req);
         if (posted_overdue(c, r)) continue;
         /* Posted by this thread and the progress thread idle: nothing but this wait moves
          * it, as in a collective run on the caller's thread (wait.c: no yields, and a TCP
@@ -790,7 +793,7 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
             if (reduces(a->kind) && a->op >= RINGLET_NUM_OPS && !r.premul.live) /* destroyed since check_call */
                 return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "%s: op %d was destroyed during the call",
                                 rl_op_name(a->kind), (int)a->op);
-            if (rl_comm_try_inline(c, &r, &rc)) return rc ? rl_error(c, rc, "%s", r.err) : RINGLET_SUCCESS;
+            if (rl_comm_try_inline(c, &r, &rc)) return rc; /* its error recorded there */
         }
     }
     /* Counted from the submission to the end of the wait: an abort from another thread

@@ -10,6 +10,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "comm_open.h"
+#include "conn.h"
 #include "device.h"
 #include "envcheck.h"
 #include "failure.h"
@@ -140,6 +141,19 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
         RL_WARN(c->rank, "destroy: calls of this communicator were recorded in this thread's open group: dropped; "
                          "the group's end runs none of its calls");
     comm_close(c, !atomic_load(&c->aborted) && !atomic_load(&c->failed));
+    /* A call of another thread that the teardown ended may still be inside, leaving (an
+     * abort and destroy by a watchdog while a thread waits): the struct and its requests
+     * are freed once it left. Past the deadline they are left allocated, never freed
+     * under a call. */
+    if (rl_conn_wait_idle(c, c->timeout_s)) {
+        RL_WARN(c->rank, "destroy: a call of another thread was still inside the communicator %.0f s after its "
+                         "teardown (RINGLET_TIMEOUT): its memory is left allocated",
+                c->timeout_s);
+        return rl_error(NULL, RINGLET_ERR_TIMEOUT,
+                        "destroy: a call of another thread was still inside the communicator %.0f s after its "
+                        "teardown (RINGLET_TIMEOUT); its memory is left allocated",
+                        c->timeout_s);
+    }
     comm_free(c);
     return RINGLET_SUCCESS;
 }
@@ -204,8 +218,19 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
  * the members init the new communicator from it. The all-gathers are ordinary calls on
  * comm (api.c, this layer): queued, fingerprinted and failed as any other, and so
  * split sits here, above the engine, not in src/comm/. */
+static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm);
+
+/* The whole split counts as a call under way on c (a waiter): an abort and destroy of c
+ * from another thread waits for it to leave (the new communicator's init included). */
 ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
     if (!c || !newcomm) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm or newcomm is NULL");
+    atomic_fetch_add(&c->waiters, 1);
+    ringlet_result_t rc = split_counted(c, color, key, newcomm);
+    atomic_fetch_sub(&c->waiters, 1);
+    return rc;
+}
+
+static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
     *newcomm = NULL;
     if (color < 0 && color != RINGLET_SPLIT_NOCOLOR)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: color %d is negative (and not RINGLET_SPLIT_NOCOLOR)", color);
@@ -259,8 +284,31 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
     /* An id no init will take (the exchange failed): given back, its socket closed (a process
      * holds 64 at most, and a listening socket of a split that failed would still accept). */
     if (rc && own_id) ringlet_unique_id_release(&id);
-    /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's). */
-    if (!rc && color != RINGLET_SPLIT_NOCOLOR) rc = init_rank(newcomm, size, &ids[leader], newrank, NULL, c->timeout_s);
+    /* The new communicator keeps this one's deadline (which may not be RINGLET_TIMEOUT's).
+     * Its init ends when this one fails (a member that died after the exchanges: this
+     * one's monitor hears it at once, the new one's init would wait for it till the
+     * deadline), through a stop token this one fires (c->split_stop). Counted as a waiter:
+     * an abort and destroy of c from another thread waits for it to leave. */
+    if (!rc && color != RINGLET_SPLIT_NOCOLOR) {
+        ringlet_stop_token_t stop = NULL;
+        if (ringlet_stop_token_create(&stop) != RINGLET_SUCCESS) stop = NULL; /* then not stoppable */
+        pthread_mutex_lock(&c->fail_mu);
+        int mine_slot = stop && !c->split_stop; /* another thread's split of c holds it: not stoppable */
+        if (mine_slot) c->split_stop = stop;
+        if (mine_slot && atomic_load(&c->failed)) ringlet_stop_token_fire(stop);
+        pthread_mutex_unlock(&c->fail_mu);
+        rc = init_rank(newcomm, size, &ids[leader], newrank, mine_slot ? stop : NULL, c->timeout_s);
+        pthread_mutex_lock(&c->fail_mu);
+        if (mine_slot) c->split_stop = NULL;
+        pthread_mutex_unlock(&c->fail_mu);
+        ringlet_stop_token_destroy(stop);
+        /* Stopped by c's failure: that failure is the reason. */
+        if (rc && atomic_load(&c->failed)) {
+            char why[RL_MSG_MAX];
+            rc = rl_comm_failure(c, why, sizeof why);
+            rl_error(NULL, rc, "the communicator being split failed during the new one's init: %s", why);
+        }
+    }
     if (entered) d->device_leave(saved);
     if (!rc && *newcomm) rl_comm_trace_split(*newcomm);
     if (!rc && *newcomm && dev >= 0) {

@@ -231,10 +231,15 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
      * closing the connections never waits on a peer. */
     rl_monitor_stop(c, clean);
     atomic_store(&c->stop, 1);
+    /* Threadless transports (shm, cuda_ipc) fail their posted requests when polled with
+     * stop set; after an abort nobody else polls them (the progress thread is gone, the
+     * waiters leave the transports alone), so once here: a thread waiting on a request
+     * sees it fail now and leaves, instead of after rl_conn_wait_idle's grace. */
+    rl_comm_progress(c);
     /* A thread waiting on a parked receive (conn.h) leaves now: nobody polls it any more. */
     rl_conn_drop_parked(c);
     rl_devcomm_release_all(c);
-    rl_conn_wait_idle(c);
+    (void)rl_conn_wait_idle(c, RL_ABORT_GRACE_S);
     rl_trace_write(c->trace); /* with the spans of the calls that just left; freed with c */
     rl_devcomm_settle(c); /* after the calls left, before connections and transports free device memory */
     rl_conn_close_all(c);

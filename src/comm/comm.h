@@ -130,6 +130,7 @@ struct ringlet_request {
     atomic_int posted;
     int posted_here; /* by the calling thread (api.c's post_here): its waits poll as inline calls do */
     double posted_at; /* when posted, then when a piece last completed: RINGLET_TIMEOUT counts from it */
+    double traced_from; /* RINGLET_TRACE: when posted (its span ends when a waiter sees it done) */
     size_t ntreq, ndone; /* pieces posted, pieces seen done (in order) */
     int park_local;      /* a parked piece failed for this rank's own reason (conn.h): it fails alone */
     rl_treq *treqs;
@@ -205,6 +206,10 @@ struct ringlet_comm {
     int fail_remote; /* the failure is another rank's, which the monitor relayed */
     char fail_msg[RL_MSG_MAX];
     pthread_mutex_t fail_mu;
+    /* Under fail_mu: the stop token of a split's init under way (ringlet_comm_split), fired
+     * when this communicator fails: its members wait for each other there, and one that
+     * died meanwhile would hold the others till the deadline. NULL: none. */
+    ringlet_stop_token_t split_stop;
 
     /* wake-ups for waiters: any completion rings the bell. It is the doorbell (shared
      * memory, so that peer processes can ring it too), or own_bell without one. */

@@ -268,12 +268,12 @@ const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n) {
     return buf;
 }
 
-void rl_conn_wait_idle(struct ringlet_comm *c) {
-    for (double until = rl_now() + RL_ABORT_GRACE_S;;) {
+int rl_conn_wait_idle(struct ringlet_comm *c, double grace_s) {
+    for (double until = rl_now() + grace_s;;) {
         pthread_mutex_lock(&c->q_mu);
         int busy = c->running || atomic_load(&c->waiters);
         pthread_mutex_unlock(&c->q_mu);
-        if (!busy || rl_now() > until) break;
+        if (!busy || rl_now() > until) return busy;
         rl_sleep_ms(1);
     }
 }

@@ -65,8 +65,10 @@ const char *rl_conn_stall(const rl_conn *conn, char *buf, size_t n);
 /* An abort from another thread: a call may still be running on its caller's thread, or a
  * thread wait or test on a request, polling the transports. stop is set, so they end
  * within a poll slice; this lets them leave (1 s at most) before the device work is
- * drained and the connections and transports go. */
-void rl_conn_wait_idle(struct ringlet_comm *c);
+ * drained and the connections and transports go (grace_s: RL_ABORT_GRACE_S). Destroy
+ * waits again, up to the deadline, before it frees the struct those calls still read.
+ * Non-zero if a call is still inside after grace_s. */
+int rl_conn_wait_idle(struct ringlet_comm *c, double grace_s);
 /* Closes every connection (teardown, after rl_conn_wait_idle: a call still running past
  * its second may yet queue device work after the drain; a best effort). */
 void rl_conn_close_all(struct ringlet_comm *c);

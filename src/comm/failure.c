@@ -62,6 +62,7 @@ static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, co
         atomic_store(&c->failed, 1);
         if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
     }
+    ringlet_stop_token_fire(c->split_stop); /* NULL: none */
     pthread_mutex_unlock(&c->fail_mu);
     atomic_store(&c->stop, 1);
     rl_comm_notify(c);

@@ -267,6 +267,9 @@ int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringle
     *rc = run(c, r);
     rl_comm_set_inline(0);
     rl_conn_set_runner(was);
+    /* Its error recorded while the call still counts as running: once released, an abort
+     * and destroy from another thread may free c. */
+    if (*rc) rl_error(c, *rc, "%s", r->err);
     release_queue(c);
     return 1;
 }
@@ -320,11 +323,13 @@ int rl_comm_posted_pending(struct ringlet_comm *c, char *what, size_t n) {
 
 void rl_comm_free_live(struct ringlet_comm *c) {
     /* Requests never waited on: their transfers stopped with the connections. */
+    pthread_mutex_lock(&c->live_mu);
     while (c->live) {
         struct ringlet_request *r = c->live;
         c->live = r->live_next;
         rl_request_free(r);
     }
+    pthread_mutex_unlock(&c->live_mu);
 }
 
 ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_request *r, char *err) {

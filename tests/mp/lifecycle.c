@@ -22,6 +22,21 @@
  *       thread sanitizers' builds see a second teardown beside it).
  *       At 3 ranks the blocked call is a receive from rank 1, which never sends (over TCP:
  *       it waits parked for rank 1's connection); ranks 1 and 2 wait as rank 1 does.
+ *   lifecycle --abort-destroy R
+ *       R rounds of: rank 0 waits (ringlet_wait, in a thread) on a receive from rank 1,
+ *       which never sends, and another thread runs an all-reduce rank 1 never joins; once
+ *       both are inside (the communicator counts the wait and runs the all-reduce:
+ *       white-box, comm.h), the main thread aborts the communicator and destroys it at
+ *       once, as a watchdog (Python's Communicator.abort, torch's abort) does, then joins
+ *       the threads: both calls must end with an error, and nothing may touch what the
+ *       destroy freed (the address and thread sanitizers' builds see it). Rank 1's own
+ *       receive from rank 0 must fail (rank 0 aborted), then it destroys.
+ *   lifecycle --split-death   (3 ranks, RINGLET_TIMEOUT 60 s in the test)
+ *       ranks 0 and 1 split the world into one color; rank 2 takes part in the split's
+ *       two exchanges by hand (as its members do), then exits without its init: the
+ *       others' split must fail within 20 s with RINGLET_ERR_REMOTE naming rank 2 (the
+ *       world's monitor hears of its exit at once; the new communicator's init would
+ *       wait for it till the deadline).
  *   lifecycle --late-peer [--count C]
  *       rank 0: an all-reduce of C int32 that rank 1 never joins (rank 1 waits as in
  *       --abort-thread), run with RINGLET_TIMEOUT=5: it must fail with
@@ -55,6 +70,7 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,6 +81,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm.h" /* --abort-destroy: c->waiters */
 #include "device.h"
 #include "ringlet.h"
 
@@ -346,6 +363,90 @@ static void abort_waiter(ringlet_comm_t c, int P, int destroy_after) {
                t_abort * 1e3, P == 3 ? "receive" : "all-reduce", t_call * 1e3, t_again * 1e3, ringlet_strerror(w.rc));
 }
 
+/* --abort-destroy: a thread in ringlet_wait on a receive nobody sends. */
+typedef struct {
+    ringlet_request_t q;
+    atomic_int started;
+    ringlet_result_t rc;
+} req_waiter_t;
+static void *req_wait_thread(void *p) {
+    req_waiter_t *w = p;
+    atomic_store(&w->started, 1);
+    w->rc = ringlet_wait(&w->q);
+    return NULL;
+}
+/* --abort-destroy: a thread in an all-reduce nobody joins (host memory, nothing queued: run
+ * on this thread, inline). */
+typedef struct {
+    ringlet_comm_t c;
+    ringlet_result_t rc;
+} coll_waiter_t;
+static void *coll_wait_thread(void *p) {
+    coll_waiter_t *w = p;
+    int32_t x[16] = {1};
+    w->rc = ringlet_allreduce(x, x, 16, RINGLET_INT32, RINGLET_SUM, w->c, NULL);
+    return NULL;
+}
+static int comm_running(ringlet_comm_t c) {
+    pthread_mutex_lock(&c->q_mu);
+    int r = c->running;
+    pthread_mutex_unlock(&c->q_mu);
+    return r;
+}
+
+static int abort_destroy_rounds(long rounds) {
+    for (long k = 0; k < rounds && !g_failed; k++) {
+        ringlet_comm_t c;
+        if (ringlet_comm_init_env(&c)) return printf("FAIL: round %ld: %s\n", k, ringlet_comm_last_error(NULL)), 1;
+        /* Every init returned before rank 0 aborts (else rank 1's init fails on it). */
+        if (ringlet_barrier(c, NULL)) return printf("FAIL: round %ld: barrier: %s\n", k, ringlet_comm_last_error(c)), 1;
+        int32_t v[16] = {0};
+        char done[160]; /* rank 0's word that this round's communicator is gone */
+        snprintf(done, sizeof done, "%s/abort-destroy.%ld", g_dir, k);
+        if (g_rank != 0) {
+            /* Fails once rank 0 aborted (its monitor hears it). */
+            ringlet_result_t rc = ringlet_recv(v, 16, RINGLET_INT32, 0, c, NULL);
+            if (rc == RINGLET_SUCCESS) FAIL("round %ld: a receive rank 0 never sent succeeded", k);
+            ringlet_comm_destroy(c);
+            /* The next init only once rank 0's communicator is gone: till then its
+             * bootstrap port answers for the aborted one (60 s at most). */
+            for (double t0 = now(); access(done, F_OK) != 0 && now() - t0 < 60;) usleep(200);
+            continue;
+        }
+        req_waiter_t w = {.q = NULL};
+        if (ringlet_irecv(v, 16, RINGLET_INT32, 1, c, NULL, &w.q)) {
+            FAIL("round %ld: irecv: %s", k, ringlet_comm_last_error(c));
+            break;
+        }
+        coll_waiter_t cw = {c, RINGLET_SUCCESS};
+        pthread_t th, th2;
+        pthread_create(&th, NULL, req_wait_thread, &w);
+        /* inside ringlet_wait: started, and counted by the communicator (60 s at most);
+         * then the all-reduce's thread, inside its call (the communicator runs it) */
+        for (double t0 = now(); !(atomic_load(&w.started) && atomic_load(&c->waiters) > 0) && now() - t0 < 60;)
+            usleep(100);
+        pthread_create(&th2, NULL, coll_wait_thread, &cw);
+        for (double t0 = now(); !comm_running(c) && now() - t0 < 60;) usleep(100);
+        double t0 = now();
+        ringlet_comm_abort(c);
+        ringlet_comm_destroy(c); /* the waiting threads are still inside: destroy must wait for them */
+        double t_gone = now() - t0;
+        FILE *f = fopen(done, "w");
+        if (f) fclose(f);
+        pthread_join(th, NULL);
+        pthread_join(th2, NULL);
+        if (w.rc == RINGLET_SUCCESS) FAIL("round %ld: a wait on a receive rank 1 never sent succeeded", k);
+        if (cw.rc == RINGLET_SUCCESS) FAIL("round %ld: an all-reduce rank 1 never joined succeeded", k);
+        if (t_gone > 10) FAIL("round %ld: abort and destroy took %.1f s", k, t_gone);
+        if (!g_failed && k == rounds - 1)
+            printf("lifecycle: rank 0: OK %ld rounds of abort and destroy while a thread waited on a request and another "
+                   "ran an all-reduce: the last took %.1f ms; the wait said %s, the all-reduce %s\n",
+                   rounds, t_gone * 1e3, ringlet_strerror(w.rc), ringlet_strerror(cw.rc));
+    }
+    if (g_rank != 0 && !g_failed) printf("lifecycle: rank %d: OK (%ld receives failed)\n", g_rank, rounds);
+    return g_failed ? 1 : 0;
+}
+
 typedef struct {
     ringlet_unique_id_t id;
     int rank;
@@ -387,6 +488,37 @@ static void stop_one_init(const char *label, int rank, int fire_early) {
         printf("lifecycle: rank 0: OK %s: init returned %.1f ms after the fire: %s\n", label, dt * 1e3, msg);
     ringlet_stop_token_fire(a.token); /* a second fire, after init ended: no effect */
     ringlet_stop_token_destroy(a.token);
+}
+
+/* --split-death: rank 2 leaves a split after its exchanges; the others' split must end. */
+static int split_death(void) {
+    ringlet_comm_t c, sub = NULL;
+    if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_barrier(c, NULL)) return printf("FAIL: barrier: %s\n", ringlet_comm_last_error(c)), 1;
+    if (g_rank == 2) {
+        /* The split's exchanges (lifecycle.c's ringlet_comm_split): (color, key, rank),
+         * then each rank's id (zeros: not the first of its color); then gone. */
+        int32_t mine[3] = {0, 0, 2}, all[9];
+        ringlet_unique_id_t id, ids[3];
+        memset(&id, 0, sizeof id);
+        if (ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL) ||
+            ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL))
+            return printf("FAIL rank 2: the split's exchanges: %s\n", ringlet_comm_last_error(c)), 1;
+        printf("lifecycle: rank 2: OK (left after the split's exchanges)\n");
+        fflush(stdout);
+        _exit(0);
+    }
+    double t0 = now();
+    ringlet_result_t rc = ringlet_comm_split(c, 0, 0, &sub);
+    double dt = now() - t0;
+    const char *msg = ringlet_comm_last_error(c);
+    if (rc != RINGLET_ERR_REMOTE || sub || !strstr(msg, "rank 2") || dt > 20)
+        FAIL("a split whose rank 2 left after its exchanges: %s after %.1f s: %s", ringlet_strerror(rc), dt, msg);
+    else
+        printf("lifecycle: rank %d: OK a split whose rank 2 left failed after %.3f s: %s\n", g_rank, dt, msg);
+    if (sub) ringlet_comm_destroy(sub);
+    ringlet_comm_destroy(c);
+    return g_failed ? 1 : 0;
 }
 
 /* --peer-why: rank 1 aborts and leaves; the others' all-reduce must quote its reason. */
@@ -450,7 +582,7 @@ static int laggard(void) {
 }
 
 int main(int argc, char **argv) {
-    long ncycles = 0, naborts = 0;
+    long ncycles = 0, naborts = 0, abort_destroy = 0;
     int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -480,10 +612,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--aborts") && i + 1 < argc) naborts = atol(argv[++i]);
         else if (!strcmp(argv[i], "--abort-thread")) abort_thread = 1;
         else if (!strcmp(argv[i], "--destroy-after")) destroy_after = 1;
+        else if (!strcmp(argv[i], "--abort-destroy") && i + 1 < argc) abort_destroy = atol(argv[++i]);
         else if (!strcmp(argv[i], "--late-peer")) late_peer = 1;
         else if (!strcmp(argv[i], "--late-peer-test")) late_peer = 2;
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--laggard")) peer_why = 2;
+        else if (!strcmp(argv[i], "--split-death")) peer_why = 3;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -493,7 +627,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -502,6 +636,11 @@ int main(int argc, char **argv) {
     if (g_count < 1) return fprintf(stderr, "lifecycle: --count must be at least 1\n"), 2;
     g_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (getenv("LIFECYCLE_DIR")) snprintf(g_dir, sizeof g_dir, "%s", getenv("LIFECYCLE_DIR"));
+    else snprintf(g_dir, sizeof g_dir, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
+    mkdir(g_dir, 0700);
+    if (abort_destroy) return abort_destroy_rounds(abort_destroy);
+    if (peer_why == 3) return split_death();
     if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();
@@ -574,9 +713,6 @@ int main(int argc, char **argv) {
         }
         return g_failed ? 1 : 0;
     }
-    if (getenv("LIFECYCLE_DIR")) snprintf(g_dir, sizeof g_dir, "%s", getenv("LIFECYCLE_DIR"));
-    else snprintf(g_dir, sizeof g_dir, "/tmp/ringlet-lifecycle-%s", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
-    mkdir(g_dir, 0700);
     cycle(0, 0); /* warm-up: what stays for the process's life (the device backend, caches) */
     usage_t a = usage();
     double t0 = now();

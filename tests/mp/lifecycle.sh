@@ -10,9 +10,14 @@
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed); again with the blocked thread destroying the
 #     communicator as soon as its call returned (the destroy waits for the abort's teardown);
+#   - a watchdog's abort and destroy at once, while one thread waits on a request and
+#     another runs an all-reduce (shm 10 rounds, tcp 3): both calls fail, the destroy waits
+#     for them to leave;
 #   - a receive the peer never sends, polled with ringlet_test only: it fails with a timeout
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
+#   - at 3 ranks, a split whose rank 2 exits after the split's exchanges: the others'
+#     split fails at once, naming rank 2;
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
 #     rank 1 and quoting its reason (rank 2 through rank 0);
 #   - inits stopped from another thread through a stop token (rank 0 waiting for a rank
@@ -53,8 +58,18 @@ one "reduction threads over tcp: $((N / 5)) init/destroy, $((M / 5)) init/abort 
 one "abort from another thread" "$RUN" -n 2 --timeout 120 "$PROG" --abort-thread
 one "abort from another thread, the blocked thread destroying at once" "$RUN" -n 2 --timeout 120 "$PROG" \
     --abort-thread --destroy-after
+# a watchdog's abort and destroy while other threads are inside calls (Python's and torch's
+# abort): the destroy waits for them to leave (sanitizer builds: nothing freed under them)
+one "abort and destroy at once while threads wait, shm" RINGLET_TRANSPORT=shm "$RUN" -n 2 --timeout 120 "$PROG" \
+    --abort-destroy 10
+one "abort and destroy at once while threads wait, tcp" RINGLET_TRANSPORT=tcp "$RUN" -n 2 --timeout 120 "$PROG" \
+    --abort-destroy 3
 WANT_OK=3 one "abort from another thread, a receive waiting for its sender to connect" RINGLET_TRANSPORT=tcp \
     "$RUN" -n 3 --timeout 120 "$PROG" --abort-thread
+# a split whose member exits after the exchanges: the others' split ends when the world's
+# monitor hears of it, not at the new communicator's init deadline
+WANT_OK=3 one "a split whose member left after its exchanges" RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" \
+    --split-death
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
