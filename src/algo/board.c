@@ -50,8 +50,8 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
 
     board_wait w = {slot, P, me, 0, ++c->board_seq};
     int s = (int)(w.seq & 1);
-    for (int i = 0; i < n; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_RECV, (size_t)i);
-    for (int i = 0; i < nsend; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_SEND, (size_t)i);
+    for (int i = 0; i < n; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_RECV);
+    for (int i = 0; i < nsend; i++) rl_fault_point(&c->fault, me, opname, r->seq, RL_FAULT_SEND);
     if (pub_bytes) memcpy(slot[me][s].data, pub, pub_bytes);
     /* the call's size, which every rank knows alike (what a rank publishes depends on its
      * role: a broadcast's root publishes, the others nothing) */

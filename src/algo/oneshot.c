@@ -72,14 +72,14 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     int posted_r = 0, posted_s = 0;
     const char *opname = rl_op_name(r->kind);
     for (int i = 0; i < nr; i++, posted_r++) {
-        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV, (size_t)i);
+        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV);
         const rl_transport_ops *tp = recvs[i].conn->tp;
         rreq[i].chan = rl_op_chan(r->kind);
         recvs[i].lent = recvs[i].map && tp->irecv_map && tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
         if (!recvs[i].lent) tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
     }
     for (int i = 0; i < ns; i++, posted_s++) {
-        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND, (size_t)i);
+        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND);
         sreq[i].chan = rl_op_chan(r->kind);
         sends[i].conn->tp->isend(sends[i].conn->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
     }

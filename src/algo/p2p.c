@@ -7,6 +7,7 @@
 #include "conn.h"
 #include "failure.h"
 #include "pipe.h"
+#include "trace.h"
 #include "util.h"
 #include "wait.h"
 
@@ -34,7 +35,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     r->treqs = n == 1 ? &r->treq1 : calloc(n, sizeof(rl_treq));
     if (!rc && !r->treqs) rc = RINGLET_ERR_SYSTEM, snprintf(err, sizeof err, "out of memory for %zu pieces", n);
     for (size_t i = 0; i < n && !rc; i++) {
-        rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV, i);
+        rl_fault_point(&c->fault, c->rank, rl_op_name(r->kind), r->seq, send ? RL_FAULT_SEND : RL_FAULT_RECV);
         size_t off = i * RL_P2P_PIECE, len = rl_p2p_piece_bytes(bytes, i);
         r->treqs[i].chan = rl_op_chan(r->kind);
         if (!conn) {
@@ -61,7 +62,7 @@ ringlet_result_t rl_p2p_post(struct ringlet_comm *c, struct ringlet_request *r) 
     }
     /* The waiter completes it from the pieces. */
     t_posts++;
-    r->posted_at = rl_now();
+    r->posted_at = r->traced_from = rl_now();
     atomic_store_explicit(&r->posted, 1, memory_order_release);
     rl_comm_notify(c);
     return RINGLET_SUCCESS;
@@ -103,6 +104,10 @@ int rl_p2p_test(struct ringlet_request *r) {
         snprintf(r->err, sizeof r->err, "%s #%llu failed: %.400s", rl_op_name(r->kind), (unsigned long long)r->seq, msg);
     }
     r->result = st;
+    /* Its span on the operation lane: from the post to the waiter seeing it done. */
+    if (c->trace)
+        rl_trace_span(c->trace, RL_LANE_OP, rl_op_name(r->kind), r->traced_from, rl_now(), rl_op_name(r->kind), r->seq,
+                      -1, r->count * ringlet_datatype_size(r->dtype), r->peer);
     atomic_store(&r->done, 1);
     return 1;
 }

@@ -118,7 +118,7 @@ static int post_receives(run_t *s) {
         size_t i = s->posted_r, k = i % (size_t)s->W;
         void *dst;
         size_t bytes;
-        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r_recv->kind), p->r_recv->seq, RL_FAULT_RECV, i);
+        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r_recv->kind), p->r_recv->seq, RL_FAULT_RECV);
         p->recv_at(p, i, &dst, &bytes);
         rl_treq *t = &s->rreq[k];
         t->chan = rl_op_chan(p->r_recv->kind);
@@ -190,7 +190,7 @@ static int post_sends(run_t *s) {
                 return 1;
             }
         }
-        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r->kind), p->r->seq, RL_FAULT_SEND, i);
+        rl_fault_point(&c->fault, c->rank, rl_op_name(p->r->kind), p->r->seq, RL_FAULT_SEND);
         s->sreq[k].chan = rl_op_chan(p->r->kind);
         s->sconn->tp->isend(s->sconn->h, s->ssrc[k], s->sbytes[k], NULL, &s->sreq[k]);
         s->posted_s++;

@@ -69,8 +69,13 @@ int rl_process_gone_in(int pid, unsigned long long ns) {
 
 int rl_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
+    /* Decimal (a leading 0 too: "010" is ten, not C's octal eight) or 0x hex; no blanks
+     * or '+' before it (strtoll would skip them). */
+    const char *digits = s[0] == '-' ? s + 1 : s;
+    if (!(digits[0] >= '0' && digits[0] <= '9')) return -1;
+    int hex = digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X');
     errno = 0;
-    long long v = strtoll(s, &end, 0);
+    long long v = strtoll(s, &end, hex ? 16 : 10);
     long long mul = 1;
     if (*end == 'k' || *end == 'K') mul = 1LL << 10, end++;
     else if (*end == 'm' || *end == 'M') mul = 1LL << 20, end++;

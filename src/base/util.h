@@ -46,8 +46,8 @@ long long rl_env_int(const char *name, long long def, long long lo, long long hi
 int rl_env_local_rank(void);
 double rl_env_double(const char *name, double def, double lo, double hi);
 /* The parsers behind them (pure; fuzzed by tests/fuzz/env.c): 0 and *out in [lo, hi],
- * or -1 when s is not an integer (decimal, 0x hex or 0 octal, optional K/M/G suffix)
- * or a number in [lo, hi]. */
+ * or -1 when s is not an integer (decimal, leading zeros read as decimal, or 0x hex;
+ * optional K/M/G suffix; no blanks or '+') or not in [lo, hi]. */
 int rl_parse_int(const char *s, long long lo, long long hi, long long *out);
 int rl_parse_double(const char *s, double lo, double hi, double *out);
 /* The deadline every wait uses: RINGLET_TIMEOUT seconds (default 300). */

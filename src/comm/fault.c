@@ -51,11 +51,11 @@ void rl_fault_from_env(rl_fault *f) {
     parse(f, "RINGLET_FAULT_STOP", SIGSTOP);
 }
 
-void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n) {
+void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir) {
     /* Logged whatever RINGLET_DEBUG says: the test looks for this line. */
     rl_log(RL_LOG_WARN, rank, "fault injection: %s in %s #%llu before posting %s %zu",
            f->sig == SIGSTOP ? "SIGSTOP" : "SIGKILL", name, (unsigned long long)seq,
-           dir == RL_FAULT_SEND ? "send" : "receive", n);
+           dir == RL_FAULT_SEND ? "send" : "receive", f->n);
     if (f->sig == SIGSTOP) {
         /* Every thread stops here; after SIGCONT the operation goes on where it was. */
         kill(getpid(), SIGSTOP);

@@ -10,11 +10,13 @@
  *
  * Operation numbers are the communicator's sequence numbers (1 for the first call,
  * as in error messages). Every communicator of the process reads the variable and numbers
- * its own operations from 1 (a split's too), and the count of messages takes in every
- * exchange the operation makes (with RINGLET_CHECK, its fingerprint exchange first): a
- * test sets it for a process with one communicator, without RINGLET_CHECK. With send:1, only the rank's first message of that operation
- * can have left it, so every peer that needs more of its data provably still needs
- * it when it dies. The rank logs a WARN line ("fault injection: ...") first. */
+ * its own operations from 1 (a split's too). The count of messages is the operation's:
+ * one count for sends and one for receives across every exchange it makes (each step of
+ * halving or doubling, each phase of hier; with RINGLET_CHECK, its fingerprint exchange
+ * first), so the point is reached once: a test sets it for a process with one
+ * communicator, without RINGLET_CHECK. With send:1, only the rank's first message of that
+ * operation can have left it, so every peer that needs more of its data provably still
+ * needs it when it dies. The rank logs a WARN line ("fault injection: ...") first. */
 #ifndef RINGLET_FAULT_H
 #define RINGLET_FAULT_H
 
@@ -28,6 +30,8 @@ typedef struct rl_fault {
     uint64_t seq;
     size_t n;
     int sig;      /* SIGKILL or SIGSTOP */
+    size_t seen;  /* messages of dir that operation seq posted so far (its runs are the
+                   * communicator's one runner's: no two at once) */
 } rl_fault;
 /* "<seq>:send:<n>" or "<seq>:recv:<n>" (decimal digits only, at most 18; seq >= 1) into
  * f's dir, seq and n: 0, or -1 when s is not that. */
@@ -36,12 +40,14 @@ int rl_fault_parse(const char *s, rl_fault *f);
 /* Reads RINGLET_FAULT_KILL (or else RINGLET_FAULT_STOP); a malformed value is a warning
  * and no fault. */
 void rl_fault_from_env(rl_fault *f);
-/* Called before posting message n (dir) of operation seq (name for the log line): logs,
- * then SIGKILL (never returns) or SIGSTOP (returns once continued). */
-void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n);
-/* The same, cheap enough for every message: nothing unless a fault is armed for seq. */
-static inline void rl_fault_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir, size_t n) {
-    if (f->dir == dir && f->seq == seq && f->n == n) rl_fault_kill_point(f, rank, name, seq, dir, n);
+/* Called before posting message f->n (dir) of operation seq (name for the log line):
+ * logs, then SIGKILL (never returns) or SIGSTOP (returns once continued). */
+void rl_fault_kill_point(const rl_fault *f, int rank, const char *name, uint64_t seq, int dir);
+/* Before posting a message (dir) of operation seq, in any exchange of it: counts it, and
+ * at the armed one stops there. Cheap enough for every message: nothing unless a fault
+ * is armed for seq. */
+static inline void rl_fault_point(rl_fault *f, int rank, const char *name, uint64_t seq, int dir) {
+    if (f->dir == dir && f->seq == seq && f->seen++ == f->n) rl_fault_kill_point(f, rank, name, seq, dir);
 }
 
 #endif

@@ -93,6 +93,15 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: %s at %p is not aligned to its %zu-byte %s elements",
                         bad_dst ? "dst" : "src", bad_dst ? dst : src, bad_dst ? ds : ss, rl_dtype_name(bad_dst ? dt : st));
     }
+    /* Every element is read once and written once, in any order (a kernel's threads run
+     * at once): the two ranges may not overlap, but for the same buffer of one element
+     * size (each element converted in place). */
+    uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
+    if (!(d0 == s0 && ds == ss) && d0 < s0 + n * ss && s0 < d0 + n * ds)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "convert_async: dst (%zu bytes at %p) and src (%zu bytes at %p) overlap (only the same buffer "
+                        "of one element size converts in place)",
+                        n * ds, dst, n * ss, src);
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
         ringlet_result_t rc = refuse_unserved("convert_async", dst, src);

@@ -9,6 +9,7 @@
 #include "reduce_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -143,18 +144,31 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+long rl_reduce_cores_for_rank(long online, long allowed, int local_size) {
+    long local = local_size > 0 ? local_size : 1, share = (online > 0 ? online : 1) / local;
+    long mine = allowed > 0 && allowed < share ? allowed : share;
+    return mine < 1 ? 1 : mine;
+}
+
+/* The CPUs this thread may run on (its affinity), 0 if unknown. */
+static long cpus_allowed(void) {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 struct rl_reduce_pool *rl_reduce_pool_new(int rank, int threads, int local_size, size_t min_bytes, double spin_s) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = cpus_allowed();
+    long cores = rl_reduce_cores_for_rank(online, allowed, local_size);
     int local = local_size > 0 ? local_size : 1;
-    if (cores < 1) cores = 1;
     int n = threads;
     if (n <= 0) {
         /* The cores this rank may take, less the pipe's own thread and the transports'. */
-        long t = cores / local - 2;
+        long t = cores - 2;
         n = t < 1 ? 1 : t > AUTO_MAX ? AUTO_MAX : (int)t;
     }
-    RL_INFO(rank, "reduction threads: %d%s (%ld cores, %d ranks on this host), split from %zu bytes per thread", n,
-            threads > 0 ? " (RINGLET_REDUCE_THREADS)" : " (auto)", cores, local, min_bytes);
+    RL_INFO(rank, "reduction threads: %d%s (%ld cores for this rank: %ld online, %ld allowed, %d ranks on this host), "
+            "split from %zu bytes per thread", n, threads > 0 ? " (RINGLET_REDUCE_THREADS)" : " (auto)", cores, online,
+            allowed, local, min_bytes);
     if (n <= 1) return NULL;
     struct rl_reduce_pool *p = NULL;
     if (posix_memalign((void **)&p, LINE, sizeof *p) != 0) return NULL;
@@ -168,8 +182,9 @@ struct rl_reduce_pool *rl_reduce_pool_new(int rank, int threads, int local_size,
     p->rank = rank;
     p->nthreads = n;
     p->min_bytes = min_bytes;
-    /* Polling only when every thread of every rank here has a core of its own. */
-    p->spin_s = (long)local * (n + 2) <= cores ? spin_s : 0;
+    /* Polling only when every thread of this rank (and so of every rank here) has a core
+     * of its own. */
+    p->spin_s = (long)n + 2 <= cores ? spin_s : 0;
     return p;
 }
 

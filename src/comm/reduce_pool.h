@@ -25,6 +25,11 @@ int rl_reduce_pool_env(int *threads, size_t *min_bytes, char *err);
  * is short. Its threads start at the first reduction that splits. spin_s: how long a
  * waiting thread polls before it sleeps, when the host has a core for every thread. */
 struct rl_reduce_pool *rl_reduce_pool_new(int rank, int threads, int local_size, size_t min_bytes, double spin_s);
+/* The cores a rank of local_size on this host may take: those it is allowed to run on
+ * (its CPU affinity: a launcher's binding, taskset, a cpuset), at most its share of
+ * those online. The auto thread count is that less 2 (the pipe's own thread and the
+ * transports'), from 1 to 8; polling only where every thread has a core of its own. */
+long rl_reduce_cores_for_rank(long online, long allowed, int local_size);
 /* Stops and joins the threads (after the job under way); later reductions run on the
  * caller's thread. Idempotent; NULL is a no-op. */
 void rl_reduce_pool_stop(struct rl_reduce_pool *p);

@@ -16,9 +16,11 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,17 +373,22 @@ static int write_json(rl_trace *t, FILE *f) {
     return ferror(f);
 }
 
-/* Writes "<path>.tmp<pid>" then renames it over path, so a reader never sees half a
- * file and a failed write leaves no debris. */
+/* Writes "<path>.tmp<pid>.<n>" then renames it over path, so a reader never sees half a
+ * file and a failed write leaves no debris. n counts the process's writes: two
+ * communicators of one process and rank writing the same path at once (an abort of
+ * both) each have a file of their own (O_EXCL), and the last rename wins whole. */
 static void write_file(rl_trace *t) {
-    size_t tl = strlen(t->path) + 32;
+    static atomic_uint writes;
+    size_t tl = strlen(t->path) + 48;
     char *tmp = malloc(tl);
     if (!tmp) {
         RL_WARN(t->rank, "RINGLET_TRACE: out of memory; %s not written", t->path);
         return;
     }
-    snprintf(tmp, tl, "%s.tmp%d", t->path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
+    snprintf(tmp, tl, "%s.tmp%d.%u", t->path, (int)getpid(), atomic_fetch_add(&writes, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !f) close(fd), unlink(tmp);
     if (!f) {
         RL_WARN(t->rank, "RINGLET_TRACE: cannot write %s: %s; no trace written", t->path, strerror(errno));
         free(tmp);

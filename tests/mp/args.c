@@ -292,6 +292,9 @@ static const char *const env_bad[][2] = {
     {"RINGLET_HALVING_MIN_BYTES", "-1"}, {"RINGLET_HALVING_MAX_BYTES", "lots"},
     {"RINGLET_DOUBLING_MAX_BYTES", "-4"}, {"RINGLET_BOARD_BYTES", "32K"},
     {"RINGLET_ONESHOT_MAX_RANKS", "1"}, {"RINGLET_INLINE", "2"},
+    /* integers are decimal (or 0x hex): "0100" is a hundred, past the limit of 64 (C's
+     * octal would read 64); no blanks or '+' before the digits */
+    {"RINGLET_ONESHOT_MAX_RANKS", "0100"}, {"RINGLET_NCHUNKS_INFLIGHT", " 4"}, {"RINGLET_NCHUNKS_INFLIGHT", "+4"},
     {"RINGLET_TCP_INLINE_BYTES", "-1"},
     {"RINGLET_TRACE_MAX", "-3"},       {"RINGLET_NSOCKS_PERPEER", "0"},
     {"RINGLET_REDUCE_THREADS", "many"}, {"RINGLET_REDUCE_MIN_BYTES", "8"},
@@ -355,6 +358,19 @@ static int run_init(void) {
         printf("FAIL args: ringlet_get_unique_id returned %d: %s\n", (int)rc, msg_of(NULL));
         return 1;
     }
+    /* convert_async on overlapping host buffers: refused (a kernel's threads would read
+     * what others wrote; the host loop too, for a wider destination), but the same buffer
+     * of one element size, converted in place */
+    static float cv[8];
+    for (int i = 0; i < 8; i++) cv[i] = (float)(i * 5 - 9);
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+          ringlet_convert_async(cv, RINGLET_FLOAT32, (uint16_t *)cv + 2, RINGLET_FLOAT16, 4, 1.0, NULL));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "overlap",
+          ringlet_convert_async(cv + 1, RINGLET_FLOAT32, cv, RINGLET_FLOAT32, 4, 1.0, NULL));
+    CHECK(NULL, RINGLET_SUCCESS, NULL, ringlet_convert_async(cv, RINGLET_FLOAT32, cv, RINGLET_FLOAT32, 8, 2.0, NULL));
+    int cv_ok = 1;
+    for (int i = 0; i < 8; i++) cv_ok &= cv[i] == (float)(2 * (i * 5 - 9));
+    EXPECT(cv_ok, "convert_async in place (float32, scale 2) gave a wrong result");
     ringlet_comm_t c = NULL;
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "comm", ringlet_comm_init_rank(NULL, 1, id, 0));
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "nranks", ringlet_comm_init_rank(&c, 0, id, 0));

@@ -16,6 +16,8 @@
 #      correct result and for its next call failing, naming rank 3
 #   6. rank 2 dies during an allreduce of 1 KiB before its first send: over shared memory the
 #      one-shot exchange through the board (nothing published), over tcp messages
+#   7. (tcp) rank 0 dies during an allreduce of 1 KiB by recursive doubling before its 2nd
+#      send, the first of the second step: the message count is the operation's, not the step's
 # Each case passes when the launcher reports the victim's SIGKILL (exit 137), the victim
 # logged the fault, exactly the three survivors print "survivor R: OK error in X s: <message
 # naming rank V and the collective>" (X < 10), and no process of the job is left afterwards.
@@ -64,11 +66,11 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 run_case() { # transport|ipc victim collective at [extra args]
     local tr=$1 victim=$2 coll=$3 at=$4
     shift 4
-    local name="$tr: rank $victim killed during $coll at $at${*:+ $*}" ok=1 t rc dt r n line tenv="RINGLET_TRANSPORT=$tr"
+    local name="$tr: rank $victim killed during $coll at $at${*:+ $*}${CASE_ENV:+ ($CASE_ENV)}" ok=1 t rc dt r n line tenv="RINGLET_TRANSPORT=$tr"
     [ "$tr" = ipc ] && tenv="RINGLET_DEVICE=${RINGLET_TEST_DEVICE:-sim}"
     rm -rf "$TMP/sync" && mkdir "$TMP/sync"
     t=$(now_ms)
-    env "$tenv" RINGLET_TIMEOUT=5 RINGLET_CHUNK_SIZE=512K "$RUN" -n 4 --grace 20 --timeout 60 \
+    env "$tenv" ${CASE_ENV:-} RINGLET_TIMEOUT=5 RINGLET_CHUNK_SIZE=512K "$RUN" -n 4 --grace 20 --timeout 60 \
         "$PROG" --victim "$victim" --coll "$coll" --at "$at" --sync "$TMP/sync" --mib "$MIB" "$@" --tag "$MARK" \
         >"$TMP/out" 2>"$TMP/err"
     rc=$?
@@ -130,6 +132,10 @@ for tr in $TRANSPORTS; do
     # 1 KiB: through the board over shared memory (src/algo/board.h), messages over tcp
     run_case "$tr" 2 allreduce send:0 --kib 1
 done
+# recursive doubling: one message per step; the count is the operation's, across its steps
+# (send 1 is rank 0's message of step 2, to rank 2; ranks 1 and 3 may finish, and then
+# their next call must fail naming rank 0)
+CASE_ENV=RINGLET_ALGO=doubling run_case tcp 0 allreduce send:1 --kib 1
 if [ "${RINGLET_TEST_DEVICE:-sim}" != none ]; then
     run_case ipc 2 allreduce send:1 --memory device
     run_case ipc 3 allgather send:1 --memory device

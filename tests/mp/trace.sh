@@ -12,7 +12,8 @@
 #     least 2 distinct ones), send/recv with the peer; every chunk span lies within the
 #     lane-0 span of its operation (same op and seq) on its rank;
 #   - split communicators (more.c's at 4 ranks): the world's files kept, the splits'
-#     named t.comm<tag>.rank<r>.json.
+#     named t.comm<tag>.rank<r>.json; a send and a receive on host memory (more.c's 8 MiB
+#     from rank 0 to 1) each have a lane-0 span with the peer and the bytes.
 # Exit 0 = passed, 1 = failed, 77 = skipped (no python3).
 set -u
 
@@ -249,8 +250,18 @@ tagged = [n for n in names if n.startswith("t.comm")]
 if bad or len(world) != 4 or any(o["nranks"] != 4 or o["rank"] != r for r, o in enumerate(world)) or len(tagged) < 8:
     print("files: %s; world's otherData: %s" % (names, world))
     sys.exit(1)
+# sends and receives on host memory are operations too (lane 0, with the peer and the
+# bytes): more.c's 8 MiB from world rank 0 to rank 1 (ringlet_isend, ringlet_recv)
+def p2p(r, name, peer):
+    ev = json.load(open(os.path.join(d, "t.rank%d.json" % r)))["traceEvents"]
+    return [e for e in ev if e.get("ph") == "X" and e.get("tid") == 0 and e.get("name") == name
+            and e.get("args", {}).get("peer") == peer and e.get("args", {}).get("bytes") == 8 << 20]
+if not p2p(0, "send", 1) or not p2p(1, "recv", 0):
+    print("no lane-0 span of the 8 MiB send on rank 0 (%d) or of its receive on rank 1 (%d)" % (
+        len(p2p(0, "send", 1)), len(p2p(1, "recv", 0))))
+    sys.exit(1)
 EOF
-        pass "4 ranks, split communicators: the world's t.rank0..3.json kept, $(ls "$TMP/m" | grep -c '^t\.comm') tagged files of the others"
+        pass "4 ranks, split communicators: the world's t.rank0..3.json kept (with the spans of rank 0's send to rank 1 and its receive), $(ls "$TMP/m" | grep -c '^t\.comm') tagged files of the others"
     else
         fail "4 ranks with split communicators under RINGLET_TRACE (launcher exit $rc)"
         tail -n 5 "$TMP/m.out" "$TMP/m.err"

@@ -247,6 +247,12 @@ static void test_threads(void) {
     rl_reduce_pool_stop(NULL);
     /* auto on a single rank with plenty of cores and 1 thread means off */
     CHECK(rl_reduce_pool_new(0, 1, 1, 4096, 0) == NULL, "threads: 1 thread should be no pool");
+    /* the cores a rank may take: its affinity's, at most its share of those online */
+    CHECK(rl_reduce_cores_for_rank(16, 1, 1) == 1, "cores: bound to 1 of 16: %ld", rl_reduce_cores_for_rank(16, 1, 1));
+    CHECK(rl_reduce_cores_for_rank(16, 4, 4) == 4, "cores: 4 of 16, 4 ranks: %ld", rl_reduce_cores_for_rank(16, 4, 4));
+    CHECK(rl_reduce_cores_for_rank(16, 16, 4) == 4, "cores: all 16, 4 ranks: %ld", rl_reduce_cores_for_rank(16, 16, 4));
+    CHECK(rl_reduce_cores_for_rank(16, 0, 2) == 8, "cores: affinity unknown, 2 ranks: %ld", rl_reduce_cores_for_rank(16, 0, 2));
+    CHECK(rl_reduce_cores_for_rank(2, 2, 4) == 1, "cores: more ranks than cores: %ld", rl_reduce_cores_for_rank(2, 2, 4));
     CHECK(rl_reduce_pool_new(0, 0, 1 << 20, 4096, 0) == NULL, "threads: auto with more ranks than cores should be off");
 }
 

@@ -342,6 +342,72 @@ static void test_write_errors(void) {
     rmdir(name);
 }
 
+/* The checker's verdict, quietly (a probe: which of two traces the file holds). */
+static int file_holds(const char *path, int rank, int nranks, const int counts[4]) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s %s %d %d 0 0 %d %d %d %d >/dev/null 2>&1", PYTHON, checker, path, rank, nranks,
+             counts[0], counts[1], counts[2], counts[3]);
+    fflush(stdout);
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+typedef struct {
+    rl_trace *t;
+    pthread_barrier_t *go;
+} closer_arg;
+static void *closer(void *p) {
+    closer_arg *a = p;
+    pthread_barrier_wait(a->go);
+    rl_trace_close(a->t);
+    return NULL;
+}
+
+/* Two communicators of one process and rank write one path at once (both aborted by a
+ * watchdog): the file must be one of the two traces, whole, and no temporary file left. */
+static void test_same_path(void) {
+    char name[320], path[320];
+    snprintf(name, sizeof name, "%s/same.json", dir);
+    snprintf(path, sizeof path, "%s/same.rank0.json", dir);
+    setenv("RINGLET_TRACE", name, 1);
+    int bad = 0, rounds = have_python ? 10 : 0;
+    for (int round = 0; round < rounds && !bad; round++) {
+        static const int ca[4] = {20000, 0, 0, 0}, cb[4] = {0, 15000, 3000, 0}; /* different files */
+        rl_trace *a = rl_trace_open(0, 2), *b = rl_trace_open(0, 2);
+        if (!a || !b) {
+            printf("FAIL same path: open\n");
+            failures++;
+            return;
+        }
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < ca[k] || i < cb[k]; i++) {
+                if (i < ca[k]) record(a, k, i);
+                if (i < cb[k]) record(b, k, i);
+            }
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        closer_arg xa = {a, &go}, xb = {b, &go};
+        pthread_t ta, tb;
+        pthread_create(&ta, NULL, closer, &xa);
+        pthread_create(&tb, NULL, closer, &xb);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        pthread_barrier_destroy(&go);
+        if (!file_holds(path, 0, 2, ca) && !file_holds(path, 0, 2, cb)) {
+            printf("FAIL same path: round %d: %s is neither trace whole\n", round, path);
+            bad = 1;
+        }
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;)
+            if (strstr(de->d_name, "same.rank0.json.tmp")) printf("FAIL same path: %s left\n", de->d_name), bad = 1;
+        if (d) closedir(d);
+        unlink(path);
+    }
+    failures += bad;
+    unsetenv("RINGLET_TRACE");
+    if (!bad && rounds) printf("same path: %d rounds of two traces closed at once: the file was one of them, whole\n", rounds);
+}
+
 static void *abort_comm(void *arg) {
     ringlet_comm_abort(arg);
     return NULL;
@@ -414,6 +480,7 @@ int main(void) {
     test_naming();
     test_drops();
     test_write_errors();
+    test_same_path();
     test_abort_in_flight();
 
     /* cleanup: every file we made, then the directory */
