@@ -120,6 +120,7 @@ enum rl_rt_err {
     RL_RT_ERR_CAPTURE_UNJOINED = 904,
     RL_RT_ERR_CAPTURE_IMPLICIT = 906,
     RL_RT_ERR_CAPTURED_EVENT = 907, /* cudaErrorCapturedEvent: the event's last record was a capture's node */
+    RL_RT_ERR_CAPTURE_WRONG_THREAD = 908, /* cudaErrorStreamCaptureWrongThread: ended by another thread */
     RL_RT_ERR_UNKNOWN = 999,
     /* The simulator refused a call that would never return on a GPU. */
     RL_RT_ERR_SIM_DEADLOCK = 10001,

@@ -47,6 +47,7 @@ _Static_assert(RL_RT_ERR_CAPTURE_UNMATCHED == (int)cudaErrorStreamCaptureUnmatch
 _Static_assert(RL_RT_ERR_CAPTURE_UNJOINED == (int)cudaErrorStreamCaptureUnjoined, "codes");
 _Static_assert(RL_RT_ERR_CAPTURE_IMPLICIT == (int)cudaErrorStreamCaptureImplicit, "codes");
 _Static_assert(RL_RT_ERR_CAPTURED_EVENT == (int)cudaErrorCapturedEvent, "codes");
+_Static_assert(RL_RT_ERR_CAPTURE_WRONG_THREAD == (int)cudaErrorStreamCaptureWrongThread, "codes");
 _Static_assert(RL_RT_ERR_UNKNOWN == (int)cudaErrorUnknown, "codes");
 
 #define CS(s) ((cudaStream_t)(s))

@@ -126,6 +126,7 @@ static const char *error_string(int e) {
     case RL_RT_ERR_CAPTURE_UNJOINED: return "capturing stream has unjoined work";
     case RL_RT_ERR_CAPTURE_IMPLICIT: return "operation would make the legacy stream depend on a capturing blocking stream";
     case RL_RT_ERR_CAPTURED_EVENT: return "operation not permitted on an event last recorded in a capturing stream";
+    case RL_RT_ERR_CAPTURE_WRONG_THREAD: return "attempt to terminate a thread-local capture sequence from another thread";
     case RL_RT_ERR_SIM_DEADLOCK: return "deadlock on a GPU (refused by the simulator)";
     default: return "unknown error";
     }

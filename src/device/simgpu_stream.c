@@ -545,10 +545,13 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
     int rc = sim_make_context();
     if (!rc) rc = resolve(&s);
     if (rc) return rc;
-    int joined = 0, invalid = 0;
+    int joined = 0, invalid = 0, other_thread = 0;
     pthread_mutex_lock(&g_streams_mu);
     pthread_mutex_lock(&g_capture_mu);
     rl_dev_stream_t origin = s->capture;
+    /* Only the thread that began it ends it (CUDA: but for a capture begun in relaxed
+     * mode, which this runtime does not begin); it stays active meanwhile. */
+    if (origin == s && s->capture_thread != thread_id()) other_thread = 1, origin = NULL;
     if (origin == s) {
         joined = joined_leave_locked(s);
         invalid = s->capture_invalid;
@@ -558,6 +561,9 @@ int sim_stream_end_capture(rl_dev_stream_t s) {
     }
     pthread_mutex_unlock(&g_capture_mu);
     pthread_mutex_unlock(&g_streams_mu);
+    if (other_thread)
+        return sim_fail(RL_RT_ERR_CAPTURE_WRONG_THREAD,
+                        "stream_end_capture: the capture was begun by another thread, which must end it");
     if (!origin) return sim_fail(RL_RT_ERR_ILLEGAL_STATE, "stream_end_capture: the stream is not capturing");
     if (origin != s)
         return sim_fail(RL_RT_ERR_CAPTURE_UNMATCHED, "stream_end_capture: the capture was begun on another stream");

@@ -775,6 +775,10 @@ static void rule_legacy(void) {
         R->get_last_error();                                                                                           \
     } while (0)
 
+/* A capture ended by a thread other than the one that began it (CUDA: 908,
+ * cudaErrorStreamCaptureWrongThread, unless begun in relaxed mode). */
+static void *end_capture_elsewhere(void *s) { return (void *)(intptr_t)R->stream_end_capture(s); }
+
 static void rule_capture(void) {
     RT_OK(R->load_kernels());
     rl_dev_stream_t a, b, blk;
@@ -813,6 +817,18 @@ static void rule_capture(void) {
     CHECK(ran == 0, "work enqueued on a capturing stream ran (%zu elements changed)", ran);
     RT_IS(R->stream_end_capture(a), RL_RT_ERR_ILLEGAL_STATE);
     RT_IS(R->stream_begin_capture(RL_RT_STREAM_LEGACY), RL_RT_ERR_CAPTURE_UNSUPPORTED);
+    /* Another thread cannot end this thread's capture; it stays active, and this one ends it. */
+    RT_OK(R->stream_begin_capture(a));
+    pthread_t other;
+    void *other_rc = NULL;
+    pthread_create(&other, NULL, end_capture_elsewhere, a);
+    pthread_join(other, &other_rc);
+    CHECK((intptr_t)other_rc == RL_RT_ERR_CAPTURE_WRONG_THREAD,
+          "a capture ended by another thread: %d, not %d (cudaErrorStreamCaptureWrongThread)", (int)(intptr_t)other_rc,
+          RL_RT_ERR_CAPTURE_WRONG_THREAD);
+    RT_OK(R->stream_is_capturing(a, &yes));
+    CHECK(yes == 1, "the capture another thread failed to end is no longer active (%d)", yes);
+    RT_OK(R->stream_end_capture(a));
 
     /* What a capture does not allow fails and invalidates it. */
     struct {
