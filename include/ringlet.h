@@ -139,8 +139,9 @@ ringlet_result_t ringlet_comm_init_rank_config(ringlet_comm_t *comm, int nranks,
  * by test/wait (their transfers are stopped; they may not be used afterwards). Rank 0
  * waits (within the deadline) for the others' destroy so that no rank mistakes a clean
  * exit for a failure. A call of another thread still inside (one that an abort ended,
- * leaving) is waited for before anything is freed; past the deadline destroy returns
- * RINGLET_ERR_TIMEOUT and leaves the memory allocated rather than free it under that call. */
+ * leaving) is waited for before anything is freed, as is an abort under way; past the
+ * deadline destroy returns RINGLET_ERR_TIMEOUT and leaves the memory allocated rather than
+ * free it under that call (a later destroy waits again, and frees it once they left). */
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t comm);
 /* Stops every operation at once, closes every connection, frees every resource but the
  * handle itself, which answers later calls with an error until ringlet_comm_destroy
@@ -172,7 +173,10 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
  * (ties: by rank in comm). Collective over comm: every rank calls it. A rank that passes
  * RINGLET_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicator has comm's deadline
  * and comm's device (ringlet_comm_device), whatever the caller's current device.
- * Inside a group it runs at the call, before the group's recorded calls. */
+ * Inside a group it runs at the call, before the group's recorded calls. A collective
+ * over comm to its end: if comm fails while it runs (any of its ranks, also one of
+ * another color, or an abort), the split fails with comm's error, the new communicators'
+ * inits included (a member that died would otherwise hold the others till the deadline). */
 #define RINGLET_SPLIT_NOCOLOR (-1)
 ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);
 

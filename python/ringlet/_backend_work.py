@@ -743,7 +743,7 @@ def abort_at_exit():
     their children first, so that a peer waiting for this rank in a collective fails at
     once, naming it (a clean destroy, which the finalizers make, tells the peers this rank
     left in good order, and such a peer waited out the deadline); the finalizers then free
-    them (a destroy after an abort waits for nobody)."""
+    them (a destroy after an abort waits for no peer)."""
     from . import _exiting_on_error
     if not _exiting_on_error():
         return

@@ -384,6 +384,12 @@ static int posted_overdue(struct ringlet_comm *c, struct ringlet_request *r) {
 
 /* complete, then no longer a waiter: while counted, a destroy from another thread (after
  * an abort) frees neither the request nor c under it (lifecycle.c waits for the waiters). */
+/* The group's calls on c no longer count as waiters on it (ringlet_group_end). */
+static void group_release(grouped_t *ops, int n, struct ringlet_comm *c) {
+    for (int j = 0; j < n; j++)
+        if (ops[j].c == c) atomic_fetch_sub(&c->waiters, 1);
+}
+
 static ringlet_result_t complete_leave(struct ringlet_comm *c, struct ringlet_request **req) {
     ringlet_result_t rc = complete(req);
     atomic_fetch_sub(&c->waiters, 1);
@@ -678,11 +684,12 @@ ringlet_result_t ringlet_group_end(void) {
     connect_early(ops, n);
     ringlet_result_t first = RINGLET_SUCCESS;
     ringlet_request_t *waits = calloc((size_t)(n ? n : 1), sizeof *waits);
+    struct ringlet_comm **wcomm = calloc((size_t)(n ? n : 1), sizeof *wcomm); /* waits[k]'s communicator */
     grouped_t *mine = calloc((size_t)(n ? n : 1), sizeof *mine);
     held_t *held = calloc((size_t)(n ? n : 1), sizeof *held);
     int nw = 0, nh = 0;
-    if (!waits || !mine || !held) first = rl_error(NULL, RINGLET_ERR_SYSTEM, "group_end: out of memory");
-    for (int i = 0; i < n && waits && mine && held; i++) {
+    if (!waits || !wcomm || !mine || !held) first = rl_error(NULL, RINGLET_ERR_SYSTEM, "group_end: out of memory");
+    for (int i = 0; i < n && waits && wcomm && mine && held; i++) {
         int m = calls_of_comm(ops, n, i, -2, mine);
         if (m < 0) continue;
         /* Default streams on the group's device (stream_home; group_submit refuses a group
@@ -699,7 +706,7 @@ ringlet_result_t ringlet_group_end(void) {
         if (home >= 0) rl_device()->device_leave(saved);
         held[nh].home = home;
         if (rc && !first) first = rc;
-        if (waits[nw]) nw++;
+        if (waits[nw]) wcomm[nw++] = ops[i].c;
         if (held[nh].n) nh++;
     }
     /* Every communicator's events are recorded: now the streams wait for the results. */
@@ -721,11 +728,20 @@ ringlet_result_t ringlet_group_end(void) {
         if (entered) rl_device()->device_leave(saved);
         if (rc && !first) first = rl_error(held[i].c, rc, "group_end: %s", err);
     }
+    /* A communicator's calls stop counting once this group is done with it (its hold, its
+     * wait): an abort and destroy of one need not wait for another's wait. */
+    for (int i = 0; i < n; i++) {
+        int waited = 0, seen = 0;
+        for (int k = 0; k < nw && !waited; k++) waited = wcomm[k] == ops[i].c;
+        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == ops[i].c;
+        if (!waited && !seen) group_release(ops, n, ops[i].c);
+    }
     for (int i = 0; i < nw; i++) {
         ringlet_result_t rc = ringlet_wait(&waits[i]);
         if (rc && !first) first = rc;
+        group_release(ops, n, wcomm[i]);
     }
-    for (int i = 0; i < n; i++) atomic_fetch_sub(&ops[i].c->waiters, 1);
+    free(wcomm);
     free(waits);
     free(mine);
     free(held);

@@ -133,6 +133,15 @@ ringlet_result_t ringlet_comm_init_env(ringlet_comm_t *comm) {
     return comm_init(comm, nranks, rank, &t, NULL, 0);
 }
 
+/* Whether calls of other threads (waiters, a running operation) or aborts are still
+ * inside c after grace_s. */
+static int calls_inside(struct ringlet_comm *c, double grace_s) {
+    for (double until = rl_now() + grace_s;; rl_sleep_ms(1)) {
+        int busy = rl_conn_wait_idle(c, 0) || atomic_load(&c->closers);
+        if (!busy || rl_now() > until) return busy;
+    }
+}
+
 ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "destroy: comm is NULL");
     ringlet_result_t rc = rl_comm_forked(c, "destroy"); /* the parent's to destroy; its memory stays here */
@@ -145,7 +154,7 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
      * abort and destroy by a watchdog while a thread waits): the struct and its requests
      * are freed once it left. Past the deadline they are left allocated, never freed
      * under a call. */
-    if (rl_conn_wait_idle(c, c->timeout_s)) {
+    if (calls_inside(c, c->timeout_s)) {
         RL_WARN(c->rank, "destroy: a call of another thread was still inside the communicator %.0f s after its "
                          "teardown (RINGLET_TIMEOUT): its memory is left allocated",
                 c->timeout_s);
@@ -162,7 +171,13 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
     if (!c) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "abort: comm is NULL");
     ringlet_result_t rc = rl_comm_forked(c, "abort");
     if (rc) return rc;
-    if (atomic_exchange(&c->aborted, 1)) return RINGLET_SUCCESS;
+    /* Counted: a destroy from another thread (a watchdog aborting a hung destroy) frees
+     * nothing until this left. */
+    atomic_fetch_add(&c->closers, 1);
+    if (atomic_exchange(&c->aborted, 1)) {
+        atomic_fetch_sub(&c->closers, 1);
+        return RINGLET_SUCCESS;
+    }
     /* Held from before the failure wakes the calls: a thread whose call it ends may
      * destroy at once, and that destroy must wait for this teardown. */
     pthread_mutex_lock(&c->close_mu);
@@ -176,6 +191,7 @@ ringlet_result_t ringlet_comm_abort(ringlet_comm_t c) {
         rl_comm_fail(c, RINGLET_ERR_INVALID_USAGE, "the communicator was aborted by this rank");
     comm_close_locked(c, 0);
     pthread_mutex_unlock(&c->close_mu);
+    atomic_fetch_sub(&c->closers, 1);
     return RINGLET_SUCCESS;
 }
 
@@ -208,9 +224,11 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t c) {
         }
         rl_sleep_ms(1);
     }
+    /* Read while still counted: once not, an abort and destroy from another thread may
+     * free c. */
+    if (!rc) rc = ringlet_comm_get_async_error(c);
     atomic_fetch_sub(&c->waiters, 1);
-    if (rc) return rc;
-    return ringlet_comm_get_async_error(c);
+    return rc;
 }
 
 /* Split: every rank learns every rank's (color, key); each new communicator's first

@@ -284,6 +284,7 @@ struct ringlet_comm {
      * them (a request may not be used after its communicator is destroyed). */
     pthread_mutex_t live_mu;
     pthread_mutex_t close_mu; /* one teardown at a time: an abort's, and a destroy right after it */
+    atomic_int closers;       /* aborts under way: a destroy frees nothing until they left */
     struct ringlet_request *live;
 };
 

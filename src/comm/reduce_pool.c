@@ -182,8 +182,9 @@ struct rl_reduce_pool *rl_reduce_pool_new(int rank, int threads, int local_size,
     p->rank = rank;
     p->nthreads = n;
     p->min_bytes = min_bytes;
-    /* Polling only when every thread of this rank (and so of every rank here) has a core
-     * of its own. */
+    /* Polling only when every thread of this rank has a core of its own (of the rank's
+     * cores above: ranks that share one CPU set wider than a rank's share of the host
+     * each count the whole set, which they cannot tell from a set of their own). */
     p->spin_s = (long)n + 2 <= cores ? spin_s : 0;
     return p;
 }

@@ -387,6 +387,9 @@ static void write_file(rl_trace *t) {
     }
     snprintf(tmp, tl, "%s.tmp%d.%u", t->path, (int)getpid(), atomic_fetch_add(&writes, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* Left by an earlier process of the same pid killed while it wrote (pids are reused):
+     * never this process's own, whose writes each have a count of their own. */
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (fd >= 0 && !f) close(fd), unlink(tmp);
     if (!f) {

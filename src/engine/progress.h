@@ -19,7 +19,8 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
 ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_request *r, char *err);
 /* Runs a blocking host collective on the caller's thread when nothing is queued or
  * running. Returns 0 (not run; queue it) when busy, else 1 with the result in *rc and
- * r->err. */
+ * r->err, a failure recorded as c's last error (rl_error) while the call still counts as
+ * running: once it returns, an abort and destroy from another thread may free c. */
 int rl_comm_try_inline(struct ringlet_comm *c, struct ringlet_request *r, ringlet_result_t *rc);
 /* Posts a send or receive on host memory (no stream) from the caller's thread when
  * nothing is queued or running, as the progress thread would (issue order kept), sparing

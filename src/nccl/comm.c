@@ -799,7 +799,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 /* The end of an aborted handle: ringlet's abort keeps its communicator answering errors
  * until destroy frees it; the NCCL handle is gone after abort, so both (destroy of an
- * aborted communicator waits for nobody). */
+ * aborted communicator waits for no peer, only for calls of this process still leaving). */
 static void abort_end(struct ncclComm *c) {
     if (c->rc) ringlet_comm_destroy(c->rc);
     c->rc = NULL;

@@ -24,13 +24,20 @@
  *       it waits parked for rank 1's connection); ranks 1 and 2 wait as rank 1 does.
  *   lifecycle --abort-destroy R
  *       R rounds of: rank 0 waits (ringlet_wait, in a thread) on a receive from rank 1,
- *       which never sends, and another thread runs an all-reduce rank 1 never joins; once
- *       both are inside (the communicator counts the wait and runs the all-reduce:
- *       white-box, comm.h), the main thread aborts the communicator and destroys it at
- *       once, as a watchdog (Python's Communicator.abort, torch's abort) does, then joins
- *       the threads: both calls must end with an error, and nothing may touch what the
- *       destroy freed (the address and thread sanitizers' builds see it). Rank 1's own
- *       receive from rank 0 must fail (rank 0 aborted), then it destroys.
+ *       which never sends, another thread finalizes (held up by that receive), and another
+ *       runs an all-reduce rank 1 never joins; once all are inside (the communicator
+ *       counts the wait and the finalize, and runs the all-reduce: white-box, comm.h), the
+ *       main thread aborts the communicator and destroys it at once, as a watchdog
+ *       (Python's Communicator.abort, torch's abort) does, then joins the threads: the
+ *       three calls must end with an error, and nothing may touch what the destroy freed
+ *       (the address and thread sanitizers' builds see it). Rank 1 calls nothing (rank
+ *       0's calls end by its abort only) and destroys once rank 0 is done.
+ *   lifecycle --group-destroy   (2 ranks, RINGLET_TIMEOUT 60 s in the test)
+ *       rank 0: a thread's group holds an all-reduce on the world W and one on its copy D
+ *       (a split); rank 1 joins W's only. Once rank 1's returned, the main thread aborts
+ *       and destroys W: the destroy must return within 10 s (the group is done with W; it
+ *       still waits on D, till D's deadline); then D is aborted, the group ends with an
+ *       error, and D is destroyed.
  *   lifecycle --split-death   (3 ranks, RINGLET_TIMEOUT 60 s in the test)
  *       ranks 0 and 1 split the world into one color; rank 2 takes part in the split's
  *       two exchanges by hand (as its members do), then exits without its init: the
@@ -387,6 +394,12 @@ static void *coll_wait_thread(void *p) {
     w->rc = ringlet_allreduce(x, x, 16, RINGLET_INT32, RINGLET_SUM, w->c, NULL);
     return NULL;
 }
+/* --abort-destroy: a thread in ringlet_comm_finalize, held up by the receive nobody sends. */
+static void *finalize_thread(void *p) {
+    coll_waiter_t *w = p;
+    w->rc = ringlet_comm_finalize(w->c);
+    return NULL;
+}
 static int comm_running(ringlet_comm_t c) {
     pthread_mutex_lock(&c->q_mu);
     int r = c->running;
@@ -404,13 +417,13 @@ static int abort_destroy_rounds(long rounds) {
         char done[160]; /* rank 0's word that this round's communicator is gone */
         snprintf(done, sizeof done, "%s/abort-destroy.%ld", g_dir, k);
         if (g_rank != 0) {
-            /* Fails once rank 0 aborted (its monitor hears it). */
-            ringlet_result_t rc = ringlet_recv(v, 16, RINGLET_INT32, 0, c, NULL);
-            if (rc == RINGLET_SUCCESS) FAIL("round %ld: a receive rank 0 never sent succeeded", k);
-            ringlet_comm_destroy(c);
-            /* The next init only once rank 0's communicator is gone: till then its
+            /* No call: rank 0's end only by its abort (a receive here would take its
+             * all-reduce's message, fail on its channel, and fail rank 0's calls first).
+             * The next init only once rank 0's communicator is gone: till then its
              * bootstrap port answers for the aborted one (60 s at most). */
             for (double t0 = now(); access(done, F_OK) != 0 && now() - t0 < 60;) usleep(200);
+            if (access(done, F_OK) != 0) FAIL("round %ld: rank 0 did not finish in 60 s", k);
+            ringlet_comm_destroy(c);
             continue;
         }
         req_waiter_t w = {.q = NULL};
@@ -418,15 +431,22 @@ static int abort_destroy_rounds(long rounds) {
             FAIL("round %ld: irecv: %s", k, ringlet_comm_last_error(c));
             break;
         }
-        coll_waiter_t cw = {c, RINGLET_SUCCESS};
-        pthread_t th, th2;
+        coll_waiter_t cw = {c, RINGLET_SUCCESS}, fw = {c, RINGLET_SUCCESS};
+        pthread_t th, th2, th3;
         pthread_create(&th, NULL, req_wait_thread, &w);
         /* inside ringlet_wait: started, and counted by the communicator (60 s at most);
          * then the all-reduce's thread, inside its call (the communicator runs it) */
         for (double t0 = now(); !(atomic_load(&w.started) && atomic_load(&c->waiters) > 0) && now() - t0 < 60;)
             usleep(100);
+        if (!(atomic_load(&w.started) && atomic_load(&c->waiters) > 0))
+            FAIL("round %ld: the waiting thread was not inside ringlet_wait after 60 s", k);
+        /* a finalize, counted as a waiter too, held up by that receive */
+        pthread_create(&th3, NULL, finalize_thread, &fw);
+        for (double t0 = now(); atomic_load(&c->waiters) < 2 && now() - t0 < 60;) usleep(100);
+        if (atomic_load(&c->waiters) < 2) FAIL("round %ld: the finalize was not inside after 60 s", k);
         pthread_create(&th2, NULL, coll_wait_thread, &cw);
         for (double t0 = now(); !comm_running(c) && now() - t0 < 60;) usleep(100);
+        if (!comm_running(c)) FAIL("round %ld: the all-reduce was not running after 60 s", k);
         double t0 = now();
         ringlet_comm_abort(c);
         ringlet_comm_destroy(c); /* the waiting threads are still inside: destroy must wait for them */
@@ -435,15 +455,17 @@ static int abort_destroy_rounds(long rounds) {
         if (f) fclose(f);
         pthread_join(th, NULL);
         pthread_join(th2, NULL);
+        pthread_join(th3, NULL);
+        if (fw.rc == RINGLET_SUCCESS) FAIL("round %ld: a finalize with a receive nobody sent succeeded", k);
         if (w.rc == RINGLET_SUCCESS) FAIL("round %ld: a wait on a receive rank 1 never sent succeeded", k);
         if (cw.rc == RINGLET_SUCCESS) FAIL("round %ld: an all-reduce rank 1 never joined succeeded", k);
         if (t_gone > 10) FAIL("round %ld: abort and destroy took %.1f s", k, t_gone);
         if (!g_failed && k == rounds - 1)
-            printf("lifecycle: rank 0: OK %ld rounds of abort and destroy while a thread waited on a request and another "
-                   "ran an all-reduce: the last took %.1f ms; the wait said %s, the all-reduce %s\n",
-                   rounds, t_gone * 1e3, ringlet_strerror(w.rc), ringlet_strerror(cw.rc));
+            printf("lifecycle: rank 0: OK %ld rounds of abort and destroy while threads waited on a request, finalized "
+                   "and ran an all-reduce: the last took %.1f ms; the wait said %s, the finalize %s, the all-reduce %s\n",
+                   rounds, t_gone * 1e3, ringlet_strerror(w.rc), ringlet_strerror(fw.rc), ringlet_strerror(cw.rc));
     }
-    if (g_rank != 0 && !g_failed) printf("lifecycle: rank %d: OK (%ld receives failed)\n", g_rank, rounds);
+    if (g_rank != 0 && !g_failed) printf("lifecycle: rank %d: OK (idle in %ld rounds)\n", g_rank, rounds);
     return g_failed ? 1 : 0;
 }
 
@@ -488,6 +510,62 @@ static void stop_one_init(const char *label, int rank, int fire_early) {
         printf("lifecycle: rank 0: OK %s: init returned %.1f ms after the fire: %s\n", label, dt * 1e3, msg);
     ringlet_stop_token_fire(a.token); /* a second fire, after init ended: no effect */
     ringlet_stop_token_destroy(a.token);
+}
+
+/* --group-destroy: a group on two communicators; the one it is done with is destroyed. */
+typedef struct {
+    ringlet_comm_t w, d;
+    ringlet_result_t rc;
+} group_waiter_t;
+static void *group_thread(void *p) {
+    group_waiter_t *g = p;
+    int32_t x[16] = {1}, y[16] = {2};
+    ringlet_group_start();
+    ringlet_allreduce(x, x, 16, RINGLET_INT32, RINGLET_SUM, g->w, NULL);
+    ringlet_allreduce(y, y, 16, RINGLET_INT32, RINGLET_SUM, g->d, NULL);
+    g->rc = ringlet_group_end();
+    return NULL;
+}
+
+static int group_destroy(void) {
+    ringlet_comm_t w, d = NULL;
+    if (ringlet_comm_init_env(&w)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    if (ringlet_comm_split(w, 0, g_rank, &d) || !d) return printf("FAIL: split: %s\n", ringlet_comm_last_error(w)), 1;
+    char done[160], joined[160];
+    snprintf(done, sizeof done, "%s/group-destroy.done", g_dir);
+    snprintf(joined, sizeof joined, "%s/group-destroy.joined", g_dir);
+    if (g_rank != 0) {
+        int32_t x[16] = {5};
+        if (ringlet_allreduce(x, x, 16, RINGLET_INT32, RINGLET_SUM, w, NULL) || x[0] != 6)
+            FAIL("rank 1: the all-reduce on the world: %s, %d", ringlet_comm_last_error(w), x[0]);
+        FILE *f = fopen(joined, "w");
+        if (f) fclose(f);
+        for (double t0 = now(); access(done, F_OK) != 0 && now() - t0 < 60;) usleep(200);
+        ringlet_comm_destroy(d);
+        ringlet_comm_destroy(w);
+        if (!g_failed) printf("lifecycle: rank 1: OK (joined the world's all-reduce only)\n");
+        return g_failed ? 1 : 0;
+    }
+    group_waiter_t g = {w, d, RINGLET_SUCCESS};
+    pthread_t th;
+    pthread_create(&th, NULL, group_thread, &g);
+    for (double t0 = now(); access(joined, F_OK) != 0 && now() - t0 < 60;) usleep(200);
+    double t0 = now();
+    ringlet_comm_abort(w);
+    ringlet_result_t rc = ringlet_comm_destroy(w);
+    double t_w = now() - t0;
+    ringlet_comm_abort(d);
+    pthread_join(th, NULL);
+    ringlet_comm_destroy(d);
+    FILE *f = fopen(done, "w");
+    if (f) fclose(f);
+    if (rc != RINGLET_SUCCESS || t_w > 10)
+        FAIL("destroy of the world while a group waited on its copy: %s after %.1f s", ringlet_strerror(rc), t_w);
+    if (g.rc == RINGLET_SUCCESS) FAIL("a group with an all-reduce rank 1 never joined succeeded");
+    if (!g_failed)
+        printf("lifecycle: rank 0: OK the world destroyed in %.1f ms while a group waited on its copy; the group "
+               "said %s\n", t_w * 1e3, ringlet_strerror(g.rc));
+    return g_failed ? 1 : 0;
 }
 
 /* --split-death: rank 2 leaves a split after its exchanges; the others' split must end. */
@@ -618,6 +696,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--peer-why")) peer_why = 1;
         else if (!strcmp(argv[i], "--laggard")) peer_why = 2;
         else if (!strcmp(argv[i], "--split-death")) peer_why = 3;
+        else if (!strcmp(argv[i], "--group-destroy")) peer_why = 4;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -627,7 +706,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -641,6 +720,7 @@ int main(int argc, char **argv) {
     mkdir(g_dir, 0700);
     if (abort_destroy) return abort_destroy_rounds(abort_destroy);
     if (peer_why == 3) return split_death();
+    if (peer_why == 4) return group_destroy();
     if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();

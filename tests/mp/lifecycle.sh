@@ -10,9 +10,10 @@
 #   - abort from a second thread while the first blocks in an all-reduce the peer never
 #     joins: both return (times printed); again with the blocked thread destroying the
 #     communicator as soon as its call returned (the destroy waits for the abort's teardown);
-#   - a watchdog's abort and destroy at once, while one thread waits on a request and
-#     another runs an all-reduce (shm 10 rounds, tcp 3): both calls fail, the destroy waits
-#     for them to leave;
+#   - a watchdog's abort and destroy at once, while one thread waits on a request, one
+#     finalizes and one runs an all-reduce (shm 10 rounds, tcp 3): the calls fail, the
+#     destroy waits for them to leave; a group's communicator destroyed while the group
+#     still waits on another (the destroy does not wait for that);
 #   - a receive the peer never sends, polled with ringlet_test only: it fails with a timeout
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
@@ -66,6 +67,10 @@ one "abort and destroy at once while threads wait, tcp" RINGLET_TRANSPORT=tcp "$
     --abort-destroy 3
 WANT_OK=3 one "abort from another thread, a receive waiting for its sender to connect" RINGLET_TRANSPORT=tcp \
     "$RUN" -n 3 --timeout 120 "$PROG" --abort-thread
+# a group on two communicators: destroying the one it is done with does not wait for the
+# other's wait (its deadline)
+one "a group's communicator destroyed while the group waits on another" RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 120 \
+    "$PROG" --group-destroy
 # a split whose member exits after the exchanges: the others' split ends when the world's
 # monitor hears of it, not at the new communicator's init deadline
 WANT_OK=3 one "a split whose member left after its exchanges" RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" \

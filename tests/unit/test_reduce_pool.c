@@ -223,13 +223,13 @@ static void test_threads(void) {
           "threads: %d running, %ld named ringlet-reduce, wanted 3", rl_reduce_pool_running(p),
           threads_named("ringlet-reduce") - base);
     /* a stop while a caller reduces: it finishes (on its own thread from then on). The
-     * stop comes once its first round is done, with 199 to go (60 s at most). */
+     * stop comes once its first round is done (60 s at most), most likely while it runs
+     * one of the 199 others (or after them: then the stop is checked all the same). */
     hammer_t h3 = {.p = p, .rounds = 200};
     pthread_create(&t1, NULL, hammer, &h3);
     struct timespec ts = {0, 100 * 1000};
     for (int i = 0; i < 600000 && atomic_load(&h3.done) == 0; i++) nanosleep(&ts, NULL);
-    CHECK(atomic_load(&h3.done) > 0 && atomic_load(&h3.done) < 200, "threads: %d rounds done before the stop",
-          atomic_load(&h3.done));
+    CHECK(atomic_load(&h3.done) > 0, "threads: the first round was not done after 60 s");
     rl_reduce_pool_stop(p);
     CHECK(rl_reduce_pool_running(p) == 0 && threads_named_settled("ringlet-reduce", base) == base,
           "threads: still running after stop");
