@@ -54,13 +54,35 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
  * all-reduces over TCP on a power of two of ranks, the one-shot path for other small
  * calls, recursive halving for middle-sized all-reduces on a power of two of ranks, the
  * ring otherwise. */
+enum { BY_HALVING, BY_STAR, BY_DOUBLING, BY_ONESHOT, BY_RING };
+
+/* An INFO line the first time the communicator runs a kind of call by an algorithm (what
+ * tests look for to know that a forced algorithm ran; once, not per call). */
+static void note_algorithm(struct ringlet_comm *c, const struct ringlet_request *r, int by) {
+    static const char *const names[] = {"recursive halving", "star", "recursive doubling", "one-shot", "ring"};
+    if ((unsigned)r->kind >= 12) return;
+    uint64_t bit = 1ull << (by * 12 + (int)r->kind); /* 5 algorithms x 12 kinds */
+    if (c->algos_noted & bit) return; /* the communicator's one runner only */
+    c->algos_noted |= bit;
+    RL_INFO(c->rank, "%s #%llu: by the %s algorithm (its first %s on this communicator by it)", rl_op_name(r->kind),
+            (unsigned long long)r->seq, names[by], rl_op_name(r->kind));
+}
+
 static ringlet_result_t run_collective(struct ringlet_comm *c, struct ringlet_request *r, rl_mem *mem, char *err) {
-    if (c->algo == RL_ALGO_HALVING && rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
-    if (rl_star_fits(c, r)) return rl_run_star(c, r, mem, err);
-    if (rl_doubling_fits(c, r)) return rl_run_doubling(c, r, mem, err);
-    if ((r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r)) return rl_run_oneshot(c, r, mem, err);
-    if (rl_halving_fits(c, r)) return rl_run_halving(c, r, mem, err);
-    return rl_run_ring(c, r, mem, err);
+    int by = c->algo == RL_ALGO_HALVING && rl_halving_fits(c, r)             ? BY_HALVING
+             : rl_star_fits(c, r)                                            ? BY_STAR
+             : rl_doubling_fits(c, r)                                        ? BY_DOUBLING
+             : (r->count > 0 || r->kind == RL_OP_BARRIER) && rl_oneshot_fits(c, r) ? BY_ONESHOT
+             : rl_halving_fits(c, r)                                         ? BY_HALVING
+                                                                             : BY_RING;
+    note_algorithm(c, r, by);
+    switch (by) {
+    case BY_HALVING: return rl_run_halving(c, r, mem, err);
+    case BY_STAR: return rl_run_star(c, r, mem, err);
+    case BY_DOUBLING: return rl_run_doubling(c, r, mem, err);
+    case BY_ONESHOT: return rl_run_oneshot(c, r, mem, err);
+    default: return rl_run_ring(c, r, mem, err);
+    }
 }
 
 /* A pre-multiplied sum: this rank's input times its scalar (into scratch), then a sum. */

@@ -167,6 +167,7 @@ struct ringlet_comm {
      * ranks know: a rank that took the board while the others exchanged messages hung. */
     int board_device;
     uint64_t board_seq;
+    uint64_t algos_noted; /* (algorithm, call kind) pairs run so far (collective.c's INFO line) */
     int tcp_peers; /* some peer is reached over TCP (host buffers) */
     int crowded;   /* some host has more of this communicator's ranks than cores online */
     size_t halving_min_bytes, halving_max_bytes; /* auto: halving.c's all-reduce between these */

@@ -254,6 +254,21 @@ run_plan() {
         fi
         # A free or an IPC close that failed (one on the wrong device's context, say) is only a warning.
         grep -q "WARN: freeing device memory" "$TMP/err" && why="a free or an IPC close failed (WARN: freeing device memory)"
+        # A forced all-reduce algorithm must have run on every rank (else the row tested the
+        # default again): the library's INFO line for the first call by it.
+        local forced="" algo_name=""
+        [[ "$envs" =~ RINGLET_ALGO=([a-z]+) ]] && forced=${BASH_REMATCH[1]}
+        case "$forced" in
+        halving) algo_name="recursive halving" ;;
+        doubling) algo_name="recursive doubling" ;;
+        star) algo_name="star" ;;
+        oneshot) algo_name="one-shot" ;;
+        ring) algo_name="ring" ;;
+        esac
+        if [ -n "$algo_name" ] && [ "$P" -gt 1 ] &&
+            [ "$(grep -cE "INFO: allreduce #[0-9]+: by the $algo_name algorithm" "$TMP/err")" != "$P" ]; then
+            why="RINGLET_ALGO=$forced: not every rank ran an all-reduce by the $algo_name algorithm"
+        fi
         # With reduction threads, every rank must have split a reduction (else the run tested nothing new).
         if [[ "$envs" == *RINGLET_REDUCE_THREADS=* ]] &&
             [ "$(grep -cE 'INFO: reduction threads: [0-9]+ workers started' "$TMP/err")" != "$P" ]; then
