@@ -6,7 +6,9 @@
 # Tests write only under the build folder or a temporary folder: in a git checkout, the
 # suite fails ("clean-tree") when `git status --porcelain` differs at the end from what it
 # was at the start (a file a test wrote into the source tree, or one it changed).
-#   TESTS="collectives args" tests/run.sh   runs only the named tests
+#   TESTS="collectives args" tests/run.sh   runs only the named tests (a name that is no test fails)
+# A passing test that left a part out says so in its log ("skip: ..." or "note: ..."): those
+# lines are shown under its PASS line.
 # Each test has TEST_LIMIT seconds (default 900; the longest takes about 220 s on CI's
 # 2 cores): past them it is killed and fails, so that a test that hangs cannot stall CI.
 set -u
@@ -49,6 +51,8 @@ run_one() { # name command...
     fi
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1)); printf 'PASS  %-28s %4ds\n' "$name" "$dt"
+        # Parts a passing test left out (its "skip:" and "note:" lines), shown here too
+        grep -hE '^(\[[0-9]+\] )?(skip|note): ' "$log" | head -n 5 | sed 's/^/      part not run: /'
     elif [ $rc -eq 77 ]; then
         skip=$((skip + 1)); printf 'SKIP  %-28s %4ds  %s\n' "$name" "$dt" "$(grep -m1 -i skip "$log")"
     else
