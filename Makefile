@@ -142,7 +142,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(A)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(A) $(CUDA_LIBS) $(LDLIBS)
 
 # Multi-process tests go through the shared library (the public API; a few white-box ones
-# also reach into internal headers: prep_pair, stream).
+# also reach into internal headers: prep_pair, stream, lifecycle).
 $(BUILD)/tests/mp/%: tests/mp/%.c $(SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lringlet $(LDLIBS)
