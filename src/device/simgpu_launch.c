@@ -81,9 +81,10 @@ static int launch_checks(rl_dev_stream_t s, int kernel, const char *name) {
     return sim_kernel_loaded(kernel, name);
 }
 
-/* The engine address of a kernel operand, or 0 with the fault's text in o. */
-static int operand(sim_op *o, const char *kernel, const char *name, const void *p, size_t bytes, size_t align,
-                   void **eng) {
+/* The engine address of an operand of work that runs on device dev, or 0 with the fault's
+ * text in o. */
+static int operand_on(sim_op *o, int dev, const char *kernel, const char *name, const void *p, size_t bytes,
+                      size_t align, void **eng) {
     char why[160];
     int k = sim_translate(p, bytes, eng, why, sizeof why);
     if (k == SIM_MEM_PAGEABLE || !p) {
@@ -98,12 +99,12 @@ static int operand(sim_op *o, const char *kernel, const char *name, const void *
                  why);
         return 0;
     }
-    int owner = k == SIM_MEM_DEVICE ? sim_peer_denied(p, sim_current_device()) : -1;
+    int owner = k == SIM_MEM_DEVICE ? sim_peer_denied(p, dev) : -1;
     if (owner >= 0) {
         o->fault = RL_RT_ERR_ILLEGAL_ADDRESS;
         snprintf(o->msg, sizeof o->msg, "an illegal memory access was encountered: %s operand %s at %p is memory of "
-                 "device %d (or mapped in its context), the kernel runs on device %d (no peer access)", kernel, name, p, owner,
-                 sim_current_device());
+                 "device %d (or mapped in its context), the work runs on device %d (no peer access)", kernel, name, p,
+                 owner, dev);
         return 0;
     }
     if ((uintptr_t)p % align) {
@@ -113,6 +114,12 @@ static int operand(sim_op *o, const char *kernel, const char *name, const void *
         return 0;
     }
     return 1;
+}
+
+/* A kernel's operand: kernels run on the current device (launch_checks: its stream's). */
+static int operand(sim_op *o, const char *kernel, const char *name, const void *p, size_t bytes, size_t align,
+                   void **eng) {
+    return operand_on(o, sim_current_device(), kernel, name, p, bytes, align, eng);
 }
 
 /* Queues o, or the fault it became. */
@@ -225,10 +232,14 @@ static int flag_op(int kind, int kernel, const char *name, volatile uint64_t *fl
     if (!flag) return sim_fail(RL_RT_ERR_INVALID_VALUE, "%s: NULL flag", name);
     int rc = kernel >= 0 ? launch_checks(s, kernel, name) : sim_sticky_check();
     if (rc) return rc;
+    /* A kernel runs on the current device (its stream's: launch_checks); a stream memory
+     * operation in its stream's context, whatever device is current (cuStreamWaitValue64). */
+    int dev = sim_current_device();
+    if (kernel < 0 && (rc = sim_stream_device(s, &dev))) return rc;
     sim_op *o = sim_new_op(kind);
     if (!o) return sim_fail(RL_RT_ERR_MEMORY_ALLOCATION, "%s: out of memory", name);
     void *f;
-    int ok = operand(o, name, "flag", (const void *)flag, 8, 8, &f);
+    int ok = operand_on(o, dev, name, "flag", (const void *)flag, 8, 8, &f);
     if (ok) o->a = o->dst = f, o->gen = value;
     return submit(s, o, ok, name);
 }

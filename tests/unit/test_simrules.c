@@ -57,6 +57,8 @@
  *               also in a quiet section (made then, they would wait behind the kernel on
  *               CUDA, and the simulator refuses them as a deadlock); the first quiet
  *               section after that work is done makes them
+ *   memop-device  a stream memory operation runs on its stream's device, not the current
+ *               one: a flag of device 0 written on a stream of device 1 is an illegal address
  *   pinned-devices  a kept free of pinned memory, made by a quiet section of a thread on
  *               another device (one without a context), runs on the device it was given
  *               back on: no context is made on the thread's device
@@ -1551,6 +1553,31 @@ static int child_fork_count(void) {
     return g_fail ? 1 : 0;
 }
 
+/* (RINGLET_SIM_DEVICES=2) A stream memory operation runs in its stream's context, not the
+ * current device's (cuStreamWriteValue64): a flag in device 0's memory written on a stream
+ * of device 1, device 0 current, is an illegal address there (no peer access), as it would
+ * be for a kernel on that stream. */
+static int child_memop_device(void) {
+    int yes = 0;
+    char why[128];
+    RT_OK(R->memops_supported(&yes, why, sizeof why));
+    CHECK(yes, "the simulated device has no stream memory operations: %s", why);
+    RT_OK(R->set_device(0));
+    void *flag = NULL;
+    RT_OK(R->malloc(&flag, 64));
+    RT_OK(R->set_device(1));
+    rl_dev_stream_t s;
+    RT_OK(R->stream_create(&s, 0));
+    RT_OK(R->set_device(0));
+    int rc = R->stream_write_value64(s, flag, 1);
+    if (rc == RL_RT_SUCCESS) rc = R->stream_synchronize(s);
+    CHECK(rc == RL_RT_ERR_ILLEGAL_ADDRESS,
+          "a flag of device 0 written by a memory operation on a stream of device 1 returned %d, not %d (an illegal "
+          "address: the operation runs on the stream's device)",
+          rc, RL_RT_ERR_ILLEGAL_ADDRESS);
+    return g_fail ? 1 : 0;
+}
+
 static int child(const char *name) {
     if (!strcmp(name, "lazy") || !strcmp(name, "eager")) first_launch_behind_hold(0);
     else if (!strcmp(name, "loaded")) first_launch_behind_hold(1);
@@ -1571,6 +1598,7 @@ static int child(const char *name) {
     else if (!strcmp(name, "fork-count")) return child_fork_count();
     else if (!strcmp(name, "ipc-devices")) child_ipc_devices();
     else if (!strcmp(name, "pinned-devices")) child_pinned_devices();
+    else if (!strcmp(name, "memop-device")) return child_memop_device();
     else return 98;
     if (g_fail) printf("child %s: %d of %d checks failed\n", name, g_fail, g_checks);
     return g_fail ? 1 : 0;
@@ -1607,6 +1635,8 @@ int main(int argc, char **argv) {
     CHECK(run_child("pinned-devices", "RINGLET_SIM_DEVICES", "2") == 0,
           "a kept free of pinned memory made from another device: the child failed");
     unsetenv("RINGLET_DEVICE");
+    CHECK(run_child("memop-device", "RINGLET_SIM_DEVICES", "2") == 0,
+          "a stream memory operation on another device's stream: the child failed");
     CHECK(run_child("deadlock-exit", "RINGLET_SIM_ON_DEADLOCK", "exit") == 70,
           "RINGLET_SIM_ON_DEADLOCK=exit: a call behind a held stream did not end the process with status 70");
     printf("test_simrules: %d checks, %d failed\n", g_checks, g_fail);
