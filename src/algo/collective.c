@@ -54,14 +54,16 @@ static ringlet_result_t wait_user_stream(struct ringlet_comm *c, struct ringlet_
  * all-reduces over TCP on a power of two of ranks, the one-shot path for other small
  * calls, recursive halving for middle-sized all-reduces on a power of two of ranks, the
  * ring otherwise. */
-enum { BY_HALVING, BY_STAR, BY_DOUBLING, BY_ONESHOT, BY_RING };
+enum { BY_HALVING, BY_STAR, BY_DOUBLING, BY_ONESHOT, BY_RING, BY_COUNT };
+enum { OP_KINDS = RL_OP_GROUP + 1 }; /* rl_op_kind's values */
+_Static_assert(BY_COUNT * OP_KINDS <= 64, "algos_noted has a bit per (algorithm, call kind)");
 
 /* An INFO line the first time the communicator runs a kind of call by an algorithm (what
  * tests look for to know that a forced algorithm ran; once, not per call). */
 static void note_algorithm(struct ringlet_comm *c, const struct ringlet_request *r, int by) {
     static const char *const names[] = {"recursive halving", "star", "recursive doubling", "one-shot", "ring"};
-    if ((unsigned)r->kind >= 12) return;
-    uint64_t bit = 1ull << (by * 12 + (int)r->kind); /* 5 algorithms x 12 kinds */
+    if ((unsigned)r->kind >= OP_KINDS) return;
+    uint64_t bit = 1ull << (by * OP_KINDS + (int)r->kind);
     if (c->algos_noted & bit) return; /* the communicator's one runner only */
     c->algos_noted |= bit;
     RL_INFO(c->rank, "%s #%llu: by the %s algorithm (its first %s on this communicator by it)", rl_op_name(r->kind),

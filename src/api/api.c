@@ -382,14 +382,14 @@ static int posted_overdue(struct ringlet_comm *c, struct ringlet_request *r) {
     return 1;
 }
 
-/* complete, then no longer a waiter: while counted, a destroy from another thread (after
- * an abort) frees neither the request nor c under it (lifecycle.c waits for the waiters). */
 /* The group's calls on c no longer count as waiters on it (ringlet_group_end). */
 static void group_release(grouped_t *ops, int n, struct ringlet_comm *c) {
     for (int j = 0; j < n; j++)
         if (ops[j].c == c) atomic_fetch_sub(&c->waiters, 1);
 }
 
+/* complete, then no longer a waiter: while counted, a destroy from another thread (after
+ * an abort) frees neither the request nor c under it (lifecycle.c waits for the waiters). */
 static ringlet_result_t complete_leave(struct ringlet_comm *c, struct ringlet_request **req) {
     ringlet_result_t rc = complete(req);
     atomic_fetch_sub(&c->waiters, 1);

@@ -155,13 +155,13 @@ ringlet_result_t ringlet_comm_destroy(ringlet_comm_t c) {
      * are freed once it left. Past the deadline they are left allocated, never freed
      * under a call. */
     if (calls_inside(c, c->timeout_s)) {
-        RL_WARN(c->rank, "destroy: a call of another thread was still inside the communicator %.0f s after its "
-                         "teardown (RINGLET_TIMEOUT): its memory is left allocated",
-                c->timeout_s);
-        return rl_error(NULL, RINGLET_ERR_TIMEOUT,
-                        "destroy: a call of another thread was still inside the communicator %.0f s after its "
-                        "teardown (RINGLET_TIMEOUT); its memory is left allocated",
-                        c->timeout_s);
+        char msg[RL_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "destroy: a call of another thread was still inside the communicator %.0f s after its teardown "
+                 "(RINGLET_TIMEOUT); its memory is left allocated",
+                 c->timeout_s);
+        RL_WARN(c->rank, "%s", msg);
+        return rl_error(NULL, RINGLET_ERR_TIMEOUT, "%s", msg);
     }
     comm_free(c);
     return RINGLET_SUCCESS;

@@ -382,21 +382,9 @@ static void *req_wait_thread(void *p) {
     w->rc = ringlet_wait(&w->q);
     return NULL;
 }
-/* --abort-destroy: a thread in an all-reduce nobody joins (host memory, nothing queued: run
- * on this thread, inline). */
-typedef struct {
-    ringlet_comm_t c;
-    ringlet_result_t rc;
-} coll_waiter_t;
-static void *coll_wait_thread(void *p) {
-    coll_waiter_t *w = p;
-    int32_t x[16] = {1};
-    w->rc = ringlet_allreduce(x, x, 16, RINGLET_INT32, RINGLET_SUM, w->c, NULL);
-    return NULL;
-}
 /* --abort-destroy: a thread in ringlet_comm_finalize, held up by the receive nobody sends. */
 static void *finalize_thread(void *p) {
-    coll_waiter_t *w = p;
+    waiter_t *w = p;
     w->rc = ringlet_comm_finalize(w->c);
     return NULL;
 }
@@ -431,7 +419,9 @@ static int abort_destroy_rounds(long rounds) {
             FAIL("round %ld: irecv: %s", k, ringlet_comm_last_error(c));
             break;
         }
-        coll_waiter_t cw = {c, RINGLET_SUCCESS}, fw = {c, RINGLET_SUCCESS};
+        /* wait_thread: an all-reduce nobody joins (host memory, nothing queued: run on
+         * that thread, inline) */
+        waiter_t cw = {.c = c}, fw = {.c = c};
         pthread_t th, th2, th3;
         pthread_create(&th, NULL, req_wait_thread, &w);
         /* inside ringlet_wait: started, and counted by the communicator (60 s at most);
@@ -444,7 +434,7 @@ static int abort_destroy_rounds(long rounds) {
         pthread_create(&th3, NULL, finalize_thread, &fw);
         for (double t0 = now(); atomic_load(&c->waiters) < 2 && now() - t0 < 60;) usleep(100);
         if (atomic_load(&c->waiters) < 2) FAIL("round %ld: the finalize was not inside after 60 s", k);
-        pthread_create(&th2, NULL, coll_wait_thread, &cw);
+        pthread_create(&th2, NULL, wait_thread, &cw);
         for (double t0 = now(); !comm_running(c) && now() - t0 < 60;) usleep(100);
         if (!comm_running(c)) FAIL("round %ld: the all-reduce was not running after 60 s", k);
         double t0 = now();
