@@ -111,6 +111,9 @@ struct ringlet_request {
     int event_device; /* the device of event (the stream's): a query or destroy runs there */
     int detached;
     int hold_later;     /* rl_devcomm_hold holds its streams (a group) */
+    /* Queued, its streams being held by its caller outside the queue lock (q_mu): the
+     * progress thread takes nothing from the queue from it on until it is cleared. */
+    int holding;
     /* Its preparation failed on a peer's failure (devcomm.h): queued all the same, the
      * progress thread fails it with this code and the message in err. */
     ringlet_result_t prep_rc;

@@ -401,34 +401,42 @@ static int not_held(const rl_device_ops *d, void *stream) {
 
 /* After a wait on the flag queued on a user stream (on its device, made current): an event
  * recorded behind the wait, kept per stream (s->held), so that teardown frees the flag only
- * once the stream has passed it. */
+ * once the stream has passed it. Made and recorded outside s->mu: on a GPU a record on a
+ * full stream blocks until the stream moves, which may need the progress thread, and that
+ * takes s->mu. A later record on the same stream replaces the earlier (passed after it). */
 static void note_held(struct rl_devcomm *s, void *stream, int dev) {
     const rl_device_ops *d = s->d;
     /* NULL, the legacy and the per-thread handles name a stream of the calling thread's
      * current device (cudaStreamPerThread: of the thread too): told apart by both. */
     int special = rl_dev_stream_is_current(stream);
     pthread_t self = pthread_self();
+    rl_dev_event_t ev = NULL;
+    if (d->event_create(&ev) != RL_DEV_OK) ev = NULL;
+    else if (d->event_record(ev, stream) != RL_DEV_OK) d->event_destroy(ev), ev = NULL;
+    rl_dev_event_t drop = ev;
     pthread_mutex_lock(&s->mu);
-    if (s->held_closed) { /* after settle (a late group end): not followed, the flag is kept */
+    if (!ev || s->held_closed) {
+        /* not followed (no event; or after settle, a late group end): the flag is kept */
         s->held_overflow = 1;
-        pthread_mutex_unlock(&s->mu);
-        return;
+    } else {
+        int i = 0;
+        while (i < s->nheld && !(s->held[i].stream == stream && s->held[i].dev == dev &&
+                                 (!special || pthread_equal(s->held[i].thread, self))))
+            i++;
+        if (i == s->nheld) /* a new one: in place of one whose stream passed its wait, if full */
+            for (int k = 0; k < s->nheld && i == s->nheld && s->nheld == RL_DEV_MAX_HELD; k++)
+                if (s->held[k].dev == dev && d->event_query(s->held[k].passed) == RL_DEV_OK) i = k;
+        if (i == s->nheld && i < RL_DEV_MAX_HELD) s->nheld++, s->held[i].passed = NULL;
+        if (i < s->nheld) {
+            drop = s->held[i].passed;
+            s->held[i].stream = stream, s->held[i].dev = dev, s->held[i].thread = self, s->held[i].passed = ev;
+        } else {
+            s->held_overflow = 1; /* the table full: not followed, the flag is kept */
+        }
     }
-    int i = 0;
-    while (i < s->nheld && !(s->held[i].stream == stream && s->held[i].dev == dev &&
-                             (!special || pthread_equal(s->held[i].thread, self))))
-        i++;
-    if (i == s->nheld) /* a new one: in place of one whose stream passed its wait, if full */
-        for (int k = 0; k < s->nheld && i == s->nheld && s->nheld == RL_DEV_MAX_HELD; k++)
-            if (s->held[k].dev == dev && d->event_query(s->held[k].passed) == RL_DEV_OK) i = k;
-    if (i == s->nheld && i < RL_DEV_MAX_HELD) {
-        rl_dev_event_t ev = NULL;
-        if (d->event_create(&ev) == RL_DEV_OK) s->held[s->nheld++].passed = ev;
-    }
-    if (i < s->nheld) s->held[i].stream = stream, s->held[i].dev = dev, s->held[i].thread = self;
-    if (i == s->nheld || d->event_record(s->held[i].passed, stream) != RL_DEV_OK)
-        s->held_overflow = 1; /* not followed: the flag is kept */
     pthread_mutex_unlock(&s->mu);
+    /* the event replaced, or the one not kept; on its device (the stream's: current here) */
+    if (drop) d->event_destroy(drop);
 }
 
 /* The event of the stream's work so far, then (unless later, or not held) the stream held

@@ -92,6 +92,7 @@ static const var_t vars[] = {
     {.name = "RINGLET_SIM_MEMORY", .kind = K_INT, .lo = 0, .hi = 1LL << 50},
     {.name = "RINGLET_SIM_IPC_DENY", .kind = K_BOOL},
     {.name = "RINGLET_SIM_MEMOPS", .kind = K_BOOL},
+    {.name = "RINGLET_SIM_QUEUE_DEPTH", .kind = K_INT, .lo = 2, .hi = 1 << 20},
     {.name = "RINGLET_SIM_PEER", .kind = K_BOOL},
     {.name = "RINGLET_SIM_ON_DEADLOCK", .kind = K_WORD_NOCASE, .words = "error,exit"},
     {.name = "RINGLET_STREAM_HOLD", .kind = K_WORD, .words = "auto,memop,kernel,sync"},

@@ -13,7 +13,9 @@
  * (copies and kernels). Pinned memory is ordinary memory the simulator knows about.
  * Everything else is pageable host memory: copies take it, kernels do not.
  * Streams. A thread per stream runs its operations in order, after the enqueueing call
- * returned, optionally after a random delay (RINGLET_SIM_JITTER, microseconds).
+ * returned, optionally after a random delay (RINGLET_SIM_JITTER, microseconds). A stream
+ * queues at most RINGLET_SIM_QUEUE_DEPTH operations (1024): a call that queues on a full one
+ * blocks until one ends, as on a GPU.
  * Errors. A fault inside a kernel (pageable or misaligned operand) is sticky, as on a GPU:
  * every later call fails with it. */
 #ifndef RINGLET_SIMGPU_H

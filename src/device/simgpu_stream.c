@@ -60,7 +60,9 @@ struct rl_dev_stream_s {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work arrived, or quit */
     pthread_cond_t idle_cv; /* the queue emptied */
+    pthread_cond_t room_cv; /* an operation ended: room in a full queue */
     sim_op *head, *tail;
+    int queued;      /* operations queued and not ended (the running one too) */
     sim_op *running; /* the operation the thread runs now (held detection) */
     int busy, quit;  /* quit: destroyed; the thread runs what is queued, then ends */
     int reap_self;   /* destroyed with work queued: the thread ends the stream when it ran it */
@@ -85,6 +87,7 @@ static rl_dev_stream_t g_streams;
 static rl_dev_stream_t g_legacy[64]; /* per device, made on first use */
 static long g_jitter_us = -1;
 static int g_nqueues = -1;       /* CUDA_DEVICE_MAX_CONNECTIONS, 8 when unset */
+static int g_depth = -1;         /* a stream's queue: RINGLET_SIM_QUEUE_DEPTH, 1024 when unset */
 static int g_queue_next[64];     /* per device: the queue of the next stream made */
 static atomic_ullong g_queue_seq; /* the order in which operations were queued */
 /* Capture state (streams' capture and capture_invalid, events' capture). Taken after
@@ -229,6 +232,8 @@ static void *stream_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->running = NULL;
         s->busy = 0;
+        s->queued--;
+        pthread_cond_broadcast(&s->room_cv);
         if (!s->head) pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
         if (o->ev) event_unref(o->ev);
@@ -260,6 +265,7 @@ static void stream_end(rl_dev_stream_t s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
+    pthread_cond_destroy(&s->room_cv);
     free(s);
 }
 
@@ -270,6 +276,7 @@ static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
+    pthread_cond_init(&s->room_cv, NULL);
     s->device = device;
     s->blocking = blocking;
     s->legacy = legacy;
@@ -278,6 +285,7 @@ static int stream_new(rl_dev_stream_t *out, int device, int blocking, int legacy
     pthread_mutex_lock(&g_streams_mu);
     if (g_jitter_us < 0) g_jitter_us = (long)rl_env_int("RINGLET_SIM_JITTER", 0, 0, 1000000);
     if (g_nqueues < 0) g_nqueues = (int)rl_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32);
+    if (g_depth < 0) g_depth = (int)rl_env_int("RINGLET_SIM_QUEUE_DEPTH", 1024, 2, 1 << 20);
     s->queue = g_queue_next[device]++ % g_nqueues;
     pthread_mutex_unlock(&g_streams_mu);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
@@ -749,6 +757,7 @@ sim_op *sim_new_op(int kind) {
 
 static void append_locked(rl_dev_stream_t s, sim_op *o) {
     o->qseq = atomic_fetch_add(&g_queue_seq, 1);
+    s->queued++;
     if (s->tail) s->tail->next = o;
     else s->head = o;
     s->tail = o;
@@ -759,6 +768,38 @@ static void append(rl_dev_stream_t s, sim_op *o) {
     pthread_mutex_lock(&s->mu);
     append_locked(s, o);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* A stream's queue holds a bounded number of operations on a GPU (its depth is not
+ * documented): a call that queues on a full one blocks until an operation ahead of it
+ * ends, for ever if none does (a flag wait that only the blocked thread, or a lock it
+ * holds, would release). The simulator blocks the same; where the stream's queue has not
+ * moved for SIM_QUEUE_STALL_S the GPU's hang is a deadlock, reported as one. */
+#define SIM_QUEUE_STALL_S 30.0
+static int append_bounded(rl_dev_stream_t s, sim_op *o, const char *what) {
+    pthread_mutex_lock(&s->mu);
+    double since = rl_now();
+    int seen = s->queued;
+    while (s->queued >= g_depth && !sim_sticky()) {
+        if (s->queued < seen) seen = s->queued, since = rl_now();
+        if (rl_now() - since > SIM_QUEUE_STALL_S) {
+            int queued = s->queued;
+            pthread_mutex_unlock(&s->mu);
+            if (o->ev) event_unref(o->ev);
+            free(o->owned);
+            free(o);
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "%s: the stream's queue (of device %d) is full, %d operations (RINGLET_SIM_QUEUE_DEPTH), and "
+                     "none of them ended for %.0f s: the call blocks until one does",
+                     what, s->device, queued, SIM_QUEUE_STALL_S);
+            return deadlock_fail(msg);
+        }
+        rl_cond_wait_ms(&s->room_cv, &s->mu, 100);
+    }
+    append_locked(s, o);
+    pthread_mutex_unlock(&s->mu);
+    return RL_RT_SUCCESS;
 }
 
 static int event_new(rl_dev_event_t *out, int device);
@@ -839,8 +880,7 @@ int sim_enqueue(rl_dev_stream_t s, sim_op *o, const char *what) {
         free(o);
         return rc;
     }
-    append(s, o);
-    return RL_RT_SUCCESS;
+    return append_bounded(s, o, what);
 }
 
 /* ---- events ---- */

@@ -62,7 +62,8 @@ static int p2p_pipelined(const struct ringlet_request *r) {
  * calls outside a group do). */
 static struct ringlet_request *take_partner(struct ringlet_comm *c, const struct ringlet_request *r) {
     struct ringlet_request *n = c->q_head;
-    if (!n || !p2p_pipelined(r) || !p2p_pipelined(n) || n->kind == r->kind || n->device != r->device) return NULL;
+    if (!n || n->holding || !p2p_pipelined(r) || !p2p_pipelined(n) || n->kind == r->kind || n->device != r->device)
+        return NULL;
     if (r->stream && r->stream == n->stream) return NULL;
     c->q_head = n->next;
     if (!c->q_head) c->q_tail = NULL;
@@ -124,7 +125,8 @@ static void idle_wait(struct ringlet_comm *c) {
     int left = rl_conn_poll_parked(c);
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
-    if (!left || c->q_head || c->q_quit) return;
+    /* a head still being held (holding) comes with a signal: wait for it, not poll */
+    if (!left || (c->q_head && !c->q_head->holding) || c->q_quit) return;
     if (atomic_load(&c->posted_watch)) {
         watch_posted(c);
         return;
@@ -139,8 +141,9 @@ static void *progress_thread(void *arg) {
         pthread_mutex_lock(&c->q_mu);
         /* An operation run inline by the caller finishes before the next one starts, also
          * when quitting (an abort): that caller may still be in the transports, which the
-         * teardown after this thread's end must not close under it. */
-        while (c->running || (!c->q_head && !c->q_quit)) {
+         * teardown after this thread's end must not close under it. A head whose caller
+         * still holds its streams (holding) is waited for, also when quitting. */
+        while (c->running || (!c->q_head && !c->q_quit) || (c->q_head && c->q_head->holding)) {
             if (c->running && c->q_quit) rl_cond_wait_ms(&c->q_cv, &c->q_mu, 10);
             else idle_wait(c);
         }
@@ -336,6 +339,16 @@ ringlet_result_t rl_comm_prepare_early(struct ringlet_comm *c, struct ringlet_re
     return r->device >= 0 ? rl_op_prepare_device(c, r, 0, err) : RINGLET_SUCCESS;
 }
 
+/* Queue lock held: takes r, queued, off the queue. */
+static void unqueue(struct ringlet_comm *c, struct ringlet_request *r) {
+    struct ringlet_request *prev = NULL;
+    for (struct ringlet_request *q = c->q_head; q && q != r; q = q->next) prev = q;
+    if (prev) prev->next = r->next;
+    else c->q_head = r->next;
+    if (c->q_tail == r) c->q_tail = prev;
+    r->next = NULL;
+}
+
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     /* Device memory and streams first (devcomm.h): nothing of that kind may be made once
      * a stream is held, and the stream is held below. The hold section keeps another
@@ -368,9 +381,27 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     r->seq = ++c->seq;
     rl_request_count_colls(c, r);
     if (r->seq_out) *r->seq_out = r->seq;
+    r->next = NULL;
+    if (c->q_tail) c->q_tail->next = r;
+    else c->q_head = r;
+    c->q_tail = r;
     if (r->stream) {
+        /* Its place is kept (holding) while its streams are held, outside the lock: on a
+         * GPU the user's stream may be full, and the call then blocks until the operations
+         * queued before it are done, which the progress thread runs and finishes under
+         * this lock. Calls of other threads queue behind it meanwhile. */
+        r->holding = 1;
+        pthread_mutex_unlock(&c->q_mu);
         ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
+        pthread_mutex_lock(&c->q_mu);
+        r->holding = 0;
+        if (!rc && c->q_quit) {
+            /* Aborted meanwhile: the abort lets go of the streams it held (the flag). */
+            rc = RINGLET_ERR_INVALID_USAGE;
+            snprintf(err, RL_MSG_MAX, "the communicator was aborted");
+        }
         if (rc) {
+            unqueue(c, r);
             /* The number stays used (no stream waits for it: rl_devcomm_enqueue); its
              * collectives are not counted (a retry counts them), so that this rank's count
              * stays the others' (monitor.c). */
@@ -378,15 +409,12 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
                                   atomic_load_explicit(&c->colls_called, memory_order_relaxed) -
                                       (unsigned long long)rl_request_colls(r),
                                   memory_order_relaxed);
+            pthread_cond_signal(&c->q_cv); /* the progress thread may wait for it */
             pthread_mutex_unlock(&c->q_mu);
             rl_dev_hold_end();
             return rc;
         }
     }
-    r->next = NULL;
-    if (c->q_tail) c->q_tail->next = r;
-    else c->q_head = r;
-    c->q_tail = r;
     pthread_cond_signal(&c->q_cv);
     if (c->q_bell) rl_comm_notify(c); /* asleep on the bell (watch_posted) */
     pthread_mutex_unlock(&c->q_mu);

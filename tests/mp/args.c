@@ -306,6 +306,7 @@ static const char *const env_bad[][2] = {
     {"RINGLET_SIM_IPC_DENY", "2"},     {"RINGLET_CHECK", "yes"},
     {"RINGLET_SIM_MEMOPS", "on"},      {"RINGLET_STREAM_HOLD", "spin"},
     {"RINGLET_SIM_PEER", "no"},        {"RINGLET_SIM_ON_DEADLOCK", "abort"},
+    {"RINGLET_SIM_QUEUE_DEPTH", "1"},
     {"RINGLET_FAULT_KILL", "3:sned:1"}, {"RINGLET_FAULT_STOP", "0:send:1"},
     {"RINGLET_FAULT_KILL", "1:send:-1"}, {"RINGLET_FAULT_STOP", "1:recv: 3"},
     {"RINGLET_IB_GID_INDEX", "-2"},    {"RINGLET_IB_QPS_PER_PEER", "0"},

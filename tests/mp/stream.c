@@ -6,7 +6,7 @@
  *
  *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
  *          |capture-other|per-thread|pending-copies|failed-copies
- *          |abort-copies [--count N]
+ *          |abort-copies|queue-full [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -119,6 +119,14 @@
  *   (it waits for nothing; stream.sh runs the case with RINGLET_TIMEOUT=600, so an abort
  *   that waits for them outlasts the run's limit), and the receive must fail; then rank 1
  *   ends its kernel, and the copies run.
+ * queue-full: (simulated GPU, streams held, RINGLET_SIM_QUEUE_DEPTH=6: a stream queues at most
+ *   6 operations, and a call that queues on a full one blocks until one ends, as on a GPU)
+ *   rank 0 queues 12 all-reduces on one stream; rank 1 joins them only once rank 0 has
+ *   queued two, so rank 0's stream is full of holds before any of them can be released and
+ *   its third call blocks in the runtime. The operations ahead of it must still run and
+ *   release the stream: a library that blocks there under a lock its progress thread needs
+ *   to run or finish them hangs for ever on a GPU (the simulator reports it as a deadlock
+ *   once the stream has not moved for 30 s). Every result is checked, exactly.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -802,6 +810,58 @@ static void device_warmup(ringlet_comm_t comm, const char *dir) {
     file_wait(path, 60);
 }
 
+/* queue-full: see the header. QF_CALLS all-reduces of QF_COUNT uint32 each, on one stream,
+ * into buffers of their own; rank 0 makes two, says so, then the rest, while rank 1 joins
+ * only once told: rank 0's stream fills (RINGLET_SIM_QUEUE_DEPTH=6) behind waits that only
+ * the progress thread's later operations release. */
+#define QF_CALLS 12
+#define QF_COUNT 1031
+static void queue_full_case(ringlet_comm_t comm, int P, const char *dir) {
+    if (!strcmp(D->hold_kind(g_dev), "sync")) FAIL("queue-full needs held streams (RINGLET_STREAM_HOLD=memop|kernel)");
+    device_warmup(comm, dir);
+    uint32_t *host;
+    void *din[QF_CALLS], *dout[QF_CALLS];
+    rl_dev_stream_t s;
+    DEV(D->host_alloc((void **)&host, QF_COUNT * 4));
+    DEV(D->stream_create(&s));
+    for (int k = 0; k < QF_CALLS; k++) {
+        for (size_t i = 0; i < QF_COUNT; i++) host[i] = input(g_rank, i + (size_t)k * QF_COUNT);
+        DEV(D->mem_alloc(&din[k], QF_COUNT * 4));
+        DEV(D->mem_alloc(&dout[k], QF_COUNT * 4));
+        DEV(D->memset_async(dout[k], 0xff, QF_COUNT * 4, s));
+        DEV(D->memcpy_async(din[k], host, QF_COUNT * 4, s));
+        DEV(D->stream_sync(s)); /* host is refilled next round */
+    }
+    /* One all-reduce of this size first, on a free stream: a call may allocate the first
+     * time, which it must not do once the stream is held. */
+    if (ringlet_allreduce(din[0], dout[0], QF_COUNT, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+        FAIL("queue-full: first all-reduce: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/queued", dir);
+    if (g_rank == 1) file_wait(path, 60);
+    for (int k = 0; k < QF_CALLS; k++) {
+        if (g_rank == 0 && k == 2) file_touch(path);
+        if (ringlet_allreduce(din[k], dout[k], QF_COUNT, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+            FAIL("queue-full: all-reduce %d: %s", k, ringlet_comm_last_error(comm));
+    }
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("queue-full: %s", ringlet_comm_last_error(comm));
+    for (int k = 0; k < QF_CALLS; k++) {
+        DEV(D->memcpy_async(host, dout[k], QF_COUNT * 4, s));
+        DEV(D->stream_sync(s));
+        for (size_t i = 0; i < QF_COUNT; i++) {
+            uint32_t want = 0;
+            for (int r = 0; r < P; r++) want += input(r, i + (size_t)k * QF_COUNT);
+            if (host[i] != want) FAIL("queue-full: all-reduce %d: element %zu is 0x%08x, want 0x%08x", k, i, host[i], want);
+        }
+        DEV(D->mem_free(din[k]));
+        DEV(D->mem_free(dout[k]));
+    }
+    DEV(D->stream_destroy(s));
+    DEV(D->host_free(host));
+}
+
 /* pending-copies, failed-copies and abort-copies: n uint32 on device memory, or pinned host
  * memory (filled with this rank's input), a flag for the program's own kernel, two streams,
  * and a warm-up send/receive over them (the connections made, nothing held). */
@@ -997,7 +1057,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
-                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group "
+                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
+                            "|queue-full "
                             "[--count N] "
                             "[--dir D]\n");
             return 2;
@@ -1063,6 +1124,13 @@ int main(int argc, char **argv) {
         empty_in_group_case(comm, n);
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK empty-in-group\n", g_rank);
+        return 0;
+    }
+    if (!strcmp(cas, "queue-full")) {
+        queue_full_case(comm, P, dir);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK queue-full: %d all-reduces on one stream whose queue filled, each exact\n", g_rank,
+               QF_CALLS);
         return 0;
     }
     if (!strcmp(cas, "order")) {

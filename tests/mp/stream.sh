@@ -42,6 +42,10 @@
 #   abort-copies (simulator; ipc and shm, device buffers) an abort with a
 #          receive's copies queued behind the program's kernel returns at once (RINGLET_TIMEOUT=600:
 #          an abort that waits for them outlasts the run's limit); the receive fails
+#   queue-full (simulator, streams held by memop and by kernel, ipc and tcp) 12 all-reduces on
+#          one stream of a queue depth of 6 (RINGLET_SIM_QUEUE_DEPTH), queued before the peer
+#          joins: the call that finds the stream full blocks until the operations ahead end,
+#          which the library must still run (no lock of theirs held): all exact
 #   failed-copies (simulator, pinned host buffers over cuda_ipc) the same, but a thread ends the kernel
 #          once the communicator reports the failure: the receive must return only after that (a
 #          failed call hands its buffer back, so its copies must have run)
@@ -168,6 +172,14 @@ if [ "$RINGLET_DEVICE" = sim ]; then
         run_case "$tr" legacy-devices RINGLET_SIM_DEVICES=2 RINGLET_STREAM_HOLD=memop CUDA_DEVICE_MAX_CONNECTIONS=32
     done
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc}; do run_case "$tr" legacy-devices RINGLET_SIM_DEVICES=2; done
+    # A call that finds its stream's queue full blocks in the runtime (as on a GPU), and
+    # must not hold what the operations ahead of it need.
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc tcp}; do
+        for hold in memop kernel; do
+            WANT_HOLD=$hold run_case "$tr" queue-full RINGLET_SIM_QUEUE_DEPTH=6 RINGLET_STREAM_HOLD=$hold \
+                CUDA_DEVICE_MAX_CONNECTIONS=32
+        done
+    done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
     # A job on host buffers that never chose a device makes no context anywhere.
