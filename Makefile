@@ -108,7 +108,8 @@ $(BUILD)/obj/%.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(NVCC) -Iinclude -Isrc/base -Isrc/device -Ikernels $(NVFLAGS) -c $< -o $@
 # (nvcc writes no dependency files here: the kernels' headers, named)
-$(CU_SRC:%.cu=$(BUILD)/obj/%.o): kernels/cuda_common.cuh kernels/reduce_cuda.h kernels/reduce.h include/ringlet.h
+$(CU_SRC:%.cu=$(BUILD)/obj/%.o): kernels/cuda_common.cuh kernels/reduce_cuda.h kernels/reduce.h include/ringlet.h \
+    kernels/convert.h kernels/fpenv.h
 
 $(SO): $(LIB_OBJ) src/api/exports.map
 	@mkdir -p $(dir $@)
