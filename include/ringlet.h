@@ -220,7 +220,9 @@ ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *
 ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, const void *src,
                                        ringlet_datatype_t src_type, size_t count, double scale, void *stream);
 /* Waits until the stream's work is done (nothing to wait for without a device backend),
- * on the stream's device (the default stream: the current device's). */
+ * on the stream's device (the default stream: the current device's), RINGLET_TIMEOUT at
+ * most: then RINGLET_ERR_TIMEOUT, and ringlet's frees (ringlet_mem_free's too) are kept
+ * until that work is done, since a free waits for the whole device. */
 ringlet_result_t ringlet_stream_synchronize(void *stream);
 /* Pinned host memory (plain memory without a device backend): device work reads and
  * writes it directly, and copies to and from it are asynchronous. */

@@ -997,11 +997,10 @@ ringlet_result_t ringlet_mem_free(void *ptr) {
     const rl_device_ops *d = rl_device();
     if (!ptr) return RINGLET_SUCCESS;
     if (!d) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "mem_free: no device backend");
-    if (rl_dev_quiet_begin(rl_timeout_s(), "mem_free") != RL_DEV_OK)
+    int kept = 0;
+    if (rl_dev_free_user(ptr, RL_DEV_MEM_DEVICE, rl_timeout_s(), "mem_free", &kept) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
-    int rc = d->mem_free(ptr);
-    rl_dev_quiet_end();
-    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "mem_free: %s", rl_dev_error());
+    if (kept) RL_INFO(-1, "mem_free: %p is freed once device work that did not finish is done", ptr);
     return RINGLET_SUCCESS;
 }
 

@@ -573,6 +573,15 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
     return RINGLET_SUCCESS;
 }
 
+/* Device work of ours did not finish by its deadline: something ahead of it on the device
+ * does not end. Frees in the whole process are kept for later from now on, not only from
+ * this communicator's teardown (rl_devcomm_settle): a free waits for the whole device and
+ * would hang behind it (another communicator's teardown or init, ringlet_mem_free). */
+static void note_stuck(struct rl_devcomm *s) {
+    rl_dev_note_stuck(s->s_send);
+    rl_dev_note_stuck(s->s_recv);
+}
+
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err) {
     const rl_device_ops *d = c->dev->d;
     double t0 = rl_now(), aborted_at = 0;
@@ -585,11 +594,13 @@ ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, cons
         if (atomic_load(&c->aborted)) {
             if (!aborted_at) aborted_at = now;
             if (now - aborted_at > RL_ABORT_GRACE_S) {
+                note_stuck(c->dev);
                 snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s of the abort", what, RL_ABORT_GRACE_S);
                 return RINGLET_ERR_INVALID_USAGE;
             }
         }
         if (waited > c->timeout_s) {
+            note_stuck(c->dev);
             snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s", what, c->timeout_s);
             return RINGLET_ERR_TIMEOUT;
         }

@@ -1,6 +1,7 @@
 /* The public memory operations (ringlet.h): copies, fills and conversions that go to the
  * device layer when a pointer is device memory and run at once on host memory; pinned
  * host memory; a stream's synchronisation. */
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "convert.h"
 #include "device.h"
 #include "failure.h"
+#include "log.h"
 #include "names.h"
 #include "util.h"
 
@@ -143,16 +145,52 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
     return RINGLET_SUCCESS;
 }
 
+/* Polls an event behind the stream's work rather than synchronising: cudaStreamSynchronize
+ * has no deadline, and work that never ends (a kernel waiting for a dead peer) would hold
+ * the caller (the DDP's destroy among them) for ever. */
 ringlet_result_t ringlet_stream_synchronize(void *stream) {
     const rl_device_ops *d = rl_device();
     if (!d) return RINGLET_SUCCESS;
-    int saved = -1;
+    int saved = -1, dev = -1, capturing = 0;
     if (enter_for(d, stream, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: the stream's device: %s", rl_dev_error());
-    int rc = d->stream_sync(stream);
+    if (d->stream_device(stream, &dev) != RL_DEV_OK) {
+        ringlet_result_t rc = rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: the stream's device: %s", rl_dev_error());
+        d->device_leave(saved);
+        return rc;
+    }
+    if (d->stream_capturing(stream, &capturing) == RL_DEV_OK && capturing) {
+        /* refused as CUDA refuses it, the capture invalidated as there */
+        int rc = d->stream_sync(stream);
+        d->device_leave(saved);
+        return rc == RL_DEV_OK ? RINGLET_SUCCESS : rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());
+    }
+    rl_dev_event_t ev = NULL;
+    if (d->event_create(&ev) != RL_DEV_OK || d->event_record(ev, stream) != RL_DEV_OK) {
+        ringlet_result_t rc = rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());
+        if (ev) d->event_destroy(ev);
+        d->device_leave(saved);
+        return rc;
+    }
+    double t0 = rl_now(), limit = rl_timeout_s();
+    int q;
+    while ((q = d->event_query(ev)) == RL_DEV_NOT_READY) {
+        double waited = rl_now() - t0;
+        if (waited > limit) {
+            /* Frees (which wait for the whole device) are kept until it is done. */
+            if (!rl_dev_note_stuck_event(ev, dev)) d->event_destroy(ev);
+            d->device_leave(saved);
+            return rl_error(NULL, RINGLET_ERR_TIMEOUT,
+                            "stream_synchronize: the stream's work did not finish within %.0f s (RINGLET_TIMEOUT)", limit);
+        }
+        if (waited < 1e-3) sched_yield();
+        else rl_sleep_ms(1);
+    }
+    ringlet_result_t rc = q == RL_DEV_OK ? RINGLET_SUCCESS
+                                         : rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());
+    d->event_destroy(ev);
     d->device_leave(saved);
-    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());
-    return RINGLET_SUCCESS;
+    return rc;
 }
 
 ringlet_result_t ringlet_host_alloc(void **ptr, size_t bytes) {
@@ -180,10 +218,9 @@ ringlet_result_t ringlet_host_free(void *ptr) {
         free(ptr);
         return RINGLET_SUCCESS;
     }
-    if (rl_dev_quiet_begin(rl_timeout_s(), "host_free") != RL_DEV_OK)
+    int kept = 0;
+    if (rl_dev_free_user(ptr, RL_DEV_MEM_PINNED, rl_timeout_s(), "host_free", &kept) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
-    int rc = d->host_free(ptr);
-    rl_dev_quiet_end();
-    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "host_free: %s", rl_dev_error());
+    if (kept) RL_INFO(-1, "host_free: %p is freed once device work that did not finish is done", ptr);
     return RINGLET_SUCCESS;
 }

@@ -336,6 +336,24 @@ void rl_dev_hold_end(void) {
     pthread_mutex_unlock(&g_gate_mu);
 }
 
+int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int *kept) {
+    const rl_device_ops *d = rl_device();
+    *kept = 0;
+    if (rl_dev_quiet_begin(timeout_s, what) != RL_DEV_OK) return RL_DEV_ERR;
+    if (work_stuck()) {
+        rl_dev_quiet_end();
+        int mine = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) >= 0 : d->ptr_host_mapped(p);
+        if (!mine)
+            return rl_dev_fail("%s: %p is not %s memory", what, p, kind == RL_DEV_MEM_DEVICE ? "device" : "pinned host");
+        rl_dev_free_later(p, kind);
+        *kept = 1;
+        return RL_DEV_OK;
+    }
+    int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : d->host_free(p);
+    rl_dev_quiet_end();
+    return rc;
+}
+
 int rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
     if (!p || !d || gate_forked()) return 0;

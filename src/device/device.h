@@ -222,6 +222,11 @@ int rl_dev_import_take(void *p);
  * freed now (0: kept for later, or the free failed, with a warning). */
 enum { RL_DEV_MEM_DEVICE = 0, RL_DEV_MEM_PINNED = 1, RL_DEV_MEM_IMPORTED = 2 };
 int rl_dev_free_later(void *p, int kind);
+/* A free the program asked for (ringlet_mem_free, ringlet_host_free; kind DEVICE or
+ * PINNED): made now in a quiet section, unless work noted stuck is pending, behind which
+ * CUDA's free would wait (for ever if it never ends): then kept as rl_dev_free_later keeps
+ * ours (*kept = 1), once p is checked to be memory of that kind. */
+int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int *kept);
 /* Whether work noted stuck (below) is still pending: frees are kept for later. */
 int rl_dev_work_stuck(void);
 /* Work of ours queued on stream s did not finish by its deadline: something ahead of it

@@ -101,7 +101,9 @@
  *   simulator stops a process whose cudaIpcCloseMemHandle unmaps memory that queued work
  *   uses, and refuses a free behind a held stream as a deadlock: stream.sh fails on that
  *   message); after the program's kernel ends, the copies run and the device synchronises
- *   cleanly. Rank 0 runs with a queue per
+ *   cleanly. Before the destroy rank 1 also gives back memory of its own through ringlet
+ *   (ringlet_mem_free, ringlet_host_free: a free waits for the whole device on CUDA): they
+ *   must return, the memory kept until the stuck work is done. Rank 0 runs with a queue per
  *   stream, sends once rank 1's kernel is queued, and waits for rank 1 to finish.
  * failed-copies: pending-copies on pinned host buffers forced over cuda_ipc (the device copies
  *   the call queued are then its only device work), and a thread of rank 1's ends the program's kernel once the
@@ -939,6 +941,11 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir, 
         printf("stream: rank 0: OK %s (the sending side)\n", cas);
         return;
     }
+    /* Memory the program gives back after the failure, while its kernel still spins. */
+    void *own_dev = NULL, *own_pinned = NULL;
+    if (!release && (ringlet_mem_alloc(&own_dev, 4096) != RINGLET_SUCCESS ||
+                     ringlet_host_alloc(&own_pinned, 4096) != RINGLET_SUCCESS))
+        FAIL("pending-copies: allocating: %s", ringlet_comm_last_error(NULL));
     /* The program's own kernel spins on the one hardware queue: the device work queued
      * after it (the receive's copies) does not start until the flag is set. */
     if (R->launch_wait_flag(flag, 1, spin) != RL_RT_SUCCESS) FAIL("the program's own flag wait: %s", R->error_detail());
@@ -960,6 +967,11 @@ static void pending_copies_case(ringlet_comm_t comm, size_t n, const char *dir, 
                  "ringlet's copies still to write it",
                  (int)a, why);
     }
+    /* Frees of the program's through ringlet after its device work timed out: CUDA's would
+     * wait behind the kernel (the simulator refuses that as a deadlock); ringlet keeps them
+     * for later. */
+    if (!release && (ringlet_mem_free(own_dev) != RINGLET_SUCCESS || ringlet_host_free(own_pinned) != RINGLET_SUCCESS))
+        FAIL("pending-copies: freeing after the failure: %s", ringlet_comm_last_error(NULL));
     ringlet_comm_destroy(comm); /* with the copies still queued behind the program's kernel */
     __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
     DEV(D->stream_sync(spin));

@@ -6,17 +6,22 @@
  * compared bit for bit with a reference built from the scalar conversions of reduce.h.
  * With two simulated devices: buffers of device 1 converted with device 0 current (the
  * kernel must run on device 1: one on device 0 cannot reach them), and refused on a stream
- * of device 0. */
+ * of device 0. Last, ringlet_stream_synchronize on a stream whose work does not end (the
+ * program's own flag wait): RINGLET_ERR_TIMEOUT at RINGLET_TIMEOUT, not a hang; the
+ * program's frees through ringlet meanwhile return (kept: CUDA's would wait behind the
+ * work); once the flag is set it synchronises. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "convert.h"
 #include "device.h"
 #include "reduce.h"
 #include "ringlet.h"
+#include "rt.h"
 
 static int g_fail, g_checks;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -159,6 +164,42 @@ static void other_device(void *src, void *got, void *want) {
     ringlet_mem_free(b);
 }
 
+/* See the top: the stream held by a flag wait of the program's own (the runtime's, which
+ * ringlet does not know of). A library that synchronises without a deadline hangs here:
+ * the alarm ends the test then. */
+static void stream_sync_deadline(void) {
+    const rl_device_ops *d = rl_device();
+    rl_dev_stream_t s = NULL;
+    void *flag_mem = NULL, *dev_mem = NULL, *pinned = NULL;
+    CHECK(d && d->stream_create(&s) == RL_DEV_OK && d->host_alloc(&flag_mem, 64) == RL_DEV_OK, "stream: %s",
+          rl_dev_error());
+    CHECK(ringlet_mem_alloc(&dev_mem, 4096) == RINGLET_SUCCESS && ringlet_host_alloc(&pinned, 4096) == RINGLET_SUCCESS,
+          "allocations: %s", ringlet_comm_last_error(NULL));
+    if (!s || !flag_mem || !dev_mem || !pinned) return;
+    volatile uint64_t *flag = flag_mem;
+    *flag = 0;
+    CHECK(rl_rt_sim.launch_wait_flag(flag, 1, s) == RL_RT_SUCCESS, "the program's flag wait");
+    setenv("RINGLET_TIMEOUT", "0.5", 1);
+    alarm(60);
+    ringlet_result_t rc = ringlet_stream_synchronize(s);
+    const char *msg = ringlet_comm_last_error(NULL);
+    CHECK(rc == RINGLET_ERR_TIMEOUT && strstr(msg, "RINGLET_TIMEOUT"),
+          "stream_synchronize of a stream whose work does not end: %d (%s), want RINGLET_ERR_TIMEOUT", (int)rc, msg);
+    CHECK(ringlet_mem_free(dev_mem) == RINGLET_SUCCESS && ringlet_host_free(pinned) == RINGLET_SUCCESS,
+          "frees after the timeout: %s", ringlet_comm_last_error(NULL));
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    rc = ringlet_stream_synchronize(s);
+    CHECK(rc == RINGLET_SUCCESS, "stream_synchronize once the flag is set: %d (%s)", (int)rc, ringlet_comm_last_error(NULL));
+    alarm(0);
+    unsetenv("RINGLET_TIMEOUT");
+    /* The kept frees are made at the next allocation's quiet section (nothing is stuck now). */
+    void *again = NULL;
+    CHECK(ringlet_mem_alloc(&again, 64) == RINGLET_SUCCESS && ringlet_mem_free(again) == RINGLET_SUCCESS,
+          "an allocation and a free after it: %s", ringlet_comm_last_error(NULL));
+    d->stream_destroy(s);
+    d->host_free(flag_mem);
+}
+
 int main(void) {
     setenv("RINGLET_DEVICE", "sim", 1);
     setenv("RINGLET_SIM_DEVICES", "2", 1);
@@ -233,6 +274,7 @@ int main(void) {
         CHECK(w == v, "pinned memory holds %llx", (unsigned long long)w);
     }
     ringlet_host_free(pin);
+    stream_sync_deadline();
     if (dsrc) other_device(src, got, want);
     ringlet_mem_free(dsrc);
     ringlet_mem_free(ddst);
