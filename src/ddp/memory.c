@@ -78,9 +78,19 @@ void ddp_mem_store_value(struct ringlet_ddp *d, void *dst, ringlet_datatype_t t,
     memcpy(d->value_pinned, e, ringlet_datatype_size(t));
     ddp_mem_copy(d, dst, d->value_pinned, ringlet_datatype_size(t));
 }
+/* On device memory through the pinned word's second half (the first may still be read by
+ * a store's copy): a copy into pageable memory would wait for the stream with no deadline,
+ * where ringlet_stream_synchronize has RINGLET_TIMEOUT. */
 double ddp_mem_load_value(struct ringlet_ddp *d, const void *src, ringlet_datatype_t t) {
     _Alignas(8) unsigned char e[8] = {0};
-    ddp_mem_copy(d, e, src, ringlet_datatype_size(t));
-    if (d->on_device) mem_note(d, ringlet_stream_synchronize(ddp_dstream(d)));
+    if (!d->on_device) {
+        memcpy(e, src, ringlet_datatype_size(t));
+        return rl_ddp_load_value(e, t);
+    }
+    unsigned char *word = d->value_pinned + 8;
+    memset(word, 0, 8);
+    ddp_mem_copy(d, word, src, ringlet_datatype_size(t));
+    mem_note(d, ringlet_stream_synchronize(ddp_dstream(d)));
+    memcpy(e, word, 8);
     return rl_ddp_load_value(e, t);
 }

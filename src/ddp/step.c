@@ -442,7 +442,10 @@ static ringlet_result_t finish(struct ringlet_ddp *d) {
                                       last->wire);
         if (last->op == RINGLET_AVG) total *= d->nranks;
         double others = total - d->own_flag;
-        if (others > 0.5 && !d->iter_rc) {
+        if (d->mem_rc) { /* the read of the flag failed (its stream's work did not finish) */
+            ddp_msgf(cmsg, sizeof cmsg, "reading the buckets' usage-error flag failed: %s", d->mem_msg);
+            ddp_iter_fail(d, d->mem_rc, cmsg);
+        } else if (others > 0.5 && !d->iter_rc) {
             char m[MSG_MAX];
             ddp_msgf(m, sizeof m,
                      "ringlet_ddp_finish: %.0f other rank(s) reported a DDP usage error in this iteration (for "
