@@ -29,8 +29,10 @@ own DDP class.
 """
 import atexit
 import ctypes
+import datetime
 import sys
 import threading
+import time
 import weakref
 
 from . import _lib
@@ -201,6 +203,20 @@ class Work:
             self._mu.release()
 
     def wait(self, timeout=None):
+        """Blocks until done, within ringlet's deadline (RINGLET_TIMEOUT). With a timeout
+        (seconds, or a datetime.timedelta; > 0) it raises RingletError (ERR_TIMEOUT) once that
+        has passed, and the operation goes on: wait again, test it, or end the communicator.
+        Polling, so that a KeyboardInterrupt can end the wait meanwhile."""
+        limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (timeout or 0)
+        if limit > 0:
+            until = time.monotonic() + limit
+            nap = 1e-5
+            while not self.is_completed():
+                if time.monotonic() >= until:
+                    raise RingletError(_lib.ERR_TIMEOUT, "ringlet.%s: wait timed out after %g s (the operation goes on)"
+                                       % (self._what, limit))
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
         with self._mu:
             if not self._lost():
                 self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))

@@ -8,6 +8,7 @@ invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array 
 byte order, all_gather outputs of the wrong size, a Work waited for after its communicator's
 destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
 """
+import datetime
 import os
 import sys
 
@@ -107,6 +108,27 @@ def main():
         else:
             wk.wait()
         check(torch.all(q == float((r - 1) % w)).item(), "send/recv ring %s" % q)
+    if w > 1 and r < 2:
+        # wait(timeout): rank 1 sends only once rank 0's timed wait has run out (rank 0 then
+        # sends it a token), so the timeout is reached by construction; the receive goes on
+        # and a plain wait completes it.
+        if r == 0:
+            q = torch.zeros(5, dtype=torch.int64)
+            wk = ringlet.recv(q, 1, async_op=True)
+            try:
+                wk.wait(timeout=0.05)
+                check(False, "wait(timeout) returned with the sender not yet sending")
+            except ringlet.RingletError as e:
+                check(e.code == ringlet.ERR_TIMEOUT and "timed out" in str(e), "wait(timeout): %s" % e)
+            check(not wk.is_completed(), "the receive completed before its sender sent")
+            ringlet.send(torch.tensor([7]), 1)
+            check(wk.wait(timeout=datetime.timedelta(seconds=120)) and q.tolist() == [3, 1, 4, 1, 5],
+                  "receive after a timed-out wait: %s" % q)
+        else:
+            token = torch.zeros(1, dtype=torch.int64)
+            ringlet.recv(token, 0)
+            check(token.item() == 7, "token %s" % token)
+            ringlet.send(torch.tensor([3, 1, 4, 1, 5]), 0)
     works = []
     ts = [torch.full((1000,), float(k + r)) for k in range(4)]
     for t in ts:
