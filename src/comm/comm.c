@@ -197,6 +197,7 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     pthread_mutex_init(&c->fail_mu, NULL);
     atomic_init(&c->ev, &c->own_bell);
     pthread_mutex_init(&c->q_mu, NULL);
+    pthread_mutex_init(&c->hold_order_mu, NULL);
     pthread_cond_init(&c->q_cv, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
     pthread_mutex_init(&c->live_mu, NULL);
@@ -269,6 +270,7 @@ void rl_comm_free(struct ringlet_comm *c) {
     pthread_mutex_destroy(&c->park_mu);
     pthread_mutex_destroy(&c->fail_mu);
     pthread_mutex_destroy(&c->q_mu);
+    pthread_mutex_destroy(&c->hold_order_mu);
     pthread_cond_destroy(&c->q_cv);
     pthread_mutex_destroy(&c->err_mu);
     free(c);

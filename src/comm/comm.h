@@ -233,6 +233,11 @@ struct ringlet_comm {
     pthread_t progress;
     int progress_started;
     pthread_mutex_t q_mu;
+    /* Stream calls queue their holds on the users' streams one at a time, in the order of
+     * their numbers (a call's wait on stream S must come after the events of the calls
+     * numbered before it); never taken by the progress thread, whose work a call blocked on
+     * a full stream waits for. Taken before q_mu. */
+    pthread_mutex_t hold_order_mu;
     pthread_cond_t q_cv;
     struct ringlet_request *q_head, *q_tail;
     int q_quit;

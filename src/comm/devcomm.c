@@ -475,6 +475,13 @@ static void event_drop(const rl_device_ops *d, void **event, int dev) {
     *event = NULL;
 }
 
+void rl_devcomm_drop_events(struct ringlet_comm *c, struct ringlet_request *r) {
+    struct rl_devcomm *s = c->dev;
+    if (!s) return;
+    event_drop(s->d, &r->event, r->event_device);
+    for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
+}
+
 ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     struct rl_devcomm *s = c->dev;
     if (!s || !s->flag)
@@ -487,10 +494,7 @@ ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_reque
      * waits for this number. */
     for (int i = 0; i < r->nxstream && !rc; i++)
         rc = hold_stream(s, r->xstream[i], r->seq, r->hold_later, &r->xevent[i], &r->xevent_device[i], err);
-    if (rc) {
-        event_drop(s->d, &r->event, r->event_device);
-        for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
-    }
+    if (rc) rl_devcomm_drop_events(c, r);
     return rc;
 }
 
@@ -573,11 +577,12 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
     return RINGLET_SUCCESS;
 }
 
-/* Device work of ours did not finish by its deadline: something ahead of it on the device
- * does not end. Frees in the whole process are kept for later from now on, not only from
- * this communicator's teardown (rl_devcomm_settle): a free waits for the whole device and
- * would hang behind it (another communicator's teardown or init, ringlet_mem_free). */
-static void note_stuck(struct rl_devcomm *s) {
+void rl_devcomm_note_stuck(struct ringlet_comm *c, rl_dev_event_t ev) {
+    struct rl_devcomm *s = c->dev;
+    if (!s) return;
+    /* The work ev marks may be the user's (the stream's work before a call): made ringlet's
+     * send stream's, which is done with (the call fails, and the communicator with it). */
+    if (ev && s->s_send) s->d->stream_wait_event(s->s_send, ev);
     rl_dev_note_stuck(s->s_send);
     rl_dev_note_stuck(s->s_recv);
 }
@@ -594,13 +599,13 @@ ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, cons
         if (atomic_load(&c->aborted)) {
             if (!aborted_at) aborted_at = now;
             if (now - aborted_at > RL_ABORT_GRACE_S) {
-                note_stuck(c->dev);
+                rl_devcomm_note_stuck(c, ev);
                 snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s of the abort", what, RL_ABORT_GRACE_S);
                 return RINGLET_ERR_INVALID_USAGE;
             }
         }
         if (waited > c->timeout_s) {
-            note_stuck(c->dev);
+            rl_devcomm_note_stuck(c, ev);
             snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s", what, c->timeout_s);
             return RINGLET_ERR_TIMEOUT;
         }
@@ -626,8 +631,7 @@ ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err) {
 void rl_devcomm_release(struct ringlet_comm *c, struct ringlet_request *r) {
     struct rl_devcomm *s = c->dev;
     if (!s) return;
-    event_drop(s->d, &r->event, r->event_device);
-    for (int i = 0; i < r->nxstream; i++) event_drop(s->d, &r->xevent[i], r->xevent_device[i]);
+    rl_devcomm_drop_events(c, r);
     /* Operations finish in issue order, so the flag only grows. */
     if (r->stream && s->flag) __atomic_store_n(s->flag, r->seq, __ATOMIC_RELEASE);
 }

@@ -109,9 +109,12 @@ ringlet_result_t rl_devcomm_prepare(struct ringlet_comm *c, const rl_dev_needs *
 ringlet_result_t rl_devcomm_publish(struct ringlet_comm *c, int dev, char *err);
 /* Whether streams can be held (and released) now: the flag exists. */
 int rl_devcomm_can_hold(struct ringlet_comm *c);
-/* Calling thread, under the queue lock, in a hold section (device.h), with r->seq
- * assigned and r prepared: the stream order above. */
+/* Calling thread, under the communicator's hold_order_mu (not its queue lock: a full
+ * stream blocks the call until the progress thread finished the operations before it), in
+ * a hold section (device.h), with r->seq assigned and r prepared: the stream order above. */
 ringlet_result_t rl_devcomm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+/* Destroys the events rl_devcomm_enqueue made for r (a request taken back after it). */
+void rl_devcomm_drop_events(struct ringlet_comm *c, struct ringlet_request *r);
 /* With r->hold_later, enqueue records the events only; the caller holds the streams
  * afterwards with this, in a hold section (a group over several communicators of this
  * process that share a stream: every communicator's event comes before any hold, or the
@@ -129,6 +132,12 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
 /* Waits, within the deadline, for an event of the communicator's streams (what: for
  * the message). */
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err);
+/* Device work did not finish by its deadline (ev marks it; NULL: ringlet's streams' work):
+ * something ahead of it on the device does not end. Frees in the whole process are kept
+ * for later from now on (rl_dev_note_stuck), not only from this communicator's teardown: a
+ * free waits for the whole device and would hang behind it (another communicator's
+ * teardown or init, ringlet_mem_free). */
+void rl_devcomm_note_stuck(struct ringlet_comm *c, rl_dev_event_t ev);
 /* Waits, within the deadline, until the work enqueued on the internal streams is done.
  * Every operation on device buffers ends with it, success or not. */
 ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "convert.h"
 #include "device.h"
@@ -173,6 +174,7 @@ ringlet_result_t ringlet_stream_synchronize(void *stream) {
         return rc;
     }
     double t0 = rl_now(), limit = rl_timeout_s();
+    long nap_us = 10;
     int q;
     while ((q = d->event_query(ev)) == RL_DEV_NOT_READY) {
         double waited = rl_now() - t0;
@@ -183,8 +185,14 @@ ringlet_result_t ringlet_stream_synchronize(void *stream) {
             return rl_error(NULL, RINGLET_ERR_TIMEOUT,
                             "stream_synchronize: the stream's work did not finish within %.0f s (RINGLET_TIMEOUT)", limit);
         }
-        if (waited < 1e-3) sched_yield();
-        else rl_sleep_ms(1);
+        /* short work seen soon, long work polled once a millisecond */
+        if (waited < 1e-4) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, nap_us * 1000};
+            nanosleep(&ts, NULL);
+            if (nap_us < 1000) nap_us *= 2;
+        }
     }
     ringlet_result_t rc = q == RL_DEV_OK ? RINGLET_SUCCESS
                                          : rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());

@@ -339,9 +339,11 @@ void rl_dev_hold_end(void) {
 int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int *kept) {
     const rl_device_ops *d = rl_device();
     *kept = 0;
-    if (rl_dev_quiet_begin(timeout_s, what) != RL_DEV_OK) return RL_DEV_ERR;
-    if (work_stuck()) {
-        rl_dev_quiet_end();
+    /* Looked at before the quiet section too: a free that is kept waits for nothing. */
+    int stuck = !gate_forked() && work_stuck();
+    if (!stuck && rl_dev_quiet_begin(timeout_s, what) != RL_DEV_OK) return RL_DEV_ERR;
+    if (stuck || work_stuck()) {
+        if (!stuck) rl_dev_quiet_end();
         int mine = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) >= 0 : d->ptr_host_mapped(p);
         if (!mine)
             return rl_dev_fail("%s: %p is not %s memory", what, p, kind == RL_DEV_MEM_DEVICE ? "device" : "pinned host");

@@ -63,6 +63,7 @@ struct rl_dev_stream_s {
     pthread_cond_t room_cv; /* an operation ended: room in a full queue */
     sim_op *head, *tail;
     int queued;      /* operations queued and not ended (the running one too) */
+    unsigned long long ended; /* operations ended so far */
     sim_op *running; /* the operation the thread runs now (held detection) */
     int busy, quit;  /* quit: destroyed; the thread runs what is queued, then ends */
     int reap_self;   /* destroyed with work queued: the thread ends the stream when it ran it */
@@ -233,6 +234,7 @@ static void *stream_main(void *arg) {
         s->running = NULL;
         s->busy = 0;
         s->queued--;
+        s->ended++;
         pthread_cond_broadcast(&s->room_cv);
         if (!s->head) pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
@@ -779,9 +781,9 @@ static void append(rl_dev_stream_t s, sim_op *o) {
 static int append_bounded(rl_dev_stream_t s, sim_op *o, const char *what) {
     pthread_mutex_lock(&s->mu);
     double since = rl_now();
-    int seen = s->queued;
+    unsigned long long seen = s->ended;
     while (s->queued >= g_depth && !sim_sticky()) {
-        if (s->queued < seen) seen = s->queued, since = rl_now();
+        if (s->ended != seen) seen = s->ended, since = rl_now();
         if (rl_now() - since > SIM_QUEUE_STALL_S) {
             int queued = s->queued;
             pthread_mutex_unlock(&s->mu);
@@ -939,7 +941,14 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
     pthread_mutex_lock(&e->mu);
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->mu);
-    return sim_enqueue(s, event_op(OP_RECORD, e, gen), "event_record");
+    rc = sim_enqueue(s, event_op(OP_RECORD, e, gen), "event_record");
+    if (rc) { /* not queued: nothing will complete it, and a query must not wait for it */
+        pthread_mutex_lock(&e->mu);
+        if (e->done < gen) e->done = gen;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return rc;
 }
 
 int sim_event_query(rl_dev_event_t e) {

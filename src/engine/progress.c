@@ -126,7 +126,8 @@ static void idle_wait(struct ringlet_comm *c) {
     pthread_mutex_lock(&c->q_mu);
     c->running = 0;
     /* a head still being held (holding) comes with a signal: wait for it, not poll */
-    if (!left || (c->q_head && !c->q_head->holding) || c->q_quit) return;
+    int head_held = c->q_head && c->q_head->holding;
+    if (!left || ((c->q_head || c->q_quit) && !head_held)) return;
     if (atomic_load(&c->posted_watch)) {
         watch_posted(c);
         return;
@@ -371,11 +372,12 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     }
     if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
         return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;
+    if (holds) pthread_mutex_lock(&c->hold_order_mu);
     pthread_mutex_lock(&c->q_mu);
     if (c->q_quit) {
         /* Aborted (from another thread) while this call prepared: no thread would run it. */
         pthread_mutex_unlock(&c->q_mu);
-        if (holds) rl_dev_hold_end();
+        if (holds) pthread_mutex_unlock(&c->hold_order_mu), rl_dev_hold_end();
         return snprintf(err, RL_MSG_MAX, "the communicator was aborted"), RINGLET_ERR_INVALID_USAGE;
     }
     r->seq = ++c->seq;
@@ -385,11 +387,12 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     if (c->q_tail) c->q_tail->next = r;
     else c->q_head = r;
     c->q_tail = r;
-    if (r->stream) {
-        /* Its place is kept (holding) while its streams are held, outside the lock: on a
-         * GPU the user's stream may be full, and the call then blocks until the operations
-         * queued before it are done, which the progress thread runs and finishes under
-         * this lock. Calls of other threads queue behind it meanwhile. */
+    if (holds) {
+        /* Its place is kept (holding) while its streams are held, outside the queue lock:
+         * on a GPU the user's stream may be full, and the call then blocks until the
+         * operations queued before it are done, which the progress thread runs and
+         * finishes under that lock. Other threads' calls queue behind it meanwhile, and
+         * their holds wait for its (hold_order_mu). */
         r->holding = 1;
         pthread_mutex_unlock(&c->q_mu);
         ringlet_result_t rc = rl_devcomm_enqueue(c, r, err);
@@ -397,6 +400,7 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
         r->holding = 0;
         if (!rc && c->q_quit) {
             /* Aborted meanwhile: the abort lets go of the streams it held (the flag). */
+            rl_devcomm_drop_events(c, r);
             rc = RINGLET_ERR_INVALID_USAGE;
             snprintf(err, RL_MSG_MAX, "the communicator was aborted");
         }
@@ -409,15 +413,17 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
                                   atomic_load_explicit(&c->colls_called, memory_order_relaxed) -
                                       (unsigned long long)rl_request_colls(r),
                                   memory_order_relaxed);
-            pthread_cond_signal(&c->q_cv); /* the progress thread may wait for it */
-            pthread_mutex_unlock(&c->q_mu);
-            rl_dev_hold_end();
-            return rc;
         }
+        /* the progress thread may wait for it: on q_cv, or asleep on the bell */
+        pthread_cond_signal(&c->q_cv);
+        if (c->q_bell) rl_comm_notify(c);
+        pthread_mutex_unlock(&c->q_mu);
+        pthread_mutex_unlock(&c->hold_order_mu);
+        rl_dev_hold_end();
+        return rc;
     }
     pthread_cond_signal(&c->q_cv);
     if (c->q_bell) rl_comm_notify(c); /* asleep on the bell (watch_posted) */
     pthread_mutex_unlock(&c->q_mu);
-    if (holds) rl_dev_hold_end();
     return RINGLET_SUCCESS;
 }

@@ -6,7 +6,7 @@
  *
  *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
  *          |capture-other|per-thread|pending-copies|failed-copies
- *          |abort-copies|queue-full [--count N]
+ *          |abort-copies|queue-full|two-threads [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -129,6 +129,12 @@
  *   release the stream: a library that blocks there under a lock its progress thread needs
  *   to run or finish them hangs for ever on a GPU (the simulator reports it as a deadlock
  *   once the stream has not moved for 30 s). Every result is checked, exactly.
+ * two-threads: (streams held) two threads of each rank make 200 all-reduces each on one
+ *   stream of the process at once. A call's hold on the stream (a wait for the flag to
+ *   reach its number) must come after the events of the calls numbered before it: one
+ *   queued first waits for a call that waits for its event, until RINGLET_TIMEOUT. Every
+ *   result is checked, exactly (the inputs are the same for every call: which call of the
+ *   peer's a call meets does not matter).
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -864,6 +870,73 @@ static void queue_full_case(ringlet_comm_t comm, int P, const char *dir) {
     DEV(D->host_free(host));
 }
 
+/* two-threads: see the top. Each thread's calls use the same input (the same on every
+ * rank), so that which call of the peer's each meets does not matter. */
+#define TT_CALLS 200
+#define TT_COUNT 257
+typedef struct {
+    ringlet_comm_t comm;
+    rl_dev_stream_t s;
+    void *din;
+    void *dout[TT_CALLS];
+} two_threads_arg;
+
+static void *two_threads_main(void *arg) {
+    two_threads_arg *a = arg;
+    DEV(D->set_device(g_dev));
+    for (int k = 0; k < TT_CALLS; k++)
+        if (ringlet_allreduce(a->din, a->dout[k], TT_COUNT, RINGLET_UINT32, RINGLET_SUM, a->comm, a->s) != RINGLET_SUCCESS)
+            FAIL("two-threads: all-reduce %d: %s", k, ringlet_comm_last_error(a->comm));
+    return NULL;
+}
+
+static void two_threads_case(ringlet_comm_t comm, int P, const char *dir) {
+    device_warmup(comm, dir);
+    uint32_t *host;
+    rl_dev_stream_t s;
+    void *din;
+    DEV(D->host_alloc((void **)&host, TT_COUNT * 4));
+    DEV(D->stream_create(&s));
+    DEV(D->mem_alloc(&din, TT_COUNT * 4));
+    for (size_t i = 0; i < TT_COUNT; i++) host[i] = input(g_rank, i);
+    DEV(D->memcpy_async(din, host, TT_COUNT * 4, s));
+    two_threads_arg a[2];
+    for (int t = 0; t < 2; t++) {
+        a[t].comm = comm, a[t].s = s, a[t].din = din;
+        for (int k = 0; k < TT_CALLS; k++) {
+            DEV(D->mem_alloc(&a[t].dout[k], TT_COUNT * 4));
+            DEV(D->memset_async(a[t].dout[k], 0xff, TT_COUNT * 4, s));
+        }
+    }
+    /* One call of this size first, alone: a call may allocate the first time, which it must
+     * not do once the stream is held. */
+    if (ringlet_allreduce(din, a[0].dout[0], TT_COUNT, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+        FAIL("two-threads: first all-reduce: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++)
+        if (pthread_create(&th[t], NULL, two_threads_main, &a[t]) != 0) FAIL("cannot start a thread");
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("two-threads: %s", ringlet_comm_last_error(comm));
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < TT_CALLS; k++) {
+            DEV(D->memcpy_async(host, a[t].dout[k], TT_COUNT * 4, s));
+            DEV(D->stream_sync(s));
+            for (size_t i = 0; i < TT_COUNT; i++) {
+                uint32_t want = 0;
+                for (int r = 0; r < P; r++) want += input(r, i);
+                if (host[i] != want)
+                    FAIL("two-threads: thread %d's all-reduce %d: element %zu is 0x%08x, want 0x%08x", t, k, i, host[i],
+                         want);
+            }
+            DEV(D->mem_free(a[t].dout[k]));
+        }
+    DEV(D->mem_free(din));
+    DEV(D->stream_destroy(s));
+    DEV(D->host_free(host));
+}
+
 /* pending-copies, failed-copies and abort-copies: n uint32 on device memory, or pinned host
  * memory (filled with this rank's input), a flag for the program's own kernel, two streams,
  * and a warm-up send/receive over them (the connections made, nothing held). */
@@ -1070,7 +1143,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
                             "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
-                            "|queue-full "
+                            "|queue-full|two-threads "
                             "[--count N] "
                             "[--dir D]\n");
             return 2;
@@ -1136,6 +1209,13 @@ int main(int argc, char **argv) {
         empty_in_group_case(comm, n);
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK empty-in-group\n", g_rank);
+        return 0;
+    }
+    if (!strcmp(cas, "two-threads")) {
+        two_threads_case(comm, P, dir);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK two-threads: %d all-reduces from each of two threads on one stream, each exact\n",
+               g_rank, TT_CALLS);
         return 0;
     }
     if (!strcmp(cas, "queue-full")) {

@@ -42,6 +42,9 @@
 #   abort-copies (simulator; ipc and shm, device buffers) an abort with a
 #          receive's copies queued behind the program's kernel returns at once (RINGLET_TIMEOUT=600:
 #          an abort that waits for them outlasts the run's limit); the receive fails
+#   two-threads (memop and kernel holds, ipc and tcp) two threads of each rank make 200
+#          all-reduces each on one stream at once: all exact, no timeout (a hold queued
+#          before an earlier-numbered call's event kept that call from ever starting)
 #   queue-full (simulator, streams held by memop and by kernel, ipc and tcp) 12 all-reduces on
 #          one stream of a queue depth of 6 (RINGLET_SIM_QUEUE_DEPTH), queued before the peer
 #          joins: the call that finds the stream full blocks until the operations ahead end,
@@ -140,6 +143,13 @@ done
 WANT_HOLD=kernel
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do
     for cas in ${STREAM_KERNEL_CASES:-order legacy}; do run_case "$tr" "$cas" RINGLET_STREAM_HOLD=kernel CUDA_DEVICE_MAX_CONNECTIONS=32; done
+done
+# Two threads' calls on one stream at once: each call's hold after the events of the calls
+# numbered before it.
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc tcp}; do
+    for hold in memop kernel; do
+        WANT_HOLD=$hold run_case "$tr" two-threads RINGLET_STREAM_HOLD=$hold CUDA_DEVICE_MAX_CONNECTIONS=32
+    done
 done
 WANT_HOLD=
 # A capturing stream (CUDA graphs) is refused, and the capture survives; another thread's
