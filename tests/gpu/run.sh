@@ -224,7 +224,7 @@ step_device_collectives_shm() { collectives_cuda shm; }
 step_device_collectives_tcp() { collectives_cuda tcp; }
 step_device_mps() { bash tests/gpu/mps.sh env RINGLET_TEST_DEVICE=cuda BUILD="$BUILD" RINGLET_TEST_MEMORY=device \
     RINGLET_TEST_DEVICE_TRANSPORTS=ipc bash tests/mp/collectives.sh; }
-step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order \
+step_stream_p2() { cuda_env RINGLET_TEST_TRANSPORTS="ipc shm" STREAM_KERNEL_CASES=order STREAM_SYNC_CASES=order STREAM_THREAD_HOLDS= \
     STREAM_RUN_LIMIT=20 STREAM_RUN_GRACE=2 bash tests/mp/stream.sh; }
 step_device_stream() { cuda_env bash tests/mp/stream.sh; }
 step_device_batch() { cuda_env bash tests/mp/batch.sh; }
