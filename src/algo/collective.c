@@ -31,7 +31,6 @@ static ringlet_result_t wait_user_event(struct ringlet_comm *c, void *event, int
         if (rl_now() - t0 > c->timeout_s) {
             rc = RINGLET_ERR_TIMEOUT;
             snprintf(err, RL_MSG_MAX, "the stream's work before the call did not finish within %.0f s", c->timeout_s);
-            rl_devcomm_note_stuck(c, event);
             break;
         }
         rl_sleep_ms(rl_now() - t0 < 1e-3 ? 0 : 1);

@@ -721,10 +721,18 @@ ringlet_result_t ringlet_group_end(void) {
         } else if (rl_dev_hold_begin(held[i].c->timeout_s) != RL_DEV_OK) {
             snprintf(err, sizeof err, "%s", rl_dev_error());
         } else {
-            /* in order with the holds of other threads' calls (rl_comm_enqueue) */
-            pthread_mutex_lock(&held[i].c->hold_order_mu);
-            rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
-            pthread_mutex_unlock(&held[i].c->hold_order_mu);
+            /* in order with the holds of other threads' calls (rl_comm_enqueue); none once
+             * aborted: the teardown may free what the hold uses */
+            rc = rl_comm_hold_order_lock(held[i].c, err);
+            if (!rc) {
+                if (atomic_load(&held[i].c->aborted)) {
+                    rc = RINGLET_ERR_INVALID_USAGE;
+                    snprintf(err, sizeof err, "the communicator was aborted");
+                } else {
+                    rc = rl_devcomm_hold(held[i].c, held[i].streams, held[i].n, held[i].seq, err);
+                }
+                pthread_mutex_unlock(&held[i].c->hold_order_mu);
+            }
             rl_dev_hold_end();
         }
         if (!rc) rc = rl_devcomm_sync(held[i].c, held[i].streams, held[i].n, held[i].seq, err);

@@ -470,7 +470,10 @@ static void event_drop(const rl_device_ops *d, void **event, int dev) {
     if (!*event) return;
     int saved = -1;
     int entered = d->device_enter(dev, &saved) == RL_DEV_OK;
-    d->event_destroy(*event);
+    /* The user's work before the call not done when the request ends (it failed waiting
+     * for it, say): noted, so that no free waits behind it (rl_dev_note_stuck_event owns
+     * the event then); most often it is done, and the event goes. */
+    if (d->event_query(*event) != RL_DEV_NOT_READY || !rl_dev_note_stuck_event(*event, dev)) d->event_destroy(*event);
     if (entered) d->device_leave(saved);
     *event = NULL;
 }
@@ -577,14 +580,17 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
     return RINGLET_SUCCESS;
 }
 
-void rl_devcomm_note_stuck(struct ringlet_comm *c, rl_dev_event_t ev) {
-    struct rl_devcomm *s = c->dev;
-    if (!s) return;
-    /* The work ev marks may be the user's (the stream's work before a call): made ringlet's
-     * send stream's, which is done with (the call fails, and the communicator with it). */
-    if (ev && s->s_send) s->d->stream_wait_event(s->s_send, ev);
-    rl_dev_note_stuck(s->s_send);
-    rl_dev_note_stuck(s->s_recv);
+/* Device work of ours did not finish by its deadline: something ahead of it on the device
+ * does not end. Frees in the whole process are kept for later from now on (not only from
+ * this communicator's teardown): a free waits for the whole device and would hang behind
+ * it (another communicator's teardown or init, ringlet_mem_free). The user's work before
+ * a call is noted when its request lets go of the event (event_drop). */
+static void note_stuck(struct rl_devcomm *s) {
+    pthread_mutex_lock(&s->mu);
+    rl_dev_stream_t send = s->s_send, recv = s->s_recv;
+    pthread_mutex_unlock(&s->mu);
+    rl_dev_note_stuck(send);
+    rl_dev_note_stuck(recv);
 }
 
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err) {
@@ -599,13 +605,13 @@ ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, cons
         if (atomic_load(&c->aborted)) {
             if (!aborted_at) aborted_at = now;
             if (now - aborted_at > RL_ABORT_GRACE_S) {
-                rl_devcomm_note_stuck(c, ev);
+                note_stuck(c->dev);
                 snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s of the abort", what, RL_ABORT_GRACE_S);
                 return RINGLET_ERR_INVALID_USAGE;
             }
         }
         if (waited > c->timeout_s) {
-            rl_devcomm_note_stuck(c, ev);
+            note_stuck(c->dev);
             snprintf(err, RL_MSG_MAX, "%s did not finish within %.0f s", what, c->timeout_s);
             return RINGLET_ERR_TIMEOUT;
         }

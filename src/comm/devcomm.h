@@ -132,12 +132,7 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
 /* Waits, within the deadline, for an event of the communicator's streams (what: for
  * the message). */
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err);
-/* Device work did not finish by its deadline (ev marks it; NULL: ringlet's streams' work):
- * something ahead of it on the device does not end. Frees in the whole process are kept
- * for later from now on (rl_dev_note_stuck), not only from this communicator's teardown: a
- * free waits for the whole device and would hang behind it (another communicator's
- * teardown or init, ringlet_mem_free). */
-void rl_devcomm_note_stuck(struct ringlet_comm *c, rl_dev_event_t ev);
+
 /* Waits, within the deadline, until the work enqueued on the internal streams is done.
  * Every operation on device buffers ends with it, success or not. */
 ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err);

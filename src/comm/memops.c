@@ -191,7 +191,7 @@ ringlet_result_t ringlet_stream_synchronize(void *stream) {
         } else {
             struct timespec ts = {0, nap_us * 1000};
             nanosleep(&ts, NULL);
-            if (nap_us < 1000) nap_us *= 2;
+            nap_us = nap_us * 2 > 1000 ? 1000 : nap_us * 2;
         }
     }
     ringlet_result_t rc = q == RL_DEV_OK ? RINGLET_SUCCESS

@@ -347,8 +347,7 @@ int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int 
         int mine = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) >= 0 : d->ptr_host_mapped(p);
         if (!mine)
             return rl_dev_fail("%s: %p is not %s memory", what, p, kind == RL_DEV_MEM_DEVICE ? "device" : "pinned host");
-        rl_dev_free_later(p, kind);
-        *kept = 1;
+        *kept = !rl_dev_free_later(p, kind);
         return RL_DEV_OK;
     }
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : d->host_free(p);

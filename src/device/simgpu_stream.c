@@ -942,10 +942,9 @@ int sim_event_record(rl_dev_event_t e, rl_dev_stream_t s) {
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->mu);
     rc = sim_enqueue(s, event_op(OP_RECORD, e, gen), "event_record");
-    if (rc) { /* not queued: nothing will complete it, and a query must not wait for it */
+    if (rc) { /* not queued: the event is as it was (unless recorded again meanwhile) */
         pthread_mutex_lock(&e->mu);
-        if (e->done < gen) e->done = gen;
-        pthread_cond_broadcast(&e->cv);
+        if (e->recorded == gen) e->recorded = gen - 1;
         pthread_mutex_unlock(&e->mu);
     }
     return rc;

@@ -350,6 +350,22 @@ static void unqueue(struct ringlet_comm *c, struct ringlet_request *r) {
     r->next = NULL;
 }
 
+ringlet_result_t rl_comm_hold_order_lock(struct ringlet_comm *c, char *err) {
+    if (!pthread_mutex_trylock(&c->hold_order_mu)) return RINGLET_SUCCESS;
+    double until = rl_now() + c->timeout_s;
+    long nap_us = 20;
+    while (pthread_mutex_trylock(&c->hold_order_mu)) {
+        if (rl_now() > until)
+            return snprintf(err, RL_MSG_MAX, "another thread's stream call has been holding its streams for %.0f s "
+                            "(RINGLET_TIMEOUT): its stream's queue is full behind work that does not end", c->timeout_s),
+                   RINGLET_ERR_TIMEOUT;
+        struct timespec ts = {0, nap_us * 1000};
+        nanosleep(&ts, NULL);
+        if (nap_us < 1000) nap_us = nap_us * 2 > 1000 ? 1000 : nap_us * 2;
+    }
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err) {
     /* Device memory and streams first (devcomm.h): nothing of that kind may be made once
      * a stream is held, and the stream is held below. The hold section keeps another
@@ -372,7 +388,13 @@ ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request 
     }
     if (holds && rl_dev_hold_begin(c->timeout_s) != RL_DEV_OK)
         return snprintf(err, RL_MSG_MAX, "%s", rl_dev_error()), RINGLET_ERR_TIMEOUT;
-    if (holds) pthread_mutex_lock(&c->hold_order_mu);
+    if (holds) {
+        ringlet_result_t rc = rl_comm_hold_order_lock(c, err);
+        if (rc) {
+            rl_dev_hold_end();
+            return rc;
+        }
+    }
     pthread_mutex_lock(&c->q_mu);
     if (c->q_quit) {
         /* Aborted (from another thread) while this call prepared: no thread would run it. */

@@ -12,6 +12,10 @@ void rl_progress_stop(struct ringlet_comm *c);
 /* Queues an operation for the progress thread (issue order; assigns r->seq and, for a
  * stream call, makes the stream wait for it). */
 ringlet_result_t rl_comm_enqueue(struct ringlet_comm *c, struct ringlet_request *r, char *err);
+/* Takes c->hold_order_mu within RINGLET_TIMEOUT (its holder may be blocked on a full
+ * stream behind work that does not end): RINGLET_SUCCESS, or RINGLET_ERR_TIMEOUT with the
+ * reason in err. */
+ringlet_result_t rl_comm_hold_order_lock(struct ringlet_comm *c, char *err);
 /* Of what r's device work needs, all that waits for no peer (rl_comm_enqueue makes the
  * rest): for a thread that queues several communicators' operations at once (a group
  * over ranks of one process), so that queuing one never waits for a peer's connection

@@ -54,7 +54,7 @@ ipc-p4-mps|30|gpu,build|the same under MPS (tests/gpu/mps.sh)
 bench|25|gpu|perf/gpu_kernels_bench: copy floor vs float32 / bfloat16 / float16 sum at 256 MiB; PASS at >= 90% of cudaMemcpy D2D
 test_kernels|80|gpu|tests/gpu/test_kernels, --max-n 1000003
 memcheck|170|gpu|compute-sanitizer memcheck on tests/gpu/test_kernels --max-n 4099
-device-stream|60|gpu,build|stream.sh over cuda, ipc, shm and tcp, holds by memory operations and by a kernel
+device-stream|70|gpu,build|stream.sh over cuda, ipc, shm and tcp, holds by memory operations and by a kernel
 device-batch|60|gpu,build|batch.sh over cuda: 64 collectives queued between synchronisations, P = 3 tcp, 2 shm, 4 ipc
 device-collectives-ipc|180|gpu,build|collectives.sh on device memory over cuda_ipc: every collective x dtype x op, P = 1..5, then the cuda_ipc plan (small slots, ring, host buffers over cuda_ipc)
 device-collectives-shm|180|gpu,build|collectives.sh on device memory over shm, P = 1..5

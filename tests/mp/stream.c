@@ -6,7 +6,7 @@
  *
  *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
  *          |capture-other|per-thread|pending-copies|failed-copies
- *          |abort-copies|queue-full|two-threads [--count N]
+ *          |abort-copies|queue-full|two-threads|user-stuck [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
  *   it the copy of its input to the device, the all-reduce, the copy of the result back,
@@ -135,6 +135,13 @@
  *   queued first waits for a call that waits for its event, until RINGLET_TIMEOUT. Every
  *   result is checked, exactly (the inputs are the same for every call: which call of the
  *   peer's a call meets does not matter).
+ * user-stuck: (simulated GPU, streams not held) rank 1's stream is held by a kernel of the
+ *   program's own (the runtime's flag wait) when it calls an all-reduce of host buffers on
+ *   it (no device work of ringlet's then waits behind the kernel, which would be noted): the call
+ *   fails at RINGLET_TIMEOUT (its stream's work before it never ends), and then a
+ *   ringlet_mem_free of rank 1's must return: CUDA's free would wait behind that kernel (the
+ *   simulator stops the process as a deadlock), so ringlet keeps the memory for later. Then
+ *   the kernel ends.
  * Prints "stream: rank R: OK <case>" or "FAIL ..."; exit 0 when OK.
  */
 #include <inttypes.h>
@@ -937,6 +944,48 @@ static void two_threads_case(ringlet_comm_t comm, int P, const char *dir) {
     DEV(D->host_free(host));
 }
 
+/* user-stuck: see the top. */
+static void user_stuck_case(ringlet_comm_t comm, size_t n, const char *dir) {
+    if (D != &rl_device_sim) {
+        printf("stream: rank %d: OK user-stuck: skipped (the simulated GPU's rule)\n", g_rank);
+        return;
+    }
+    device_warmup(comm, dir);
+    /* Host buffers with the stream: the progress thread waits for the stream's work before
+     * the call, and nothing of ringlet's own waits on the device. */
+    void *din = calloc(n, 4), *dout = calloc(n, 4), *own = NULL, *flag_mem;
+    rl_dev_stream_t s;
+    if (!din || !dout) FAIL("user-stuck: out of memory");
+    DEV(D->host_alloc(&flag_mem, 64));
+    DEV(D->stream_create(&s));
+    if (ringlet_mem_alloc(&own, 4096) != RINGLET_SUCCESS) FAIL("user-stuck: %s", ringlet_comm_last_error(NULL));
+    /* once on a free stream: the call's preparation (allocations) done before the hold */
+    if (ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s) != RINGLET_SUCCESS)
+        FAIL("user-stuck: first all-reduce: %s", ringlet_comm_last_error(comm));
+    DEV(D->stream_sync(s));
+    volatile uint64_t *flag = flag_mem;
+    *flag = 0;
+    if (g_rank == 1 && rl_rt_sim.launch_wait_flag(flag, 1, s) != RL_RT_SUCCESS)
+        FAIL("the program's own flag wait: %s", rl_rt_sim.error_detail());
+    ringlet_result_t rc = ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ringlet_comm_last_error(comm));
+    if (rc == RINGLET_SUCCESS) FAIL("user-stuck: the all-reduce succeeded");
+    /* CUDA's free would wait for the program's kernel: ringlet keeps it for later. */
+    if (g_rank == 1 && ringlet_mem_free(own) != RINGLET_SUCCESS)
+        FAIL("user-stuck: freeing after the failure: %s", ringlet_comm_last_error(NULL));
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    DEV(D->stream_sync(s));
+    ringlet_comm_destroy(comm);
+    if (g_rank == 0) ringlet_mem_free(own);
+    printf("stream: rank %d: OK user-stuck: the all-reduce failed (%d: %.300s)%s\n", g_rank, (int)rc, why,
+           g_rank == 1 ? ", and a free after it returned" : "");
+    DEV(D->stream_destroy(s));
+    free(din);
+    free(dout);
+    DEV(D->host_free(flag_mem));
+}
+
 /* pending-copies, failed-copies and abort-copies: n uint32 on device memory, or pinned host
  * memory (filled with this rank's input), a flag for the program's own kernel, two streams,
  * and a warm-up send/receive over them (the connections made, nothing held). */
@@ -1143,7 +1192,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
                             "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
-                            "|queue-full|two-threads "
+                            "|queue-full|two-threads|user-stuck "
                             "[--count N] "
                             "[--dir D]\n");
             return 2;
@@ -1209,6 +1258,10 @@ int main(int argc, char **argv) {
         empty_in_group_case(comm, n);
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK empty-in-group\n", g_rank);
+        return 0;
+    }
+    if (!strcmp(cas, "user-stuck")) {
+        user_stuck_case(comm, n, dir);
         return 0;
     }
     if (!strcmp(cas, "two-threads")) {

@@ -45,6 +45,8 @@
 #   two-threads (memop and kernel holds, ipc and tcp) two threads of each rank make 200
 #          all-reduces each on one stream at once: all exact, no timeout (a hold queued
 #          before an earlier-numbered call's event kept that call from ever starting)
+#   user-stuck (simulator, ipc) the program's kernel holds the stream of rank 1's all-reduce:
+#          the call fails at RINGLET_TIMEOUT, and a ringlet_mem_free after it returns
 #   queue-full (simulator, streams held by memop and by kernel, ipc and tcp) 12 all-reduces on
 #          one stream of a queue depth of 6 (RINGLET_SIM_QUEUE_DEPTH), queued before the peer
 #          joins: the call that finds the stream full blocks until the operations ahead end,
@@ -191,6 +193,9 @@ if [ "$RINGLET_DEVICE" = sim ]; then
                 CUDA_DEVICE_MAX_CONNECTIONS=32
         done
     done
+    # The program's own work before a call never ends: the call fails at RINGLET_TIMEOUT,
+    # and a free of the program's through ringlet after it does not wait behind that work.
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc}; do run_case "$tr" user-stuck RINGLET_TIMEOUT=3; done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
     # A job on host buffers that never chose a device makes no context anywhere.
