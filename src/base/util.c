@@ -25,6 +25,12 @@ void rl_sleep_ms(int ms) {
     }
 }
 
+void rl_nap_backoff(long *us) {
+    struct timespec ts = {0, *us * 1000};
+    nanosleep(&ts, NULL);
+    *us = *us * 2 > 1000 ? 1000 : *us * 2;
+}
+
 void rl_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -16,6 +16,9 @@ static inline void rl_cpu_relax(void) {
 #endif
 }
 void rl_sleep_ms(int ms);
+/* A poll's growing nap: sleeps *us microseconds, then doubles *us, up to 1 ms (short waits
+ * are seen soon, long ones cost a wake-up a millisecond). */
+void rl_nap_backoff(long *us);
 /* Waits on cv (mu held) until signalled or ms milliseconds pass, whichever is first. The
  * time is the monotonic clock's: a step of the wall clock (NTP, settimeofday) neither
  * stretches the wait nor cuts it, as it would with pthread_cond_timedwait's default clock. */

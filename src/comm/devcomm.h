@@ -132,7 +132,6 @@ ringlet_result_t rl_devcomm_begin(struct ringlet_comm *c, struct ringlet_request
 /* Waits, within the deadline, for an event of the communicator's streams (what: for
  * the message). */
 ringlet_result_t rl_devcomm_wait(struct ringlet_comm *c, rl_dev_event_t ev, const char *what, char *err);
-
 /* Waits, within the deadline, until the work enqueued on the internal streams is done.
  * Every operation on device buffers ends with it, success or not. */
 ringlet_result_t rl_devcomm_drain(struct ringlet_comm *c, char *err);

@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "convert.h"
 #include "device.h"
@@ -185,14 +184,8 @@ ringlet_result_t ringlet_stream_synchronize(void *stream) {
             return rl_error(NULL, RINGLET_ERR_TIMEOUT,
                             "stream_synchronize: the stream's work did not finish within %.0f s (RINGLET_TIMEOUT)", limit);
         }
-        /* short work seen soon, long work polled once a millisecond */
-        if (waited < 1e-4) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, nap_us * 1000};
-            nanosleep(&ts, NULL);
-            nap_us = nap_us * 2 > 1000 ? 1000 : nap_us * 2;
-        }
+        if (waited < 1e-4) sched_yield();
+        else rl_nap_backoff(&nap_us);
     }
     ringlet_result_t rc = q == RL_DEV_OK ? RINGLET_SUCCESS
                                          : rl_error(NULL, RINGLET_ERR_CUDA, "stream_synchronize: %s", rl_dev_error());

@@ -54,6 +54,13 @@ static void event_unref(rl_dev_event_t e) {
     free(e);
 }
 
+/* An operation that ran, or was not queued: its event reference and staged bytes go. */
+static void op_free(sim_op *o) {
+    if (o->ev) event_unref(o->ev);
+    free(o->owned);
+    free(o);
+}
+
 /* ---- streams ---- */
 
 struct rl_dev_stream_s {
@@ -238,9 +245,7 @@ static void *stream_main(void *arg) {
         pthread_cond_broadcast(&s->room_cv);
         if (!s->head) pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
-        if (o->ev) event_unref(o->ev);
-        free(o->owned);
-        free(o);
+        op_free(o);
     }
     pthread_mutex_lock(&s->mu);
     int reap = s->reap_self;
@@ -787,9 +792,7 @@ static int append_bounded(rl_dev_stream_t s, sim_op *o, const char *what) {
         if (rl_now() - since > SIM_QUEUE_STALL_S) {
             int queued = s->queued;
             pthread_mutex_unlock(&s->mu);
-            if (o->ev) event_unref(o->ev);
-            free(o->owned);
-            free(o);
+            op_free(o);
             char msg[256];
             snprintf(msg, sizeof msg,
                      "%s: the stream's queue (of device %d) is full, %d operations (RINGLET_SIM_QUEUE_DEPTH), and "
@@ -870,16 +873,12 @@ int sim_enqueue(rl_dev_stream_t s, sim_op *o, const char *what) {
     int rc = resolve(&s);
     if (!rc && capture_of(s)) {
         /* Captured: into the graph, not run. */
-        if (o->ev) event_unref(o->ev);
-        free(o->owned);
-        free(o);
+        op_free(o);
         return RL_RT_SUCCESS;
     }
     if (!rc) rc = legacy_order(s);
     if (rc) {
-        if (o->ev) event_unref(o->ev);
-        free(o->owned);
-        free(o);
+        op_free(o);
         return rc;
     }
     return append_bounded(s, o, what);

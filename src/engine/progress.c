@@ -359,9 +359,7 @@ ringlet_result_t rl_comm_hold_order_lock(struct ringlet_comm *c, char *err) {
             return snprintf(err, RL_MSG_MAX, "another thread's stream call has been holding its streams for %.0f s "
                             "(RINGLET_TIMEOUT): its stream's queue is full behind work that does not end", c->timeout_s),
                    RINGLET_ERR_TIMEOUT;
-        struct timespec ts = {0, nap_us * 1000};
-        nanosleep(&ts, NULL);
-        if (nap_us < 1000) nap_us = nap_us * 2 > 1000 ? 1000 : nap_us * 2;
+        rl_nap_backoff(&nap_us);
     }
     return RINGLET_SUCCESS;
 }
