@@ -238,8 +238,9 @@ ringlet_result_t ringlet_host_free(void *ptr);
  * peer that receives one of them with a plain call before it joins a collective of the
  * same group gets that collective's first message to it instead, where the collective
  * sends it one over that connection (messages between two ranks, collectives' included,
- * match in the order sent): an error where the lengths differ, but wrong data where they
- * agree; else it waits until the deadline. Such a peer must group its calls alike, or use
+ * match in the order sent): an error (RINGLET_ERR_INVALID_USAGE: each message carries its
+ * channel, collective or send/receive, and a receive that meets the other's fails); else it
+ * waits until the deadline. Such a peer must group its calls alike, or use
  * another communicator for its sends and receives, as the torch backend does). group_end returns once every call is
  * done (with RINGLET_STREAM_HOLD=memop|kernel: once every call with a stream is queued on
  * it and every call without one is done; its first error). The
