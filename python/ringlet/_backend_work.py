@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import torch
 
@@ -21,12 +22,67 @@ class _Work(_TorchWork):
 
     def result(self):
         self.wait()
-        return list(self._outputs)
+        return self._outs()
+
+    def _let_go(self):
+        """The group keeps this Work a while after its completion was seen (or once it is
+        among those never waited for), for torch's C++ code only: its outputs are then
+        held weakly, so that tensors the program dropped are freed at once, as NCCL's Work
+        lets go of them once done, not after 32 (or 4096) later operations. (On CUDA the
+        stream still keeps what it uses: record_stream.)"""
+        outs = self._outputs
+        if outs and not isinstance(outs, _WeakOutputs):
+            self._outputs = _WeakOutputs(outs)
+        # A future made already holds them as its value: let go of once complete (one still
+        # being completed by a deliverer thread, which wait() waits for, when it is); one
+        # asked for later is made anew, from the weak outputs. Whoever holds it keeps it.
+        fut, user = getattr(self, "_fut", None), getattr(self, "_user_fut", None)
+        last = user if user is not None else fut
+        if last is None or last.done():
+            self._drop_futures()
+        else:
+            me = weakref.ref(self)
+            last.add_done_callback(lambda _f: _drop_futures_of(me()))
+
+    def _drop_futures(self):
+        fut, user = getattr(self, "_fut", None), getattr(self, "_user_fut", None)
+        if fut is not None and fut.done() and (user is None or user.done()):
+            self._fut = None
+            if user is not None:
+                self._user_fut = None
+
+    def _outs(self):
+        """The outputs as a list (result(), a future asked for late)."""
+        outs = self._outputs
+        if isinstance(outs, _WeakOutputs):
+            return outs.get(self._what)
+        return list(outs)
 
     def source_rank(self):
         raise RuntimeError("ringlet: source_rank(): ringlet does not receive from any source (recv needs src)")
 
     _source_rank = source_rank
+
+
+def _drop_futures_of(w):
+    if w is not None:
+        w._drop_futures()
+
+
+class _WeakOutputs:
+    """A Work's outputs held weakly (_Work._let_go)."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self, outs):
+        self._refs = [weakref.ref(t) for t in outs]
+
+    def get(self, what):
+        outs = [r() for r in self._refs]
+        if any(t is None for t in outs):
+            raise RuntimeError("ringlet: %s: its output tensors were freed after the operation ended (the program "
+                               "no longer held them), so result() cannot return them" % what)
+        return outs
 
 
 class _CpuWork(_Work):
@@ -52,6 +108,7 @@ class _CpuWork(_Work):
         self._done_ev = None
         self._seen = False  # its completion was reported to the caller
         self._deliver = None  # set by the completion thread: runs the future's set_result elsewhere
+        self._let_go_later = False  # the group let go of it while it ran (_let_go)
 
     # -- completion --
 
@@ -100,15 +157,24 @@ class _CpuWork(_Work):
             self._keep = None
             self._finishers = ()
             self._owner = False
-            fut, ev = self._fut, self._done_ev
+            fut, ev, outs, later = self._fut, self._done_ev, self._outputs, self._let_go_later
         if fut is not None:
-            value = self._outputs if err is None else _Failed(err)
+            value = outs if err is None else _Failed(err)
             if self._deliver is not None:
                 self._deliver(fut, value)
             else:
                 fut.set_result(value)
+        if later:
+            _Work._let_go(self)
         if ev is not None:
             ev.set()
+
+    def _let_go(self):
+        with self._lock:
+            if not self._state:  # ringlet still writes its outputs: let go of them once it is done
+                self._let_go_later = True
+                return
+        _Work._let_go(self)
 
     def _release(self):
         """Gives the requests back after a test that found them running. A future asked for
@@ -159,11 +225,12 @@ class _CpuWork(_Work):
                 time.sleep(nap)
                 nap = min(nap * 2, 1e-3)
         self._finish()
-        if self._deliver is not None and self._user_fut is not None:
+        user = self._user_fut
+        if self._deliver is not None and user is not None:
             # its future is completed by a deliverer thread: done before wait() returns, as
             # Gloo's is (a caller may read get_future().value() next)
             try:
-                self._user_fut.wait()
+                user.wait()
             except Exception:  # noqa: BLE001  (the failure is raised below)
                 pass
         self._seen_done()
@@ -207,15 +274,15 @@ class _CpuWork(_Work):
             hand = new and not state and not self._owner
             if hand:
                 self._owner = True  # the completion thread's now
-            fut = self._fut
+            fut, user = self._fut, self._user_fut
         if new and state == 1:
-            fut.set_result(self._outputs)
+            fut.set_result(self._outs())
         elif new and state == 2:
             fut.set_result(_Failed(self._err))
         elif hand:
             self._pg._completer(self._ci).add(self)
-        self._seen_done()
-        return self._user_fut
+        self._seen_done()  # (may let go of self._user_fut)
+        return user
 
     def synchronize(self):
         pass
@@ -265,15 +332,16 @@ class _CudaWork(_Work):
         return self._pg._async_error(self._what)
 
     def get_future(self):
-        if self._fut is None:  # made at the first ask: a coalesced call's is queued at the window's end
+        fut = self._fut
+        if fut is None:  # made at the first ask: a coalesced call's is queued at the window's end
             with torch.cuda.stream(self._stream):  # the future's events: recorded on the group's stream
-                self._fut = torch.futures.Future(devices=[self._device])
-                self._fut.set_result(self._outputs)
-        self._seen_done()
-        return self._fut
+                fut = self._fut = torch.futures.Future(devices=[self._device])
+                fut.set_result(self._outs())
+        self._seen_done()  # (lets go of self._fut)
+        return fut
 
     def result(self):
-        return list(self._outputs)
+        return self._outs()
 
     def synchronize(self):
         self.wait()
@@ -699,6 +767,7 @@ class _Core:
                     break
                 elif old is not w and (not isinstance(old, _CpuWork) or old._state):
                     tr.popleft()
+                    old._let_go()
                     self.unwaited.append(old)
                 else:
                     break
@@ -723,6 +792,7 @@ class _Core:
                 self.tracked.remove(w)
             except ValueError:
                 pass
+            w._let_go()
             self.seen.append(w)
 
 

@@ -47,6 +47,8 @@ its wait() through the trampoline, which only reaches Python while the Python ob
 lives. So the group keeps every Work until its completion has been seen through wait(),
 get_future() or is_completed() (and the last 32 seen a while longer); a Work nobody ever
 waits for is completed by the group at a later call and kept among the last 4096 such.
+Those it keeps hold their output tensors (and a completed future's value) weakly: a tensor
+the program drops is freed at once, as with NCCL, and result() of such a Work says so.
 """
 import ctypes
 import datetime

@@ -27,9 +27,10 @@ on a receive whose send comes later (RuntimeError, and the receive still complet
 receive pending across an all_reduce of the same byte length, a then() callback that
 waits for another operation's future (torch's PowerSGD hook), an all_reduce's future
 beside a receive's still pending, a subgroup (new_group,
-against a Gloo subgroup) destroyed afterwards (its communicator gone at once), and the
-clear errors: BAND on int32, PREMUL_SUM, an int16 reduction, recv without src, a tag, AVG
-on bool, PRODUCT on complex, a sparse tensor.
+against a Gloo subgroup) destroyed afterwards (its communicator gone at once), the
+tensors the program dropped freed at once (not kept by the Works the group keeps for
+torch's C++ code), and the clear errors: BAND on int32, PREMUL_SUM, an int16 reduction,
+recv without src, a tag, AVG on bool, PRODUCT on complex, a sparse tensor.
 Prints "backend_ops: rank R: N checks, F failed" and exits 0 iff none failed.
 On CUDA (torch 2.x, --device cuda) the same cases run on CUDA tensors; the reference
 stays Gloo on CPU copies.
@@ -172,6 +173,13 @@ def same(what, got, want, scale=1.0):
         err = "" if ok else " (max difference %.3g > %.3g)" % (m, t)
     if not ok:
         fail("%s: differs%s" % (what, err))
+
+
+def check(what, ok):
+    global checks
+    checks += 1
+    if not ok:
+        fail(what)
 
 
 def as_bytes(x):
@@ -966,6 +974,57 @@ def case_torch2_api():
         torch.cuda.current_stream().synchronize()
 
 
+def freed(ref):
+    """Whether the weakly referenced tensor is freed: at once, or once a deliverer thread
+    has let go of a future it completed (after the waiter woke; bounded)."""
+    import gc
+    until = time.monotonic() + 30
+    while True:
+        gc.collect()
+        if ref() is None:
+            return True
+        if time.monotonic() > until:
+            return False
+        time.sleep(0.001)
+
+
+def case_outputs_let_go():
+    """The group keeps Works a while after their end for torch's C++ code, but not the
+    tensors the program dropped: an all-reduce's tensor is freed once the program lets go of
+    it and its Work (each mode), also one never waited for (after later operations); a Work
+    the program holds still returns its tensor from result(), and one whose tensor was
+    dropped says so."""
+    import weakref
+    for mode in MODES:
+        case = "let-go/" + mode
+        x = rand(case, torch.int32, (1001,))
+        t = dev(x.clone())
+        ref = weakref.ref(t)
+        w = dist.all_reduce(t, async_op=mode != "sync")
+        finish(w, mode, case)
+        same(case, t, local_reduce(gathered(x), "SUM", torch.int32), P)
+        del t, w
+        check(case + ": the tensor freed once the program dropped it", freed(ref))
+    t = dev(rand("let-go/unwaited", torch.int32, (1001,)))
+    ref = weakref.ref(t)
+    dist.all_reduce(t, async_op=True)
+    del t
+    held = dev(torch.ones(3, dtype=torch.int32))
+    kept = dist.all_reduce(held, async_op=True)
+    dropped_t = dev(torch.ones(5, dtype=torch.int32))
+    dropped = dist.all_reduce(dropped_t, async_op=True)
+    kept.wait()
+    dropped.wait()
+    del dropped_t
+    for _ in range(4):  # later launches complete the one never waited for, and let go of it
+        dist.all_reduce(dev(torch.ones(2)), async_op=True).wait()
+    check("let-go/unwaited: the tensor freed once the program dropped it", freed(ref))
+    res = kept.result()
+    check("let-go: result() of a held Work", len(res) == 1 and res[0] is held)
+    same("let-go: its tensor", held, torch.full((3,), P, dtype=torch.int32))
+    expect_error("result() of a Work whose tensor was dropped", dropped.result, "freed")
+
+
 def expect_error(what, fn, *words, kinds=(RuntimeError,)):
     global checks
     checks += 1
@@ -1041,7 +1100,7 @@ t_start = time.monotonic()
 for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
            case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_first_exchange, case_gather_scatter,
            case_p2p_barrier, case_future_callbacks,
-           case_objects, case_subgroup, case_sync_form, case_torch2_api, case_errors):
+           case_objects, case_subgroup, case_sync_form, case_torch2_api, case_outputs_let_go, case_errors):
     t0 = time.monotonic()
     raised = 0
     try:
