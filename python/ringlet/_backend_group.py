@@ -516,15 +516,24 @@ class ProcessGroupRinglet(_ProcessGroup):
         # an async_op's output after a barrier without waiting for it (their Works still
         # report to wait and test). The async form does not wait here (the caller may have
         # to send something first).
+        # On CUDA the earlier collectives' work (their copies out of staging; with
+        # RINGLET_STREAM_HOLD, all of it) is on the group's streams: the current streams wait
+        # for them, and the blocking form waits for those on the host, as ProcessGroupNCCL's
+        # barrier does.
         sync = _sync_call()
         if sync:
             self._core.finish_earlier()
+        current = self._core.streams_after_collectives()
         ln = _Launch(self._core, "barrier", torch.device("cpu"), sync=sync)
         try:
             ln.call(_L.ringlet_ibarrier, _L.ringlet_barrier)
         except BaseException as e:
             ln.abandon(e)
-        return ln.work([])
+        w = ln.work([])
+        if sync:
+            for s in current:
+                s.synchronize()
+        return w
 
     def send(self, tensors, dst_rank, tag=0):
         what = "send"

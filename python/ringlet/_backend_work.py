@@ -747,6 +747,17 @@ class _Core:
             s = self.sides[(device.index, ci)] = torch.cuda.Stream(device)
         return s
 
+    def streams_after_collectives(self):
+        """Makes the current stream of each device the group's collectives ran on wait for
+        the group's stream there (barrier); returns those current streams."""
+        current = []
+        for (index, ci), side in list(self.sides.items()):
+            if ci == 0:
+                s = torch.cuda.current_stream(torch.device("cuda", index))
+                s.wait_stream(side)
+                current.append(s)
+        return current
+
     def _track(self, w):
         # Works never waited for: completed here (their staging freed) once done, and
         # kept a while (torch's C++ code may still wait on one). The oldest one still

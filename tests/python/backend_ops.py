@@ -789,6 +789,22 @@ def case_p2p_barrier():
                 same("all_gather %d's output %d after a barrier, before its wait" % (k, q), outs[k][q], wants[q])
         for w in ws:
             w.wait()
+    else:
+        # CUDA: each call returns once its device work is done (or at once, with streams
+        # held), and the copies out of staging into separate tensors are queued on the
+        # group's stream: after dist.barrier() the current stream (which same() copies
+        # on) comes after them, as after ProcessGroupNCCL's barrier
+        xs = [dev(rand("barrier-completes%d" % k, torch.float32, (257,))) for k in range(3)]
+        outs = [[dev(torch.full((257,), -1.0)) for _ in range(P)] for _ in range(3)]
+        ws = [dist.all_gather(outs[k], xs[k], async_op=True) for k in range(3)]
+        dist.barrier()
+        for k in range(3):
+            wants = [torch.empty(257) for _ in range(P)]
+            dist.all_gather(wants, xs[k].cpu(), group=GLOO)
+            for q in range(P):
+                same("all_gather %d's output %d after a barrier, before its wait" % (k, q), outs[k][q], wants[q])
+        for w in ws:
+            w.wait()
     # a receive pending across a collective whose messages have the same length (12 bytes):
     # rank 1 posts it before the all_reduce, rank 0 sends after it; the receive must get
     # the send's data and the all_reduce its own (Gloo keeps them apart with tags). CPU
