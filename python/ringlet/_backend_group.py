@@ -241,6 +241,8 @@ class ProcessGroupRinglet(_ProcessGroup):
             raise RuntimeError("ringlet: %s: %d output lists; ringlet takes one (one device per process)"
                                % (what, len(output_tensors)))
         outs = list(output_tensors[0])
+        if self._uneven(outs, inp, what):
+            return self._allgather_uneven(outs, inp, what)
         self._check_list(outs, inp, what, "output")
         dev = _device_of(outs + [inp], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
@@ -256,6 +258,39 @@ class ProcessGroupRinglet(_ProcessGroup):
                         o.copy_(dst[r].view(o.shape))
                 ln.then(out)
             ln.keep += outs + [inp, src, dst]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work(outs)
+
+    def _uneven(self, outs, inp, what):
+        """Output tensors of several sizes, rank r's holding as many elements as rank r's
+        input (ProcessGroupNCCL takes them; Gloo does not), this rank's as many as its own."""
+        if len(outs) != self._size or all(o.numel() == inp.numel() for o in outs):
+            return False
+        for o in outs:
+            _check_dense(o, what)
+            if o.dtype != inp.dtype:
+                return False  # _check_list says why
+        mine = outs[self._rank].numel()
+        if mine != inp.numel():
+            raise RuntimeError("ringlet: %s: output tensors of several sizes, but this rank's (%d) has %d elements "
+                               "and its input %d" % (what, self._rank, mine, inp.numel()))
+        return True
+
+    def _allgather_uneven(self, outs, inp, what):
+        """Each rank's input to every rank, as sends and receives of its bytes (NCCL's
+        process group broadcasts from each rank in turn)."""
+        dev = _device_of(outs + [inp], what)
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            src = _bytes(inp)
+            dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
+            dbytes = [_bytes(d) for d in dsts]
+            self._exchange(ln, [src] * self._size, dbytes)
+            for o, d in zip(outs, dsts):
+                if d is not o:
+                    ln.then(lambda o=o, d=d: o.copy_(d))
+            ln.keep += outs + [inp, src] + dsts + dbytes
         except BaseException as e:
             ln.abandon(e)
         return ln.work(outs)

@@ -405,6 +405,23 @@ def case_allgather():
             w = w(out2, dev(x), async_op=mode != "sync")
             finish(w, mode, case)
             same("%s _allgather_base (%s, vs gloo all_gather)" % (case, mode), out2, torch.cat(wants))
+    # outputs of several sizes, rank r's as large as rank r's input (ProcessGroupNCCL takes
+    # them; Gloo does not): every rank's input is made here from its seed, as the reference
+    for dtype in (torch.float32, torch.int16, torch.complex64, torch.bool):
+        for sizes in ([2 * r + 1 for r in range(P)], [37 * r for r in range(P)]):
+            case = "allgather-uneven/%s/%s" % (dtype, sizes)
+            xs = [rand(case, dtype, (sizes[r],), rank=r) for r in range(P)]
+            mode = next_mode()
+            outs = [dev(torch.full((sizes[r],), 1, dtype=dtype)) for r in range(P)]
+            if P > 1:  # one output not contiguous (staged)
+                outs[P - 1] = dev(torch.ones(sizes[P - 1], 2, dtype=dtype))[:, 0]
+            w = dist.all_gather(outs, dev(xs[R]), async_op=mode != "sync")
+            finish(w, mode, case)
+            for r in range(P):
+                same("%s[%d] (%s, vs its seed)" % (case, r, mode), outs[r], xs[r])
+    if P > 1:
+        expect_error("all_gather of several sizes, this rank's wrong", lambda: dist.all_gather(
+            [dev(torch.empty(r + 1)) for r in range(P)], dev(torch.ones(R + 2))), "this rank's", "elements")
     # allgather_coalesced: several tensors of several shapes (torch wants one dtype)
     case = "allgather_coalesced"
     xs = [rand(case + "a", torch.float32, (3, 4)), rand(case + "b", torch.float32, (5,)),
