@@ -617,6 +617,11 @@ class _Launch:
         for r in self.reqs:
             if r:
                 _L.ringlet_wait(ctypes.byref(r))
+        if self.stream is not None and self._calls:
+            # calls queued on the group's stream (with RINGLET_STREAM_HOLD, not yet run) use
+            # tensors this launch lets go of now: their memory must not be reused before
+            # (the holds end at the latest at ringlet's deadline)
+            self.stream.synchronize()
         if self._ctx is not None:
             self._ctx.__exit__(None, None, None)
             self._ctx = None
