@@ -314,7 +314,22 @@ class _CudaWork(_Work):
             self._pg._retire(self)
 
     def wait(self, timeout=None):
+        """Makes the current stream wait for the operation; with a timeout (a timedelta or
+        seconds, > 0), also waits for it on the host and raises RuntimeError once the
+        timeout has passed (the operation goes on), as ProcessGroupNCCL's wait does."""
         torch.cuda.current_stream(self._device).wait_event(self._event)
+        limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (timeout or 0)
+        if limit > 0:
+            until = time.monotonic() + limit
+            nap = 1e-5
+            while not self._event.query():
+                if self._pg._async_error(self._what) is not None:
+                    break  # raised by _check below
+                if time.monotonic() >= until:
+                    raise RuntimeError("ringlet: %s: wait timed out after %g s (the operation goes on)"
+                                       % (self._what, limit))
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
         self._seen_done()
         self._check()
         return True

@@ -38,7 +38,9 @@ before the call returns, async_op=True too; with RINGLET_STREAM_HOLD=memop|kerne
 returns at once, as NCCL's does (README, Holding streams). So, by default, an irecv
 whose send the peer makes only after a collective this rank calls next waits until the
 deadline, where NCCL's returns: post such pairs with batch_isend_irecv. wait()
-makes the then current stream wait for the work; get_future()'s future is complete at once
+makes the then current stream wait for the work (wait(timeout) also waits for it on the
+host, raising once the timeout passed, as NCCL's does); barrier() makes the current
+stream wait for the group's earlier collectives; get_future()'s future is complete at once
 and makes the streams of its consumers wait; is_completed() says whether the GPU has
 finished it. Tensors are kept (record_stream) until the stream is done with them.
 
