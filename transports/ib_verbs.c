@@ -155,9 +155,10 @@ static void ibv_load_once(void) {
 }
 
 const rl_ibv *rl_ibv_load(char *err, size_t errlen) {
-    const char *off = getenv("RINGLET_IB_DISABLE");
+    const char *var;
+    const char *off = rl_env_get("RINGLET_IB_DISABLE", &var);
     if (off && *off && strcmp(off, "0") != 0) {
-        snprintf(err, errlen, "disabled by RINGLET_IB_DISABLE=%s", off);
+        snprintf(err, errlen, "disabled by %s=%s", var, off);
         return NULL;
     }
     pthread_once(&g_ibv_once, ibv_load_once);
@@ -348,7 +349,8 @@ static int choose_gid(const rl_ibv *v, rl_ib_port *p, const struct sockaddr_stor
 
 int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_ib_port *out, char *err,
                     size_t errlen) {
-    const char *spec = getenv("RINGLET_IB_HCA");
+    const char *spec_var;
+    const char *spec = rl_env_get("RINGLET_IB_HCA", &spec_var);
     int n = 0;
     errno = 0;
     struct ibv_device **list = v->get_device_list(&n);
@@ -440,8 +442,8 @@ int rl_ib_open_port(const rl_ibv *v, const struct sockaddr_storage *ifaddr, rl_i
     }
     free(cands), free(scores);
     if (pick < 0) {
-        snprintf(err, errlen, "no active port%s%s%s", spec && *spec ? " selected by RINGLET_IB_HCA=" : "",
-                 spec && *spec ? spec : "", why);
+        snprintf(err, errlen, "no active port%s%s%s%s%s", spec && *spec ? " selected by " : "",
+                 spec && *spec ? spec_var : "", spec && *spec ? "=" : "", spec && *spec ? spec : "", why);
         memset(out, 0, sizeof *out);
         return -1;
     }

@@ -47,11 +47,11 @@ def end_coalescing(self, device=None, reqs=None):
         return _JoinedWork(core, "coalesced operations", [], [])
     if win.marks:  # an inner block: its calls run at the outer block's end
         works = win.works[win.marks.pop():]
-        outputs = [] if legacy else [t for w in works for t in w._outs()]
+        outputs = [] if legacy else [t for w in works for t in w._outs(strict=False)]
         return _JoinedWork(core, "coalesced operations", works, outputs)
     _set_window(None)
     works = win.works
-    outputs = [] if legacy else [t for w in works for t in w._outs()]
+    outputs = [] if legacy else [t for w in works for t in w._outs(strict=False)]
     if win.device is None:  # host calls only: posted already; wait for them all
         return _JoinedWork(core, "coalesced operations", works, outputs)
     host = [w for w in works if not isinstance(w, _CudaWork)]  # launched before the window's first CUDA one

@@ -45,17 +45,29 @@ class _Work(_TorchWork):
             last.add_done_callback(lambda _f: _drop_futures_of(me()))
 
     def _drop_futures(self):
-        fut, user = getattr(self, "_fut", None), getattr(self, "_user_fut", None)
-        if fut is not None and fut.done() and (user is None or user.done()):
-            self._fut = None
-            if user is not None:
-                self._user_fut = None
+        lock = getattr(self, "_lock", None)  # a CPU Work's: get_future reads both under it
+        if lock is not None:
+            lock.acquire()
+        try:
+            fut, user = getattr(self, "_fut", None), getattr(self, "_user_fut", None)
+            if fut is not None and fut.done() and (user is None or user.done()):
+                self._fut = None
+                if user is not None:
+                    self._user_fut = None
+        finally:
+            if lock is not None:
+                lock.release()
 
-    def _outs(self):
-        """The outputs as a list (result(), a future asked for late)."""
+    def _let_go_done(self):
+        """Whether the group has let go of this Work's outputs (_let_go)."""
+        return isinstance(self._outputs, _WeakOutputs)
+
+    def _outs(self, strict=True):
+        """The outputs as a list (result(), a future asked for late); once let go of, those
+        the program still holds (strict: an error where one is freed)."""
         outs = self._outputs
         if isinstance(outs, _WeakOutputs):
-            return outs.get(self._what)
+            return outs.get(self._what, strict)
         return list(outs)
 
     def source_rank(self):
@@ -77,8 +89,10 @@ class _WeakOutputs:
     def __init__(self, outs):
         self._refs = [weakref.ref(t) for t in outs]
 
-    def get(self, what):
+    def get(self, what, strict=True):
         outs = [r() for r in self._refs]
+        if not strict:
+            return [t for t in outs if t is not None]
         if any(t is None for t in outs):
             raise RuntimeError("ringlet: %s: its output tensors were freed after the operation ended (the program "
                                "no longer held them), so result() cannot return them" % what)
@@ -276,12 +290,18 @@ class _CpuWork(_Work):
                 self._owner = True  # the completion thread's now
             fut, user = self._fut, self._user_fut
         if new and state == 1:
-            fut.set_result(self._outs())
+            try:
+                value = self._outs()
+            except RuntimeError as e:  # asked for after the program dropped the outputs
+                value = _Failed(e)
+            fut.set_result(value)
         elif new and state == 2:
             fut.set_result(_Failed(self._err))
         elif hand:
             self._pg._completer(self._ci).add(self)
         self._seen_done()  # (may let go of self._user_fut)
+        if new and self._let_go_done():
+            self._drop_futures()  # made after the group let go: not kept (it holds the outputs)
         return user
 
     def synchronize(self):
@@ -349,9 +369,17 @@ class _CudaWork(_Work):
     def get_future(self):
         fut = self._fut
         if fut is None:  # made at the first ask: a coalesced call's is queued at the window's end
+            try:
+                value = self._outs()
+            except RuntimeError as e:  # asked for after the group let go and the program dropped them
+                base, user = _future()
+                base.set_result(_Failed(e))
+                return user
             with torch.cuda.stream(self._stream):  # the future's events: recorded on the group's stream
-                fut = self._fut = torch.futures.Future(devices=[self._device])
-                fut.set_result(self._outs())
+                fut = torch.futures.Future(devices=[self._device])
+                fut.set_result(value)
+            if not self._let_go_done():  # made after the group let go: not kept (it holds the outputs)
+                self._fut = fut
         self._seen_done()  # (lets go of self._fut)
         return fut
 
@@ -761,10 +789,14 @@ class _Core:
 
     def _side_stream(self, device, ci=0):
         """The group's stream on device for its collectives (ci 0) or its sends and
-        receives (1), as NCCL's process group has streams of its own for each."""
+        receives (1), as NCCL's process group has streams of its own for each (one:
+        threads launching at once must not make two)."""
         s = self.sides.get((device.index, ci))
         if s is None:
-            s = self.sides[(device.index, ci)] = torch.cuda.Stream(device)
+            with self.mu:
+                s = self.sides.get((device.index, ci))
+                if s is None:
+                    s = self.sides[(device.index, ci)] = torch.cuda.Stream(device)
         return s
 
     def streams_after_collectives(self):

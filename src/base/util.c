@@ -103,8 +103,45 @@ int rl_parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
-long long rl_env_int(const char *name, long long def, long long lo, long long hi) {
+/* NCCL's names of the variables whose meaning and values ringlet's mirror: a launch
+ * script or cluster environment written for NCCL holds for ringlet too (ringlet's own
+ * wins where both are set). NCCL_IB_SL and NCCL_IB_TC of -1 are NCCL's "not set". Left
+ * out: NCCL_IB_GID_INDEX (NCCL applies it on RoCE only; ringlet's turns on GRH on
+ * InfiniBand too), NCCL_IB_QPS_PER_CONNECTION (NCCL allows 128, ringlet 16), and those
+ * whose meaning differs (NCCL_ALGO, NCCL_PROTO, NCCL_BUFFSIZE, the socket thread counts). */
+static const struct {
+    const char *ours, *nccl;
+    int minus_one_unset;
+} g_nccl_names[] = {
+    {"RINGLET_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", 0}, /* the same syntax (netif.h) */
+    {"RINGLET_IB_HCA", "NCCL_IB_HCA", 0},               /* the same syntax (ib_verbs.h) */
+    {"RINGLET_IB_DISABLE", "NCCL_IB_DISABLE", 0},
+    {"RINGLET_SHM_DISABLE", "NCCL_SHM_DISABLE", 0},
+    {"RINGLET_CUDA_IPC_DISABLE", "NCCL_P2P_DISABLE", 0}, /* NCCL's P2P inside a host is cuda_ipc */
+    {"RINGLET_IB_TIMEOUT", "NCCL_IB_TIMEOUT", 0},
+    {"RINGLET_IB_RETRY_CNT", "NCCL_IB_RETRY_CNT", 0},
+    {"RINGLET_IB_SL", "NCCL_IB_SL", 1},
+    {"RINGLET_IB_TC", "NCCL_IB_TC", 1},
+};
+
+const char *rl_env_get(const char *name, const char **from) {
     const char *s = getenv(name);
+    if (from) *from = name;
+    if (s && *s) return s;
+    for (size_t i = 0; i < sizeof g_nccl_names / sizeof g_nccl_names[0]; i++) {
+        if (strcmp(g_nccl_names[i].ours, name) != 0) continue;
+        const char *n = getenv(g_nccl_names[i].nccl);
+        if (n && *n && !(g_nccl_names[i].minus_one_unset && !strcmp(n, "-1"))) {
+            if (from) *from = g_nccl_names[i].nccl;
+            return n;
+        }
+        break;
+    }
+    return s;
+}
+
+long long rl_env_int(const char *name, long long def, long long lo, long long hi) {
+    const char *s = rl_env_get(name, &name);
     long long v;
     if (!s || !*s) return def;
     if (rl_parse_int(s, lo, hi, &v) != 0) {
@@ -125,7 +162,7 @@ int rl_env_local_rank(void) {
 }
 
 double rl_env_double(const char *name, double def, double lo, double hi) {
-    const char *s = getenv(name);
+    const char *s = rl_env_get(name, &name);
     double v;
     if (!s || !*s) return def;
     if (rl_parse_double(s, lo, hi, &v) != 0) {

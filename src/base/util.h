@@ -43,6 +43,11 @@ int rl_process_gone_in(int pid, unsigned long long ns);
  * refuses such values of every RINGLET_* variable first (src/comm/envcheck.c, with the same
  * bounds), so the warning is only for a value changed after init. */
 long long rl_env_int(const char *name, long long def, long long lo, long long hi);
+/* A RINGLET_* variable's value (getenv), or where it is unset or empty and NCCL has a
+ * variable of the same meaning and values (NCCL_SOCKET_IFNAME for RINGLET_SOCKET_IFNAME,
+ * ...: util.c), NCCL's; *from (when not NULL) names the one read. Every reader of those
+ * variables reads them through this (rl_env_int, rl_env_double too). */
+const char *rl_env_get(const char *name, const char **from);
 /* The launcher's local rank of this process (LOCAL_RANK, SLURM_LOCALID,
  * OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID: the first set), -1 when none is (or it is
  * not a number). */

@@ -56,12 +56,14 @@ static struct {
 static int g_nids;
 
 static ringlet_result_t pick_interface(struct sockaddr_storage *addr, char *name, size_t namelen, char *err) {
-    const char *spec = getenv("RINGLET_SOCKET_IFNAME");
+    const char *var;
+    const char *spec = rl_env_get("RINGLET_SOCKET_IFNAME", &var);
     struct rl_netif nif[16];
     int n = rl_netif_list(spec, nif, 16);
     if (n <= 0) {
-        snprintf(err, RL_MSG_MAX, "no usable network interface%s%s%s", spec ? " matches RINGLET_SOCKET_IFNAME=" : "",
-                 spec ? spec : "", n < 0 ? " (getifaddrs failed)" : "");
+        snprintf(err, RL_MSG_MAX, "no usable network interface%s%s%s%s", spec ? " matches " : "", spec ? var : "",
+                 spec ? "=" : "", spec ? spec : "");
+        if (n < 0) snprintf(err + strlen(err), RL_MSG_MAX - strlen(err), " (getifaddrs failed)");
         return RINGLET_ERR_SYSTEM;
     }
     *addr = nif[0].addr;

@@ -332,12 +332,13 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     ringlet_result_t rc = RINGLET_SUCCESS;
 
     /* The interface peers reach this rank on. */
-    const char *spec = getenv("RINGLET_SOCKET_IFNAME");
+    const char *var;
+    const char *spec = rl_env_get("RINGLET_SOCKET_IFNAME", &var);
     struct rl_netif nif[16];
     int n = rl_netif_list(spec, nif, 16);
     if (n <= 0) {
-        rc = rl_error(NULL, RINGLET_ERR_SYSTEM, "init: no network interface%s%s", spec ? " matches RINGLET_SOCKET_IFNAME=" : "",
-                      spec ? spec : "");
+        rc = rl_error(NULL, RINGLET_ERR_SYSTEM, "init: no network interface%s%s%s%s", spec ? " matches " : "",
+                      spec ? var : "", spec ? "=" : "", spec ? spec : "");
         if (t->listen_fd >= 0) close(t->listen_fd);
         rl_comm_free(c);
         return rc;

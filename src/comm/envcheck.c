@@ -144,7 +144,8 @@ static int decimal_ok(const char *s, long long lo, long long hi) {
 ringlet_result_t rl_env_check(char *err) {
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const var_t *v = &vars[i];
-        const char *s = getenv(v->name);
+        const char *var; /* v->name, or NCCL's name for it where only that is set */
+        const char *s = rl_env_get(v->name, &var);
         if (!s || !*s) continue;
         long long x;
         double d;
@@ -200,7 +201,8 @@ ringlet_result_t rl_env_check(char *err) {
         }
         }
         if (!ok) {
-            snprintf(err, RL_MSG_MAX, "%s=%.64s%s: must be %s", v->name, s, strlen(s) > 64 ? "..." : "", allowed);
+            snprintf(err, RL_MSG_MAX, "%s=%.64s%s%s%s: must be %s", var, s, strlen(s) > 64 ? "..." : "",
+                     var != v->name ? ", read for " : "", var != v->name ? v->name : "", allowed);
             return RINGLET_ERR_INVALID_ARGUMENT;
         }
     }

@@ -136,7 +136,6 @@ void ncclResetDebugInit(void) {}
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return shim_fail(NULL, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
-    shim_env_import(); /* NCCL_SOCKET_IFNAME: the address the id carries */
     _Static_assert(sizeof(ncclUniqueId) == sizeof(ringlet_unique_id_t), "unique id sizes differ");
     ringlet_unique_id_t rid;
     ringlet_result_t rc = ringlet_get_unique_id(&rid);
@@ -150,7 +149,6 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 /* Blocking or not: inherited (1 for a new communicator), then cfg's field where its size
  * covers it, then NCCL_COMM_BLOCKING. */
 static ncclResult_t read_config(const ncclConfig_t *cfg, const char *fn, int inherited, int *blocking) {
-    shim_env_import(); /* every init reads its config first */
     *blocking = inherited;
     if (cfg) {
         if (cfg->magic != 0xcafebeef)

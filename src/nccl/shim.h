@@ -93,8 +93,6 @@ int shim_group_depth(void);
 ncclResult_t shim_group_inits_end(void);
 /* Logs a line when NCCL_DEBUG is INFO or TRACE (or ringlet's RINGLET_LOG is). */
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...: copied to ringlet's names, once (env.c). */
-void shim_env_import(void);
 
 /* pnccl twins: the same function under the profiling name. */
 #define SHIM_TWIN(name) __typeof__(nccl##name) pnccl##name __attribute__((alias("nccl" #name)))

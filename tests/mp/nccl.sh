@@ -75,15 +75,15 @@ NCCL_COMM_BLOCKING=1 one "host all P=2, NCCL_COMM_BLOCKING=1" 2 --case all --mem
 NCCL_COMM_BLOCKING=0 RINGLET_DEVICE=none one "host initall, NCCL_COMM_BLOCKING=0" 0 --case initall --memory host
 one "abort of a non-blocking init whose peer never comes" 0 --case abortinit
 one "3 ranks made on threads of their own, destroyed one by one by one thread" 0 --case threads
-# NCCL's environment names where ringlet's mean the same are taken at the first id or init,
-# unless ringlet's own is set: an interface that does not exist fails the id (the message
-# names it), an IB timeout out of range fails the init; with RINGLET_SOCKET_IFNAME set, the
-# NCCL name is passed over and the job runs.
+# NCCL's environment names where ringlet's mean the same are read where ringlet's own is
+# not set (the core reads them, util.c's rl_env_get): an interface that does not exist fails
+# the id (the message names NCCL's variable), an IB timeout out of range fails the init; with
+# RINGLET_SOCKET_IFNAME set, the NCCL name is passed over and the job runs.
 refused() { # label pattern env... : P = 2, --case all on host memory must fail saying pattern
     local label=$1 pattern=$2
     shift 2
     rm -rf "$TMP/d" && mkdir "$TMP/d"
-    env "$@" NCCL_DEBUG=INFO "$RUN" -n 2 --timeout 120 --grace 10 "$PROG" --count 11 --dir "$TMP/d" --case all \
+    env -u RINGLET_SOCKET_IFNAME -u RINGLET_IB_TIMEOUT "$@" NCCL_DEBUG=INFO "$RUN" -n 2 --timeout 120 --grace 10 "$PROG" --count 11 --dir "$TMP/d" --case all \
         --memory host >"$TMP/out" 2>"$TMP/err"
     local rc=$?
     if [ $rc != 0 ] && grep -qF -- "$pattern" "$TMP/out" "$TMP/err"; then
@@ -94,10 +94,11 @@ refused() { # label pattern env... : P = 2, --case all on host memory must fail 
         tail -n 20 "$TMP/out" "$TMP/err"
     fi
 }
-refused "NCCL_SOCKET_IFNAME" "RINGLET_SOCKET_IFNAME=nosuch0" NCCL_SOCKET_IFNAME=nosuch0
-refused "NCCL_IB_TIMEOUT" "RINGLET_IB_TIMEOUT=99" NCCL_IB_TIMEOUT=99
-NCCL_SOCKET_IFNAME=nosuch0 RINGLET_SOCKET_IFNAME=lo one "host all P=2, NCCL_SOCKET_IFNAME under RINGLET_SOCKET_IFNAME" \
-    2 --case all --memory host
+refused "NCCL_SOCKET_IFNAME" "matches NCCL_SOCKET_IFNAME=nosuch0" NCCL_SOCKET_IFNAME=nosuch0
+refused "NCCL_IB_TIMEOUT" "NCCL_IB_TIMEOUT=99, read for RINGLET_IB_TIMEOUT: must be" NCCL_IB_TIMEOUT=99
+# (NCCL_IB_SL and NCCL_IB_TC of -1, NCCL's "not set", are not read: ringlet's range is 0..)
+NCCL_SOCKET_IFNAME=nosuch0 RINGLET_SOCKET_IFNAME=lo NCCL_IB_SL=-1 NCCL_IB_TC=-1 \
+    one "host all P=2, NCCL_SOCKET_IFNAME under RINGLET_SOCKET_IFNAME, NCCL_IB_SL=-1" 2 --case all --memory host
 [ $fails = 0 ] && { echo "nccl: all passed"; exit 0; }
 echo "nccl: $fails failed"
 exit 1

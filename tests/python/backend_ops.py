@@ -1056,6 +1056,22 @@ def case_outputs_let_go():
     check("let-go: result() of a held Work", len(res) == 1 and res[0] is held)
     same("let-go: its tensor", held, torch.full((3,), P, dtype=torch.int32))
     expect_error("result() of a Work whose tensor was dropped", dropped.result, "freed")
+    # a future asked for after the group let go: made from the tensors the program holds,
+    # or failing (never left incomplete) where it dropped them
+    f = kept.get_future()
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+    val = f.wait()
+    check("let-go: a late get_future() of a held Work", len(val) == 1 and val[0] is held)
+    for k in range(2):  # a second ask must not find a future the first left incomplete
+        try:
+            f = dropped.get_future()
+        except RuntimeError as e:
+            fail("a late get_future() of a Work whose tensor was dropped (ask %d): raised %s" % (k, e))
+            continue
+        check("a late get_future() (ask %d) of a Work whose tensor was dropped is complete" % k, f.done())
+        if f.done():
+            expect_error("a late get_future() of a Work whose tensor was dropped", f.wait, "freed")
 
 
 def expect_error(what, fn, *words, kinds=(RuntimeError,)):
