@@ -18,6 +18,10 @@ export BUILD="${BUILD:-build}"
 # strict as the hang: no caller can take it as a warning); test_simrules, which checks the
 # refusals themselves, sets its own.
 export RINGLET_SIM_ON_DEADLOCK="${RINGLET_SIM_ON_DEADLOCK:-exit}"
+# ringlet reads NCCL's names of the variables it mirrors where its own are unset (README,
+# Environment variables): a machine's NCCL settings must not change what the suite tests.
+unset NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_DISABLE NCCL_SHM_DISABLE NCCL_P2P_DISABLE NCCL_IB_TIMEOUT \
+    NCCL_IB_RETRY_CNT NCCL_IB_SL NCCL_IB_TC
 # Python would write __pycache__ next to the sources it imports (python/, tests/python/).
 export PYTHONDONTWRITEBYTECODE=1
 TEST_LIMIT=${TEST_LIMIT:-900}

@@ -57,8 +57,11 @@ static int make_probe(ipc_ctx *x, rl_dev_handle *h, char *why) {
 ringlet_result_t rl_ipc_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
     const rl_device_ops *d = rl_device();
     if (!d) return snprintf(err, RL_ERR_MAX, "no device backend: %s", rl_device_unavailable()), RINGLET_ERR_SYSTEM;
-    if (rl_env_int("RINGLET_CUDA_IPC_DISABLE", 0, 0, 1))
-        return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_CUDA_IPC_DISABLE"), RINGLET_ERR_SYSTEM;
+    if (rl_env_int("RINGLET_CUDA_IPC_DISABLE", 0, 0, 1)) {
+        const char *var;
+        rl_env_get("RINGLET_CUDA_IPC_DISABLE", &var);
+        return snprintf(err, RL_ERR_MAX, "disabled by %s", var), RINGLET_ERR_SYSTEM;
+    }
     ipc_ctx *x = calloc(1, sizeof *x);
     if (x) x->reach = calloc((size_t)in->nranks, 1);
     if (!x || !x->reach) {

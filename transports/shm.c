@@ -128,7 +128,11 @@ int rl_shm_check_layout(const rl_shm_seg_hdr *h, int nranks, rl_shm_geom *g) {
 }
 
 static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *blob, size_t *bloblen, char *err) {
-    if (rl_env_int("RINGLET_SHM_DISABLE", 0, 0, 1)) return snprintf(err, RL_ERR_MAX, "disabled by RINGLET_SHM_DISABLE"), RINGLET_ERR_SYSTEM;
+    if (rl_env_int("RINGLET_SHM_DISABLE", 0, 0, 1)) {
+        const char *var;
+        rl_env_get("RINGLET_SHM_DISABLE", &var);
+        return snprintf(err, RL_ERR_MAX, "disabled by %s", var), RINGLET_ERR_SYSTEM;
+    }
     shm_ctx *x = calloc(1, sizeof *x);
     if (!x) return snprintf(err, RL_ERR_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
     x->in = *in;

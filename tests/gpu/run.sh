@@ -35,6 +35,11 @@
 # Exit status: 1 if a step failed; 77 if none passed and none failed; else 0; 2 on bad usage.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
+# ringlet reads NCCL's names of the variables it mirrors where its own are unset (README,
+# Environment variables): the machine's NCCL settings (shown by preflight) are set aside.
+NCCL_SET_ASIDE=$(env | grep -E '^NCCL_(SOCKET_IFNAME|IB_HCA|IB_DISABLE|SHM_DISABLE|P2P_DISABLE|IB_TIMEOUT|IB_RETRY_CNT|IB_SL|IB_TC)=' | tr '\n' ' ')
+unset NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_DISABLE NCCL_SHM_DISABLE NCCL_P2P_DISABLE NCCL_IB_TIMEOUT \
+    NCCL_IB_RETRY_CNT NCCL_IB_SL NCCL_IB_TC
 SELF=tests/gpu/run.sh
 
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +157,7 @@ step_preflight() {
     echo "compute-sanitizer: ${SANITIZER:-none}"
     echo "cc: $(${CC:-cc} --version 2>/dev/null | head -n 1); $(ldd --version 2>/dev/null | head -n 1)"
     echo "environment: $(env | grep -E '^(CUDA|NCCL|TORCH|LD_PRELOAD|LD_LIBRARY_PATH|PYTHON)' | tr '\n' ' ')"
+    echo "NCCL variables ringlet would read, unset for the suite: ${NCCL_SET_ASIDE:-none}"
     if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
         echo "MPS control: $(command -v nvidia-cuda-mps-control)"
     else
