@@ -262,20 +262,44 @@ class ProcessGroupRinglet(_ProcessGroup):
             ln.abandon(e)
         return ln.work(outs)
 
-    def _uneven(self, outs, inp, what):
-        """Output tensors of several sizes, rank r's holding as many elements as rank r's
-        input (ProcessGroupNCCL takes them; Gloo does not), this rank's as many as its own."""
-        if len(outs) != self._size or all(o.numel() == inp.numel() for o in outs):
+    def _uneven(self, lst, one, what):
+        """A list of tensors of several sizes, rank r's (all_gather: output; reduce_scatter:
+        input) as large as rank r's one tensor (all_gather: input; reduce_scatter: output), as
+        ProcessGroupNCCL takes them (Gloo does not); this rank's as large as its own."""
+        if len(lst) != self._size or all(t.numel() == one.numel() for t in lst):
             return False
-        for o in outs:
-            _check_dense(o, what)
-            if o.dtype != inp.dtype:
+        for t in lst:
+            _check_dense(t, what)
+            if t.dtype != one.dtype:
                 return False  # _check_list says why
-        mine = outs[self._rank].numel()
-        if mine != inp.numel():
-            raise RuntimeError("ringlet: %s: output tensors of several sizes, but this rank's (%d) has %d elements "
-                               "and its input %d" % (what, self._rank, mine, inp.numel()))
+        mine = lst[self._rank].numel()
+        if mine != one.numel():
+            raise RuntimeError("ringlet: %s: tensors of several sizes in the list, but this rank's (%d) has %d elements "
+                               "and its %s %d" % (what, self._rank, mine, "input" if what == "allgather" else "output",
+                                                  one.numel()))
         return True
+
+    def _reduce_scatter_uneven(self, out, ins, opname, what):
+        """Block q reduced into rank q's output, one reduce per rank in rank order (NCCL's
+        process group reduces to each rank in turn)."""
+        dev = _device_of(ins + [out], what)
+        stage = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
+        dred = _Reduction(stage, opname, what)
+        reds = [_Reduction(i, opname, what) for i in ins]
+        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        try:
+            for q, red in enumerate(reds):
+                mine = q == self._rank
+                ln.call(_L.ringlet_ireduce, _L.ringlet_reduce, _ptr(red.buf) if red.buf.numel() else None,
+                        _ptr(dred.buf) if mine and dred.buf.numel() else None, red.buf.numel(), red.code, red.op, q)
+            if dred.fix is not None:
+                ln.then(dred.finish)
+            if stage is not out:
+                ln.then(lambda: out.copy_(stage))
+            ln.keep += ins + [out, stage, dred.buf] + [r.buf for r in reds]
+        except BaseException as e:
+            ln.abandon(e)
+        return ln.work([out])
 
     def _allgather_uneven(self, outs, inp, what):
         """Each rank's input to every rank, as sends and receives of its bytes (NCCL's
@@ -385,8 +409,10 @@ class ProcessGroupRinglet(_ProcessGroup):
         if len(input_tensors) != 1:
             raise RuntimeError("ringlet: %s: %d input lists; ringlet takes one" % (what, len(input_tensors)))
         ins = list(input_tensors[0])
-        self._check_list(ins, out, what, "input")
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
+        if self._uneven(ins, out, what):
+            return self._reduce_scatter_uneven(out, ins, opname, what)
+        self._check_list(ins, out, what, "input")
         dev = _device_of(ins + [out], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:

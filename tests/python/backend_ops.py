@@ -592,6 +592,22 @@ def case_reduce_scatter():
                     dist._reduce_scatter_base(out2, dev(torch.cat(ins)), op=redop(op), async_op=mode != "sync")
                 finish(w, mode, case)
                 same("%s tensor (%s, vs gloo-gathered)" % (case, mode), out2, want, P)
+    # input tensors of several sizes, block q as large as rank q's output (ProcessGroupNCCL
+    # takes them; Gloo does not): every rank's inputs are made here from their seeds
+    for dtype, op in ((torch.int32, "SUM"), (torch.int32, "MAX"), (torch.float32, "AVG"), (torch.bool, "BXOR"),
+                      (torch.complex64, "SUM")):
+        for sizes in ([2 * q + 1 for q in range(P)], [37 * q for q in range(P)]):
+            case = "reduce_scatter-uneven/%s/%s/%s" % (dtype, op, sizes)
+            ins = {r: [rand(case + str(q), dtype, (sizes[q],), rank=r) for q in range(P)] for r in range(P)}
+            want = local_reduce([ins[r][R] for r in range(P)], op, dtype)
+            mine = [dev(x) for x in ins[R]]
+            if P > 1:  # one input not contiguous (staged)
+                mine[0] = dev(torch.stack([ins[R][0], ins[R][0]], 1))[:, 0]
+            out = dev(torch.zeros(sizes[R], 2, dtype=dtype))[:, 1] if R == P - 1 else dev(torch.zeros(sizes[R], dtype=dtype))
+            mode = next_mode()
+            w = dist.reduce_scatter(out, mine, op=redop(op), async_op=mode != "sync")
+            finish(w, mode, case)
+            same("%s (%s, vs its seeds)" % (case, mode), out, want, P)
 
 
 def case_reduce_scatter_apart():
