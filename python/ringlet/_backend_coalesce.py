@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ._backend_tensors import _contig, _op_name
+from ._backend_tensors import _Failed, _contig, _future, _op_name
 from ._backend_work import (_CudaWork, _Launch, _Window, _Work, _close_window, _device_of, _drop_window, _set_window,
                             _window)
 
@@ -154,7 +154,12 @@ class _JoinedWork(_Work):
         return None
 
     def get_future(self):
-        outs = self._outs()
+        try:
+            outs = self._outs()
+        except RuntimeError as e:  # asked for after the group let go and the program dropped them
+            base, user = _future()
+            base.set_result(_Failed(e))
+            return user
 
         def joined(f):
             for g in f.value():

@@ -242,7 +242,7 @@ class ProcessGroupRinglet(_ProcessGroup):
                                % (what, len(output_tensors)))
         outs = list(output_tensors[0])
         if self._uneven(outs, inp, what):
-            return self._allgather_uneven(outs, inp, what)
+            return self._allgather_uneven(outs, inp, what, _sync_call())
         self._check_list(outs, inp, what, "output")
         dev = _device_of(outs + [inp], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
@@ -266,8 +266,8 @@ class ProcessGroupRinglet(_ProcessGroup):
         """A list of tensors of several sizes, rank r's (all_gather: output; reduce_scatter:
         input) as large as rank r's one tensor (all_gather: input; reduce_scatter: output), as
         ProcessGroupNCCL takes them (Gloo does not); this rank's as large as its own."""
-        if len(lst) != self._size or all(t.numel() == one.numel() for t in lst):
-            return False
+        if len(lst) != self._size or len({t.numel() for t in lst}) == 1:
+            return False  # one size (_check_list says where it differs from this rank's)
         for t in lst:
             _check_dense(t, what)
             if t.dtype != one.dtype:
@@ -279,14 +279,15 @@ class ProcessGroupRinglet(_ProcessGroup):
                                                   one.numel()))
         return True
 
-    def _reduce_scatter_uneven(self, out, ins, opname, what):
+    def _reduce_scatter_uneven(self, out, ins, opname, what, sync):
         """Block q reduced into rank q's output, one reduce per rank in rank order (NCCL's
-        process group reduces to each rank in turn)."""
+        process group reduces to each rank in turn). sync: torch's _sync_call() (taken by
+        the caller: it looks at the caller's caller)."""
         dev = _device_of(ins + [out], what)
         stage = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
         dred = _Reduction(stage, opname, what)
         reds = [_Reduction(i, opname, what) for i in ins]
-        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        ln = _Launch(self._core, what, dev, sync=sync)
         try:
             for q, red in enumerate(reds):
                 mine = q == self._rank
@@ -301,11 +302,11 @@ class ProcessGroupRinglet(_ProcessGroup):
             ln.abandon(e)
         return ln.work([out])
 
-    def _allgather_uneven(self, outs, inp, what):
+    def _allgather_uneven(self, outs, inp, what, sync):
         """Each rank's input to every rank, as sends and receives of its bytes (NCCL's
-        process group broadcasts from each rank in turn)."""
+        process group broadcasts from each rank in turn). sync: as _reduce_scatter_uneven's."""
         dev = _device_of(outs + [inp], what)
-        ln = _Launch(self._core, what, dev, sync=_sync_call())
+        ln = _Launch(self._core, what, dev, sync=sync)
         try:
             src = _bytes(inp)
             dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
@@ -411,7 +412,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         ins = list(input_tensors[0])
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
         if self._uneven(ins, out, what):
-            return self._reduce_scatter_uneven(out, ins, opname, what)
+            return self._reduce_scatter_uneven(out, ins, opname, what, _sync_call())
         self._check_list(ins, out, what, "input")
         dev = _device_of(ins + [out], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())

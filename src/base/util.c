@@ -124,15 +124,20 @@ static const struct {
     {"RINGLET_IB_TC", "NCCL_IB_TC", 1},
 };
 
+#define NCCL_NAMES (sizeof g_nccl_names / sizeof g_nccl_names[0])
+static atomic_int g_nccl_said[NCCL_NAMES]; /* the INFO line, once per name and process */
+
 const char *rl_env_get(const char *name, const char **from) {
     const char *s = getenv(name);
     if (from) *from = name;
     if (s && *s) return s;
-    for (size_t i = 0; i < sizeof g_nccl_names / sizeof g_nccl_names[0]; i++) {
+    for (size_t i = 0; i < NCCL_NAMES; i++) {
         if (strcmp(g_nccl_names[i].ours, name) != 0) continue;
         const char *n = getenv(g_nccl_names[i].nccl);
         if (n && *n && !(g_nccl_names[i].minus_one_unset && !strcmp(n, "-1"))) {
             if (from) *from = g_nccl_names[i].nccl;
+            if (!atomic_exchange(&g_nccl_said[i], 1))
+                RL_INFO(-1, "%s=%s read for %s (unset)", g_nccl_names[i].nccl, n, name);
             return n;
         }
         break;

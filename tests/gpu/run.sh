@@ -37,7 +37,9 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 # ringlet reads NCCL's names of the variables it mirrors where its own are unset (README,
 # Environment variables): the machine's NCCL settings (shown by preflight) are set aside.
-NCCL_SET_ASIDE=$(env | grep -E '^NCCL_(SOCKET_IFNAME|IB_HCA|IB_DISABLE|SHM_DISABLE|P2P_DISABLE|IB_TIMEOUT|IB_RETRY_CNT|IB_SL|IB_TC)=' | tr '\n' ' ')
+# (Each step runs in a child of this script, which inherits the parent's note.)
+: "${NCCL_SET_ASIDE=$(env | grep -E '^NCCL_(SOCKET_IFNAME|IB_HCA|IB_DISABLE|SHM_DISABLE|P2P_DISABLE|IB_TIMEOUT|IB_RETRY_CNT|IB_SL|IB_TC)=' | tr '\n' ' ')}"
+export NCCL_SET_ASIDE
 unset NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_DISABLE NCCL_SHM_DISABLE NCCL_P2P_DISABLE NCCL_IB_TIMEOUT \
     NCCL_IB_RETRY_CNT NCCL_IB_SL NCCL_IB_TC
 SELF=tests/gpu/run.sh

@@ -601,13 +601,16 @@ def case_reduce_scatter():
             ins = {r: [rand(case + str(q), dtype, (sizes[q],), rank=r) for q in range(P)] for r in range(P)}
             want = local_reduce([ins[r][R] for r in range(P)], op, dtype)
             mine = [dev(x) for x in ins[R]]
-            if P > 1:  # one input not contiguous (staged)
-                mine[0] = dev(torch.stack([ins[R][0], ins[R][0]], 1))[:, 0]
+            if P > 1:  # one input not contiguous (staged; block P - 1 has 3 elements or more)
+                mine[P - 1] = dev(torch.stack([ins[R][P - 1], ins[R][P - 1]], 1))[:, 0]
             out = dev(torch.zeros(sizes[R], 2, dtype=dtype))[:, 1] if R == P - 1 else dev(torch.zeros(sizes[R], dtype=dtype))
             mode = next_mode()
             w = dist.reduce_scatter(out, mine, op=redop(op), async_op=mode != "sync")
             finish(w, mode, case)
             same("%s (%s, vs its seeds)" % (case, mode), out, want, P)
+    if P > 1:
+        expect_error("reduce_scatter from blocks of several sizes, this rank's wrong", lambda: dist.reduce_scatter(
+            dev(torch.empty(R + 2)), [dev(torch.ones(q + 1)) for q in range(P)]), "this rank's", "elements")
 
 
 def case_reduce_scatter_apart():
