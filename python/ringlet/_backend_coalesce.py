@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ._backend_tensors import _Failed, _contig, _future, _op_name
+from ._backend_tensors import _contig, _failed_future, _op_name
 from ._backend_work import (_CudaWork, _Launch, _Window, _Work, _close_window, _device_of, _drop_window, _set_window,
                             _window)
 
@@ -157,9 +157,7 @@ class _JoinedWork(_Work):
         try:
             outs = self._outs()
         except RuntimeError as e:  # asked for after the group let go and the program dropped them
-            base, user = _future()
-            base.set_result(_Failed(e))
-            return user
+            return _failed_future(e)
 
         def joined(f):
             for g in f.value():

@@ -165,3 +165,10 @@ def _future():
     callback becomes a real error of the future, which C++ and Python both raise."""
     base = torch.futures.Future()
     return base, base.then(_unwrap)
+
+
+def _failed_future(err):
+    """A future (as get_future hands out) already failed with err."""
+    base, user = _future()
+    base.set_result(_Failed(err))
+    return user

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from . import _lib, RingletError
-from ._backend_tensors import _Failed, _L, _TorchWork, _check_dense, _future
+from ._backend_tensors import _Failed, _L, _TorchWork, _check_dense, _failed_future, _future
 
 
 class _Work(_TorchWork):
@@ -372,9 +372,7 @@ class _CudaWork(_Work):
             try:
                 value = self._outs()
             except RuntimeError as e:  # asked for after the group let go and the program dropped them
-                base, user = _future()
-                base.set_result(_Failed(e))
-                return user
+                return _failed_future(e)
             with torch.cuda.stream(self._stream):  # the future's events: recorded on the group's stream
                 fut = torch.futures.Future(devices=[self._device])
                 fut.set_result(value)
