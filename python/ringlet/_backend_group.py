@@ -8,7 +8,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from . import _backend_coalesce as _coalesce, _lib
 from ._backend_tensors import (BACKEND, _L, _ProcessGroup, _Reduction, _adjacent, _as_like, _bytes, _check_dense, _contig,
-                               _nbytes, _one_storage, _op_name, _ptr)
+                               _landing, _nbytes, _one_storage, _op_name, _ptr)
 from ._backend_work import (_Core, _Launch, _close_group, _closes_window, _device_of, _live_groups, _sync_call,
                             register_abort_at_exit)
 
@@ -241,7 +241,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             raise RuntimeError("ringlet: %s: %d output lists; ringlet takes one (one device per process)"
                                % (what, len(output_tensors)))
         outs = list(output_tensors[0])
-        if self._uneven(outs, inp, what):
+        if self._uneven(outs, inp, "input", what):
             return self._allgather_uneven(outs, inp, what, _sync_call())
         self._check_list(outs, inp, what, "output")
         dev = _device_of(outs + [inp], what)
@@ -262,10 +262,11 @@ class ProcessGroupRinglet(_ProcessGroup):
             ln.abandon(e)
         return ln.work(outs)
 
-    def _uneven(self, lst, one, what):
+    def _uneven(self, lst, one, one_name, what):
         """A list of tensors of several sizes, rank r's (all_gather: output; reduce_scatter:
-        input) as large as rank r's one tensor (all_gather: input; reduce_scatter: output), as
-        ProcessGroupNCCL takes them (Gloo does not); this rank's as large as its own."""
+        input) as large as rank r's one tensor (its one_name: all_gather's input,
+        reduce_scatter's output), as ProcessGroupNCCL takes them (Gloo does not); this
+        rank's as large as its own."""
         if len(lst) != self._size or len({t.numel() for t in lst}) == 1:
             return False  # one size (_check_list says where it differs from this rank's)
         for t in lst:
@@ -275,8 +276,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         mine = lst[self._rank].numel()
         if mine != one.numel():
             raise RuntimeError("ringlet: %s: tensors of several sizes in the list, but this rank's (%d) has %d elements "
-                               "and its %s %d" % (what, self._rank, mine, "input" if what == "allgather" else "output",
-                                                  one.numel()))
+                               "and its %s %d" % (what, self._rank, mine, one_name, one.numel()))
         return True
 
     def _reduce_scatter_uneven(self, out, ins, opname, what, sync):
@@ -284,7 +284,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         process group reduces to each rank in turn). sync: torch's _sync_call() (taken by
         the caller: it looks at the caller's caller)."""
         dev = _device_of(ins + [out], what)
-        stage = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
+        stage = _landing(out)
         dred = _Reduction(stage, opname, what)
         reds = [_Reduction(i, opname, what) for i in ins]
         ln = _Launch(self._core, what, dev, sync=sync)
@@ -309,7 +309,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         ln = _Launch(self._core, what, dev, sync=sync)
         try:
             src = _bytes(inp)
-            dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
+            dsts = [_landing(o) for o in outs]
             dbytes = [_bytes(d) for d in dsts]
             self._exchange(ln, [src] * self._size, dbytes)
             for o, d in zip(outs, dsts):
@@ -347,8 +347,7 @@ class ProcessGroupRinglet(_ProcessGroup):
     def _allgather_into(self, ln, output, input):
         """Every rank's input, in rank order, into output (size x its elements)."""
         src = _contig(input)
-        dst = _contig(output) if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype,
-                                                                          device=output.device)
+        dst = _landing(output)
         nb = _nbytes(src)
         ln.call(_L.ringlet_iallgather, _L.ringlet_allgather, _ptr(src), _ptr(dst), nb, _lib.UINT8)
         if dst is not output:
@@ -393,7 +392,7 @@ class ProcessGroupRinglet(_ProcessGroup):
     def _reduce_scatter_into(self, what, out, src, opname, ln):
         """src (contiguous, size x out's elements) reduced and scattered into out."""
         red = _Reduction(src, opname, what)
-        stage = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        stage = _landing(out)
         dred = _Reduction(stage, opname, what)
         dst = dred.buf
         ln.call(_L.ringlet_ireduce_scatter, _L.ringlet_reduce_scatter, _ptr(red.buf), _ptr(dst), dst.numel(),
@@ -411,7 +410,7 @@ class ProcessGroupRinglet(_ProcessGroup):
             raise RuntimeError("ringlet: %s: %d input lists; ringlet takes one" % (what, len(input_tensors)))
         ins = list(input_tensors[0])
         opname = _op_name(opts.reduceOp) if opts is not None else "SUM"
-        if self._uneven(ins, out, what):
+        if self._uneven(ins, out, "output", what):
             return self._reduce_scatter_uneven(out, ins, opname, what, _sync_call())
         self._check_list(ins, out, what, "input")
         dev = _device_of(ins + [out], what)
@@ -454,7 +453,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             src = _contig(input)
-            dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype, device=dev)
+            dst = _landing(output)
             if even:
                 rows_in = input.shape[0] if input.dim() else 1
                 rows_out = output.shape[0] if output.dim() else 1
@@ -488,7 +487,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
             srcs = [_bytes(i) for i in ins]
-            dsts = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype, device=dev) for o in outs]
+            dsts = [_landing(o) for o in outs]
             dbytes = [_bytes(d) for d in dsts]
             nb = srcs[0].numel()
             if (all(s.numel() == nb for s in srcs) and all(d.numel() == nb for d in dbytes)
@@ -558,7 +557,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         dev = _device_of(ins + [out], what)
         ln = _Launch(self._core, what, dev, sync=_sync_call())
         try:
-            dst = _contig(out) if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=dev)
+            dst = _landing(out)
             nb = _nbytes(dst)
             src = None
             if me == root:
@@ -618,7 +617,7 @@ class ProcessGroupRinglet(_ProcessGroup):
         dev = _device_of((t,), what)
         ln = _Launch(self._core, what, dev, p2p=True, sync=_sync_call())
         try:
-            b = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=dev)
+            b = _landing(t)
             ln.call(_L.ringlet_irecv, _L.ringlet_recv, _ptr(b), _nbytes(b), _lib.UINT8, src_rank)
             if b is not t:
                 ln.then(lambda: t.copy_(b))

@@ -97,6 +97,12 @@ def _contig(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _landing(t):
+    """Where an operation writes t's elements: t itself where it is contiguous, else a
+    contiguous tensor like it, which the caller copies into t once the operation is done."""
+    return t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
 def _adjacent(tensors, nbytes):
     """The tensors lie one after the other, contiguous, nbytes each: one buffer."""
     if not tensors:
