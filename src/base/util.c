@@ -108,7 +108,8 @@ int rl_parse_double(const char *s, double lo, double hi, double *out) {
  * wins where both are set). NCCL_IB_SL and NCCL_IB_TC of -1 are NCCL's "not set". Left
  * out: NCCL_IB_GID_INDEX (NCCL applies it on RoCE only; ringlet's turns on GRH on
  * InfiniBand too), NCCL_IB_QPS_PER_CONNECTION (NCCL allows 128, ringlet 16), and those
- * whose meaning differs (NCCL_ALGO, NCCL_PROTO, NCCL_BUFFSIZE, the socket thread counts). */
+ * whose meaning differs (NCCL_ALGO, NCCL_PROTO, NCCL_BUFFSIZE, the socket thread counts).
+ * tests/run.sh and tests/gpu/run.sh unset these NCCL names: a name added here goes there too. */
 static const struct {
     const char *ours, *nccl;
     int minus_one_unset;
