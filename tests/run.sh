@@ -62,6 +62,8 @@ run_one() { # name command...
     else
         fail=$((fail + 1)); failed_names+=("$name")
         printf 'FAIL  %-28s %4ds  (exit %d, log %s)\n' "$name" "$dt" "$rc" "$log"
+        # The log's own FAIL lines first (a long log's tail may not reach them), then its tail
+        grep -hE '^(\[[0-9]+\] )?FAIL' "$log" | head -n 8 | cut -c1-400 | sed 's/^/    first FAIL lines: /'
         tail -n 40 "$log" | sed 's/^/    | /'
     fi
     if [ $interrupted = 1 ]; then
