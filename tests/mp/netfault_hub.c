@@ -217,6 +217,9 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 64; k++) {
                 ssize_t len = recv(fds[in], buf, sizeof buf, MSG_DONTWAIT);
                 if (len < VNET_LEN + 14) break;
+                /* The delay counts from this frame's arrival, which can be after the poll
+                 * returned (the hub may be descheduled between two recvs): never less. */
+                now = now_s();
                 const unsigned char *eth = buf + VNET_LEN;
                 learn(eth + 6, in);
                 int to = lookup(eth);
