@@ -176,7 +176,10 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
  * Inside a group it runs at the call, before the group's recorded calls. A collective
  * over comm to its end: if comm fails while it runs (any of its ranks, also one of
  * another color, or an abort), the split fails with comm's error, the new communicators'
- * inits included (a member that died would otherwise hold the others till the deadline). */
+ * inits included (a member that died would otherwise hold the others till the deadline).
+ * A rank that passes a NULL newcomm or a negative color other than RINGLET_SPLIT_NOCOLOR
+ * still takes part in the first exchange, and every rank's split then fails with
+ * RINGLET_ERR_INVALID_ARGUMENT naming that rank (comm stays usable). */
 #define RINGLET_SPLIT_NOCOLOR (-1)
 ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);
 

@@ -941,6 +941,15 @@ ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scal
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: residence %d is neither host nor device", (int)residence);
     if (residence == RINGLET_SCALAR_DEVICE && rl_dev_ptr_device(scalar) < 0)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: a device scalar at %p, which is not device memory", scalar);
+    /* A host scalar is read here, at once: device memory would fault (managed memory too is
+     * refused, as the collectives' buffers are: pass RINGLET_SCALAR_DEVICE for it). */
+    if (residence == RINGLET_SCALAR_HOST && rl_dev_ptr_device(scalar) >= 0)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                        "op_create_premul_sum: a host scalar at %p, which is memory of device %d (pass "
+                        "RINGLET_SCALAR_DEVICE)", scalar, rl_dev_ptr_device(scalar));
+    if (residence == RINGLET_SCALAR_HOST && rl_dev_unserved_pair(scalar, NULL))
+        return rl_error(c, RINGLET_ERR_CUDA, "op_create_premul_sum: the host scalar at %p is device memory, but "
+                        "ringlet has no device backend: %s", scalar, rl_device_unavailable());
     pthread_mutex_lock(&c->ops_mu);
     int id = -1;
     for (int i = 0; i < RL_MAX_USER_OPS && id < 0; i++)

@@ -241,19 +241,26 @@ static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ring
 /* The whole split counts as a call under way on c (a waiter): an abort and destroy of c
  * from another thread waits for it to leave (the new communicator's init included). */
 ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
-    if (!c || !newcomm) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm or newcomm is NULL");
+    if (!c) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: comm is NULL");
     atomic_fetch_add(&c->waiters, 1);
     ringlet_result_t rc = split_counted(c, color, key, newcomm);
     atomic_fetch_sub(&c->waiters, 1);
     return rc;
 }
 
+/* What a rank's arguments to split were wrong in (sent in the first exchange, so that
+ * every rank refuses the split at once, naming it, rather than wait for its exchanges). */
+enum { SPLIT_ARGS_OK, SPLIT_NO_NEWCOMM, SPLIT_BAD_COLOR };
+
 static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
+    ringlet_comm_t unused;
+    int32_t bad = !newcomm ? SPLIT_NO_NEWCOMM
+                  : color < 0 && color != RINGLET_SPLIT_NOCOLOR ? SPLIT_BAD_COLOR
+                                                                 : SPLIT_ARGS_OK;
+    if (!newcomm) newcomm = &unused;
     *newcomm = NULL;
-    if (color < 0 && color != RINGLET_SPLIT_NOCOLOR)
-        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: color %d is negative (and not RINGLET_SPLIT_NOCOLOR)", color);
     int P = c->nranks, me = c->rank;
-    int32_t mine[3] = {color, key, me}, *all = calloc((size_t)P * 3, sizeof *all);
+    int32_t mine[4] = {color, key, me, bad}, *all = calloc((size_t)P * 4, sizeof *all);
     ringlet_unique_id_t *ids = calloc((size_t)P, sizeof *ids);
     if (!all || !ids) {
         free(all), free(ids);
@@ -261,15 +268,30 @@ static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ring
     }
     /* Inside a group: run now (the group would record the exchanges, not run them). */
     int group = rl_group_set_aside();
-    ringlet_result_t rc = ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL);
+    ringlet_result_t rc = ringlet_allgather(mine, all, 4, RINGLET_INT32, c, NULL);
+    int refused = 0;
+    for (int q = 0; q < P && !rc; q++) {
+        refused = all[4 * q + 3] != SPLIT_ARGS_OK;
+        if (all[4 * q + 3] == SPLIT_NO_NEWCOMM)
+            rc = rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: rank %d passed a NULL newcomm", q);
+        else if (all[4 * q + 3] != SPLIT_ARGS_OK)
+            rc = rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                          "split: rank %d passed color %d, which is negative (and not RINGLET_SPLIT_NOCOLOR)", q,
+                          (int)all[4 * q]);
+    }
+    if (refused) { /* every rank refuses it, having seen the same: nothing more is exchanged */
+        rl_group_restore(group);
+        free(all), free(ids);
+        return rc;
+    }
     /* This rank's new rank: members of its color before it in (key, rank) order. */
     int newrank = 0, size = 0, leader = -1;
     for (int q = 0; q < P && !rc && color != RINGLET_SPLIT_NOCOLOR; q++) {
-        if (all[3 * q] != color) continue;
+        if (all[4 * q] != color) continue;
         size++;
-        int kq = all[3 * q + 1];
+        int kq = all[4 * q + 1];
         if (kq < key || (kq == key && q < me)) newrank++;
-        if (leader < 0 || kq < all[3 * leader + 1] || (kq == all[3 * leader + 1] && q < leader)) leader = q;
+        if (leader < 0 || kq < all[4 * leader + 1] || (kq == all[4 * leader + 1] && q < leader)) leader = q;
     }
     ringlet_unique_id_t id, none;
     memset(&id, 0, sizeof id);

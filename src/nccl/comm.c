@@ -648,6 +648,7 @@ typedef struct {
     struct ncclComm *c, *parent;
     struct ncclComm *after; /* the group's previous split of the same parent, or NULL */
     int color, key, device;
+    int no_newcomm; /* the caller passed newcomm NULL: the split runs, and fails on every rank */
 } split_arg;
 
 static void *split_thread(void *p) {
@@ -656,7 +657,7 @@ static void *split_thread(void *p) {
     ringlet_comm_t nrc = NULL;
     if (a->after) join_init(a->after);
     ringlet_result_t rc = a->device >= 0 ? ringlet_set_device(a->device) : RINGLET_SUCCESS;
-    if (!rc) rc = ringlet_comm_split(a->parent->rc, a->color, a->key, &nrc);
+    if (!rc) rc = ringlet_comm_split(a->parent->rc, a->color, a->key, a->no_newcomm ? NULL : &nrc);
     c->init_rc = shim_check(c, rc);
     if (!rc && nrc) {
         c->rc = nrc;
@@ -691,10 +692,11 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
     struct ncclComm *after = NULL;
     for (int i = 0; i < t_group_inits.n - 1; i++)
         if (t_group_inits.c[i]->split_parent == comm) after = t_group_inits.c[i];
-    c->nocolor = color == NCCL_SPLIT_NOCOLOR;
+    /* newcomm NULL: the caller holds nothing, as for NCCL_SPLIT_NOCOLOR (ncclGroupEnd frees it) */
+    c->nocolor = color == NCCL_SPLIT_NOCOLOR || !newcomm;
     c->split_parent = comm;
     c->key = child_key(comm, color);
-    *a = (split_arg){c, comm, after, color, key, -1};
+    *a = (split_arg){c, comm, after, color, key, -1, !newcomm};
     if (start_init_thread(c, split_thread, a, &a->device, 1))
         return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
     if (!c->nocolor) *newcomm = c;
@@ -707,13 +709,13 @@ static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfi
     /* Without a config, the parent's; a config's unset field is the default, 1 (as NCCL's) */
     ncclResult_t rc = read_config(config, "ncclCommSplit", config ? 1 : comm->blocking, &blocking);
     if (rc) return rc;
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-        return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: color %d (>= 0, or NCCL_SPLIT_NOCOLOR)", color);
+    /* A bad color or a NULL newcomm goes to ringlet's split, which every rank takes part in
+     * and then refuses (naming the rank), rather than leave the others in its exchange. */
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);
     /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
     uint64_t ckey = child_key(comm, color);
     ringlet_comm_t nrc = NULL;
-    rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, &nrc));
+    rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, newcomm ? &nrc : NULL));
     if (rc) return rc;
     if (!nrc) return ncclSuccess;
     int n = 0, r = 0;
@@ -733,8 +735,7 @@ static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfi
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
-    *newcomm = NULL;
+    if (newcomm) *newcomm = NULL;
     ncclResult_t rc = shim_enter_ready(comm, "ncclCommSplit");
     if (rc) return rc;
     rc = split_entered(comm, color, key, config, newcomm);
@@ -890,7 +891,8 @@ ncclResult_t shim_poll(struct ncclComm *c) {
 /* Entered as a call (shim_enter): an abort from another thread (a watchdog's) meanwhile
  * leaves the handle to it until it returns. */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
-    if (!asyncError) return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    /* NULL: comm is not checked yet (it may not be a live handle) */
+    if (!asyncError) return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is not a live communicator");
     ncclResult_t entered = shim_enter(comm, "ncclCommGetAsyncError");
     if (entered) {

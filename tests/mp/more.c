@@ -16,8 +16,9 @@
  *   communicator, a group of an all-reduce and then sends and receives with every peer;
  *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
  *   RINGLET_SPLIT_NOCOLOR, also inside a group; an all-gather on the new communicators
- *   checks membership;
- *   pre-multiplied sum with a host scalar and (device) a device scalar: all-reduce,
+ *   checks membership; a split with a bad color, then a NULL newcomm, on the last rank
+ *   fails on every rank naming it;
+ *   pre-multiplied sum with a host scalar and (device) a device scalar (and device memory as a host scalar, refused): all-reduce,
  *   reduce, reduce-scatter; inside a group, each op destroyed before group_end;
  *   host memory: an isend larger than the shared-memory FIFO, then a small all-reduce
  *   before its wait, while the receiver receives first;
@@ -334,6 +335,12 @@ static void test_premul(size_t n, int k) {
             exit(3);
         check_rc("op_create_premul_sum (float32, device)",
                  ringlet_op_create_premul_sum(&opf, dscal, RINGLET_FLOAT32, RINGLET_SCALAR_DEVICE, g_comm));
+        /* device memory said to be a host scalar: refused (read on the host, it would fault) */
+        ringlet_op_t bad;
+        ringlet_result_t rc = ringlet_op_create_premul_sum(&bad, dscal, RINGLET_FLOAT32, RINGLET_SCALAR_HOST, g_comm);
+        g_checks++;
+        if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(ringlet_comm_last_error(g_comm), "host scalar"))
+            FAIL("a host scalar in device memory: %s: %s", ringlet_strerror(rc), ringlet_comm_last_error(g_comm));
     } else {
         check_rc("op_create_premul_sum (float32, host)",
                  ringlet_op_create_premul_sum(&opf, &sf, RINGLET_FLOAT32, RINGLET_SCALAR_HOST, g_comm));
@@ -617,6 +624,30 @@ static void test_split(int in_group) {
     check_rc("destroy of the split communicator", ringlet_comm_destroy(sub));
 }
 
+/* A split where one rank's arguments are wrong (a negative color, then a NULL newcomm):
+ * that rank still takes part, and every rank's split fails at once naming it (not the
+ * others waiting in its exchange till the deadline); the communicator stays usable. */
+static void test_split_bad_args(void) {
+    int bad = g_P - 1;
+    for (int k = 0; k < 2; k++) {
+        ringlet_comm_t sub = NULL;
+        int color = g_rank == bad && k == 0 ? -5 : 0;
+        ringlet_result_t rc = ringlet_comm_split(g_comm, color, 0, g_rank == bad && k == 1 ? NULL : &sub);
+        const char *m = ringlet_comm_last_error(g_comm);
+        char want[64];
+        snprintf(want, sizeof want, k == 0 ? "rank %d passed color -5" : "rank %d passed a NULL newcomm", bad);
+        g_checks++;
+        if (rc != RINGLET_ERR_INVALID_ARGUMENT || sub || !strstr(m, want))
+            FAIL("split with a bad argument on rank %d: %s%s: %s (want '%s')", bad, ringlet_strerror(rc),
+                 sub ? ", and a communicator" : "", m, want);
+        if (sub) ringlet_comm_destroy(sub);
+    }
+    int32_t x = g_rank + 1;
+    check_rc("allreduce after the refused splits", ringlet_allreduce(&x, &x, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    g_checks++;
+    if (x != g_P * (g_P + 1) / 2) FAIL("allreduce after the refused splits: %d, want %d", x, g_P * (g_P + 1) / 2);
+}
+
 /* Host memory: rank 0 sends 8 MiB to rank 1 (non-blocking: more than the shared-memory
  * FIFO holds), then joins a small all-reduce (the board over shared memory) before it
  * waits; rank 1 receives first, blocking. Rank 0's wait on the board must still move its
@@ -849,6 +880,7 @@ int main(int argc, char **argv) {
     test_pair_fresh(61);
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
+    test_split_bad_args();
     test_destroy_in_group();
     test_isend_then_collective();
     test_finalize_waits_isend();

@@ -13,7 +13,9 @@
  *            prod, max, min (avg in the float types), broadcast and ncclBcast, reduce,
  *            all-gather, reduce-scatter, all-to-all, gather, scatter at every root, a
  *            group of sends and receives with every peer, a group of collectives; split
- *            by parity with keys reversed and NCCL_SPLIT_NOCOLOR; pre-multiplied sums (host
+ *            by parity with keys reversed and NCCL_SPLIT_NOCOLOR; a bad split argument on
+ *            one rank (a negative color; a NULL newcomm in a group) failing every rank's
+ *            split, naming it; pre-multiplied sums (host
  *            scalar; device scalar on device memory); float8 refused; register and
  *            deregister; the calls ringlet does not provide; NCCL 2.28's device API (teams
  *            from the communicator, ncclDevCommCreate refused); finalize, destroy.
@@ -413,6 +415,29 @@ static void test_split(ncclComm_t c) {
  * non-blocking c is non-blocking; with a config whose blocking is unset, blocking (the
  * default). NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL: then c and the
  * splits are blocking. */
+/* One rank's bad split argument (a negative color; then, inside a group, a NULL newcomm):
+ * every rank's split fails, naming it, instead of the others waiting in its exchange. */
+static void test_split_bad_args(ncclComm_t c) {
+    int bad = g_P - 1;
+    ncclComm_t s = NULL;
+    ncclResult_t rc = ncclCommSplit(c, g_rank == bad ? -7 : 0, 0, &s, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d passed color -7", bad);
+    g_checks++;
+    if (rc != ncclInvalidArgument || s || !strstr(ncclGetLastError(c), want))
+        FAIL("split with color -7 on rank %d: %s: %s (want '%s')", bad, ncclGetErrorString(rc), ncclGetLastError(c), want);
+    if (s) ncclCommDestroy(s), s = NULL;
+    OK(ncclGroupStart());
+    rc = ncclCommSplit(c, 0, 0, g_rank == bad ? NULL : &s, NULL);
+    ncclResult_t end = ncclGroupEnd();
+    snprintf(want, sizeof want, "rank %d passed a NULL newcomm", bad);
+    g_checks++;
+    if (rc != ncclSuccess || end != ncclInvalidArgument || !strstr(ncclGetLastError(NULL), want))
+        FAIL("split in a group with a NULL newcomm on rank %d: %s, group end %s: %s (want '%s')", bad,
+             ncclGetErrorString(rc), ncclGetErrorString(end), ncclGetLastError(NULL), want);
+    if (s) ncclCommDestroy(s);
+}
+
 static void test_split_inherits(ncclComm_t c) {
     const char *e = getenv("NCCL_COMM_BLOCKING");
     int forced = e && !strcmp(e, "1");
@@ -646,6 +671,7 @@ static void case_all(ncclComm_t c) {
     test_collectives(c, 0, 1000);
     test_collectives(b, 1, 3000);
     test_split(c);
+    test_split_bad_args(c);
     test_split_inherits(c);
     test_premul(c, 0);
     test_premul(b, 1);
