@@ -87,6 +87,14 @@ def _is_bool(t):
     return getattr(getattr(t, "dtype", None), "name", None) == "bool"
 
 
+def _rank_arg(v, what, size):
+    """A peer's rank, checked here: ctypes would wrap one past 32 bits into a valid rank."""
+    v = int(v)
+    if not 0 <= v < size:
+        raise ValueError("ringlet: %s: rank %d is not a rank of this communicator (0 to %d)" % (what, v, size - 1))
+    return v
+
+
 def _reduce_op(t, op):
     """The ringlet op for tensor t: bool tensors reduce as bytes 0/1, so sum and max are
     "or", prod and min "and" (a byte sum would leave 2, not a bool)."""
@@ -303,14 +311,15 @@ class Communicator:
     def broadcast(self, tensor, src=0, async_op=False):
         p, n, dt = _buffer(tensor, "broadcast")
         L = _lib.lib
-        return self._run("broadcast", L.ringlet_broadcast, L.ringlet_ibroadcast, (p, p, n, dt, int(src)),
+        return self._run("broadcast", L.ringlet_broadcast, L.ringlet_ibroadcast, (p, p, n, dt, _rank_arg(src, "broadcast src", self.size)),
                          async_op, (tensor,))
 
     def reduce(self, tensor, dst=0, op="sum", async_op=False):
         p, n, dt = _buffer(tensor, "reduce")
         L = _lib.lib
         return self._run("reduce", L.ringlet_reduce, L.ringlet_ireduce,
-                         (p, p, n, dt, _reduce_op(tensor, op), int(dst)), async_op, (tensor,))
+                         (p, p, n, dt, _reduce_op(tensor, op), _rank_arg(dst, "reduce dst", self.size)),
+                         async_op, (tensor,))
 
     def all_gather(self, output, tensor, async_op=False):
         """output: a tensor of size * tensor.numel() elements, or a list of size tensors
@@ -358,12 +367,14 @@ class Communicator:
     def send(self, tensor, dst, async_op=False):
         p, n, dt = _buffer(tensor, "send", writable=False)
         L = _lib.lib
-        return self._run("send", L.ringlet_send, L.ringlet_isend, (p, n, dt, int(dst)), async_op, (tensor,))
+        return self._run("send", L.ringlet_send, L.ringlet_isend, (p, n, dt, _rank_arg(dst, "send dst", self.size)), async_op,
+                         (tensor,))
 
     def recv(self, tensor, src, async_op=False):
         p, n, dt = _buffer(tensor, "recv")
         L = _lib.lib
-        return self._run("recv", L.ringlet_recv, L.ringlet_irecv, (p, n, dt, int(src)), async_op, (tensor,))
+        return self._run("recv", L.ringlet_recv, L.ringlet_irecv, (p, n, dt, _rank_arg(src, "recv src", self.size)), async_op,
+                         (tensor,))
 
     # ---- life ----
 

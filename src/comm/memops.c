@@ -95,6 +95,12 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
         return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: %s at %p is not aligned to its %zu-byte %s elements",
                         bad_dst ? "dst" : "src", bad_dst ? dst : src, bad_dst ? ds : ss, rl_dtype_name(bad_dst ? dt : st));
     }
+    /* No object is larger than PTRDIFF_MAX bytes (the collectives' limit too): a larger n
+     * would wrap the ranges below. */
+    size_t es_max = ds > ss ? ds : ss;
+    if (n > (size_t)PTRDIFF_MAX / es_max)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "convert_async: n %zu is too large (%zu-byte elements)", n,
+                        es_max);
     /* Every element is read once and written once, in any order (a kernel's threads run
      * at once): the two ranges may not overlap, but for the same buffer of one element
      * size (each element converted in place). */

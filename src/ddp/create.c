@@ -238,7 +238,7 @@ static ringlet_result_t copy_tensors(const ringlet_ddp_tensor_t *in, int n, int 
         tensor_t *t = &ts[i];
         t->name = strdup(s->name ? s->name : "");
         int nd = s->shape ? s->ndim : 1;
-        t->shape = malloc(sizeof(int64_t) * (size_t)(nd > 0 ? nd : 1));
+        t->shape = malloc(sizeof(int64_t) * (size_t)(nd > 0 && nd <= MAX_NDIM ? nd : 1)); /* checked below */
         if (!t->name || !t->shape) {
             ddp_msgf(msg, msgn, "out of memory");
             return RINGLET_ERR_SYSTEM;
@@ -376,6 +376,17 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
     ringlet_result_t rc = copy_tensors(params, nparams, 1, &d->params, msg, n);
     d->nparams = d->params ? (nparams > 0 ? nparams : 0) : 0;
     if (rc) return rc;
+    /* The buckets' sizes (a sum of parameters', with alignment) must not wrap: each
+     * parameter is under SIZE_MAX / 4 bytes, and so must their total be. */
+    size_t total = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        total += d->params[i].bytes + ALIGN_BYTES;
+        if (total > SIZE_MAX / 4) {
+            ddp_msgf(msg, n, "the parameters total more than %zu bytes (parameter %d, %zu bytes, passes it)",
+                     SIZE_MAX / 4, i, d->params[i].bytes);
+            return RINGLET_ERR_INVALID_ARGUMENT;
+        }
+    }
     rc = copy_tensors(buffers, nbuffers, 0, &d->buffers, msg, n);
     d->nbuffers = d->buffers ? (nbuffers > 0 ? nbuffers : 0) : 0;
     if (rc) return rc;

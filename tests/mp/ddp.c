@@ -974,6 +974,21 @@ static void test_misuse_create(void) {
                             "parameter 5 ('bf.weight')", "int32");
         if (g_rank == 1) m.p[5].dtype = RINGLET_BFLOAT16;
         model_free(&m);
+
+        /* parameters each under the limit, together over it (the buckets' sizes would
+         * wrap), on rank 1: refused before any tensor is touched */
+        model_init(&m, 1);
+        size_t counts[3];
+        const int64_t *shapes[3];
+        for (int k = 0; k < 3 && g_rank == 1; k++) {
+            counts[k] = m.p[k].count, shapes[k] = m.p[k].shape;
+            m.p[k].shape = NULL;
+            m.p[k].count = SIZE_MAX / 4 / ringlet_datatype_size(m.p[k].dtype) / 2;
+        }
+        expect_create_error(&m, &o, RINGLET_ERR_INVALID_ARGUMENT, "parameters too large together on rank 1",
+                            "rank 1", "the parameters total more than", NULL);
+        for (int k = 0; k < 3 && g_rank == 1; k++) m.p[k].count = counts[k], m.p[k].shape = shapes[k];
+        model_free(&m);
     }
     /* memory kinds: a device tensor without a device backend; host and device mixed */
     int ndev = 0;

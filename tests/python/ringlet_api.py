@@ -5,7 +5,7 @@ too), broadcast from every root, reduce, all_gather (flat and list forms), reduc
 barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed; all_gather into a
 list returns a Work already complete; one Work polled by a thread while another waits for it), and the errors: a non-CPU tensor (RingletError,
 invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array of the other
-byte order, all_gather outputs of the wrong size, a Work waited for after its communicator's
+byte order, all_gather outputs of the wrong size, a root rank past 32 bits or negative (ValueError), a Work waited for after its communicator's
 destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
 """
 import datetime
@@ -148,6 +148,13 @@ def main():
         check(False, "a non-contiguous tensor was accepted")
     except ValueError as e:
         check("contiguous" in str(e), "non-contiguous error: %s" % e)
+    # a rank past 32 bits (ctypes would wrap 2**32 into rank 0), and a negative one
+    for bad in (2 ** 32, -1):
+        try:
+            ringlet.broadcast(torch.zeros(4), src=bad)
+            check(False, "broadcast from rank %d was accepted" % bad)
+        except ValueError as e:
+            check("rank %d is not a rank" % bad in str(e), "broadcast src=%d error: %s" % (bad, e))
     try:
         ringlet.all_reduce(torch.zeros(4), op="xor")
         check(False, "op xor accepted")

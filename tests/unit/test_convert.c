@@ -262,6 +262,12 @@ int main(void) {
     CHECK(ringlet_convert_async(got, RINGLET_INT32, src, RINGLET_FLOAT32, N, 1.0, NULL) == RINGLET_ERR_INVALID_ARGUMENT,
           "an integer type is refused");
     CHECK(ringlet_memcpy_async(NULL, src, 8, NULL) == RINGLET_ERR_INVALID_ARGUMENT, "NULL dst is refused");
+    /* a count whose bytes pass PTRDIFF_MAX (the ranges would wrap; the host would run off
+     * the buffers) */
+    CHECK(ringlet_convert_async(got, RINGLET_FLOAT16, src, RINGLET_FLOAT32, SIZE_MAX / 2, 1.0, NULL) ==
+                  RINGLET_ERR_INVALID_ARGUMENT &&
+              strstr(ringlet_comm_last_error(NULL), "too large"),
+          "a count of SIZE_MAX / 2 is refused: %s", ringlet_comm_last_error(NULL));
     /* Pinned host memory: written by a device copy, read by the host after a sync. */
     void *pin = NULL;
     CHECK(ringlet_host_alloc(&pin, 64) == RINGLET_SUCCESS && pin, "host_alloc: %s", ringlet_comm_last_error(NULL));
