@@ -355,7 +355,7 @@ static void root_reply(struct ringlet_comm *c, const uint8_t *secret, int *fds, 
 /* A connection rank 0 took and challenged, whose hello has not all arrived. */
 typedef struct {
     int fd;
-    double heard; /* taken, or its last byte came */
+    double challenged; /* taken (and sent its challenge) */
     double until; /* its hello's deadline */
     size_t got;   /* bytes of the hello so far */
     uint8_t nonce[16];
@@ -372,23 +372,26 @@ static void refuse(pending_t *p, const char *why) {
  * for its hello, all at once (poll): a stranger that connects and says nothing (or
  * several, or a slow one) holds up no rank, nor uses up the deadline. At most
  * PENDING_MAX wait at a time; more stay in the listening socket's backlog. While they
- * do, a connection from which nothing came for EVICT_S makes way (a genuine rank's hello
- * comes within a round trip; one that was slower is told to connect again, RL_BOOT_BUSY):
- * 300 silent strangers held up the job 47 s, 32 every 5 s. */
+ * do, a connection whose hello has not all come EVICT_S after its challenge makes way (a
+ * genuine rank's hello, one write, comes within a round trip; one that was slower is told
+ * to connect again, RL_BOOT_BUSY): 300 silent strangers held up the job 47 s, 32 every
+ * 5 s. Counted from the challenge, not from the last byte: a stranger sending a byte now
+ * and then would keep its place. */
 #define PENDING_MAX 32
 #define EVICT_S 0.25
 
-/* The connection quiet for longest, if for EVICT_S by now; else -1, and *at when the
+/* The connection challenged first, if EVICT_S ago by now; else -1, and *at when the
  * first will have been (unchanged when none can). */
 static int evictable(const pending_t *pend, int npend, double now, double *at) {
     int best = -1;
     char b;
     for (int i = 0; i < npend; i++) /* bytes not read yet: a hello's, read next round (closed, it would be lost) */
-        if ((best < 0 || pend[i].heard < pend[best].heard) && recv(pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
+        if ((best < 0 || pend[i].challenged < pend[best].challenged) &&
+            recv(pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
             best = i;
     if (best < 0) return -1;
-    if (now >= pend[best].heard + EVICT_S) return best;
-    if (pend[best].heard + EVICT_S < *at) *at = pend[best].heard + EVICT_S;
+    if (now >= pend[best].challenged + EVICT_S) return best;
+    if (pend[best].challenged + EVICT_S < *at) *at = pend[best].challenged + EVICT_S;
     return -1;
 }
 
@@ -397,7 +400,8 @@ static int evictable(const pending_t *pend, int npend, double now, double *at) {
 static void evict(pending_t *p) {
     rl_boot_table_head busy = {RL_BOOT_BUSY, 0, {0}};
     (void)!send(p->fd, &busy, sizeof busy, MSG_DONTWAIT | MSG_NOSIGNAL);
-    RL_INFO(0, "bootstrap: let a connection from which nothing came for %.2f s go: others wait", EVICT_S);
+    RL_INFO(0, "bootstrap: let a connection whose hello had not come %.2f s after its challenge go: others wait",
+            EVICT_S);
     close(p->fd);
     p->fd = -1;
 }
@@ -456,7 +460,6 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
                 continue;
             }
             q->got += (size_t)n;
-            q->heard = rl_now();
             if (q->got < sizeof q->h) continue;
             int verdict = rl_boot_check_hello(t->secret, q->nonce, &q->h, P, fds, msg, sizeof msg);
             if (verdict < 0) {
@@ -496,15 +499,17 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             pending_t *q = &pend[npend];
             q->fd = fd;
             q->got = 0;
-            q->heard = rl_now();
-            q->until = q->heard + HELLO_WAIT_S;
+            q->challenged = rl_now();
+            q->until = q->challenged + HELLO_WAIT_S;
             if (q->until > deadline) q->until = deadline;
             rl_boot_challenge ch = {RL_BOOT_MAGIC, {0}};
-            rl_random_bytes(ch.nonce, 16);
+            /* no fresh nonce (no randomness to be had): a recorded hello would pass */
+            int fresh = rl_random_bytes(ch.nonce, 16) == 0;
             memcpy(q->nonce, ch.nonce, 16);
             /* a fresh connection's buffer takes these 20 bytes at once */
-            r = rl_sock_send_all(fd, &ch, sizeof ch, q->until, &c->stop);
-            if (r != RL_IO_OK) refuse(q, rl_io_str(r));
+            r = fresh ? rl_sock_send_all(fd, &ch, sizeof ch, q->until, &c->stop) : RL_IO_OK;
+            if (!fresh) refuse(q, "no random nonce for its challenge (getrandom and /dev/urandom failed)");
+            else if (r != RL_IO_OK) refuse(q, rl_io_str(r));
             else npend++;
         }
     }
@@ -584,7 +589,11 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         h.magic = RL_BOOT_MAGIC;
         h.rank = c->rank;
         h.nranks = c->nranks;
-        rl_random_bytes(h.nonce, 16);
+        if (rl_random_bytes(h.nonce, 16) != 0) { /* rank 0's table would be bound to no fresh nonce */
+            close(fd);
+            return snprintf(err, RL_MSG_MAX, "bootstrap: no random nonce for the hello (getrandom and /dev/urandom "
+                            "failed)"), RINGLET_ERR_SYSTEM;
+        }
         h.info = c->infos[c->rank];
         rl_boot_hello_mac(t->secret, ch.nonce, &h, h.mac);
         rl_boot_table_head th;
@@ -631,7 +640,10 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
 ringlet_result_t rl_boot_exchange(struct ringlet_comm *c, rl_boot_target *t, char *err) {
     int root = c->rank == 0;
     struct rl_monitor *m = rl_monitor_new(root, root ? c->nranks : 1);
-    if (!m) return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    if (!m) {
+        if (root) close(t->listen_fd), t->listen_fd = -1; /* the caller leaves it to this function */
+        return snprintf(err, RL_MSG_MAX, "out of memory"), RINGLET_ERR_SYSTEM;
+    }
     int *fds = rl_monitor_fds(m);
     ringlet_result_t rc;
     if (root) {

@@ -67,27 +67,48 @@ cat "$tmp"/s?.log
 #     same time, beside the ranks' handshakes, so the job starts (one after another, they
 #     took 15 s). 300, RINGLET_TIMEOUT=20: more than rank 0 waits on at once (32), so the
 #     silent ones make way for those in the backlog after 0.25 s (32 every 5 s took 47 s).
-idle_strangers() { # count, deadline
+#     100 that each send a byte every 0.1 s, RINGLET_TIMEOUT=12: they make way all the same
+#     (0.25 s after their challenge, not after their last byte: they kept their places, 32
+#     every 5 s, and the job failed at its deadline).
+idle_strangers() { # count, deadline, silent|dribbling
 P=$(port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$P WORLD_SIZE=3 RINGLET_SECRET=s3cret RINGLET_TIMEOUT=$2
 rm -f "$tmp/idle_in" "$tmp/idle_out"
 RANK=0 $bin env >"$tmp/i0.log" 2>&1 &
 r0=$!
-/usr/bin/python3 - "$P" "$tmp/idle_in" "$tmp/idle_out" "$1" <<'PY' >"$tmp/idle.log" 2>&1 &
+/usr/bin/python3 - "$P" "$tmp/idle_in" "$tmp/idle_out" "$1" "$3" <<'PY' >"$tmp/idle.log" 2>&1 &
 import socket, sys, time, os
 port, mark, done, count = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+dribble = sys.argv[5] == "dribbling"
+next_byte = 0
 until = time.monotonic() + 20
 held = []
-while len(held) < count:
+def drip():  # a byte from each one still held, every 0.1 s (rank 0 closes those it lets go)
+    global next_byte, held
+    if not dribble or time.monotonic() < next_byte: return
+    next_byte = time.monotonic() + 0.1
+    kept = []
+    for s in held:
+        try:
+            s.send(b"x", socket.MSG_DONTWAIT)
+            kept.append(s)
+        except OSError:
+            s.close()
+    held = kept
+made = 0
+while made < count:
     try:
         held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        made += 1
     except OSError:  # refused until rank 0 listens; a full backlog (somaxconn 128) may time out
         if time.monotonic() > until: raise
         time.sleep(0.02)
+    drip()
 open(mark, "w").close()
 until = time.monotonic() + 60
 while not os.path.exists(done) and time.monotonic() < until:   # held until the job is up
-    time.sleep(0.05)
+    drip()
+    time.sleep(0.02)
 for s in held: s.close()
 print("idle strangers: done")
 PY
@@ -102,11 +123,12 @@ wait $r1; s1=$?
 touch "$tmp/idle_out"
 wait $idlers; st=$?
 [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && [ $st -eq 0 ]
-check "job starts beside $1 silent strangers within a $2 s deadline" $?
+check "job starts beside $1 $3 strangers within a $2 s deadline" $?
 cat "$tmp"/i?.log | grep -v "refused a connection"
 }
-idle_strangers 3 12
-idle_strangers 300 20
+idle_strangers 3 12 silent
+idle_strangers 300 20 silent
+idle_strangers 100 12 dribbling
 
 # 3. A rank with the wrong secret is refused; init fails on rank 0 naming rank 1.
 #    Rank 1, whose deadline is long, starts first and connects as soon as rank 0 listens:
