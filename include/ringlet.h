@@ -190,6 +190,10 @@ ringlet_result_t ringlet_mem_free(void *ptr);
 /* The device whose memory ptr points into (the device backend's, the program's own
  * cudaMalloc'd included), or -1 for host memory, pinned or not, and without a backend. */
 ringlet_result_t ringlet_mem_device(const void *ptr, int *device);
+/* The device a stream belongs to (a default stream, NULL or RINGLET_STREAM_DEFAULT or
+ * CUDA's per-thread handle 0x2: the calling thread's current device's), as
+ * cudaStreamGetDevice; -1 without a device backend. */
+ringlet_result_t ringlet_stream_device(void *stream, int *device);
 /* The device backend's devices (0 without one) and the calling thread's current device
  * (as cudaGetDeviceCount and cudaSetDevice). A communicator's device (ringlet_comm_device)
  * is the one current when it is created until a call on device memory says otherwise, so

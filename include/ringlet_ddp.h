@@ -65,7 +65,8 @@
  * or none chosen, may drive the iterations; they give the caller's device back, except to
  * a thread that had never chosen one, which stays on the tensors' device (as
  * ringlet_device_leave does). A stream given (options.stream, ringlet_ddp_set_stream)
- * must be of that device.
+ * must be of that device: one of another device fails create on every rank, and
+ * set_stream on its rank (RINGLET_ERR_INVALID_ARGUMENT; the stream stays as it was).
  *
  * Threads: calls on one DDP object are serialised by a lock, so they may come from
  * different threads (autograd's), but not concurrently with ringlet_ddp_destroy. The

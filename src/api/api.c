@@ -1013,6 +1013,16 @@ ringlet_result_t ringlet_mem_device(const void *ptr, int *device) {
     return RINGLET_SUCCESS;
 }
 
+ringlet_result_t ringlet_stream_device(void *stream, int *device) {
+    if (!device) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "stream_device: device is NULL");
+    *device = -1;
+    const rl_device_ops *d = rl_device();
+    if (!d) return RINGLET_SUCCESS;
+    int rc = rl_dev_stream_is_current(stream) ? d->get_device(device) : d->stream_device(stream, device);
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "stream_device: %s", rl_dev_error());
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_mem_free(void *ptr) {
     const rl_device_ops *d = rl_device();
     if (!ptr) return RINGLET_SUCCESS;

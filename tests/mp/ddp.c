@@ -1025,6 +1025,33 @@ static void test_misuse_create(void) {
         expect_create_error(&m, &o, RINGLET_ERR_INVALID_USAGE, "another device current", rk,
                             "the tensors are on device 0 but the current device is 1", "torch.cuda.set_device");
         ringlet_set_device(0);
+        /* a stream of device 1 for tensors on device 0, on the last rank: every rank fails
+         * at create (its copies and all-reduces would be refused on that rank alone) */
+        const rl_device_ops *D = rl_device();
+        rl_dev_stream_t s1 = NULL;
+        int saved = -1;
+        if (g_rank == last && (!D || ringlet_device_enter(1, &saved) || D->stream_create(&s1) != RL_DEV_OK))
+            CHECK(0, "a stream on device 1: %s", rl_dev_error());
+        if (g_rank == last) ringlet_device_leave(saved);
+        ringlet_ddp_options_t o3 = o;
+        if (g_rank == last) o3.stream = s1;
+        expect_create_error(&m, &o3, RINGLET_ERR_INVALID_ARGUMENT, "a stream of another device", rk,
+                            "options.stream is a stream of device 1", "on device 0");
+        /* and set_stream refuses it, keeping its stream (a local call: this rank alone) */
+        ringlet_ddp_t dd = NULL;
+        CHECK(ringlet_ddp_create(&dd, g_comm, m.p, m.np, m.b, m.nb, &o) == RINGLET_SUCCESS, "create: %s",
+              ringlet_ddp_last_error(NULL));
+        if (dd && s1) {
+            ringlet_result_t rc = ringlet_ddp_set_stream(dd, s1);
+            CHECK(rc == RINGLET_ERR_INVALID_ARGUMENT && strstr(ringlet_ddp_last_error(dd), "a stream of device 1"),
+                  "set_stream to a stream of device 1: %s: %s", ringlet_strerror(rc), ringlet_ddp_last_error(dd));
+        }
+        if (dd) ringlet_ddp_destroy(dd);
+        if (s1) {
+            ringlet_device_enter(1, &saved);
+            D->stream_destroy(s1);
+            ringlet_device_leave(saved);
+        }
         model_free(&m);
     }
 

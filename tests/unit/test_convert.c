@@ -153,6 +153,14 @@ static void other_device(void *src, void *got, void *want) {
     rl_dev_stream_t s0 = NULL;
     CHECK(d && d->stream_create(&s0) == RL_DEV_OK, "a stream of device 0");
     if (s0) {
+        /* ringlet_stream_device: s0's device whatever is current; a default stream's, the current one */
+        int sd = -1, dd = -1;
+        ringlet_set_device(1);
+        CHECK(ringlet_stream_device(s0, &sd) == RINGLET_SUCCESS && sd == 0, "stream_device of device 0's stream "
+              "with device 1 current: %d", sd);
+        CHECK(ringlet_stream_device(RINGLET_STREAM_DEFAULT, &dd) == RINGLET_SUCCESS && dd == 1,
+              "stream_device of the default stream with device 1 current: %d", dd);
+        ringlet_set_device(0);
         ringlet_result_t rc = ringlet_convert_async(b, RINGLET_BFLOAT16, a, RINGLET_FLOAT32, M, 0.5, s0);
         CHECK(rc == RINGLET_ERR_INVALID_ARGUMENT && strstr(ringlet_comm_last_error(NULL), "stream belongs to device 0"),
               "device 1's buffers on device 0's stream: %d (%s)", (int)rc, ringlet_comm_last_error(NULL));
