@@ -662,6 +662,34 @@ static void bufferless_take_group_memory(grouped_t *ops, int n) {
     }
 }
 
+/* What group_submit refuses of one communicator's calls (host and device buffers mixed,
+ * too many streams), looked at for every communicator of the group before any runs: a
+ * refused call spoils the whole group, not only its communicator's part. */
+static ringlet_result_t group_precheck(const grouped_t *ops, int n, struct ringlet_comm **bad, char *why,
+                                       size_t len) {
+    for (int i = 0; i < n; i++) {
+        int seen = 0, nstreams = 0;
+        void *streams[2 + RL_GROUP_MAX_STREAMS];
+        for (int j = 0; j < i && !seen; j++) seen = ops[j].c == ops[i].c;
+        for (int j = i; j < n && !seen; j++) {
+            if (ops[j].c != ops[i].c) continue;
+            *bad = ops[i].c;
+            if (ops[j].op.device != ops[i].op.device)
+                return snprintf(why, len, "the group mixes host and device buffers (or two devices) on one "
+                                "communicator"), RINGLET_ERR_INVALID_ARGUMENT;
+            void *st = ops[j].op.stream;
+            int known = !st;
+            for (int k = 0; k < nstreams && !known; k++) known = streams[k] == st;
+            if (known) continue;
+            if (nstreams == 1 + RL_GROUP_MAX_STREAMS)
+                return snprintf(why, len, "more than %d streams on one communicator", RL_GROUP_MAX_STREAMS + 1),
+                       RINGLET_ERR_INVALID_USAGE;
+            streams[nstreams++] = st;
+        }
+    }
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t ringlet_group_end(void) {
     if (!t_group.depth) return rl_error(NULL, RINGLET_ERR_INVALID_USAGE, "group_end: no group_start before it");
     if (--t_group.depth) return RINGLET_SUCCESS;
@@ -677,6 +705,13 @@ ringlet_result_t ringlet_group_end(void) {
                         t_group.why);
     }
     bufferless_take_group_memory(ops, n);
+    struct ringlet_comm *bad = NULL;
+    char why[RL_MSG_MAX];
+    ringlet_result_t pre = group_precheck(ops, n, &bad, why, sizeof why);
+    if (pre) {
+        free(ops);
+        return rl_error(bad, pre, "group_end: none of the group's %d call(s) ran: %.400s", n, why);
+    }
     /* Each call counts as a waiter on its communicator until the end (submit). */
     for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].c->waiters, 1);
     /* Per communicator, in the order of their first call; every submission before any

@@ -17,7 +17,8 @@
  *   split: by rank parity, keys reversed (new ranks in reverse order), rank 0 with
  *   RINGLET_SPLIT_NOCOLOR, also inside a group; an all-gather on the new communicators
  *   checks membership; a split with a bad color, then a NULL newcomm, on the last rank
- *   fails on every rank naming it;
+ *   fails on every rank naming it; (device) a group over two communicators, one of them
+ *   mixing host and device buffers, runs none of its calls;
  *   pre-multiplied sum with a host scalar and (device) a device scalar (and device memory as a host scalar, refused): all-reduce,
  *   reduce, reduce-scatter; inside a group, each op destroyed before group_end;
  *   host memory: an isend larger than the shared-memory FIFO, then a small all-reduce
@@ -566,6 +567,37 @@ static void test_host_first(void) {
     free(y);
 }
 
+/* Device runs: a group over two communicators where one mixes host and device buffers
+ * (refused): none of the group's calls runs, not even the other communicator's (they ran,
+ * and the group ran in part). */
+static void test_group_refused_whole(void) {
+    if (!D) return;
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split (a copy)", ringlet_comm_split(g_comm, 0, g_rank, &sub));
+    void *dev = NULL;
+    if (!sub || D->mem_alloc(&dev, 8 * sizeof(int32_t)) != RL_DEV_OK) {
+        FAIL("group refused whole: setup: %s", rl_dev_error());
+        return;
+    }
+    int32_t x[8], host[8];
+    for (int i = 0; i < 8; i++) x[i] = host[i] = g_rank * 8 + i + 1;
+    check_rc("group_start", ringlet_group_start());
+    check_rc("allreduce on host memory (comm)", ringlet_allreduce(x, x, 8, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+    check_rc("allreduce on device memory (sub)", ringlet_allreduce(dev, dev, 8, RINGLET_INT32, RINGLET_SUM, sub, NULL));
+    check_rc("allreduce on host memory (sub)", ringlet_allreduce(host, host, 8, RINGLET_INT32, RINGLET_SUM, sub, NULL));
+    ringlet_result_t rc = ringlet_group_end();
+    const char *m = ringlet_comm_last_error(NULL);
+    int changed = 0;
+    for (int i = 0; i < 8; i++) changed += x[i] != g_rank * 8 + i + 1;
+    g_checks++;
+    if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(m, "none of the group's 3 call(s) ran") ||
+        !strstr(m, "mixes host and device") || changed)
+        FAIL("a group mixing host and device memory on one of its communicators: %s: %s; %d element(s) of the other "
+             "communicator's all-reduce changed", ringlet_strerror(rc), m, changed);
+    D->mem_free(dev);
+    check_rc("destroy of the copy", ringlet_comm_destroy(sub));
+}
+
 /* A communicator destroyed while this thread's open group holds calls of it: the group's
  * end reports it and runs none of them (it used the freed communicator: a crash under
  * the address sanitizer). */
@@ -881,6 +913,7 @@ int main(int argc, char **argv) {
     test_split(0);
     test_split(1); /* inside a group: runs at the call */
     test_split_bad_args();
+    test_group_refused_whole();
     test_destroy_in_group();
     test_isend_then_collective();
     test_finalize_waits_isend();
