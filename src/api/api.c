@@ -976,8 +976,8 @@ ringlet_result_t ringlet_op_create_premul_sum(ringlet_op_t *op, const void *scal
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: residence %d is neither host nor device", (int)residence);
     if (residence == RINGLET_SCALAR_DEVICE && rl_dev_ptr_device(scalar) < 0)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "op_create_premul_sum: a device scalar at %p, which is not device memory", scalar);
-    /* A host scalar is read here, at once: device memory would fault (managed memory too is
-     * refused, as the collectives' buffers are: pass RINGLET_SCALAR_DEVICE for it). */
+    /* A host scalar is read here, at once: device memory would fault. Managed memory, which
+     * the device layer does not tell apart, is refused too (RINGLET_SCALAR_DEVICE reads it). */
     if (residence == RINGLET_SCALAR_HOST && rl_dev_ptr_device(scalar) >= 0)
         return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
                         "op_create_premul_sum: a host scalar at %p, which is memory of device %d (pass "

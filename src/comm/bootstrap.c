@@ -508,8 +508,14 @@ static ringlet_result_t root_gather(struct ringlet_comm *c, rl_boot_target *t, i
             memcpy(q->nonce, ch.nonce, 16);
             /* a fresh connection's buffer takes these 20 bytes at once */
             r = fresh ? rl_sock_send_all(fd, &ch, sizeof ch, q->until, &c->stop) : RL_IO_OK;
-            if (!fresh) refuse(q, "no random nonce for its challenge (getrandom and /dev/urandom failed)");
-            else if (r != RL_IO_OK) refuse(q, rl_io_str(r));
+            if (!fresh) { /* it would be so for every connection: the init fails, saying why */
+                refuse(q, "no random nonce for its challenge");
+                snprintf(msg, sizeof msg, "bootstrap: rank 0 has no random nonce for its challenges (getrandom and "
+                         "/dev/urandom failed), %d of %d ranks had joined", joined, P);
+                rc = RINGLET_ERR_SYSTEM;
+                break;
+            }
+            if (r != RL_IO_OK) refuse(q, rl_io_str(r));
             else npend++;
         }
     }

@@ -503,14 +503,12 @@ ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t d, void *stream) {
     ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_set_stream", &prev); /* the default stream's device */
     if (rc) return rc;
     int sdev = -1;
-    if (d->device >= 0 && ringlet_stream_device(stream, &sdev) == RINGLET_SUCCESS && sdev >= 0 && sdev != d->device) {
-        ddp_device_leave(prev);
-        return ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT,
-                             "ringlet_ddp_set_stream: a stream of device %d, but the tensors are on device %d (the "
-                             "stream stays as it was)", sdev, d->device);
-    }
     pthread_mutex_lock(&d->mu);
-    if (d->state == IT_SYNC && d->nready > 0)
+    if (d->device >= 0 && ringlet_stream_device(stream, &sdev) == RINGLET_SUCCESS && sdev >= 0 && sdev != d->device)
+        rc = ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT,
+                           "ringlet_ddp_set_stream: a stream of device %d, but the tensors are on device %d (the "
+                           "stream stays as it was)", sdev, d->device);
+    else if (d->state == IT_SYNC && d->nready > 0)
         rc = ddp_set_error(d, RINGLET_ERR_INVALID_USAGE,
                        "ringlet_ddp_set_stream: buckets of an unfinished iteration are in flight (set it before the "
                        "forward or after ringlet_ddp_finish)");

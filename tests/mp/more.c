@@ -577,6 +577,7 @@ static void test_group_refused_whole(void) {
     void *dev = NULL;
     if (!sub || D->mem_alloc(&dev, 8 * sizeof(int32_t)) != RL_DEV_OK) {
         FAIL("group refused whole: setup: %s", rl_dev_error());
+        if (sub) ringlet_comm_destroy(sub);
         return;
     }
     int32_t x[8], host[8];

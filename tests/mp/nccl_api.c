@@ -411,10 +411,6 @@ static void test_split(ncclComm_t c) {
     OK(ncclCommDestroy(s));
 }
 
-/* A split without a config takes its parent's, as NCCL's does: a split of the
- * non-blocking c is non-blocking; with a config whose blocking is unset, blocking (the
- * default). NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL: then c and the
- * splits are blocking. */
 /* One rank's bad split argument (a negative color; then, inside a group, a NULL newcomm):
  * every rank's split fails, naming it, instead of the others waiting in its exchange. */
 static void test_split_bad_args(ncclComm_t c) {
@@ -438,6 +434,10 @@ static void test_split_bad_args(ncclComm_t c) {
     if (s) ncclCommDestroy(s);
 }
 
+/* A split without a config takes its parent's, as NCCL's does: a split of the
+ * non-blocking c is non-blocking; with a config whose blocking is unset, blocking (the
+ * default). NCCL_COMM_BLOCKING=1 overrides every config, as in NCCL: then c and the
+ * splits are blocking. */
 static void test_split_inherits(ncclComm_t c) {
     const char *e = getenv("NCCL_COMM_BLOCKING");
     int forced = e && !strcmp(e, "1");
