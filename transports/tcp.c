@@ -3,10 +3,11 @@
  * A connection is one direction to one peer over RINGLET_NSOCKS_PERPEER sockets, each
  * driven by its own thread, so that several streams move at once and the thread that
  * reduces is never the one blocked in send/recv. A message of at least 2 * 64 KiB is
- * cut into one part per socket; a smaller one travels whole on socket (seq % nsocks),
- * where seq counts the connection's messages on both sides. Each part starts with a
- * header carrying the message's total length, so a receive posted with another length
- * fails on both sides instead of corrupting data.
+ * cut into parts (up to one per socket); a smaller one travels whole. Message seq's first
+ * part goes on socket (seq % nsocks), the others on the sockets after it, where seq counts
+ * the connection's messages on both sides. Each part starts with a header carrying the
+ * message's total length, so a receive posted with another length fails (the sender
+ * hears of it from the monitor, or at its next call) instead of corrupting data.
  *
  * Messages of one part of at most RINGLET_TCP_INLINE_BYTES skip the thread while it has
  * nothing of the socket's: the posting thread moves what the socket takes at once
@@ -637,7 +638,11 @@ static ringlet_result_t tcp_post(void *connp, void *buf, size_t len, rl_treq *re
         size_t n = len / TCP_MIN_PART;
         nparts = n < (size_t)c->nsocks ? (int)n : c->nsocks;
     }
-    int first = nparts == 1 ? (int)(c->nmsgs % (uint64_t)c->nsocks) : 0;
+    /* Message k starts on socket k % nsocks, striped or not, on both ends: the receive of
+     * message k reads the first header of the sender's message k, whatever their lengths
+     * (a striped one started on socket 0 read another message's parts where the two ends'
+     * lengths differed: taken for its own, or waited on a socket with nothing coming). */
+    int first = (int)(c->nmsgs % (uint64_t)c->nsocks);
     c->nmsgs++;
     rl_treq_start(req, len, nparts);
     /* Parts are 4 KiB multiples, the last takes the rest. */

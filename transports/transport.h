@@ -8,8 +8,9 @@
  *               connect never waits for the peer to call accept);
  *   isend / irecv post one message into a caller-owned request; test reports it done.
  *   Messages on one connection arrive in the order they were posted, and a receive
- *   must be posted with the exact length the sender used (a mismatch is an error on
- *   both sides, never silent truncation).
+ *   must be posted with the exact length the sender used (a mismatch fails the receive,
+ *   and the sender at its next operation on the connection or through the monitor; never
+ *   silent truncation).
  *   reg_mr / dereg_mr register memory for transports that need it (verbs); others
  *   accept and ignore it.
  *   close / fini release everything; a request still in flight fails first.

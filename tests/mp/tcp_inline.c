@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|order] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
  *              [--first-exchange 0|1|2|3|4]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
@@ -23,6 +23,11 @@
  * and 200000 bytes, the socket thread's way). Rank 1's receive must fail with
  * RINGLET_ERR_INVALID_USAGE saying both lengths and naming rank 0; rank 1 then destroys
  * its communicator, and rank 0's next receive from rank 1 must fail naming rank 1.
+ * --mismatch order (2 ranks, 8 sockets per peer): on 8 fresh communicators (splits), after
+ * 0..7 one-byte messages, rank 0 sends 4 KiB and then 192 KiB (three parts); rank 1
+ * receives 192 KiB first: that receive must fail saying both lengths, whichever socket
+ * each message starts on (where the striped message always started on socket 0, it took
+ * the sender's next message for its own).
  *
  * --two-comms 1 (2 ranks), before the rounds: rank 0 posts a 64 KiB irecv from rank 1
  * on the world communicator, then joins an all-reduce on a second one (a split) and only
@@ -549,13 +554,24 @@ static void accept_chain(ringlet_comm_t world) {
 /* Rank 0 sends slen bytes, rank 1 receives rlen. A message longer than a piece (1 MiB)
  * travels in pieces, the last one shorter than a piece (p2p.h): the mismatch shows in the
  * first piece whose lengths differ, here pslen sent where prlen was expected. */
+static int mismatch_fillers = -1; /* --mismatch order: one-byte messages before the mismatch */
+
 static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen, size_t pslen, size_t prlen) {
-    unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) + 1);
+    unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) * 2 + 1);
     if (!buf) exit(1);
+    for (int k = 0; k < mismatch_fillers && g_rank < 2; k++) {
+        ringlet_result_t rc = g_rank == 0 ? ringlet_send(buf, 1, RINGLET_UINT8, 1, *comm, NULL)
+                                          : ringlet_recv(buf, 1, RINGLET_UINT8, 0, *comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "filler message %d: %s", k, rc ? ringlet_comm_last_error(*comm) : "ok");
+    }
     if (g_rank == 0) {
         ringlet_result_t rc = ringlet_send(buf, slen, RINGLET_UINT8, 1, *comm, NULL);
         /* The bytes may well have left before rank 1 looked: success or an error both do. */
         printf("tcp_inline: rank 0: send of %zu bytes: %s\n", slen, rc ? ringlet_comm_last_error(*comm) : "ok");
+        if (!rc && mismatch_fillers >= 0 && rlen > slen) { /* --mismatch order: the message rank 1 receives first */
+            rc = ringlet_send(buf, rlen, RINGLET_UINT8, 1, *comm, NULL);
+            printf("tcp_inline: rank 0: then a send of %zu bytes: %s\n", rlen, rc ? ringlet_comm_last_error(*comm) : "ok");
+        }
         rc = ringlet_recv(buf, 1, RINGLET_UINT8, 1, *comm, NULL);
         const char *m = ringlet_comm_last_error(*comm);
         CHECK(rc != RINGLET_SUCCESS && strstr(m, "rank 1"), "receive from rank 1 after its failure: %s (%s)",
@@ -574,6 +590,19 @@ static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen, size_t psle
         *comm = NULL;
     }
     free(buf);
+}
+
+static void mismatch_order(ringlet_comm_t comm) {
+    for (int o = 0; o < 8; o++) {
+        ringlet_comm_t sub = NULL;
+        if (ringlet_comm_split(comm, 0, g_rank, &sub) != RINGLET_SUCCESS) {
+            CHECK(0, "split %d: %s", o, ringlet_comm_last_error(comm));
+            return;
+        }
+        mismatch_fillers = o;
+        mismatch(&sub, 4096, 196608, 4096, 196608);
+        if (sub) ringlet_comm_destroy(sub);
+    }
 }
 
 /* The highest descriptor this process has open, or -1. */
@@ -692,7 +721,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--slow")) slow = (size_t)strtoull(argv[i + 1], NULL, 10);
         else
-            return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces] "
+            return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] "
                                    "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4] [--slow BYTES]\n"),
                    2;
     }
@@ -716,6 +745,7 @@ int main(int argc, char **argv) {
     if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200, 100, 200);
     else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000, 300000, 200000);
     else if (g_P == 2 && !strcmp(mm, "striped")) mismatch(&comm, 4000, 400000, 4000, 400000);
+    else if (g_P == 2 && !strcmp(mm, "order")) mismatch_order(comm);
     /* 2 MiB sent, 1 MiB received: the first pieces match, the receive's last (empty) one
      * meets the send's second full one (it ended well before, and left that piece to the
      * next receive from rank 0) */

@@ -7,7 +7,9 @@
 # their receives to the socket threads at once); and a length mismatch on the inline path
 # (100 / 200 bytes), on the thread's (300000 / 200000, under the 64 KiB limit) and where
 # the receive is striped over 4 sockets and the send is one part (4000 / 400000: the
-# stripes that get nothing must end with the one that failed, not at the deadline):
+# stripes that get nothing must end with the one that failed, not at the deadline),
+# and, with 8 sockets per peer, two messages received in the other order (4 KiB in one
+# part, 192 KiB in three) at 8 offsets of the message count:
 # the receiver fails naming both lengths and the sender, the sender's next receive fails
 # naming the receiver; and 2 MiB sent where 1 MiB is received, over TCP and shared memory
 # (the message travels in 1 MiB pieces, the last one shorter: the receive's empty last
@@ -69,6 +71,8 @@ RINGLET_SPIN_US=0 one "P=2, RINGLET_SPIN_US=0" 2 --seed 3
 one "P=2, length mismatch on the inline path" 2 --seed 4 --mismatch small
 RINGLET_TCP_INLINE_BYTES=65536 one "P=2, length mismatch on the thread's path" 2 --seed 5 --mismatch large
 RINGLET_NSOCKS_PERPEER=4 one "P=2, length mismatch, the receive striped over 4 sockets" 2 --seed 8 --mismatch striped
+RINGLET_NSOCKS_PERPEER=8 one "P=2, messages received out of order, one part and striped, 8 sockets" 2 --seed 8 \
+    --rounds 0 --mismatch order
 one "P=2, 2 MiB sent, 1 MiB received (pieces)" 2 --seed 9 --rounds 2 --mismatch pieces
 TRANSPORT=shm one "P=2, 2 MiB sent, 1 MiB received (pieces), shared memory" 2 --seed 9 --rounds 2 --mismatch pieces
 # two communicators over shared memory: an irecv, then an isend, of 4 MiB (twice the FIFO)
