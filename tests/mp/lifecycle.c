@@ -566,12 +566,13 @@ static int split_death(void) {
     if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     if (ringlet_barrier(c, NULL)) return printf("FAIL: barrier: %s\n", ringlet_comm_last_error(c)), 1;
     if (g_rank == 2) {
-        /* The split's exchanges (lifecycle.c's ringlet_comm_split): (color, key, rank),
-         * then each rank's id (zeros: not the first of its color); then gone. */
-        int32_t mine[3] = {0, 0, 2}, all[9];
+        /* The split's exchanges (lifecycle.c's ringlet_comm_split): (color, key, rank,
+         * 0: its arguments are right), then each rank's id (zeros: not the first of its
+         * color); then gone. */
+        int32_t mine[4] = {0, 0, 2, 0}, all[12];
         ringlet_unique_id_t id, ids[3];
         memset(&id, 0, sizeof id);
-        if (ringlet_allgather(mine, all, 3, RINGLET_INT32, c, NULL) ||
+        if (ringlet_allgather(mine, all, 4, RINGLET_INT32, c, NULL) ||
             ringlet_allgather(&id, ids, sizeof id, RINGLET_UINT8, c, NULL))
             return printf("FAIL rank 2: the split's exchanges: %s\n", ringlet_comm_last_error(c)), 1;
         printf("lifecycle: rank 2: OK (left after the split's exchanges)\n");
