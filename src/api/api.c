@@ -509,8 +509,6 @@ ringlet_result_t ringlet_group_start(void) {
     return RINGLET_SUCCESS;
 }
 
-/* The group's calls on one communicator as one request; waited for (*wait) unless they
- * are on device memory and every call has a stream. */
 /* What group_end holds once every communicator's group is queued. */
 typedef struct {
     struct ringlet_comm *c;
@@ -520,6 +518,9 @@ typedef struct {
     void *streams[1 + RL_GROUP_MAX_STREAMS];
 } held_t;
 
+/* The group's calls on one communicator as one request; waited for (*wait) unless they
+ * are on device memory and every call has a stream. group_precheck has refused calls on
+ * two kinds of memory and too many streams. */
 static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *ops, int n, ringlet_request_t *wait,
                                      held_t *held) {
     *wait = NULL;
@@ -538,11 +539,6 @@ static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *op
     r->device = ops[0].op.device;
     for (int i = 0; i < n; i++) {
         sub[i] = ops[i].op;
-        if (sub[i].device != r->device) {
-            free(r), free(sub);
-            return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
-                            "group_end: the group mixes host and device buffers (or two devices) on one communicator");
-        }
         void *st = sub[i].stream;
         if (!st) {
             any_null = 1;
@@ -551,15 +547,10 @@ static ringlet_result_t group_submit(struct ringlet_comm *c, const grouped_t *op
         int known = st == r->stream;
         for (int k = 0; k < r->nxstream && !known; k++) known = r->xstream[k] == st;
         if (known) continue;
-        if (!r->stream) {
+        if (!r->stream)
             r->stream = st;
-        } else if (r->nxstream == RL_GROUP_MAX_STREAMS) {
-            free(r), free(sub);
-            return rl_error(c, RINGLET_ERR_INVALID_USAGE, "group_end: more than %d streams on one communicator",
-                            RL_GROUP_MAX_STREAMS + 1);
-        } else {
+        else if (r->nxstream < RL_GROUP_MAX_STREAMS) /* always (group_precheck): guards the array */
             r->xstream[r->nxstream++] = st;
-        }
     }
     r->sub = sub;
     r->nsub = n;
@@ -651,7 +642,7 @@ static int stream_device(struct ringlet_comm *c, void *stream) {
  * call with a buffer, or, in a group with none, that of their stream (device memory on
  * its device; host memory without one), as a peer's group with buffers decides for a
  * zero-byte send or receive to match it. Refused as a mix of host and device memory
- * (group_submit), on this rank alone, they left the peers waiting until the deadline.
+ * (group_precheck), on this rank alone, they left the peers waiting until the deadline.
  * (A barrier runs on host memory whatever the group's: group.c.) */
 static void bufferless_take_group_memory(grouped_t *ops, int n) {
     for (int i = 0; i < n; i++) {
@@ -662,8 +653,8 @@ static void bufferless_take_group_memory(grouped_t *ops, int n) {
     }
 }
 
-/* What group_submit refuses of one communicator's calls (host and device buffers mixed,
- * too many streams), looked at for every communicator of the group before any runs: a
+/* One communicator's calls that cannot make one request (host and device buffers mixed,
+ * too many streams), looked for in every communicator of the group before any runs: a
  * refused call spoils the whole group, not only its communicator's part. */
 static ringlet_result_t group_precheck(const grouped_t *ops, int n, struct ringlet_comm **bad, char *why,
                                        size_t len) {
@@ -727,7 +718,7 @@ ringlet_result_t ringlet_group_end(void) {
     for (int i = 0; i < n && waits && wcomm && mine && held; i++) {
         int m = calls_of_comm(ops, n, i, -2, mine);
         if (m < 0) continue;
-        /* Default streams on the group's device (stream_home; group_submit refuses a group
+        /* Default streams on the group's device (stream_home; group_precheck refused a group
          * of one communicator on two devices). */
         int home = -1, saved = -1;
         for (int j = 0; j < m && home < 0; j++) home = stream_home(ops[i].c, mine[j].op.stream, mine[0].op.device);

@@ -17,6 +17,7 @@
 #include "group_aside.h"
 #include "log.h"
 #include "progress.h"
+#include "stop_token.h"
 #include "util.h"
 #include "wait.h"
 
@@ -69,6 +70,13 @@ ringlet_result_t ringlet_get_unique_id(ringlet_unique_id_t *id) {
 ringlet_result_t ringlet_unique_id_release(const ringlet_unique_id_t *id) {
     if (!id) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "unique_id_release: id is NULL");
     (void)rl_boot_release_id(id);
+    return RINGLET_SUCCESS;
+}
+
+ringlet_result_t ringlet_stop_token_create(ringlet_stop_token_t *token) {
+    if (!token) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "stop_token_create: token is NULL");
+    if (!(*token = rl_stop_token_new()))
+        return rl_error(NULL, RINGLET_ERR_SYSTEM, "stop_token_create: out of memory");
     return RINGLET_SUCCESS;
 }
 

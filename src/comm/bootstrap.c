@@ -613,13 +613,21 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
             rl_sleep_ms(20);
             continue;
         }
+        if (r == RL_IO_TIMEOUT) { /* rank 0 took the hello: it waits for the other ranks */
+            close(fd);
+            return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0 at %.300s took this rank's hello but sent no table by the "
+                            "deadline (RINGLET_TIMEOUT, + 10 s): it waits for all %d ranks to join (are they all "
+                            "started?)", where, c->nranks),
+                   RINGLET_ERR_TIMEOUT;
+        }
+        if (r == RL_IO_STOPPED) return close(fd), snprintf(err, RL_MSG_MAX, "bootstrap: stopped"), RINGLET_ERR_REMOTE;
         if (r != RL_IO_OK || th.magic != RL_BOOT_MAGIC) {
             close(fd);
             return snprintf(err, RL_MSG_MAX,
                             "bootstrap: no table from rank 0 (%s): rank 0 refused this rank (is RINGLET_SECRET the same "
                             "on every rank?) or failed",
                             rl_io_str(r)),
-                   r == RL_IO_TIMEOUT ? RINGLET_ERR_TIMEOUT : RINGLET_ERR_REMOTE;
+                   RINGLET_ERR_REMOTE;
         }
         size_t len = rl_boot_table_len(&th, c->nranks);
         char *payload = malloc(len);

@@ -14,12 +14,10 @@ struct ringlet_stop_token {
     atomic_int *stop; /* the stop flag of the communicator whose init runs, else NULL */
 };
 
-ringlet_result_t ringlet_stop_token_create(ringlet_stop_token_t *token) {
-    if (!token) return RINGLET_ERR_INVALID_ARGUMENT;
+ringlet_stop_token_t rl_stop_token_new(void) {
     struct ringlet_stop_token *t = calloc(1, sizeof *t);
-    if (!(*token = t)) return RINGLET_ERR_SYSTEM;
-    pthread_mutex_init(&t->mu, NULL);
-    return RINGLET_SUCCESS;
+    if (t) pthread_mutex_init(&t->mu, NULL);
+    return t;
 }
 
 void ringlet_stop_token_fire(ringlet_stop_token_t t) {

@@ -432,11 +432,8 @@ static ringlet_result_t check_local(struct ringlet_ddp *d, const ringlet_ddp_ten
                  "(ringlet_set_device; torch.cuda.set_device)", d->device, cur, d->device);
         return RINGLET_ERR_INVALID_USAGE;
     }
-    /* A stream of another device: the copies and collectives on it would be refused on this
-     * rank alone, later, while the others wait in them. */
-    int sdev = -1;
-    if (d->device >= 0 && ringlet_stream_device(d->opt.stream, &sdev) == RINGLET_SUCCESS && sdev >= 0 &&
-        sdev != d->device) {
+    int sdev = ddp_stream_other_device(d, d->opt.stream);
+    if (sdev >= 0) {
         ddp_msgf(msg, n, "options.stream is a stream of device %d, but the tensors are on device %d", sdev, d->device);
         return RINGLET_ERR_INVALID_ARGUMENT;
     }

@@ -34,6 +34,14 @@ void ddp_device_leave(int prev) { ringlet_device_leave(prev); }
 void *ddp_dstream(const struct ringlet_ddp *d) {
     return d->on_device ? (d->stream ? d->stream : RINGLET_STREAM_DEFAULT) : NULL;
 }
+
+/* The device of stream when that is another than the tensors' (its copies and collectives
+ * would be refused there, on this rank alone, while the others wait in them); else -1. */
+int ddp_stream_other_device(const struct ringlet_ddp *d, void *stream) {
+    int sdev = -1;
+    if (d->device < 0 || ringlet_stream_device(stream, &sdev) != RINGLET_SUCCESS) return -1;
+    return sdev >= 0 && sdev != d->device ? sdev : -1;
+}
 static void mem_note(struct ringlet_ddp *d, ringlet_result_t rc) {
     if (rc && !d->mem_rc) {
         d->mem_rc = rc;

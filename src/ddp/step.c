@@ -502,9 +502,9 @@ ringlet_result_t ringlet_ddp_set_stream(ringlet_ddp_t d, void *stream) {
     int prev;
     ringlet_result_t rc = ddp_device_enter(d, "ringlet_ddp_set_stream", &prev); /* the default stream's device */
     if (rc) return rc;
-    int sdev = -1;
     pthread_mutex_lock(&d->mu);
-    if (d->device >= 0 && ringlet_stream_device(stream, &sdev) == RINGLET_SUCCESS && sdev >= 0 && sdev != d->device)
+    int sdev = ddp_stream_other_device(d, stream);
+    if (sdev >= 0)
         rc = ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT,
                            "ringlet_ddp_set_stream: a stream of device %d, but the tensors are on device %d (the "
                            "stream stays as it was)", sdev, d->device);

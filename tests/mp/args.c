@@ -354,6 +354,7 @@ static int run_init(void) {
     ringlet_unique_id_t id;
     memset(&id, 0, sizeof id);
     CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, NULL, ringlet_get_unique_id(NULL));
+    CHECK(NULL, RINGLET_ERR_INVALID_ARGUMENT, "token", ringlet_stop_token_create(NULL));
     ringlet_result_t rc = ringlet_get_unique_id(&id);
     if (rc != RINGLET_SUCCESS) {
         printf("FAIL args: ringlet_get_unique_id returned %d: %s\n", (int)rc, msg_of(NULL));

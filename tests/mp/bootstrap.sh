@@ -158,6 +158,29 @@ cat "$tmp"/m?.log
 [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $((SECONDS - t0)) -le 20 ]
 check "missing rank named by every rank within the deadline" $?
 
+# 4b. The other way round (normal build only: a message, 11 s): rank 0's deadline is long,
+#     rank 1 (RINGLET_TIMEOUT=1) joins once rank 0 listens, rank 2 never comes. Rank 1 waits
+#     for the table until its deadline + 10 s and must say that rank 0 waits for the
+#     others, not that it was refused (as "no table from rank 0" said, naming the secret).
+if [ -z "${SANITIZE:-}" ]; then
+    P=$(port)
+    export MASTER_PORT=$P WORLD_SIZE=3 RINGLET_SECRET=x
+    RANK=0 RINGLET_TIMEOUT=120 $bin expect-fail "rank 2" >"$tmp/l0.log" 2>&1 &
+    l0=$!
+    for _ in $(seq 600); do # rank 0 listening (60 s at most): rank 1's 1 s is its own
+        ss -Hltn "sport = :$P" | grep -q . && break
+        sleep 0.1
+    done
+    RANK=1 RINGLET_TIMEOUT=1 $bin expect-fail "sent no table by the deadline (RINGLET_TIMEOUT, + 10 s): it waits for all 3 ranks" \
+        >"$tmp/l1.log" 2>&1
+    s1=$?
+    kill $l0 2>/dev/null
+    wait $l0 2>/dev/null
+    cat "$tmp/l1.log"
+    [ $s1 -eq 0 ]
+    check "rank 0 waits for a missing rank past a joined rank's deadline: said so" $?
+fi
+
 # 5. MASTER_ADDR names a host with an IPv6 and an IPv4 address, and the ranks' resolvers
 #    disagree (each rank in a mount namespace with its own /etc/hosts): rank 0 knows only the
 #    IPv4 one (it listens on IPv4 alone), rank 1 both, ::1 first (the IPv6 one refuses: rank 1

@@ -41,7 +41,9 @@
 # collectives.c, min/max exactly; nothing outside a result may be written.
 # Sanitizer builds (SANITIZE set, as `make test SANITIZE=...` does): L = 262147, every P
 # rotating; thread sanitizer: L = 65537 and --quick (two ops per dtype at the reducing
-# collectives). RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
+# collectives). What the sanitizers would only see again runs over one transport there
+# (a row "tr:P" runs over tr alone): P = 8 over shm; on device buffers, P = 1, 4 and 5
+# over cuda_ipc (shm and tcp stage device buffers the same way at P = 2 and 3). RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
 # "--max-count 1000" for a fast check).
 # Device memory (--memory device, DPLAN below): the same grid on device buffers, through the
 # device layer's backend RINGLET_TEST_DEVICE (default sim, the simulated GPU; cuda on a GPU;
@@ -112,7 +114,7 @@ else
 3|$SENV RINGLET_CHECK=1 RINGLET_ALGO=ring RINGLET_SHM_SLOT_SIZE=4096 RINGLET_SHM_NSLOTS=3|$LARGE
 4|$SENV RINGLET_BOARD_BYTES=40|$LARGE
 5|$SENV RINGLET_ALGO=oneshot|$LARGE
-8|$SENV|$LARGE
+shm:8|$SENV|$LARGE
 3|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
 4|$SENV RINGLET_ALGO=halving|$LARGE --colls allreduce
 3|$SENV RINGLET_ALGO=doubling|--max-count 30011 --colls allreduce
@@ -156,12 +158,12 @@ else
     *thread*) DLARGE="--max-count 16411 --quick" ;;
     *) DLARGE="--max-count 65537" ;;
     esac
-    DPLAN="1|RINGLET_CHUNK_SIZE=8192|$DLARGE
+    DPLAN="ipc:1|RINGLET_CHUNK_SIZE=8192|$DLARGE
 2|RINGLET_CHUNK_SIZE=8192 $JIT|$DLARGE
 3|RINGLET_CHUNK_SIZE=8192 RINGLET_NCHUNKS_INFLIGHT=2 RINGLET_ALGO=ring $JIT $HOLD|$DLARGE
-4|RINGLET_CHUNK_SIZE=8192|$DLARGE
-5|RINGLET_ALGO=oneshot|--max-count 4099 --quick
-4|RINGLET_CHUNK_SIZE=8192 RINGLET_ALGO=halving $JIT|--colls allreduce $DLARGE"
+ipc:4|RINGLET_CHUNK_SIZE=8192|$DLARGE
+ipc:5|RINGLET_ALGO=oneshot|--max-count 4099 --quick
+ipc:4|RINGLET_CHUNK_SIZE=8192 RINGLET_ALGO=halving $JIT|--colls allreduce $DLARGE"
 fi
 
 # Device memory over CUDA IPC ("ipc": no transport forced, so device buffers between ranks
@@ -229,6 +231,10 @@ run_plan() {
     [ "$tr" != ipc ] && trenv="RINGLET_TRANSPORT=$tr"
     while IFS='|' read -r P envs args; do
         [ -n "$P" ] || continue
+        if [[ "$P" == *:* ]]; then # "tr:P": the row runs over that transport only
+            [ "${P%%:*}" = "$tr" ] || continue
+            P=${P#*:}
+        fi
         t=$(now_ms)
         CURRENT="$tr P=$P $margs $args${envs:+ ($envs)}"
         # shellcheck disable=SC2086

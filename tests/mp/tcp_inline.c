@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|order] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
  *              [--first-exchange 0|1|2|3|4]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
@@ -553,13 +553,13 @@ static void accept_chain(ringlet_comm_t world) {
 
 /* Rank 0 sends slen bytes, rank 1 receives rlen. A message longer than a piece (1 MiB)
  * travels in pieces, the last one shorter than a piece (p2p.h): the mismatch shows in the
- * first piece whose lengths differ, here pslen sent where prlen was expected. */
-static int mismatch_fillers = -1; /* --mismatch order: one-byte messages before the mismatch */
-
-static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen, size_t pslen, size_t prlen) {
+ * first piece whose lengths differ, here pslen sent where prlen was expected. fillers >= 0
+ * (--mismatch order): that many one-byte messages first, and rank 0 then also sends the
+ * rlen bytes that rank 1 expects (after the slen ones). */
+static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen, size_t pslen, size_t prlen, int fillers) {
     unsigned char *buf = calloc(1, (slen > rlen ? slen : rlen) * 2 + 1);
     if (!buf) exit(1);
-    for (int k = 0; k < mismatch_fillers && g_rank < 2; k++) {
+    for (int k = 0; k < fillers && g_rank < 2; k++) {
         ringlet_result_t rc = g_rank == 0 ? ringlet_send(buf, 1, RINGLET_UINT8, 1, *comm, NULL)
                                           : ringlet_recv(buf, 1, RINGLET_UINT8, 0, *comm, NULL);
         CHECK(rc == RINGLET_SUCCESS, "filler message %d: %s", k, rc ? ringlet_comm_last_error(*comm) : "ok");
@@ -568,7 +568,7 @@ static void mismatch(ringlet_comm_t *comm, size_t slen, size_t rlen, size_t psle
         ringlet_result_t rc = ringlet_send(buf, slen, RINGLET_UINT8, 1, *comm, NULL);
         /* The bytes may well have left before rank 1 looked: success or an error both do. */
         printf("tcp_inline: rank 0: send of %zu bytes: %s\n", slen, rc ? ringlet_comm_last_error(*comm) : "ok");
-        if (!rc && mismatch_fillers >= 0 && rlen > slen) { /* --mismatch order: the message rank 1 receives first */
+        if (!rc && fillers >= 0 && rlen > slen) { /* the message rank 1 receives first */
             rc = ringlet_send(buf, rlen, RINGLET_UINT8, 1, *comm, NULL);
             printf("tcp_inline: rank 0: then a send of %zu bytes: %s\n", rlen, rc ? ringlet_comm_last_error(*comm) : "ok");
         }
@@ -599,8 +599,7 @@ static void mismatch_order(ringlet_comm_t comm) {
             CHECK(0, "split %d: %s", o, ringlet_comm_last_error(comm));
             return;
         }
-        mismatch_fillers = o;
-        mismatch(&sub, 4096, 196608, 4096, 196608);
+        mismatch(&sub, 4096, 196608, 4096, 196608, o);
         if (sub) ringlet_comm_destroy(sub);
     }
 }
@@ -742,14 +741,14 @@ int main(int argc, char **argv) {
     else if (first) first_exchange(comm);
     else if (g_P >= 2)
         for (int k = 0; k < rounds; k++) round_run(comm, k);
-    if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200, 100, 200);
-    else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000, 300000, 200000);
-    else if (g_P == 2 && !strcmp(mm, "striped")) mismatch(&comm, 4000, 400000, 4000, 400000);
+    if (g_P == 2 && !strcmp(mm, "small")) mismatch(&comm, 100, 200, 100, 200, -1);
+    else if (g_P == 2 && !strcmp(mm, "large")) mismatch(&comm, 300000, 200000, 300000, 200000, -1);
+    else if (g_P == 2 && !strcmp(mm, "striped")) mismatch(&comm, 4000, 400000, 4000, 400000, -1);
     else if (g_P == 2 && !strcmp(mm, "order")) mismatch_order(comm);
     /* 2 MiB sent, 1 MiB received: the first pieces match, the receive's last (empty) one
      * meets the send's second full one (it ended well before, and left that piece to the
      * next receive from rank 0) */
-    else if (g_P == 2 && !strcmp(mm, "pieces")) mismatch(&comm, 2 << 20, 1 << 20, 1 << 20, 0);
+    else if (g_P == 2 && !strcmp(mm, "pieces")) mismatch(&comm, 2 << 20, 1 << 20, 1 << 20, 0, -1);
     if (comm) ringlet_comm_destroy(comm);
     printf("tcp_inline: rank %d of %d: %ld checks, %ld failed\n", g_rank, g_P, g_checks, g_failed);
     return g_failed ? 1 : 0;
