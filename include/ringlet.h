@@ -179,8 +179,11 @@ ringlet_result_t ringlet_comm_finalize(ringlet_comm_t comm);
  * inits included (a member that died would otherwise hold the others till the deadline).
  * A rank that passes a NULL newcomm or a negative color other than RINGLET_SPLIT_NOCOLOR
  * still takes part in the first exchange, and every rank's split then fails with
- * RINGLET_ERR_INVALID_ARGUMENT naming that rank (comm stays usable). */
+ * RINGLET_ERR_INVALID_ARGUMENT naming that rank (comm stays usable). A layer above that
+ * finds a rank's own arguments wrong (the NCCL layer's config) passes RINGLET_SPLIT_REFUSE
+ * as its color for the same collective refusal, rather than leave the others waiting. */
 #define RINGLET_SPLIT_NOCOLOR (-1)
+#define RINGLET_SPLIT_REFUSE (-2147483647 - 1) /* INT_MIN: a color no caller means */
 ringlet_result_t ringlet_comm_split(ringlet_comm_t comm, int color, int key, ringlet_comm_t *newcomm);
 
 /* Device memory through the device backend (the current device), for callers that have

@@ -258,11 +258,12 @@ ringlet_result_t ringlet_comm_split(ringlet_comm_t c, int color, int key, ringle
 
 /* What a rank's arguments to split were wrong in (sent in the first exchange, so that
  * every rank refuses the split at once, naming it, rather than wait for its exchanges). */
-enum { SPLIT_ARGS_OK, SPLIT_NO_NEWCOMM, SPLIT_BAD_COLOR };
+enum { SPLIT_ARGS_OK, SPLIT_NO_NEWCOMM, SPLIT_BAD_COLOR, SPLIT_REFUSED };
 
 static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ringlet_comm_t *newcomm) {
     ringlet_comm_t unused;
-    int32_t bad = !newcomm ? SPLIT_NO_NEWCOMM
+    int32_t bad = color == RINGLET_SPLIT_REFUSE                    ? SPLIT_REFUSED
+                  : !newcomm                                        ? SPLIT_NO_NEWCOMM
                   : color < 0 && color != RINGLET_SPLIT_NOCOLOR ? SPLIT_BAD_COLOR
                                                                  : SPLIT_ARGS_OK;
     if (!newcomm) newcomm = &unused;
@@ -282,6 +283,10 @@ static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ring
         refused = all[4 * q + 3] != SPLIT_ARGS_OK;
         if (all[4 * q + 3] == SPLIT_NO_NEWCOMM)
             rc = rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "split: rank %d passed a NULL newcomm", q);
+        else if (all[4 * q + 3] == SPLIT_REFUSED)
+            rc = rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                          "split: rank %d refused it (RINGLET_SPLIT_REFUSE: an argument of a layer above, such as "
+                          "the NCCL layer's config, was wrong on that rank)", q);
         else if (all[4 * q + 3] != SPLIT_ARGS_OK)
             rc = rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
                           "split: rank %d passed color %d, which is negative (and not RINGLET_SPLIT_NOCOLOR)", q,

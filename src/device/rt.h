@@ -213,9 +213,9 @@ typedef struct rl_rt {
     int (*launch_write_flag)(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
 
     /* Stream memory operations (the driver's cuStreamWaitValue64 / cuStreamWriteValue64):
-     * whether the current device offers them (why says why not), a wait until
-     * (int64_t)(*addr - value) >= 0, and a store. addr: pinned or device memory. */
-    int (*memops_supported)(int *yes, char *why, size_t whylen);
+     * whether device dev offers them (a property of each device: why says why not), a wait
+     * until (int64_t)(*addr - value) >= 0, and a store. addr: pinned or device memory. */
+    int (*memops_supported)(int dev, int *yes, char *why, size_t whylen);
     int (*stream_wait_value64)(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
     int (*stream_write_value64)(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
 } rl_rt;

@@ -352,16 +352,14 @@ static void find_memops(void) {
     g_attribute = (device_attribute_fn)entry_point("cuDeviceGetAttribute");
 }
 
-static int memops_supported(int *yes, char *why, size_t whylen) {
+static int memops_supported(int dev, int *yes, char *why, size_t whylen) {
     *yes = 0;
     pthread_once(&g_memops_once, find_memops);
     if (!g_wait64 || !g_write64 || !g_attribute) {
         snprintf(why, whylen, "%s", g_memops_why);
         return RL_RT_SUCCESS;
     }
-    int dev = 0, v = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return (int)e;
+    int v = 0;
     CUresult r = g_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, (CUdevice)dev);
     if (r != CUDA_SUCCESS) snprintf(why, whylen, "cuDeviceGetAttribute failed (CUresult %d)", (int)r);
     else if (!v) snprintf(why, whylen, "device %d has no 64-bit stream memory operations", dev);

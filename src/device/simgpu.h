@@ -169,7 +169,7 @@ int sim_launch_convert(void *dst, ringlet_datatype_t dt, const void *src, ringle
 int sim_launch_divide(void *buf, size_t n, ringlet_datatype_t dt, int divisor, rl_dev_stream_t s);
 int sim_launch_wait_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
 int sim_launch_write_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream_t s);
-int sim_memops_supported(int *yes, char *why, size_t whylen);
+int sim_memops_supported(int dev, int *yes, char *why, size_t whylen);
 int sim_stream_wait_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
 int sim_stream_write_value64(rl_dev_stream_t s, volatile uint64_t *addr, uint64_t value);
 

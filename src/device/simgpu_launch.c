@@ -253,7 +253,8 @@ int sim_launch_write_flag(volatile uint64_t *flag, uint64_t value, rl_dev_stream
 }
 
 /* Offered unless RINGLET_SIM_MEMOPS=0 (a testing aid: a device without them). */
-int sim_memops_supported(int *yes, char *why, size_t whylen) {
+int sim_memops_supported(int dev, int *yes, char *why, size_t whylen) {
+    (void)dev; /* every simulated device alike */
     *yes = (int)rl_env_int("RINGLET_SIM_MEMOPS", 1, 0, 1);
     if (!*yes) snprintf(why, whylen, "RINGLET_SIM_MEMOPS=0");
     return RL_RT_SUCCESS;
@@ -262,7 +263,7 @@ int sim_memops_supported(int *yes, char *why, size_t whylen) {
 static int memops_check(const char *name) {
     int yes = 0;
     char why[64];
-    sim_memops_supported(&yes, why, sizeof why);
+    sim_memops_supported(0, &yes, why, sizeof why);
     return yes ? RL_RT_SUCCESS : sim_fail(RL_RT_ERR_NOT_SUPPORTED, "%s: not supported on this device (%s)", name, why);
 }
 

@@ -708,7 +708,13 @@ static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfi
     int blocking;
     /* Without a config, the parent's; a config's unset field is the default, 1 (as NCCL's) */
     ncclResult_t rc = read_config(config, "ncclCommSplit", config ? 1 : comm->blocking, &blocking);
-    if (rc) return rc;
+    if (rc) {
+        /* The other ranks are in the split's exchange: this rank takes part, refusing, so
+         * that every rank fails at once, naming it. Then its own message again. */
+        if (shim_group_depth() > 0) (void)split_in_group(comm, RINGLET_SPLIT_REFUSE, key, 1, NULL);
+        else (void)child_key(comm, color), (void)ringlet_comm_split(comm->rc, RINGLET_SPLIT_REFUSE, key, NULL);
+        return read_config(config, "ncclCommSplit", 1, &blocking);
+    }
     /* A bad color or a NULL newcomm goes to ringlet's split, which every rank takes part in
      * and then refuses (naming the rank), rather than leave the others in its exchange. */
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);

@@ -43,7 +43,8 @@
 # rotating; thread sanitizer: L = 65537 and --quick (two ops per dtype at the reducing
 # collectives). What the sanitizers would only see again runs over one transport there
 # (a row "tr:P" runs over tr alone): P = 8 over shm; on device buffers, P = 1, 4 and 5
-# over cuda_ipc (shm and tcp stage device buffers the same way at P = 2 and 3). RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
+# over cuda_ipc (shm and tcp stage device buffers the same way at P = 2 and 3); host and
+# device buffers in one call (MIXPLAN) over tcp. RINGLET_COLLECTIVES_ARGS is appended to every run's arguments (e.g.
 # "--max-count 1000" for a fast check).
 # Device memory (--memory device, DPLAN below): the same grid on device buffers, through the
 # device layer's backend RINGLET_TEST_DEVICE (default sim, the simulated GPU; cuda on a GPU;
@@ -193,6 +194,8 @@ DTRANSPORTS=${RINGLET_TEST_DEVICE_TRANSPORTS:-ipc $TRANSPORTS}
 MIXPLAN="3||--memory odd-device --max-count 4099 --quick
 4||--memory odd-device --max-count 4099 --quick
 4|RINGLET_ALGO=doubling|--memory odd-device --max-count 4099 --quick"
+# (sanitizer builds: over tcp alone, where the choice once differed)
+[ -n "$SAN" ] && MIXPLAN=$(sed 's/^/tcp:/' <<<"$MIXPLAN")
 
 # The GPU suite's short runs (tests/gpu/run.sh) name a plan in RINGLET_COLLECTIVES_PLAN that
 # takes the place of DPLAN and IPCPLAN: device memory, every collective, --quick (two ops per

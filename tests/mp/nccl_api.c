@@ -414,7 +414,7 @@ static void test_split(ncclComm_t c) {
 /* One rank's bad split argument (a negative color; then, inside a group, a NULL newcomm):
  * every rank's split fails, naming it, instead of the others waiting in its exchange. */
 static void test_split_bad_args(ncclComm_t c) {
-    int bad = g_P - 1;
+    int bad = g_P - 1, ok_rc;
     ncclComm_t s = NULL;
     ncclResult_t rc = ncclCommSplit(c, g_rank == bad ? -7 : 0, 0, &s, NULL);
     char want[64];
@@ -431,7 +431,42 @@ static void test_split_bad_args(ncclComm_t c) {
     if (rc != ncclSuccess || end != ncclInvalidArgument || !strstr(ncclGetLastError(NULL), want))
         FAIL("split in a group with a NULL newcomm on rank %d: %s, group end %s: %s (want '%s')", bad,
              ncclGetErrorString(rc), ncclGetErrorString(end), ncclGetLastError(NULL), want);
-    if (s) ncclCommDestroy(s);
+    if (s) ncclCommDestroy(s), s = NULL;
+    /* A bad config on one rank alone (not made by NCCL_CONFIG_INITIALIZER; blocking 2, in a
+     * group): that rank refuses at once, and the others' splits fail naming it, not at the
+     * deadline in an exchange it never joined; c stays usable. */
+    for (int k = 0; k < 2; k++) {
+        ncclConfig_t badcfg = NCCL_CONFIG_INITIALIZER;
+        if (k == 0) badcfg.magic = 0;
+        else badcfg.blocking = 2;
+        if (k == 1) OK(ncclGroupStart());
+        rc = ncclCommSplit(c, 0, 0, &s, g_rank == bad ? &badcfg : NULL);
+        ncclResult_t end = k == 1 ? ncclGroupEnd() : ncclSuccess;
+        const char *m = ncclGetLastError(NULL);
+        if (g_rank == bad) {
+            snprintf(want, sizeof want, k == 0 ? "NCCL_CONFIG_INITIALIZER" : "config.blocking is 2");
+            ok_rc = rc == ncclInvalidArgument && (k == 0 || end == ncclInvalidArgument);
+        } else {
+            snprintf(want, sizeof want, "rank %d refused it", bad);
+            ok_rc = (k == 0 ? rc : end) == ncclInvalidArgument && (k == 0 || rc == ncclSuccess);
+        }
+        g_checks++;
+        /* (in a group, a good rank holds the failed split's handle until it destroys it) */
+        if (!ok_rc || (s && (k == 0 || g_rank == bad)) || (g_rank == bad && k == 1 ? 0 : !strstr(m, want)))
+            FAIL("split with a bad config (%s) on rank %d: %s, group end %s: %s (want '%s')",
+                 k == 0 ? "magic 0, no group" : "blocking 2, in a group", bad, ncclGetErrorString(rc),
+                 ncclGetErrorString(end), m, want);
+        if (s) ncclCommDestroy(s), s = NULL;
+    }
+    int32_t x = g_rank + 1, sum = -1;
+    void *sb = balloc(4), *rb = balloc(4);
+    put(sb, &x, 4);
+    EXPECT(ncclAllReduce(sb, rb, 1, ncclInt32, ncclSum, c, NULL), ncclSuccess, ncclInProgress);
+    OK(settle(c));
+    get(&sum, rb, 4);
+    g_checks++;
+    if (sum != g_P * (g_P + 1) / 2) FAIL("all-reduce on the parent after the refused splits gave %d", sum);
+    bfree(sb), bfree(rb);
 }
 
 /* A split without a config takes its parent's, as NCCL's does: a split of the

@@ -86,6 +86,7 @@ run_case() {
     local tenv="RINGLET_TRANSPORT=$tr"
     [ "$tr" = ipc ] && tenv="RINGLET_TRANSPORT=auto"
     CURRENT="$tr $cas${*:+ ($*)}"
+    local t0=$SECONDS
     env "$tenv" RINGLET_TIMEOUT=10 RINGLET_DEBUG=INFO "$@" "$RUN" -n 2 --timeout "${STREAM_RUN_LIMIT:-180}" --grace "${STREAM_RUN_GRACE:-60}" ${WRAP:-} "$PROG" --case "$cas" \
         --count "$COUNT" --dir "$TMP/d" >"$TMP/out" 2>"$TMP/err"
     rc=$?
@@ -111,7 +112,7 @@ run_case() {
     local hold_ok=1
     [ -n "$WANT_HOLD" ] && [ "$nheld" -lt 2 ] && hold_ok=0
     if [ "$rc" = 0 ] && [ "$n" = 2 ] && [ $hold_ok = 1 ]; then
-        echo "ok:   $label${held:+, $held}"
+        echo "ok:   $label${held:+, $held} ($((SECONDS - t0)) s)"
         grep -E "OK $cas:" "$TMP/out" | sed 's/^/      /'
     else
         fails=$((fails + 1))

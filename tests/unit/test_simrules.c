@@ -1560,7 +1560,7 @@ static int child_fork_count(void) {
 static int child_memop_device(void) {
     int yes = 0;
     char why[128];
-    RT_OK(R->memops_supported(&yes, why, sizeof why));
+    RT_OK(R->memops_supported(0, &yes, why, sizeof why));
     CHECK(yes, "the simulated device has no stream memory operations: %s", why);
     RT_OK(R->set_device(0));
     void *flag = NULL;
