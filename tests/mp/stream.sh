@@ -242,7 +242,7 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     # free: the simulator refuses it as a deadlock). Over shm the same with the chunks
     # staged through host memory.
     case " ${RINGLET_TEST_TRANSPORTS:-ipc} " in *" ipc "*)
-        run_case ipc pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
+        run_case ipc pending-copies RINGLET_TIMEOUT=3 CUDA_DEVICE_MAX_CONNECTIONS=1
         if ! grep -q "copies of rank 0's connection failed or were not finished" "$TMP/err"; then
             fails=$((fails + 1))
             echo "FAIL: ipc pending-copies: rank 1 did not warn that its copies were still queued at the destroy"
@@ -257,7 +257,7 @@ if [ "$RINGLET_DEVICE" = sim ]; then
         ;;
     esac
     case " ${RINGLET_TEST_TRANSPORTS:-shm} " in *" shm "*)
-        run_case shm pending-copies RINGLET_TIMEOUT=5 CUDA_DEVICE_MAX_CONNECTIONS=1
+        run_case shm pending-copies RINGLET_TIMEOUT=3 CUDA_DEVICE_MAX_CONNECTIONS=1
         pending_checks shm "this rank's own device copies of its chunks are not finished"
         ;;
     esac
