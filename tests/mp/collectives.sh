@@ -176,11 +176,16 @@ fi
 # same on devices without peer access (RINGLET_SIM_PEER=0, as GPUs on PCIe without P2P:
 # staged, saying so), and host buffers over a forced cuda_ipc.
 IPCSMALL="RINGLET_CUDA_IPC_SLOT_SIZE=4096 RINGLET_CUDA_IPC_NSLOTS=2 RINGLET_CHUNK_SIZE=16384 $JIT"
-IPCPLAN="3|$IPCSMALL|--memory device --max-count 10007 --quick
+# (Sanitizer builds: the ring row is DPLAN's ipc P = 4 again, left out; one device per rank
+# at the smaller count.)
+IPCM=30011
+[ -n "$SAN" ] && IPCM=10007
+IPCPLAN="3|$IPCSMALL|--memory device --max-count 10007 --quick"
+[ -z "$SAN" ] && IPCPLAN+="
 4|RINGLET_ALGO=ring|--memory device --max-count 30011 --quick"
 [ "$DEVICE" = sim ] && IPCPLAN+="
 3|RINGLET_SIM_IPC_DENY=1|--memory device --max-count 10007 --quick
-4|RINGLET_SIM_DEVICES=4 $JIT|--memory device --max-count 30011 --quick
+4|RINGLET_SIM_DEVICES=4 $JIT|--memory device --max-count $IPCM --quick
 4|RINGLET_SIM_DEVICES=4 RINGLET_SIM_PEER=0|--memory device --max-count 10007 --quick"
 IPCPLAN+="
 3|RINGLET_TRANSPORT=cuda_ipc|--memory host --max-count 10007 --quick"
