@@ -222,6 +222,8 @@ static struct ringlet_comm *comm_alloc(int rank, int nranks) {
     return c;
 }
 
+static void release_parts(struct ringlet_comm *c);
+
 /* Stops threads and closes connections; keeps the struct (an aborted handle must still
  * answer calls with an error until it is destroyed). */
 void rl_comm_teardown(struct ringlet_comm *c, int clean) {
@@ -240,7 +242,21 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
     /* A thread waiting on a parked receive (conn.h) leaves now: nobody polls it any more. */
     rl_conn_drop_parked(c);
     rl_devcomm_release_all(c);
-    (void)rl_conn_wait_idle(c, RL_ABORT_GRACE_S);
+    if (rl_conn_wait_idle(c, RL_ABORT_GRACE_S)) {
+        /* A thread still inside may be in a transport's progress or a connection (held
+         * off the CPU, or waiting for device work): closed once it has left. */
+        RL_INFO(c->rank, "teardown: a call of another thread is still inside after %.0f s: the connections and "
+                         "transports are closed once it has left (at the destroy)", RL_ABORT_GRACE_S);
+        return;
+    }
+    release_parts(c);
+}
+
+/* Connections, transports and buffers: only once no call is inside (the teardown's
+ * grace, else the destroy's wait); once. */
+static void release_parts(struct ringlet_comm *c) {
+    if (c->parts_released) return;
+    c->parts_released = 1;
     rl_trace_write(c->trace); /* with the spans of the calls that just left; freed with c */
     rl_devcomm_settle(c); /* after the calls left, before connections and transports free device memory */
     rl_conn_close_all(c);
@@ -260,6 +276,7 @@ void rl_comm_teardown(struct ringlet_comm *c, int clean) {
 }
 
 void rl_comm_free(struct ringlet_comm *c) {
+    release_parts(c); /* where the teardown left them to a call still inside */
     rl_reduce_pool_free(c->pool);
     rl_trace_close(c->trace);
     pthread_mutex_destroy(&c->live_mu);

@@ -221,6 +221,7 @@ struct ringlet_comm {
     _Atomic(rl_bell *) ev;
     struct rl_doorbell *db;
     atomic_int polled;  /* a connection over a transport without threads (shm) exists */
+    int parts_released; /* connections and transports closed (comm.c: release_parts) */
     atomic_int threaded; /* a connection over a transport whose own threads move data (TCP, IB) */
     double spin_s;      /* how long a waiter polls such transports before it sleeps */
     unsigned spin_pause; /* polls in a pause loop before the waiter starts yielding */

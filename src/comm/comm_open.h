@@ -24,9 +24,11 @@ ringlet_result_t rl_comm_open_done(struct ringlet_comm *c, ringlet_result_t rc, 
 void rl_comm_trace_split(struct ringlet_comm *c);
 /* Stops threads and closes connections; keeps the struct (an aborted handle must still
  * answer calls with an error until it is destroyed). The progress thread is stopped
- * first, by the caller. clean: a goodbye to the peers (destroy), else none (abort). */
+ * first, by the caller. clean: a goodbye to the peers (destroy), else none (abort). A call
+ * of another thread still inside after RL_ABORT_GRACE_S: the connections and transports
+ * stay until a later teardown or rl_comm_free finds none inside. */
 void rl_comm_teardown(struct ringlet_comm *c, int clean);
-/* Frees what is left, once the requests still linked to c are freed. */
+/* Frees what is left, once the requests still linked to c are freed and no call is inside. */
 void rl_comm_free(struct ringlet_comm *c);
 
 #endif
