@@ -30,6 +30,7 @@ own DDP class.
 import atexit
 import ctypes
 import datetime
+import numbers
 import sys
 import threading
 import time
@@ -68,6 +69,22 @@ _OPS = {"sum": _lib.SUM, "prod": _lib.PROD, "product": _lib.PROD, "max": _lib.MA
         "avg": _lib.AVG, "mean": _lib.AVG}
 
 
+def _torch_op_name(op):
+    """The name of a torch.distributed.ReduceOp (None for anything else). By equality: on
+    torch 1.13 str() of one says only "<...ReduceOp object at 0x...>"."""
+    torch = sys.modules.get("torch")
+    red = getattr(getattr(torch, "distributed", None), "ReduceOp", None) if torch else None
+    if red is None or isinstance(op, (int, str)):
+        return None
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        try:
+            if hasattr(red, name) and op == getattr(red, name):
+                return name
+        except TypeError:
+            pass
+    return None
+
+
 def _op(op):
     if isinstance(op, int):
         if 0 <= op < 5:
@@ -75,9 +92,9 @@ def _op(op):
     elif isinstance(op, str) and op.lower() in _OPS:
         return _OPS[op.lower()]
     else:  # torch.distributed.ReduceOp and the like
-        name = str(op).split(".")[-1].lower()
-        if name in _OPS:
-            return _OPS[name]
+        name = _torch_op_name(op) or str(op).split(".")[-1]
+        if name.lower() in _OPS:
+            return _OPS[name.lower()]
     raise ValueError("ringlet: unknown reduction op %r (sum, prod, max, min, avg)" % (op,))
 
 
@@ -89,6 +106,8 @@ def _is_bool(t):
 
 def _rank_arg(v, what, size):
     """A peer's rank, checked here: ctypes would wrap one past 32 bits into a valid rank."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError("ringlet: %s: the rank must be an integer, not %r" % (what, v))
     v = int(v)
     if not 0 <= v < size:
         raise ValueError("ringlet: %s: rank %d is not a rank of this communicator (0 to %d)" % (what, v, size - 1))

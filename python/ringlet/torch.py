@@ -73,6 +73,15 @@ _COMPRESSION = {None: _lib.DDP_COMPRESS_NONE, "none": _lib.DDP_COMPRESS_NONE,
                 "bf16": _lib.DDP_COMPRESS_BFLOAT16, "bfloat16": _lib.DDP_COMPRESS_BFLOAT16}
 
 
+def _cap_mb(v, what, default):
+    """A bucket cap in MiB: None is the default (torch's DDP takes None so), else > 0."""
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        raise ValueError("ringlet DDP: %s must be a number of MiB > 0 (or None: %s), not %r" % (what, default, v))
+    return v
+
+
 def _compression_code(c):
     if c is torch.float16:
         return _lib.DDP_COMPRESS_FLOAT16
@@ -290,7 +299,8 @@ class DistributedDataParallel(torch.nn.Module):
     module                  the model (its parameters on the CPU or on one CUDA device)
     comm / process_group    a ringlet.Communicator (default: ringlet's default one, created
                             from the environment if there is none)
-    bucket_cap_mb           cap of a gradient bucket (25); the first bucket: first_bucket_cap_mb (1)
+    bucket_cap_mb           cap of a gradient bucket (25; None: 25); the first bucket: first_bucket_cap_mb (1)
+                            (the arguments after comm are keyword-only: torch's positional order differs)
     broadcast_buffers       broadcast buffers from rank 0 before each forward (True)
     find_unused_parameters  parameters the forward's output does not depend on count as unused
                             (found by walking the autograd graph after forward); without it, a
@@ -303,7 +313,7 @@ class DistributedDataParallel(torch.nn.Module):
                             gradients became ready, as torch's DDP does (True)
     """
 
-    def __init__(self, module, comm=None, bucket_cap_mb=25, broadcast_buffers=True, find_unused_parameters=False,
+    def __init__(self, module, comm=None, *, bucket_cap_mb=25, broadcast_buffers=True, find_unused_parameters=False,
                  gradient_as_bucket_view=False, compression=None, first_bucket_cap_mb=1, average_gradients=True,
                  init_sync=True, rebuild_buckets=True, process_group=None, device_ids=None, output_device=None,
                  dim=0):
@@ -318,7 +328,8 @@ class DistributedDataParallel(torch.nn.Module):
             comm = group._ddp_communicator()
         if not isinstance(comm, ringlet.Communicator):
             raise TypeError("ringlet DDP: comm must be a ringlet.Communicator or a process group of the backend "
-                            "\"ringlet\", not %s" % type(comm).__name__)
+                            "\"ringlet\", not %s%s" % (type(comm).__name__, " (torch's device_ids is the keyword "
+                            "argument device_ids= here)" if isinstance(comm, (list, tuple)) else ""))
         devices = {p.device for p in module.parameters()} | {b.device for b in module.buffers()}
         if len(devices) > 1:
             raise RingletError(_lib.ERR_INVALID_USAGE,
@@ -368,8 +379,8 @@ class DistributedDataParallel(torch.nn.Module):
 
         opts = _lib.DDPOptions()
         _lib.lib.ringlet_ddp_options_init(ctypes.byref(opts))
-        opts.bucket_cap_bytes = max(1, int(bucket_cap_mb * 1024 * 1024))
-        opts.first_bucket_cap_bytes = max(1, int(first_bucket_cap_mb * 1024 * 1024))
+        opts.bucket_cap_bytes = max(1, int(_cap_mb(bucket_cap_mb, "bucket_cap_mb", 25) * 1024 * 1024))
+        opts.first_bucket_cap_bytes = max(1, int(_cap_mb(first_bucket_cap_mb, "first_bucket_cap_mb", 1) * 1024 * 1024))
         opts.broadcast_buffers = int(self.broadcast_buffers)
         opts.average_gradients = int(bool(average_gradients))
         opts.find_unused_parameters = int(self.find_unused_parameters)

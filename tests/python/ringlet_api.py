@@ -5,7 +5,9 @@ too), broadcast from every root, reduce, all_gather (flat and list forms), reduc
 barrier, a send/recv ring, non-blocking forms (Work.wait / is_completed; all_gather into a
 list returns a Work already complete; one Work polled by a thread while another waits for it), and the errors: a non-CPU tensor (RingletError,
 invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array of the other
-byte order, all_gather outputs of the wrong size, a root rank past 32 bits or negative (ValueError), a Work waited for after its communicator's
+byte order, all_gather outputs of the wrong size, a root rank past 32 bits or negative (ValueError) or not an integer
+(TypeError), torch.distributed.ReduceOp values (every op; BXOR refused), the DDP's bucket_cap_mb (None the default;
+0, -1, nan refused) and its keyword-only arguments, a Work waited for after its communicator's
 destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
 """
 import datetime
@@ -159,6 +161,41 @@ def main():
         ringlet.all_reduce(torch.zeros(4), op="xor")
         check(False, "op xor accepted")
     except ValueError:
+        check(True, "")
+    try:
+        ringlet.broadcast(torch.zeros(4), src=0.7)
+        check(False, "broadcast from rank 0.7 was accepted (as rank 0)")
+    except TypeError as e:
+        check("must be an integer" in str(e), "broadcast src=0.7 error: %s" % e)
+    # torch.distributed.ReduceOp values (on torch 1.13 their str() names no op)
+    import torch.distributed as dist
+    for name, want in (("SUM", sum(vals)), ("PRODUCT", float(np.prod(vals))), ("MIN", 1.0), ("MAX", float(w)),
+                       ("AVG", sum(vals) / w)):
+        t = torch.full((5,), float(r + 1))
+        try:
+            ringlet.all_reduce(t, op=getattr(dist.ReduceOp, name))
+            check(torch.allclose(t, torch.full((5,), want)), "all_reduce op=ReduceOp.%s: %s, want %s" % (name, t, want))
+        except ValueError as e:
+            check(False, "all_reduce op=ReduceOp.%s refused: %s" % (name, e))
+    try:
+        ringlet.all_reduce(torch.zeros(4), op=dist.ReduceOp.BXOR)
+        check(False, "op ReduceOp.BXOR accepted on a float tensor")
+    except ValueError as e:
+        check("unknown reduction op" in str(e), "ReduceOp.BXOR error: %s" % e)
+    # the DDP's bucket caps: None is the default (torch's DDP passes None so); <= 0 refused
+    from ringlet.torch import DistributedDataParallel as RDDP
+    d = RDDP(torch.nn.Linear(3, 2), bucket_cap_mb=None, first_bucket_cap_mb=None)
+    check(isinstance(d, RDDP), "DDP with bucket_cap_mb=None")
+    for bad in (0, -1, float("nan")):
+        try:
+            RDDP(torch.nn.Linear(3, 2), bucket_cap_mb=bad)
+            check(False, "DDP with bucket_cap_mb=%r accepted" % bad)
+        except ValueError as e:
+            check("bucket_cap_mb" in str(e), "bucket_cap_mb=%r error: %s" % (bad, e))
+    try:  # torch's order: (module, device_ids, output_device, ...)
+        RDDP(torch.nn.Linear(3, 2), None, 0)
+        check(False, "DDP(module, None, 0) accepted (0 taken as bucket_cap_mb)")
+    except TypeError:
         check(True, "")
     try:
         comm.all_reduce(np.arange(4, dtype=">f4"))
