@@ -371,9 +371,9 @@ class DistributedDataParallel(torch.nn.Module):
         for n, p in module.named_parameters():
             if p.requires_grad:
                 continue
-            if p.is_sparse or not _dense(p) or ringlet.torch_dtype_code(p.dtype) is None:
+            if p.is_sparse or not _dense(p):
                 warnings.warn("ringlet DDP: frozen parameter %s (%s, %s) is not made rank 0's at construction: "
-                              "ringlet broadcasts dense tensors of its dtypes only" % (n, p.dtype, p.layout))
+                              "ringlet broadcasts dense tensors only" % (n, p.dtype, p.layout))
                 continue
             frozen.append((n, p))
 
@@ -399,9 +399,9 @@ class DistributedDataParallel(torch.nn.Module):
         buffers = self._current_buffers()
         btens = (_lib.DDPTensor * max(1, len(buffers) + len(frozen)))()
         for j, b in enumerate(buffers):
-            self._describe(btens[j], self._buffer_names[j], b, None)
+            self._describe(btens[j], self._buffer_names[j], b, None, as_bytes=True)
         for j, (n, p) in enumerate(frozen):
-            self._describe(btens[len(buffers) + j], n + " (frozen)", p, None)
+            self._describe(btens[len(buffers) + j], n + " (frozen)", p, None, as_bytes=True)
         h = _lib.c_ddp()
         with torch.no_grad(), self._on_device():
             rc = _lib.lib.ringlet_ddp_create(ctypes.byref(h), comm._live(), ptens, len(named), btens,
@@ -508,25 +508,33 @@ class DistributedDataParallel(torch.nn.Module):
         self._h.ranges = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
                           for t in self._bucket_tensors if t.numel()]
 
-    def _describe(self, d, name, t, grad):
+    def _describe(self, d, name, t, grad, as_bytes=False):
+        """as_bytes (buffers, frozen parameters: only broadcast): a dtype ringlet has no
+        arithmetic for (complex, int16, float8...) goes as its bytes, the element size a last
+        dimension and the dtype in the name, so that the ranks' checks compare it too."""
         if t.device.type == "cpu" and t.layout != torch.strided:
             raise ValueError("ringlet DDP: %s is a %s tensor; only dense tensors are supported" % (name, t.layout))
         if not _dense(t):  # its bytes from data_ptr on are not its elements
             raise ValueError("ringlet DDP: %s is strided (shape %s, strides %s); buffers and frozen parameters must "
                              "be dense (contiguous, or channels_last)" % (name, tuple(t.shape), t.stride()))
         code = ringlet.torch_dtype_code(t.dtype)
+        dims = list(t.shape)
+        if code is None and as_bytes:
+            code = _lib.UINT8
+            dims.append(t.element_size())
+            name = "%s [%s as bytes]" % (name, str(t.dtype).replace("torch.", ""))
         if code is None:
             raise ValueError("ringlet DDP: %s has dtype %s, which ringlet does not handle" % (name, t.dtype))
         nm = name.encode()
-        shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
+        shape = (ctypes.c_int64 * max(1, len(dims)))(*dims)
         self._keep += [nm, shape]
         d.name = nm
         d.data = t.data_ptr() if t.numel() else None
         d.grad = grad.data_ptr() if grad is not None and grad.numel() and grad.is_contiguous() else None
-        d.count = t.numel()
+        d.count = t.numel() * (dims[-1] if len(dims) > t.dim() else 1)
         d.dtype = code
         d.memory = _lib.DDP_HOST if t.device.type == "cpu" else _lib.DDP_DEVICE
-        d.ndim = t.dim()
+        d.ndim = len(dims)
         d.shape = shape
 
     def _on_device(self):

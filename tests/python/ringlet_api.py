@@ -7,7 +7,8 @@ list returns a Work already complete; one Work polled by a thread while another 
 invalid usage), a non-contiguous one (ValueError), an unknown op, a numpy array of the other
 byte order, all_gather outputs of the wrong size, a root rank past 32 bits or negative (ValueError) or not an integer
 (TypeError), torch.distributed.ReduceOp values (every op; BXOR refused), the DDP's bucket_cap_mb (None the default;
-0, -1, nan refused) and its keyword-only arguments, a Work waited for after its communicator's
+0, -1, nan refused) and its keyword-only arguments, a DDP's complex64 and int16 buffers and frozen complex128
+parameter (as bytes: rank 0's at construction and before a forward), a Work waited for after its communicator's
 destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
 """
 import datetime
@@ -192,6 +193,30 @@ def main():
             check(False, "DDP with bucket_cap_mb=%r accepted" % bad)
         except ValueError as e:
             check("bucket_cap_mb" in str(e), "bucket_cap_mb=%r error: %s" % (bad, e))
+    # buffers and frozen parameters of dtypes ringlet has no arithmetic for go as bytes:
+    # rank 0's at construction (and before each forward), as torch's DDP makes them
+    class Odd(torch.nn.Module):
+        def __init__(self, seed):
+            super().__init__()
+            g = torch.Generator().manual_seed(seed)
+            self.lin = torch.nn.Linear(3, 2)
+            self.register_buffer("freqs", torch.randn(5, 2, generator=g, dtype=torch.complex64))
+            self.register_buffer("steps", torch.randint(-30000, 30000, (7,), generator=g, dtype=torch.int16))
+            self.rot = torch.nn.Parameter(torch.randn(4, generator=g, dtype=torch.complex128), requires_grad=False)
+
+        def forward(self, x):
+            return self.lin(x)
+    ref = Odd(1000)
+    d = RDDP(Odd(1000 + r))
+    check(torch.equal(d.module.freqs, ref.freqs) and torch.equal(d.module.steps, ref.steps)
+          and torch.equal(d.module.rot, ref.rot), "complex / int16 buffers and a frozen complex128 parameter: not "
+          "rank 0's after construction")
+    with torch.no_grad():
+        d.module.steps.copy_(torch.full((7,), 100 + r, dtype=torch.int16))
+        d.module.freqs.mul_(1 + r)
+    d(torch.ones(2, 3)).sum().backward()
+    check(torch.equal(d.module.steps, torch.full((7,), 100, dtype=torch.int16))
+          and torch.equal(d.module.freqs, ref.freqs), "buffers as bytes: not rank 0's after a forward")
     try:  # torch's order: (module, device_ids, output_device, ...)
         RDDP(torch.nn.Linear(3, 2), None, 0)
         check(False, "DDP(module, None, 0) accepted (0 taken as bucket_cap_mb)")
