@@ -41,8 +41,21 @@ int rl_shmseg_create(const char *kind, size_t bytes, char name[RL_SHMSEG_NAME_MA
         struct stat mine, named;
         char path[RL_SHMSEG_NAME_MAX + 16];
         snprintf(path, sizeof path, "/dev/shm%s", name);
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &mine) != 0 || stat(path, &named) != 0 ||
-            mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd);
+            continue;
+        }
+        if (fstat(fd, &mine) != 0 || stat(path, &named) != 0) {
+            int e = errno;
+            if (e != ENOENT) { /* this system's own failure: the segment made is not left behind */
+                shm_unlink(name);
+                close(fd);
+                return e;
+            }
+            close(fd);
+            continue;
+        }
+        if (mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
             close(fd);
             continue;
         }

@@ -126,6 +126,8 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
                 getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el);
                 r = err ? -1 : 0;
                 errno = err;
+            } else if (r < 0 && errno != EINTR) {
+                r = -1; /* poll's own failure (no memory): errno says why, not retried as a timeout */
             } else {
                 r = -1;
                 errno = ETIMEDOUT;
