@@ -70,19 +70,16 @@ _OPS = {"sum": _lib.SUM, "prod": _lib.PROD, "product": _lib.PROD, "max": _lib.MA
 
 
 def _torch_op_name(op):
-    """The name of a torch.distributed.ReduceOp (None for anything else). By equality: on
-    torch 1.13 str() of one says only "<...ReduceOp object at 0x...>"."""
-    torch = sys.modules.get("torch")
-    red = getattr(getattr(torch, "distributed", None), "ReduceOp", None) if torch else None
-    if red is None or isinstance(op, (int, str)):
-        return None
-    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+    """The name of a torch.distributed.ReduceOp, by equality as the torch backend maps
+    them (on torch 1.13 str() of one says only "<...ReduceOp object at 0x...>"); else
+    str(op). torch is not imported here for a program that has not."""
+    if "torch" in sys.modules and not isinstance(op, (int, str)):
         try:
-            if hasattr(red, name) and op == getattr(red, name):
-                return name
-        except TypeError:
-            pass
-    return None
+            from ._backend_tensors import _op_name
+        except ImportError:  # a torch without torch.distributed
+            return str(op)
+        return _op_name(op)
+    return str(op)
 
 
 def _op(op):
@@ -92,7 +89,7 @@ def _op(op):
     elif isinstance(op, str) and op.lower() in _OPS:
         return _OPS[op.lower()]
     else:  # torch.distributed.ReduceOp and the like
-        name = _torch_op_name(op) or str(op).split(".")[-1]
+        name = _torch_op_name(op).split(".")[-1]
         if name.lower() in _OPS:
             return _OPS[name.lower()]
     raise ValueError("ringlet: unknown reduction op %r (sum, prod, max, min, avg)" % (op,))
