@@ -124,6 +124,10 @@ struct ib_ctx {
     pthread_t thread;
     int thread_started, quit, stop_seen;
     int wake[2]; /* a pipe: rl_ib_wake ends the progress thread's sleep */
+    /* The completion channel's and the async events' fds once poll reported them dead
+     * (POLLERR: the device was reset or removed, and they would wake poll at once
+     * forever): the progress thread stops watching them. */
+    int ch_dead, async_dead;
 };
 
 /* Ends the progress thread's sleep (up to 100 ms in poll): a new connection (its socket

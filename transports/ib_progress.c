@@ -46,6 +46,15 @@ static int sweep(struct ib_ctx *x) {
     return work;
 }
 
+/* The device failed: every connection with it (x->mu held). */
+static void break_all(struct ib_ctx *x, const char *why) {
+    for (struct ib_conn *p = x->conns; p; p = p->next) {
+        pthread_mutex_lock(&p->mu);
+        rl_ib_conn_break(p, RINGLET_ERR_SYSTEM, "%s rank %d: %s: %s", rl_ib_dir_str(p), p->peer, x->port.dev, why);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void async_events(struct ib_ctx *x) {
     struct ibv_async_event ev;
     while (x->v->get_async_event(x->port.ctx, &ev) == 0) {
@@ -58,14 +67,10 @@ static void async_events(struct ib_ctx *x) {
         case IBV_EVENT_CQ_ERR: c = ev.element.cq ? ev.element.cq->cq_context : NULL; break;
         case IBV_EVENT_PORT_ERR:
         case IBV_EVENT_DEVICE_FATAL:
+            /* a port event covers its port only: another port's is not this rank's */
+            if (ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num != x->port.port) break;
             RL_WARN(x->in.rank, "ib: %s on %s port %d", x->v->event_type_str(ev.event_type), x->port.dev, x->port.port);
-            if (ev.event_type == IBV_EVENT_DEVICE_FATAL)
-                for (struct ib_conn *p = x->conns; p; p = p->next) {
-                    pthread_mutex_lock(&p->mu);
-                    rl_ib_conn_break(p, RINGLET_ERR_SYSTEM, "%s rank %d: %s: device fatal error", rl_ib_dir_str(p), p->peer,
-                               x->port.dev);
-                    pthread_mutex_unlock(&p->mu);
-                }
+            if (ev.event_type == IBV_EVENT_DEVICE_FATAL) break_all(x, "device fatal error");
             break;
         case IBV_EVENT_LID_CHANGE:
         case IBV_EVENT_GID_CHANGE:
@@ -140,8 +145,9 @@ void *rl_ib_progress_main(void *arg) {
         }
         size_t i = 0;
         if (cap >= 3) {
-            pfd[i++] = (struct pollfd){x->ch->fd, POLLIN, 0};
-            pfd[i++] = (struct pollfd){x->port.ctx->async_fd, POLLIN, 0};
+            /* poll skips a negative fd */
+            pfd[i++] = (struct pollfd){x->ch_dead ? -1 : x->ch->fd, POLLIN, 0};
+            pfd[i++] = (struct pollfd){x->async_dead ? -1 : x->port.ctx->async_fd, POLLIN, 0};
             pfd[i++] = (struct pollfd){x->wake[0], POLLIN, 0};
             for (struct ib_conn *c = x->conns; c && i < n; c = c->next)
                 if (c->fd >= 0) {
@@ -158,6 +164,16 @@ void *rl_ib_progress_main(void *arg) {
         void *cqctx;
         while (x->v->get_cq_event(x->ch, &cq, &cqctx) == 0) x->v->ack_cq_events(cq, 1);
         if (i >= 2 && pfd[1].revents) async_events(x);
+        /* After a device's disassociation (reset, removal) the kernel makes both event fds
+         * report POLLERR at every poll and fail every read: watched still, they would spin
+         * this thread until the communicator is freed. */
+        if (i >= 2 && (pfd[0].revents & (POLLERR | POLLHUP | POLLNVAL))) x->ch_dead = 1;
+        if (i >= 2 && (pfd[1].revents & (POLLERR | POLLHUP | POLLNVAL)) && !x->async_dead) {
+            x->async_dead = 1;
+            RL_WARN(x->in.rank, "ib: %s: the device's event queue closed (the device was reset or removed)",
+                    x->port.dev);
+            break_all(x, "the device was reset or removed");
+        }
         if (i >= 3 && pfd[2].revents) {
             char buf[64];
             while (read(x->wake[0], buf, sizeof buf) > 0) {
