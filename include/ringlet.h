@@ -274,7 +274,8 @@ ringlet_result_t ringlet_group_cancel(int *ndropped);
  * of datatype), then summed; it works where RINGLET_SUM does, on calls of that datatype.
  * The scalar lives on the host (read now) or in device memory (read by each call); memory
  * of a device given as a host scalar (managed memory too: pass RINGLET_SCALAR_DEVICE for it)
- * is refused with RINGLET_ERR_INVALID_ARGUMENT. A call
+ * is refused with RINGLET_ERR_INVALID_ARGUMENT; so is a call with a device scalar on host
+ * buffers (count > 0). A call
  * takes the op as it is when made: the op may be destroyed as soon as the call returns,
  * also inside a group, before group_end runs the call (a device scalar is read when the
  * call runs: its memory must stay until then, on its stream when the call has one). */

@@ -93,8 +93,9 @@ static ringlet_result_t run_premul(struct ringlet_comm *c, struct ringlet_reques
     size_t n = r->kind == RL_OP_REDUCE_SCATTER ? r->count * (size_t)c->nranks : r->count;
     unsigned char scalar[8];
     char e[RL_MSG_MAX] = "";
-    if (r->premul.on_device) {
-        /* Read when the call runs, as NCCL's device scalars are. */
+    if (r->premul.on_device && n) {
+        /* Read when the call runs, as NCCL's device scalars are (no elements: not read;
+         * the buffers may be the host's then, api.c's check passing them). */
         const rl_device_ops *d = mem->dev ? mem->dev->d : rl_device();
         void *pin = mem->dev ? rl_devcomm_pinned(c, 64, e) : NULL;
         ringlet_result_t rc = RINGLET_SUCCESS;

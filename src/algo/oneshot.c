@@ -60,9 +60,22 @@ int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *
     return bytes <= c->oneshot_bytes;
 }
 
+/* A message over this many bytes moves in pieces of it: the pieces k of every message
+ * make wave k, and a wave done is progress. The deadline counts time without progress:
+ * a whole message taking longer than RINGLET_TIMEOUT to move (RINGLET_ALGO=oneshot or
+ * star at large sizes, over a slow link) failed while its bytes were flowing. */
+#define ONESHOT_PIECE ((size_t)1 << 20)
+
+/* A request this wave does not post (its message ended in an earlier one): done. */
+static void treq_idle(rl_treq *t) {
+    atomic_store(&t->status, RINGLET_SUCCESS);
+    atomic_store_explicit(&t->pending, 0, memory_order_release);
+}
+
 /* Posts every receive, then every send, and waits for all of them (deadline and
- * failure as in the ring's engine). The requests are the caller's: a lent receive slot
- * stays valid until release(rreq[i]). */
+ * failure as in the ring's engine), a wave of pieces at a time. The requests are the
+ * caller's: a lent receive slot (a message of one piece only) stays valid until
+ * release(rreq[i]). */
 static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_request *r, xfer *sends, int ns,
                                  xfer *recvs, int nr, rl_treq *sreq, rl_treq *rreq, char *err) {
     double t0 = c->trace ? rl_now() : 0;
@@ -71,50 +84,68 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
     ringlet_result_t rc = RINGLET_SUCCESS;
     int posted_r = 0, posted_s = 0;
     const char *opname = rl_op_name(r->kind);
-    for (int i = 0; i < nr; i++, posted_r++) {
-        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV);
-        const rl_transport_ops *tp = recvs[i].conn->tp;
-        rreq[i].chan = rl_op_chan(r->kind);
-        recvs[i].lent = recvs[i].map && tp->irecv_map && tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
-        if (!recvs[i].lent) tp->irecv(recvs[i].conn->h, recvs[i].buf, recvs[i].bytes, NULL, &rreq[i]);
-    }
-    for (int i = 0; i < ns; i++, posted_s++) {
-        rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND);
-        sreq[i].chan = rl_op_chan(r->kind);
-        sends[i].conn->tp->isend(sends[i].conn->h, sends[i].buf, sends[i].bytes, NULL, &sreq[i]);
-    }
-    double last = 0; /* when a request last completed; the clock is read only while waiting */
-    int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
-    int first = 0;     /* requests before this one are done */
-    while (!rc) {
-        unsigned gen = rl_comm_gen(c);
-        rl_comm_progress(c);
-        waiting = -1;
-        for (int i = first; i < nr + ns && waiting < 0; i++) {
-            rl_treq *t = i < nr ? &rreq[i] : &sreq[i - nr];
-            if (!rl_treq_done(t)) waiting = i;
-            else if (atomic_load(&t->status) != RINGLET_SUCCESS) {
-                rc = atomic_load(&t->status);
-                snprintf(cerr, sizeof cerr, "%s", t->err);
+    size_t most = 0;
+    for (int i = 0; i < nr; i++) most = recvs[i].bytes > most ? recvs[i].bytes : most;
+    for (int i = 0; i < ns; i++) most = sends[i].bytes > most ? sends[i].bytes : most;
+    for (size_t off = 0; !rc && (off == 0 || off < most); off += ONESHOT_PIECE) {
+        posted_r = posted_s = 0;
+        for (int i = 0; i < nr; i++, posted_r++) {
+            if (off && recvs[i].bytes <= off) {
+                treq_idle(&rreq[i]);
+                continue;
             }
+            if (!off) rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV);
+            const rl_transport_ops *tp = recvs[i].conn->tp;
+            size_t len = recvs[i].bytes - off < ONESHOT_PIECE ? recvs[i].bytes - off : ONESHOT_PIECE;
+            rreq[i].chan = rl_op_chan(r->kind);
+            recvs[i].lent = recvs[i].map && most <= ONESHOT_PIECE && tp->irecv_map &&
+                            tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
+            if (!recvs[i].lent) tp->irecv(recvs[i].conn->h, (char *)recvs[i].buf + off, len, NULL, &rreq[i]);
         }
-        if (rc || waiting < 0) break;
-        if (atomic_load(&c->failed)) {
-            rc = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
-            break;
+        for (int i = 0; i < ns; i++, posted_s++) {
+            if (off && sends[i].bytes <= off) {
+                treq_idle(&sreq[i]);
+                continue;
+            }
+            if (!off) rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND);
+            size_t len = sends[i].bytes - off < ONESHOT_PIECE ? sends[i].bytes - off : ONESHOT_PIECE;
+            sreq[i].chan = rl_op_chan(r->kind);
+            sends[i].conn->tp->isend(sends[i].conn->h, (const char *)sends[i].buf + off, len, NULL, &sreq[i]);
         }
-        double now = rl_now();
-        if (last == 0 || waiting > first) last = now; /* progress: the deadline restarts */
-        first = waiting;
-        if (now - last > c->timeout_s) {
-            rc = RINGLET_ERR_TIMEOUT;
-            const xfer *x = waiting < nr ? &recvs[waiting] : &sends[waiting - nr];
-            char stall[RL_ERR_MAX];
-            snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d%s", c->timeout_s,
-                     waiting < nr ? "receive from" : "send to", x->peer, rl_conn_stall(x->conn, stall, sizeof stall));
-            break;
+        double last = 0; /* when a request last completed (or the wave began); the clock is read only while waiting */
+        int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
+        int first = 0;     /* requests before this one are done */
+        while (!rc) {
+            unsigned gen = rl_comm_gen(c);
+            rl_comm_progress(c);
+            waiting = -1;
+            for (int i = first; i < nr + ns && waiting < 0; i++) {
+                rl_treq *t = i < nr ? &rreq[i] : &sreq[i - nr];
+                if (!rl_treq_done(t)) waiting = i;
+                else if (atomic_load(&t->status) != RINGLET_SUCCESS) {
+                    rc = atomic_load(&t->status);
+                    snprintf(cerr, sizeof cerr, "%s", t->err);
+                }
+            }
+            if (rc || waiting < 0) break;
+            if (atomic_load(&c->failed)) {
+                rc = c->fail_code ? c->fail_code : RINGLET_ERR_REMOTE;
+                break;
+            }
+            double now = rl_now();
+            if (last == 0 || waiting > first) last = now; /* progress: the deadline restarts */
+            first = waiting;
+            if (now - last > c->timeout_s) {
+                rc = RINGLET_ERR_TIMEOUT;
+                const xfer *x = waiting < nr ? &recvs[waiting] : &sends[waiting - nr];
+                char stall[RL_ERR_MAX];
+                snprintf(cerr, sizeof cerr, "no progress for %.0f s (RINGLET_TIMEOUT) waiting to %s rank %d%s",
+                         c->timeout_s, waiting < nr ? "receive from" : "send to", x->peer,
+                         rl_conn_stall(x->conn, stall, sizeof stall));
+                break;
+            }
+            rl_comm_wait_peer(c, gen, 100);
         }
-        rl_comm_wait_peer(c, gen, 100);
     }
     if (!rc) {
         for (int i = 0; i < nr; i++) recvs[i].data = recvs[i].lent ? rreq[i].mapped : recvs[i].buf;

@@ -242,6 +242,15 @@ static ringlet_result_t buffers_device(struct ringlet_comm *c, const call_t *a, 
                         "%s: the buffers are on device %d and the stream is of device %d; use a stream of the "
                         "buffers' device",
                         rl_op_name(a->kind), *device, sd);
+    /* A device scalar is read on the buffers' device, by the device path: refused here
+     * rather than found when the call runs (a failure there fails the communicator). */
+    rl_userop u;
+    if (reduces(a->kind) && a->op >= RINGLET_NUM_OPS && a->count && *device < 0 &&
+        user_op(c, a->op, a->dtype, &u) == 1 && u.on_device)
+        return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT,
+                        "%s: op %d is a pre-multiplied sum with a device scalar (RINGLET_SCALAR_DEVICE), which needs "
+                        "device buffers; these are host memory",
+                        rl_op_name(a->kind), (int)a->op);
     return RINGLET_SUCCESS;
 }
 
@@ -820,7 +829,21 @@ static void zero_between(struct ringlet_request *r, size_t from, size_t to) {
  * done where streams are not held, sync, else at once); any
  * other returns when its result is in place (on host memory with a stream: it still
  * starts after the stream's earlier work). Inside a group: recorded. */
+static ringlet_result_t blocking_counted(struct ringlet_comm *c, const call_t *call);
+
+/* The whole call counts as a waiter (rl_conn_wait_idle), from its first step: an abort
+ * and destroy from another thread wait for it to leave. Counted only from the submission
+ * on, the inline path's checks before it claims the queue were a gap where the destroy
+ * found nothing inside and freed c under the call. */
 static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
+    if (!c) return blocking_counted(c, call); /* refused there */
+    atomic_fetch_add(&c->waiters, 1);
+    ringlet_result_t rc = blocking_counted(c, call);
+    atomic_fetch_sub(&c->waiters, 1);
+    return rc;
+}
+
+static ringlet_result_t blocking_counted(struct ringlet_comm *c, const call_t *call) {
     call_t copy = *call, *a = &copy;
     a->stream = stream_of(a->stream);
     if (t_group.depth) return group_add(c, a);
@@ -849,13 +872,9 @@ static ringlet_result_t blocking(struct ringlet_comm *c, const call_t *call) {
             if (rl_comm_try_inline(c, &r, &rc)) return rc; /* its error recorded there */
         }
     }
-    /* Counted from the submission to the end of the wait: an abort from another thread
-     * finds no gap between the two to tear the communicator down in (submit). */
-    if (c) atomic_fetch_add(&c->waiters, 1);
     ringlet_request_t r;
     ringlet_result_t rc = submit(c, a, &r, 1);
     if (!rc) rc = ringlet_wait(&r);
-    if (c) atomic_fetch_sub(&c->waiters, 1);
     return rc;
 }
 

@@ -342,6 +342,19 @@ static void test_premul(size_t n, int k) {
         g_checks++;
         if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(ringlet_comm_last_error(g_comm), "host scalar"))
             FAIL("a host scalar in device memory: %s: %s", ringlet_strerror(rc), ringlet_comm_last_error(g_comm));
+        /* A device scalar on host buffers: refused on every rank at the call, the
+         * communicator unharmed (found when the call ran, it failed the communicator). */
+        float hb[4] = {1, 2, 3, 4}, hr[4];
+        rc = ringlet_allreduce(hb, hr, 4, RINGLET_FLOAT32, opf, g_comm, NULL);
+        g_checks++;
+        if (rc != RINGLET_ERR_INVALID_ARGUMENT || !strstr(ringlet_comm_last_error(g_comm), "device scalar"))
+            FAIL("a device scalar on host buffers: %s: %s", ringlet_strerror(rc), ringlet_comm_last_error(g_comm));
+        check_rc("allreduce premul, device scalar, no elements on host buffers",
+                 ringlet_allreduce(hb, hr, 0, RINGLET_FLOAT32, opf, g_comm, NULL));
+        int32_t x = g_rank + 1, sum = 0;
+        check_rc("allreduce after the refusal", ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL));
+        g_checks++;
+        if (sum != g_P * (g_P + 1) / 2) FAIL("allreduce after the refusal: %d, want %d", sum, g_P * (g_P + 1) / 2);
     } else {
         check_rc("op_create_premul_sum (float32, host)",
                  ringlet_op_create_premul_sum(&opf, &sf, RINGLET_FLOAT32, RINGLET_SCALAR_HOST, g_comm));

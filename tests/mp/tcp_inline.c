@@ -707,9 +707,42 @@ static void slow_link(ringlet_comm_t comm, size_t n) {
     free(buf);
 }
 
+/* --slow-allreduce BYTES: an all-reduce of BYTES of int32 over the same slow link, with
+ * the script's RINGLET_ALGO=oneshot: each rank's whole buffer is one message to the other,
+ * taking longer than RINGLET_TIMEOUT, and must succeed as the posted send above does
+ * (it failed while its bytes were flowing). The sum is checked bit for bit. */
+static void slow_allreduce(ringlet_comm_t comm, size_t bytes) {
+    size_t n = bytes / 4;
+    int32_t *a = malloc(n * 4), *r = malloc(n * 4);
+    if (!a || !r) {
+        CHECK(0, "slow all-reduce: out of memory for %zu bytes", bytes);
+        free(a), free(r);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) a[i] = (int32_t)(byte_at(g_rank, 1, 2, i) * 65537u - (uint32_t)i);
+    const char *te = getenv("RINGLET_TIMEOUT");
+    double timeout = te ? atof(te) : 300;
+    long long t0 = clock_ms();
+    ringlet_result_t rc = ringlet_allreduce(a, r, n, RINGLET_INT32, RINGLET_SUM, comm, NULL);
+    double secs = (double)(clock_ms() - t0) / 1000;
+    CHECK(rc == RINGLET_SUCCESS, "slow all-reduce of %zu bytes: %s", bytes, rc ? ringlet_comm_last_error(comm) : "ok");
+    size_t bad = n;
+    for (size_t i = 0; !rc && i < n && bad == n; i++) {
+        uint32_t want = 0; /* unsigned: no overflow to fear */
+        for (int q = 0; q < 2; q++) want += byte_at(q, 1, 2, i) * 65537u - (uint32_t)i;
+        if ((uint32_t)r[i] != want) bad = i;
+    }
+    CHECK(rc || bad == n, "slow all-reduce: element %zu is %d, want another sum", bad, bad < n ? r[bad] : 0);
+    CHECK(rc || secs >= 2 * timeout,
+          "slow all-reduce: %zu bytes took %.1f s, not 2 x RINGLET_TIMEOUT (%.1f s): the link was not slow, and the "
+          "case tested nothing", bytes, secs, timeout);
+    if (!rc) printf("slow all-reduce: %zu bytes in %.1f s with RINGLET_TIMEOUT=%.1f\n", bytes, secs, timeout);
+    free(a), free(r);
+}
+
 int main(int argc, char **argv) {
     int rounds = 40, two = 0, emf = 0, first = 0;
-    size_t slow = 0;
+    size_t slow = 0, slow_ar = 0;
     const char *mm = "none";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
@@ -719,9 +752,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--emfile")) emf = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--first-exchange")) first = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--slow")) slow = (size_t)strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--slow-allreduce")) slow_ar = (size_t)strtoull(argv[i + 1], NULL, 10);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] "
-                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4] [--slow BYTES]\n"),
+                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4] [--slow BYTES] "
+                                   "[--slow-allreduce BYTES]\n"),
                    2;
     }
     g_realtime_back = first == 4;
@@ -733,6 +768,7 @@ int main(int argc, char **argv) {
     ringlet_comm_rank(comm, &g_rank);
     ringlet_comm_size(comm, &g_P);
     if (slow && g_P == 2) slow_link(comm, slow);
+    else if (slow_ar && g_P == 2) slow_allreduce(comm, slow_ar);
     else if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
     if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);

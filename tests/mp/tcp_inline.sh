@@ -36,7 +36,9 @@
 # communicator's progress thread moves the posted message. As root, also --slow: an isend /
 # irecv of 80 MiB in a network namespace whose loopback is limited to 80 Mbit/s, with
 # RINGLET_TIMEOUT=3: it takes some 8 s, and must succeed (the deadline counts time without
-# progress, and a 1 MiB piece completes every 0.1 s); not under ThreadSanitizer.
+# progress, and a 1 MiB piece completes every 0.1 s); then an all-reduce of 40 MiB with
+# RINGLET_ALGO=oneshot (each rank's buffer one message to the other, moved in 1 MiB waves),
+# which must succeed too; not under ThreadSanitizer.
 # Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -120,6 +122,10 @@ EOF2
         WRAP="unshare -n $TMP/slowlink" RINGLET_TIMEOUT=3 RINGLET_NSOCKS_PERPEER=1 \
             one "P=2, 80 MiB isend/irecv over a slow link, RINGLET_TIMEOUT=3" 2 --seed 16 --rounds 0 --slow 83886080
         grep -h '^\[[01]\] slow link' "$TMP/out" | sed 's/^/      /'
+        WRAP="unshare -n $TMP/slowlink" RINGLET_TIMEOUT=3 RINGLET_NSOCKS_PERPEER=1 RINGLET_ALGO=oneshot \
+            one "P=2, a one-shot all-reduce of 40 MiB over a slow link, RINGLET_TIMEOUT=3" 2 --seed 17 --rounds 0 \
+            --slow-allreduce 41943040
+        grep -h '^\[[01]\] slow all-reduce' "$TMP/out" | sed 's/^/      /'
     else
         echo "skip: P=2, a slow link (tc cannot limit the loopback of a new namespace)"
     fi
