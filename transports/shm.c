@@ -146,7 +146,8 @@ static ringlet_result_t shm_init(const rl_transport_init *in, void **out, void *
 
     int fd = -1, e = rl_shmseg_create("shm", x->seg_len, x->name, &fd);
     if (e) {
-        snprintf(err, RL_ERR_MAX, "shared memory segment of %zu bytes: %s", x->seg_len, strerror(e));
+        snprintf(err, RL_ERR_MAX, "shared memory segment of %zu bytes: %s%s", x->seg_len, strerror(e),
+                 e == EFBIG ? " (over this process's file size limit, RLIMIT_FSIZE: ulimit -f)" : "");
         free(x);
         return RINGLET_ERR_SYSTEM;
     }

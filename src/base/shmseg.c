@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,14 @@ int rl_shmseg_create(const char *kind, size_t bytes, char name[RL_SHMSEG_NAME_MA
         if (mine.st_ino != named.st_ino || mine.st_dev != named.st_dev) {
             close(fd);
             continue;
+        }
+        /* A size over RLIMIT_FSIZE is SIGXFSZ, which kills the process, before ftruncate
+         * could fail with EFBIG: refused here. */
+        struct rlimit fsize;
+        if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && bytes > fsize.rlim_cur) {
+            shm_unlink(name);
+            close(fd);
+            return EFBIG;
         }
         if (ftruncate(fd, (off_t)bytes) != 0) {
             int e = errno;

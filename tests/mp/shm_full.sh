@@ -5,7 +5,8 @@
 # have been reserved (a sparse page of a full tmpfs is SIGBUS at its first touch): the
 # doorbell's board pages (all-reduces of 16 KiB), and the FIFO a receive polls before its
 # sender has connected (that receive fails cleanly, saying /dev/shm is full). Then 2 ranks,
-# rank 1 alone in a mount namespace with its own /dev/shm: taken for two hosts (TCP).
+# rank 1 alone in a mount namespace with its own /dev/shm: taken for two hosts (TCP). Then
+# 2 ranks under a file size limit below the segment's size (ulimit -f).
 # Needs root (unshare -m); skips (77) otherwise. Exit 0 = passed, 1 = failed.
 set -u
 BUILD=${BUILD:-build}
@@ -42,6 +43,30 @@ if [ "$rc" = 0 ] && [ "$(grep -c 'shm_probe: rank .: OK' "$OUT")" = 2 ]; then
     echo "ok:   rank 1 with a /dev/shm of its own: the all-reduce went over TCP, right"
 else
     echo "FAIL: rank 1 with a /dev/shm of its own: launcher exit status $rc"
+    tail -n 20 "$OUT"
+    fails=1
+fi
+# A file size limit (ulimit -f) under the segment's size (a FIFO per rank of the job: 4 MiB
+# for 2 ranks): forced, shm fails init on both ranks naming the limit; by default the ranks
+# go over TCP. The segment's ftruncate was SIGXFSZ, which killed the rank.
+RINGLET_TRANSPORT=shm RINGLET_TIMEOUT=30 "$RUN" -n 2 --timeout 120 --grace 10 sh -c \
+    'ulimit -f 2048 && exec "$0"' "$BUILD/tests/mp/shm_probe" >"$OUT" 2>&1
+rc=$?
+if [ "$rc" != 0 ] && [ "$(grep -c 'FAIL: .*RLIMIT_FSIZE' "$OUT")" = 2 ] && ! grep -q 'signal' "$OUT"; then
+    echo "ok:   RINGLET_TRANSPORT=shm under ulimit -f 2048: init failed on both ranks, naming the limit"
+else
+    echo "FAIL: RINGLET_TRANSPORT=shm under ulimit -f 2048: launcher exit status $rc"
+    tail -n 20 "$OUT"
+    fails=1
+fi
+RINGLET_DEBUG=INFO RINGLET_TIMEOUT=30 "$RUN" -n 2 --timeout 120 --grace 10 sh -c 'ulimit -f 2048 && exec "$0"' \
+    "$BUILD/tests/mp/shm_probe" >"$OUT" 2>&1
+rc=$?
+if [ "$rc" = 0 ] && [ "$(grep -c 'shm_probe: rank .: OK' "$OUT")" = 2 ] &&
+    [ "$(grep -c 'transport shm unavailable: .*RLIMIT_FSIZE' "$OUT")" = 2 ] && grep -q 'rank 1 over tcp' "$OUT"; then
+    echo "ok:   the default transports under ulimit -f 2048: the all-reduce went over TCP"
+else
+    echo "FAIL: the default transports under ulimit -f 2048: launcher exit status $rc"
     tail -n 20 "$OUT"
     fails=1
 fi
