@@ -112,14 +112,17 @@ static void group_leave_all(void) {
 static _Thread_local ncclResult_t t_group_refused;
 static _Thread_local char t_group_why[512];
 
-static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream);
-static ncclResult_t issue_one(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
-    ncclResult_t rc = issue(c, a, stream);
-    if (rc && t_group_depth > 0 && !t_group_refused) {
+ncclResult_t shim_group_spoil(ncclResult_t rc) {
+    if (rc != ncclSuccess && rc != ncclInProgress && t_group_depth > 0 && !t_group_refused) {
         t_group_refused = rc;
         snprintf(t_group_why, sizeof t_group_why, "%s", ncclGetLastError(NULL));
     }
     return rc;
+}
+
+static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream);
+static ncclResult_t issue_one(struct ncclComm *c, const call_t *a, cudaStream_t stream) {
+    return shim_group_spoil(issue(c, a, stream));
 }
 
 static ncclResult_t issue(struct ncclComm *c, const call_t *a, cudaStream_t stream) {

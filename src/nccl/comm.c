@@ -390,19 +390,20 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     return blocking || grouped ? ncclSuccess : ncclInProgress;
 }
 
+/* A refused init or split inside a group spoils it (shim_group_spoil). */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
     if (comm) *comm = NULL; /* also when the config is refused: a caller may destroy what it got */
     int blocking;
     ncclResult_t rc = read_config(config, "ncclCommInitRankConfig", 1, &blocking);
-    if (rc) return rc;
-    return init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRankConfig");
+    if (rc) return shim_group_spoil(rc);
+    return shim_group_spoil(init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRankConfig"));
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     if (comm) *comm = NULL;
     int blocking;
     ncclResult_t rc = read_config(NULL, "ncclCommInitRank", 1, &blocking); /* NCCL_COMM_BLOCKING */
-    return rc ? rc : init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRank");
+    return shim_group_spoil(rc ? rc : init_rank(comm, nranks, &id, rank, blocking, "ncclCommInitRank"));
 }
 
 /* ringlet's id names the rank-0 process and its job secret: one id is enough, so the
@@ -414,18 +415,18 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, in
                                       ncclConfig_t *config) {
     if (comm) *comm = NULL;
     if (nId < 1 || !ids)
-        return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitRankScalable: %d ids at %p (at least one)", nId,
-                         (void *)ids);
+        return shim_group_spoil(shim_fail(NULL, ncclInvalidArgument,
+                                          "ncclCommInitRankScalable: %d ids at %p (at least one)", nId, (void *)ids));
     int blocking;
     ncclResult_t rc = read_config(config, "ncclCommInitRankScalable", 1, &blocking);
-    if (rc) return rc;
+    if (rc) return shim_group_spoil(rc);
     for (int i = 1; i < nId; i++) {
         if (!memcmp(&ids[i], &ids[0], sizeof ids[0])) continue; /* the id in use, given twice */
         ringlet_unique_id_t rid;
         memcpy(&rid, &ids[i], sizeof rid);
         (void)ringlet_unique_id_release(&rid);
     }
-    return init_rank(comm, nranks, &ids[0], rank, blocking, "ncclCommInitRankScalable");
+    return shim_group_spoil(init_rank(comm, nranks, &ids[0], rank, blocking, "ncclCommInitRankScalable"));
 }
 
 /* The communicators of one ncclCommInitAll: ringlet's destroy is collective, so they are
@@ -743,10 +744,10 @@ static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfi
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
     if (newcomm) *newcomm = NULL;
     ncclResult_t rc = shim_enter_ready(comm, "ncclCommSplit");
-    if (rc) return rc;
+    if (rc) return shim_group_spoil(rc);
     rc = split_entered(comm, color, key, config, newcomm);
     shim_leave(comm);
-    return rc;
+    return shim_group_spoil(rc);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {

@@ -86,6 +86,10 @@ ncclResult_t shim_poll(struct ncclComm *c);
 ncclResult_t shim_track(struct ncclComm *c, ringlet_request_t r);
 /* The depth of this thread's ncclGroupStart nesting. */
 int shim_group_depth(void);
+/* rc, a call's result: an error inside a group spoils the group, as NCCL's: the outermost
+ * ncclGroupEnd returns it and runs none of the group's calls (inits and splits recorded
+ * still end). */
+ncclResult_t shim_group_spoil(ncclResult_t rc);
 /* At the outermost ncclGroupEnd: waits for the blocking inits and every split called
  * inside the group (they ran on threads of their own), and makes the communicators one set,
  * destroyed together; the first failed one's error, else ncclInProgress while a
