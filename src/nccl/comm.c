@@ -198,9 +198,11 @@ static struct ncclComm *comm_new(int nranks, int rank, int blocking) {
     atomic_init(&c->init_done, 1);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->join_mu, NULL);
+    pthread_cond_init(&c->splits_cv, NULL);
     if (ringlet_stop_token_create(&c->init_stop) != RINGLET_SUCCESS) {
         pthread_mutex_destroy(&c->mu);
         pthread_mutex_destroy(&c->join_mu);
+        pthread_cond_destroy(&c->splits_cv);
         free(c);
         return NULL;
     }
@@ -241,6 +243,7 @@ static void comm_free(struct ncclComm *c) {
     c->magic = 0;
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->join_mu);
+    pthread_cond_destroy(&c->splits_cv);
     ringlet_stop_token_destroy(c->init_stop);
     free(c->pending);
     free(c);
@@ -295,12 +298,22 @@ static ncclResult_t comm_forked(struct ncclComm *c, const char *fn) {
                      fn);
 }
 
+/* Waits for c's splits running outside a group (split_async): its calls, the next split
+ * included, come after them, in the same order on every rank. No deadline of its own: the
+ * splits have ringlet's (RINGLET_TIMEOUT). */
+static void wait_splits(struct ncclComm *c) {
+    pthread_mutex_lock(&c->mu);
+    while (c->splits_running > 0) pthread_cond_wait(&c->splits_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
 ncclResult_t shim_ready(struct ncclComm *c, const char *fn) {
     if (!c) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
     if (c->magic != SHIM_MAGIC) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is not a live communicator", fn);
     ncclResult_t forked = comm_forked(c, fn);
     if (forked) return forked;
     join_init(c); /* a call on a communicator whose non-blocking init still runs waits for it */
+    wait_splits(c);
     if (c->init_rc != ncclSuccess || !c->rc) {
         /* the init's own code, as NCCL answers; said for this thread only: c keeps the
          * init's message (ncclGetLastError(c)) rather than one more prefix per call */
@@ -704,6 +717,78 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
     return ncclSuccess;
 }
 
+static void abort_end(struct ncclComm *c);
+
+/* A split of a non-blocking communicator outside a group, on its thread: the parent's
+ * hold (shim_enter by split_async) and its running split end together, under its lock, so
+ * that a destroy which waited for the split finds no call left under way. */
+static void *split_async_thread(void *p) {
+    split_arg *a = p;
+    struct ncclComm *parent = a->parent;
+    if (a->c) {
+        split_thread(a); /* frees a */
+    } else { /* NCCL_SPLIT_NOCOLOR: nothing to hand back */
+        ringlet_comm_t none = NULL; /* (NULL here: newcomm NULL would be refused as an argument) */
+        ringlet_result_t rc = a->device >= 0 ? ringlet_set_device(a->device) : RINGLET_SUCCESS;
+        if (!rc) (void)ringlet_comm_split(parent->rc, a->color, a->key, &none);
+        free(a);
+    }
+    pthread_mutex_lock(&parent->mu);
+    parent->splits_running--;
+    int last = --parent->calls == 0 && parent->doomed;
+    pthread_cond_broadcast(&parent->splits_cv);
+    pthread_mutex_unlock(&parent->mu);
+    if (last) abort_end(parent);
+    return NULL;
+}
+
+/* As NCCL's: a non-blocking parent's split returns ncclInProgress at once, and
+ * ncclCommGetAsyncError of the new communicator (and of the parent) says when it is done;
+ * one thread may so split several ranks of a process, one after another. */
+static ncclResult_t split_async(struct ncclComm *comm, int color, int key, int blocking, ncclComm_t *newcomm) {
+    ncclResult_t rc = shim_enter(comm, "ncclCommSplit"); /* the thread's hold, left there */
+    if (rc) return rc;
+    int nocolor = color == NCCL_SPLIT_NOCOLOR;
+    struct ncclComm *c = nocolor ? NULL : comm_new(-1, -1, blocking);
+    split_arg *a = calloc(1, sizeof *a);
+    if ((!nocolor && !c) || !a) {
+        free(a);
+        if (c) comm_free(c);
+        shim_leave(comm);
+        return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
+    }
+    uint64_t ckey = child_key(comm, color);
+    *a = (split_arg){c, comm, NULL, color, key, -1, 0};
+    pthread_mutex_lock(&comm->mu);
+    comm->splits_running++;
+    pthread_mutex_unlock(&comm->mu);
+    pthread_t th;
+    int started;
+    if (c) {
+        c->key = ckey;
+        ringlet_get_device(&a->device);
+        atomic_store(&c->init_done, 0);
+        c->init_joined = 0;
+        started = pthread_create(&c->init_thread, NULL, split_async_thread, a) == 0;
+    } else {
+        ringlet_get_device(&a->device);
+        started = pthread_create(&th, NULL, split_async_thread, a) == 0;
+        if (started) pthread_detach(th);
+    }
+    if (!started) {
+        pthread_mutex_lock(&comm->mu);
+        comm->splits_running--;
+        pthread_cond_broadcast(&comm->splits_cv);
+        pthread_mutex_unlock(&comm->mu);
+        free(a);
+        if (c) comm_free(c);
+        shim_leave(comm);
+        return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
+    }
+    if (c) *newcomm = c;
+    return ncclInProgress;
+}
+
 /* ncclCommSplit on an entered, ready parent. */
 static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfig_t *config, ncclComm_t *newcomm) {
     int blocking;
@@ -719,7 +804,7 @@ static ncclResult_t split_entered(ncclComm_t comm, int color, int key, ncclConfi
     /* A bad color or a NULL newcomm goes to ringlet's split, which every rank takes part in
      * and then refuses (naming the rank), rather than leave the others in its exchange. */
     if (shim_group_depth() > 0) return split_in_group(comm, color, key, blocking, newcomm);
-    /* A non-blocking split completes before it returns (ncclSuccess, which NCCL allows). */
+    if (!comm->blocking && newcomm) return split_async(comm, color, key, blocking, newcomm);
     uint64_t ckey = child_key(comm, color);
     ringlet_comm_t nrc = NULL;
     rc = shim_check(comm, ringlet_comm_split(comm->rc, color, key, newcomm ? &nrc : NULL));
@@ -779,6 +864,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess; /* as NCCL: cleanup after a failed init (which left NULL) */
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
+    wait_splits(comm); /* they hold it (its calls counted) until they end */
     pthread_mutex_lock(&comm->mu);
     int doomed = comm->doomed, calls = comm->calls;
     pthread_mutex_unlock(&comm->mu);
@@ -911,7 +997,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
         }
         return entered;
     }
-    if (!atomic_load(&comm->init_done)) {
+    pthread_mutex_lock(&comm->mu);
+    int splitting = comm->splits_running > 0; /* as NCCL's: the parent's split job still runs */
+    pthread_mutex_unlock(&comm->mu);
+    if (!atomic_load(&comm->init_done) || splitting) {
         *asyncError = ncclInProgress;
         shim_leave(comm);
         return ncclSuccess;

@@ -51,6 +51,10 @@ struct ncclComm {
     /* Calls under way on the handle (shim_enter), and doomed: aborted while some were, so
      * that the last of them to leave ends it (under mu). */
     int calls, doomed;
+    /* Splits of this (non-blocking) communicator running on threads of their own, outside
+     * a group (under mu; splits_cv says when one ends): its calls wait for them. */
+    int splits_running;
+    pthread_cond_t splits_cv;
     int finalized; /* ncclCommFinalize returned: a second one is refused, as NCCL's */
     /* ncclCommRegister's handles not yet deregistered (under mu): freed with the handle, as
      * NCCL's destroy releases a communicator's registrations. */

@@ -201,6 +201,13 @@ static ncclResult_t settle(ncclComm_t c) {
     }
     return ncclInProgress;
 }
+/* ncclCommSplit, and where it runs on (a non-blocking parent's split outside a group says
+ * ncclInProgress, as NCCL's), its end through the new communicator. */
+static ncclResult_t split_settled(ncclComm_t c, int color, int key, ncclComm_t *s, ncclConfig_t *cfg) {
+    ncclResult_t rc = ncclCommSplit(c, color, key, s, cfg);
+    if (rc == ncclInProgress) rc = s && *s ? settle(*s) : ncclSuccess;
+    return rc;
+}
 #define NB(comm, call)                                                                                                 \
     do {                                                                                                               \
         EXPECT(call, ncclInProgress, ncclSuccess);                                                                     \
@@ -377,7 +384,7 @@ static void test_split(ncclComm_t c) {
     ncclComm_t s = NULL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
-    OK(ncclCommSplit(c, color, -g_rank, &s, &cfg));
+    OK(split_settled(c, color, -g_rank, &s, &cfg));
     g_checks++;
     if (color == NCCL_SPLIT_NOCOLOR) {
         if (s) FAIL("split with NCCL_SPLIT_NOCOLOR gave a communicator");
@@ -416,11 +423,12 @@ static void test_split(ncclComm_t c) {
 static void test_split_bad_args(ncclComm_t c) {
     int bad = g_P - 1, ok_rc;
     ncclComm_t s = NULL;
-    ncclResult_t rc = ncclCommSplit(c, g_rank == bad ? -7 : 0, 0, &s, NULL);
+    ncclResult_t rc = split_settled(c, g_rank == bad ? -7 : 0, 0, &s, NULL);
     char want[64];
     snprintf(want, sizeof want, "rank %d passed color -7", bad);
     g_checks++;
-    if (rc != ncclInvalidArgument || s || !strstr(ncclGetLastError(c), want))
+    /* (a non-blocking c's split fails through its new communicator, the caller's to destroy) */
+    if (rc != ncclInvalidArgument || !strstr(ncclGetLastError(c), want))
         FAIL("split with color -7 on rank %d: %s: %s (want '%s')", bad, ncclGetErrorString(rc), ncclGetLastError(c), want);
     if (s) ncclCommDestroy(s), s = NULL;
     OK(ncclGroupStart());
@@ -440,7 +448,9 @@ static void test_split_bad_args(ncclComm_t c) {
         if (k == 0) badcfg.magic = 0;
         else badcfg.blocking = 2;
         if (k == 1) OK(ncclGroupStart());
-        rc = ncclCommSplit(c, 0, 0, &s, g_rank == bad ? &badcfg : NULL);
+        rc = k == 0 ? split_settled(c, 0, 0, &s, g_rank == bad ? &badcfg : NULL)
+                    : ncclCommSplit(c, 0, 0, &s, g_rank == bad ? &badcfg : NULL);
+        if (k == 0 && s) ncclCommDestroy(s), s = NULL; /* a good rank's failed split (settled) */
         ncclResult_t end = k == 1 ? ncclGroupEnd() : ncclSuccess;
         const char *m = ncclGetLastError(NULL);
         if (g_rank == bad) {
@@ -479,7 +489,7 @@ static void test_split_inherits(ncclComm_t c) {
     ncclConfig_t unset = NCCL_CONFIG_INITIALIZER; /* blocking left unset: NCCL's default, 1 */
     for (int with_config = 0; with_config < 2; with_config++) {
         ncclComm_t s = NULL;
-        OK(ncclCommSplit(c, 0, g_rank, &s, with_config ? &unset : NULL));
+        OK(split_settled(c, 0, g_rank, &s, with_config ? &unset : NULL));
         if (!s) {
             FAIL("split (%s) gave no communicator", with_config ? "a config" : "no config");
             return;
@@ -725,7 +735,7 @@ static void case_all(ncclComm_t c) {
     ncclComm_t b = NULL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
-    OK(ncclCommSplit(c, 0, g_rank, &b, &cfg));
+    OK(split_settled(c, 0, g_rank, &b, &cfg));
     test_allreduce_types(c, 0);
     test_allreduce_types(b, 1);
     test_collectives(c, 0, 1000);
@@ -786,7 +796,7 @@ static void case_abortcall(ncclComm_t c) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
     ncclComm_t b[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) OK(ncclCommSplit(c, 0, g_rank, &b[k], &cfg));
+    for (int k = 0; k < 2; k++) OK(split_settled(c, 0, g_rank, &b[k], &cfg));
     char path[600];
     snprintf(path, sizeof path, "%s/aborted", g_dir);
     if (g_rank == 1) {
@@ -827,7 +837,7 @@ static void case_fault(ncclComm_t c) {
     ncclComm_t b = NULL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
-    OK(ncclCommSplit(c, 0, g_rank, &b, &cfg));
+    OK(split_settled(c, 0, g_rank, &b, &cfg));
     char path[600];
     snprintf(path, sizeof path, "%s/split-done.%d", g_dir, g_rank);
     if (g_rank != 1) {
@@ -1262,6 +1272,61 @@ static void case_pairs(void) {
         unlink(path2);
     } else {
         for (double w = now(); access(gone, F_OK) != 0 && now() - w < 90;) usleep(2000);
+    }
+    /* Splits of non-blocking communicators outside a group, one thread splitting both its
+     * ranks one after another: as NCCL's, each returns ncclInProgress and
+     * ncclCommGetAsyncError follows it. Rank 2p's split cannot end before rank 2p + 1's has
+     * begun, so both it and its parent say ncclInProgress then (the first split waited in
+     * its exchange until RINGLET_TIMEOUT, the parent lost). */
+    ncclComm_t nb[K] = {NULL, NULL}, nbs[K] = {NULL, NULL};
+    ncclConfig_t nbcfg = NCCL_CONFIG_INITIALIZER;
+    nbcfg.blocking = 0;
+    OK(ncclGroupStart());
+    for (int k = 0; k < K; k++) {
+        ON_DEVICE(k);
+        OK(ncclCommSplit(comms[k], 0, K * g_rank + k, &nb[k], &nbcfg));
+    }
+    EXPECT(ncclGroupEnd(), ncclSuccess, ncclInProgress);
+    for (int k = 0; k < K; k++) OK(settle(nb[k]));
+    ncclResult_t st0 = ncclSuccess, st1 = ncclSuccess;
+    EXPECT(ncclCommSplit(nb[0], 0, K * g_rank, &nbs[0], NULL), ncclInProgress, -1);
+    if (nbs[0]) OK(ncclCommGetAsyncError(nbs[0], &st0));
+    OK(ncclCommGetAsyncError(nb[0], &st1));
+    g_checks++;
+    if (!nbs[0] || st0 != ncclInProgress || st1 != ncclInProgress)
+        FAIL("pairs: a non-blocking split waiting for this process's other rank: handle %p, it says %d, its parent %d "
+             "(want ncclInProgress, %d)", (void *)nbs[0], (int)st0, (int)st1, (int)ncclInProgress);
+    EXPECT(ncclCommSplit(nb[1], 0, K * g_rank + 1, &nbs[1], NULL), ncclInProgress, -1);
+    for (int k = 0; k < K; k++) {
+        int sn = -1, sr = -1;
+        if (!nbs[k]) continue;
+        OK(settle(nbs[k]));
+        OK(ncclCommCount(nbs[k], &sn));
+        OK(ncclCommUserRank(nbs[k], &sr));
+        g_checks++;
+        if (sn != N || sr != K * g_rank + k) FAIL("pairs: non-blocking split %d is rank %d of %d", k, sr, sn);
+        ON_DEVICE(k);
+        for (size_t i = 0; i < n; i++) h[k][i] = val(K * g_rank + k, 602, i, ncclInt32);
+        put(sb[k], h[k], n * 4);
+    }
+    if (nbs[0] && nbs[1]) {
+        OK(ncclGroupStart());
+        for (int k = 0; k < K; k++) OK(ncclAllReduce(sb[k], rb[k], n, ncclInt32, ncclSum, nbs[k], NULL));
+        EXPECT(ncclGroupEnd(), ncclSuccess, ncclInProgress);
+        for (size_t i = 0; i < n; i++) {
+            want[i] = 0;
+            for (int q = 0; q < N; q++) want[i] += val(q, 602, i, ncclInt32);
+        }
+        for (int k = 0; k < K; k++) {
+            OK(settle(nbs[k]));
+            ON_DEVICE(k);
+            get(got, rb[k], n * 4);
+            check_bytes("pairs non-blocking split allreduce", got, want, n, 4);
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        if (nbs[k]) OK(ncclCommDestroy(nbs[k]));
+        OK(ncclCommDestroy(nb[k]));
     }
     for (int k = 0; k < K; k++) OK(ncclCommDestroy(half[k]));  /* one thread, one by one */
     for (int k = 0; k < K; k++) OK(ncclCommDestroy(comms[k]));
