@@ -692,13 +692,13 @@ static void *split_thread(void *p) {
 static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, int blocking, ncclComm_t *newcomm) {
     /* The split's thread uses the parent until ncclGroupEnd joined it: held till then. */
     ncclResult_t rc = shim_group_enter(comm, "ncclCommSplit");
-    if (rc) return rc;
+    if (rc) return shim_group_spoil(rc);
     struct ncclComm *c = comm_new(-1, -1, blocking);
     split_arg *a = calloc(1, sizeof *a);
     if (!c || !a || group_init_add(c)) {
         free(a);
         if (c) comm_free(c);
-        return shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory");
+        return shim_group_spoil(shim_fail(comm, ncclSystemError, "ncclCommSplit: out of memory"));
     }
     /* Splits of one parent run one after another, each thread waiting for the one before
      * (not this thread: it may have the parent's other ranks still to split): their
@@ -712,7 +712,7 @@ static ncclResult_t split_in_group(struct ncclComm *comm, int color, int key, in
     c->key = child_key(comm, color);
     *a = (split_arg){c, comm, after, color, key, -1, !newcomm};
     if (start_init_thread(c, split_thread, a, &a->device, 1))
-        return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
+        return shim_group_spoil(shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread"));
     if (!c->nocolor) *newcomm = c;
     return ncclSuccess;
 }
@@ -730,7 +730,10 @@ static void *split_async_thread(void *p) {
     } else { /* NCCL_SPLIT_NOCOLOR: nothing to hand back */
         ringlet_comm_t none = NULL; /* (NULL here: newcomm NULL would be refused as an argument) */
         ringlet_result_t rc = a->device >= 0 ? ringlet_set_device(a->device) : RINGLET_SUCCESS;
-        if (!rc) (void)ringlet_comm_split(parent->rc, a->color, a->key, &none);
+        if (!rc) rc = ringlet_comm_split(parent->rc, a->color, a->key, &none);
+        /* No handle to fail: said as the last error (NCCL_DEBUG=WARN prints it); a
+         * failure that failed the parent, its async error says too. */
+        if (rc) (void)shim_check(parent, rc);
         free(a);
     }
     pthread_mutex_lock(&parent->mu);
@@ -830,9 +833,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (newcomm) *newcomm = NULL;
     ncclResult_t rc = shim_enter_ready(comm, "ncclCommSplit");
     if (rc) return shim_group_spoil(rc);
+    /* Not spoiled by a bad argument: this rank took part in the split, refusing, and every
+     * rank's split fails at ncclGroupEnd, which runs the group's other calls on every
+     * rank alike (spoiled on this rank only, they would wait for it on the others). */
     rc = split_entered(comm, color, key, config, newcomm);
     shim_leave(comm);
-    return shim_group_spoil(rc);
+    return rc;
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
@@ -860,11 +866,30 @@ static ncclResult_t comm_settle(struct ncclComm *c, const char *fn) {
     return ncclSuccess;
 }
 
+/* The destroy's wait for c's running splits (they hold c until they end), counted as a
+ * call: an abort meanwhile (a watchdog's) leaves the handle's end to the last call to
+ * leave, this one perhaps. 1: aborted meanwhile (c is gone, or going: not to be touched). */
+static int destroy_waits_splits(struct ncclComm *c) {
+    pthread_mutex_lock(&c->mu);
+    if (!c->splits_running) {
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    c->calls++;
+    while (c->splits_running > 0) pthread_cond_wait(&c->splits_cv, &c->mu);
+    int doomed = c->doomed, last = --c->calls == 0 && doomed;
+    pthread_mutex_unlock(&c->mu);
+    if (last) abort_end(c);
+    return doomed;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess; /* as NCCL: cleanup after a failed init (which left NULL) */
     ncclResult_t rc = comm_settle(comm, "ncclCommDestroy");
     if (rc) return rc;
-    wait_splits(comm); /* they hold it (its calls counted) until they end */
+    if (destroy_waits_splits(comm))
+        return shim_fail(NULL, ncclInvalidUsage, "ncclCommDestroy: the communicator was aborted while the destroy "
+                                                 "waited for its split");
     pthread_mutex_lock(&comm->mu);
     int doomed = comm->doomed, calls = comm->calls;
     pthread_mutex_unlock(&comm->mu);
