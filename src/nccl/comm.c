@@ -403,7 +403,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     return blocking || grouped ? ncclSuccess : ncclInProgress;
 }
 
-/* A refused init or split inside a group spoils it (shim_group_spoil). */
+/* A refused init inside a group spoils it (shim_group_spoil). */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
     if (comm) *comm = NULL; /* also when the config is refused: a caller may destroy what it got */
     int blocking;
