@@ -66,6 +66,9 @@ int rl_oneshot_fits(const struct ringlet_comm *c, const struct ringlet_request *
  * star at large sizes, over a slow link) failed while its bytes were flowing. */
 #define ONESHOT_PIECE ((size_t)1 << 20)
 
+/* The bytes of a message of len bytes that the wave at off moves. */
+static size_t piece_len(size_t len, size_t off) { return len - off < ONESHOT_PIECE ? len - off : ONESHOT_PIECE; }
+
 /* A request this wave does not post (its message ended in an earlier one): done. */
 static void treq_idle(rl_treq *t) {
     atomic_store(&t->status, RINGLET_SUCCESS);
@@ -96,7 +99,7 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
             }
             if (!off) rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_RECV);
             const rl_transport_ops *tp = recvs[i].conn->tp;
-            size_t len = recvs[i].bytes - off < ONESHOT_PIECE ? recvs[i].bytes - off : ONESHOT_PIECE;
+            size_t len = piece_len(recvs[i].bytes, off);
             rreq[i].chan = rl_op_chan(r->kind);
             recvs[i].lent = recvs[i].map && most <= ONESHOT_PIECE && tp->irecv_map &&
                             tp->irecv_map(recvs[i].conn->h, recvs[i].bytes, &rreq[i]) == RINGLET_SUCCESS;
@@ -108,11 +111,11 @@ static ringlet_result_t exchange(struct ringlet_comm *c, const struct ringlet_re
                 continue;
             }
             if (!off) rl_fault_point(&c->fault, c->rank, opname, r->seq, RL_FAULT_SEND);
-            size_t len = sends[i].bytes - off < ONESHOT_PIECE ? sends[i].bytes - off : ONESHOT_PIECE;
+            size_t len = piece_len(sends[i].bytes, off);
             sreq[i].chan = rl_op_chan(r->kind);
             sends[i].conn->tp->isend(sends[i].conn->h, (const char *)sends[i].buf + off, len, NULL, &sreq[i]);
         }
-        double last = 0; /* when a request last completed (or the wave began); the clock is read only while waiting */
+        double last = 0; /* when a request last completed, or the wave began (read only while waiting) */
         int waiting = -1;  /* index of a request not done: receives first, then sends + nr */
         int first = 0;     /* requests before this one are done */
         while (!rc) {

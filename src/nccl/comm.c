@@ -765,26 +765,22 @@ static ncclResult_t split_async(struct ncclComm *comm, int color, int key, int b
     pthread_mutex_lock(&comm->mu);
     comm->splits_running++;
     pthread_mutex_unlock(&comm->mu);
-    pthread_t th;
-    int started;
+    int failed;
     if (c) {
         c->key = ckey;
+        failed = start_init_thread(c, split_async_thread, a, &a->device, 0); /* frees a and c if it fails */
+    } else { /* no handle to join the thread */
+        pthread_t th;
         ringlet_get_device(&a->device);
-        atomic_store(&c->init_done, 0);
-        c->init_joined = 0;
-        started = pthread_create(&c->init_thread, NULL, split_async_thread, a) == 0;
-    } else {
-        ringlet_get_device(&a->device);
-        started = pthread_create(&th, NULL, split_async_thread, a) == 0;
-        if (started) pthread_detach(th);
+        failed = pthread_create(&th, NULL, split_async_thread, a) != 0;
+        if (failed) free(a);
+        else pthread_detach(th);
     }
-    if (!started) {
+    if (failed) {
         pthread_mutex_lock(&comm->mu);
         comm->splits_running--;
         pthread_cond_broadcast(&comm->splits_cv);
         pthread_mutex_unlock(&comm->mu);
-        free(a);
-        if (c) comm_free(c);
         shim_leave(comm);
         return shim_fail(comm, ncclSystemError, "ncclCommSplit: cannot start the split's thread");
     }

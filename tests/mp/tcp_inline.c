@@ -674,6 +674,12 @@ static void emfile(ringlet_comm_t comm, int parked) {
           rc ? ringlet_comm_last_error(comm) : "ok", (int)sum);
 }
 
+/* RINGLET_TIMEOUT as the ranks read it (300 s unset). */
+static double env_timeout(void) {
+    const char *te = getenv("RINGLET_TIMEOUT");
+    return te ? atof(te) : 300;
+}
+
 /* --slow BYTES: rank 0 isends BYTES to rank 1, which irecvs them, over a link slow enough
  * (the script's rate limit) that the transfer takes longer than RINGLET_TIMEOUT while
  * every piece moves well within it: the deadline counts time without progress, so both
@@ -688,8 +694,7 @@ static void slow_link(ringlet_comm_t comm, size_t n) {
     memset(buf + n, 0xA5, GUARD);
     if (g_rank == 0)
         for (size_t i = 0; i < n; i++) buf[i] = byte_at(-9, 0, 0, i);
-    const char *te = getenv("RINGLET_TIMEOUT");
-    double timeout = te ? atof(te) : 300;
+    double timeout = env_timeout();
     long long t0 = clock_ms();
     ringlet_request_t req = NULL;
     ringlet_result_t rc = g_rank == 0 ? ringlet_isend(buf, n, RINGLET_UINT8, 1, comm, NULL, &req)
@@ -720,8 +725,7 @@ static void slow_allreduce(ringlet_comm_t comm, size_t bytes) {
         return;
     }
     for (size_t i = 0; i < n; i++) a[i] = (int32_t)(byte_at(g_rank, 1, 2, i) * 65537u - (uint32_t)i);
-    const char *te = getenv("RINGLET_TIMEOUT");
-    double timeout = te ? atof(te) : 300;
+    double timeout = env_timeout();
     long long t0 = clock_ms();
     ringlet_result_t rc = ringlet_allreduce(a, r, n, RINGLET_INT32, RINGLET_SUM, comm, NULL);
     double secs = (double)(clock_ms() - t0) / 1000;
