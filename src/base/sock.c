@@ -155,7 +155,9 @@ rl_io_t rl_sock_connect(const struct sockaddr_storage *addr, socklen_t len, doub
         /* The listener may not be up yet: retry until the deadline. */
         double left = deadline - rl_now();
         if (left <= 0) return RL_IO_TIMEOUT;
-        rl_sleep_ms(left * 1000 < backoff ? (int)(left * 1000) + 1 : backoff);
+        int wait_ms = left * 1000 < backoff ? (int)(left * 1000) + 1 : backoff;
+        for (int slept = 0; slept < wait_ms && !stopped(stop); slept += 100) /* a stop is seen within 100 ms */
+            rl_sleep_ms(wait_ms - slept < 100 ? wait_ms - slept : 100);
         if (backoff < 512) backoff *= 2;
     }
 }

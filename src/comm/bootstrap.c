@@ -635,10 +635,13 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         r = rl_sock_recv_all(fd, payload, len, deadline + 10.0, &c->stop);
         ringlet_result_t rc = RINGLET_ERR_REMOTE;
         if (r != RL_IO_OK)
-            snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (%s)", rl_io_str(r));
+            snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not arrive whole (%s): rank 0 failed or closed "
+                     "the connection", rl_io_str(r));
         else if ((rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err)) == RINGLET_ERR_REMOTE &&
-                 th.status == RINGLET_ERR_INVALID_USAGE)
-            rc = RINGLET_ERR_INVALID_USAGE; /* rank 0's verdict (authenticated): this rank does not fit the job */
+                 (th.status == RINGLET_ERR_INVALID_USAGE || th.status == RINGLET_ERR_TIMEOUT))
+            /* rank 0's verdict (authenticated), the job's as much as rank 0's: this rank
+             * does not fit the job, or some rank never joined by the deadline */
+            rc = (ringlet_result_t)th.status;
         if (rc != RINGLET_SUCCESS) {
             free(payload);
             close(fd);

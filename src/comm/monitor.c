@@ -358,7 +358,9 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     if (clean && m->is_root) {
         /* Rank 0 leaves last, so that nobody takes its exit for a failure. */
         double deadline = rl_now() + c->timeout_s;
-        while (atomic_load(&m->nlive) > 0 && !atomic_load(&c->stop) && rl_now() < deadline) rl_sleep_ms(5);
+        while (atomic_load(&m->nlive) > 0 && !atomic_load(&c->stop) && !atomic_load(&c->aborted) &&
+               rl_now() < deadline)
+            rl_sleep_ms(5); /* an abort (a watchdog's, from another thread) ends the wait: it holds close_mu */
     }
     atomic_store(&m->leaving, 1);
     atomic_store(&m->quit, 1);

@@ -2,7 +2,8 @@
  * environment, and the error a rank gets when init fails.
  *   bootstrap uid FILE   rank 0 makes the id and writes FILE; the others read it
  *   bootstrap env        init from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE
- *   bootstrap expect-fail TEXT   init must fail and its message must contain TEXT
+ *   bootstrap expect-fail TEXT   init must fail and its message must contain TEXT (and its
+ *                                code be EXPECT_CODE, a ringlet_result_t, when that is set)
  * After a successful init every rank checks an int64 all-reduce of random data. */
 #include <stdint.h>
 #include <stdio.h>
@@ -85,8 +86,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         int ok = argc > 2 && strstr(msg, argv[2]) != NULL;
-        printf("rank %d: init failed as expected (%s): %s%s\n", rank, ringlet_strerror(rc), msg,
-               ok ? "" : " [message lacks the expected text]");
+        int code_ok = !getenv("EXPECT_CODE") || (int)rc == atoi(getenv("EXPECT_CODE"));
+        printf("rank %d: init failed as expected (%s): %s%s%s\n", rank, ringlet_strerror(rc), msg,
+               ok ? "" : " [message lacks the expected text]", code_ok ? "" : " [not the expected code]");
+        ok = ok && code_ok;
         return ok ? 0 : 1;
     }
     if (rc) {

@@ -2,7 +2,9 @@
 # Bootstrap: unique id through a file; strangers, garbage and a port scan on rank 0's
 # port while the job starts (must be refused without harm); a rank with the wrong
 # secret (refused; init fails naming the rank that never joined); a rank that never
-# shows up (init fails on the others within RINGLET_TIMEOUT, naming it); MASTER_ADDR with two
+# shows up (init fails on the others within RINGLET_TIMEOUT, naming it, with the timeout's
+# code); a rank whose init fails alone after the exchanges (the others quote its reason);
+# MASTER_ADDR with two
 # addresses that the ranks' resolvers order differently.
 set -u
 BUILD=${BUILD:-build}
@@ -149,9 +151,10 @@ check "wrong secret refused, named" $?
 P=$(port)
 export MASTER_PORT=$P WORLD_SIZE=3 RINGLET_TIMEOUT=3 RINGLET_SECRET=x
 t0=$SECONDS
-RANK=1 RINGLET_TIMEOUT=60 $bin expect-fail "rank 2" >"$tmp/m1.log" 2>&1 & # told by rank 0 at its deadline
+# told by rank 0 at its deadline: the job's timeout on both (RINGLET_ERR_TIMEOUT, 8), not a remote error
+EXPECT_CODE=8 RANK=1 RINGLET_TIMEOUT=60 $bin expect-fail "rank 2" >"$tmp/m1.log" 2>&1 &
 m1=$!
-RANK=0 $bin expect-fail "rank 2" >"$tmp/m0.log" 2>&1
+EXPECT_CODE=8 RANK=0 $bin expect-fail "rank 2" >"$tmp/m0.log" 2>&1
 s0=$?
 wait $m1; s1=$?
 cat "$tmp"/m?.log
@@ -179,6 +182,25 @@ if [ -z "${SANITIZE:-}" ]; then
     cat "$tmp/l1.log"
     [ $s1 -eq 0 ]
     check "rank 0 waits for a missing rank past a joined rank's deadline: said so" $?
+fi
+
+# 4c. Rank 1's init fails on its own after the exchanges (normal build only: an address
+#     space limit, which the sanitizers' shadow memory does not fit): 16 chunks of 256 MiB
+#     are more than its ulimit -v. Rank 0 must quote rank 1's reason, not take it for a
+#     process that exited.
+if [ -z "${SANITIZE:-}" ]; then
+    P=$(port)
+    export MASTER_PORT=$P WORLD_SIZE=2 RINGLET_SECRET=x
+    RINGLET_CHUNK_SIZE=256M RINGLET_NCHUNKS_INFLIGHT=16 RANK=1 RINGLET_TIMEOUT=60 \
+        sh -c 'ulimit -v 3000000 && exec "$@"' sh $bin expect-fail "out of memory for 16 chunks" >"$tmp/o1.log" 2>&1 &
+    o1=$!
+    RINGLET_CHUNK_SIZE=256M RINGLET_NCHUNKS_INFLIGHT=16 RANK=0 RINGLET_TIMEOUT=60 \
+        $bin expect-fail 'it said: "its init failed: out of memory for 16 chunks' >"$tmp/o0.log" 2>&1
+    s0=$?
+    wait $o1; s1=$?
+    cat "$tmp"/o?.log
+    [ $s0 -eq 0 ] && [ $s1 -eq 0 ]
+    check "a rank's own init failure after the exchanges: the others quote its reason" $?
 fi
 
 # 5. MASTER_ADDR names a host with an IPv6 and an IPv4 address, and the ranks' resolvers

@@ -57,6 +57,9 @@
  *       all-reduce: it must fail with RINGLET_ERR_REMOTE within 30 s (RINGLET_TIMEOUT is 60
  *       s in the test), naming rank 1 and quoting what rank 1 said of its failure (its
  *       abort), on rank 0 (which heard it) and on rank 2 (told by rank 0).
+ *   lifecycle --abort-destroying
+ *       rank 0's destroy waits for rank 1 to leave; another thread aborts it meanwhile:
+ *       the abort must return long before RINGLET_TIMEOUT; rank 1 destroys after it.
  *   lifecycle --laggard   (4 ranks)
  *       rank 2 stays out of an all-reduce until the others' has failed at the 8 s deadline
  *       of their communicator: every one's error says that rank 2 has not called it.
@@ -625,6 +628,48 @@ static int peer_says_why(void) {
  * they reach after), and then leaves: their error must say that rank 2 has not called it.
  * Rank 0 learns who lags from heartbeats (one a second) and tells it at its next one:
  * about 2 s after the call; 8 s leaves room for a loaded machine's late heartbeats. */
+/* --abort-destroying (2 ranks): rank 0's clean destroy waits for rank 1 to leave first
+ * (rank 0 leaves last); a watchdog thread aborts it meanwhile. The abort must end that wait
+ * (it waited for the rest of RINGLET_TIMEOUT). Rank 1 destroys only once rank 0's abort
+ * returned, so rank 0's destroy is in its wait when the abort comes, by construction. */
+static void *destroy_thread(void *p) {
+    waiter_t *w = p;
+    w->destroy_rc = ringlet_comm_destroy(w->c);
+    return NULL;
+}
+static int abort_destroying(void) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    char done[160];
+    snprintf(done, sizeof done, "%s/abort-destroying", g_dir);
+    if (g_rank != 0) {
+        for (double t0 = now(); access(done, F_OK) != 0 && now() - t0 < 120;) usleep(1000);
+        if (access(done, F_OK) != 0) FAIL("rank 0's abort did not return in 120 s");
+        ringlet_comm_destroy(c);
+        if (!g_failed) printf("lifecycle: rank %d: OK (destroyed after rank 0's abort)\n", g_rank);
+        return g_failed != 0;
+    }
+    waiter_t w = {.c = c};
+    pthread_t th;
+    pthread_create(&th, NULL, destroy_thread, &w);
+    /* The destroy holds close_mu through its teardown, and waits there for rank 1. */
+    while (!pthread_mutex_trylock(&c->close_mu)) {
+        pthread_mutex_unlock(&c->close_mu);
+        usleep(100);
+    }
+    double t0 = now(), limit = c->timeout_s / 2;
+    ringlet_result_t rc = ringlet_comm_abort(c);
+    double t = now() - t0;
+    FILE *f = fopen(done, "w");
+    if (f) fclose(f);
+    pthread_join(th, NULL);
+    if (rc) FAIL("abort: %s", ringlet_strerror(rc));
+    if (t > limit) FAIL("the abort waited %.1f s for the destroy's wait for rank 1 (RINGLET_TIMEOUT %.0f s)", t, 2 * limit);
+    if (w.destroy_rc) FAIL("destroy: %s", ringlet_strerror(w.destroy_rc));
+    if (!g_failed) printf("lifecycle: rank 0: OK an abort during the destroy's wait for rank 1 returned in %.1f ms\n", t * 1e3);
+    return g_failed != 0;
+}
+
 static int laggard(void) {
     ringlet_comm_t world, c = NULL;
     if (ringlet_comm_init_env(&world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
@@ -692,6 +737,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--laggard")) peer_why = 2;
         else if (!strcmp(argv[i], "--split-death")) peer_why = 3;
         else if (!strcmp(argv[i], "--group-destroy")) peer_why = 4;
+        else if (!strcmp(argv[i], "--abort-destroying")) peer_why = 5;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -701,7 +747,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --abort-destroying | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -716,6 +762,7 @@ int main(int argc, char **argv) {
     if (abort_destroy) return abort_destroy_rounds(abort_destroy);
     if (peer_why == 3) return split_death();
     if (peer_why == 4) return group_destroy();
+    if (peer_why == 5) return abort_destroying();
     if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();

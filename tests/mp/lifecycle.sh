@@ -17,6 +17,7 @@
 #   - a receive the peer never sends, polled with ringlet_test only: it fails with a timeout
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
+#   - a watchdog's abort while rank 0's destroy waits for rank 1 to leave: it ends the wait;
 #   - at 3 ranks, a split whose rank 2 exits after the split's exchanges: the others'
 #     split fails at once, naming rank 2;
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
@@ -75,6 +76,8 @@ one "a group's communicator destroyed while the group waits on another" RINGLET_
 # monitor hears of it, not at the new communicator's init deadline
 WANT_OK=3 one "a split whose member left after its exchanges" RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" \
     --split-death
+# a watchdog's abort while rank 0's destroy waits for rank 1 to leave first: it ends the wait
+one "an abort during rank 0's destroy" RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 120 "$PROG" --abort-destroying
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
