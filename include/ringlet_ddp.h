@@ -225,6 +225,14 @@ ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t ddp, int index, void *grad
  * zero_grad(set_to_none=True)) passes memory of its own (the bucket view, zeroed). With
  * find_unused_parameters the parameter counts as locally unused. */
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *grad);
+/* The framework could not give parameter index's gradient in this iteration (its hook
+ * failed: a sparse gradient, no memory): it contributes zeros, its gradient memory is not
+ * written, and the iteration fails at finish on every rank, this one with
+ * RINGLET_ERR_INVALID_USAGE naming the parameter and why (may be NULL), the others saying
+ * that a rank reported a usage error, as for a parameter that got no gradient; with
+ * find_unused_parameters too (a parameter never reported would otherwise be taken as
+ * unused, its registered gradient read). Returns RINGLET_SUCCESS once noted. */
+ringlet_result_t ringlet_ddp_grad_failed(ringlet_ddp_t ddp, int index, const char *why);
 /* End of backward: starts the buckets not started yet, waits for all, and leaves the
  * averaged gradients in every parameter's gradient memory. On device memory it does not
  * wait: the write-backs are queued on the DDP's stream behind the all-reduces, so work

@@ -192,7 +192,8 @@ class _Handle:
     the bucket memory lives as long as any of them; the communicator closes it first
     when it is destroyed, and a close (by the DDP's close() or by the communicator's)
     first moves every parameter's .grad that is still a view into bucket memory to memory
-    of its own, so that no gradient points into freed memory."""
+    of its own, so that no gradient points into freed memory (nor a reference to it that
+    the program kept; only a view the program made of one)."""
 
     def __init__(self, ptr):
         self.ptr = ptr
@@ -201,7 +202,8 @@ class _Handle:
         self.stream = None  # CUDA: the DDP's stream (the write-backs are queued there)
 
     def in_buckets(self, t):
-        return t.numel() > 0 and any(s <= t.data_ptr() < e for s, e in self.ranges)
+        # a sparse gradient has no data pointer (never a view into a bucket)
+        return t.layout == torch.strided and t.numel() > 0 and any(s <= t.data_ptr() < e for s, e in self.ranges)
 
     def _detach_views(self):
         grads = []
@@ -212,10 +214,14 @@ class _Handle:
                 grads.append((p, g))
         if not grads:
             return
+        # Each gradient tensor takes the copy's storage in place (set_), rather than
+        # .grad a new tensor: a reference the program kept to it (g = p.grad, a gradient
+        # history) then reads the copy too, not freed memory. (A view the program made of
+        # it, g.view(-1), still points into the bucket.)
         with torch.no_grad():
             if self.stream is None:
                 for p, g in grads:
-                    p.grad = g.clone()
+                    g.set_(g.clone())
                 return
             # on the DDP's stream, behind its write-backs (the C destroy then waits for that
             # stream before it frees the buckets); the current stream waits for the copies,
@@ -224,10 +230,10 @@ class _Handle:
             with torch.cuda.stream(self.stream):
                 copies = [g.clone() for _, g in grads]
             cur.wait_stream(self.stream)
-            for (p, _), c in zip(grads, copies):
+            for (p, g), c in zip(grads, copies):
                 if cur != self.stream:
                     c.record_stream(cur)
-                p.grad = c
+                g.set_(c)
 
     def close(self):
         if self.ptr:
@@ -769,19 +775,26 @@ class DistributedDataParallel(torch.nn.Module):
             self._mark_unused(h)
         self._ready[i] = 1
         p = self._params[i]
-        if p.grad is not None and p.grad.is_sparse:
-            raise RingletError(_lib.ERR_INVALID_USAGE,
-                               "ringlet DDP: parameter %s got a sparse gradient; only dense gradients are supported"
-                               % self._param_names[i])
-        # autograd's gradient for it came back undefined (a Function returned None for it):
-        # zeros from it, and its .grad takes the average, as in torch's DDP (left as it was,
-        # the C layer would send and write the gradient of an earlier iteration, freed by
-        # zero_grad(set_to_none=True))
-        undefined = p.grad is None
-        ptr = self._grad_ptr(i, unused=undefined)
-        if undefined:
-            self._undefined.append(i)
-        self._join_ddp_stream((p.grad,))
+        try:
+            if p.grad is not None and p.grad.is_sparse:
+                raise RingletError(_lib.ERR_INVALID_USAGE,
+                                   "ringlet DDP: parameter %s got a sparse gradient; only dense gradients are "
+                                   "supported" % self._param_names[i])
+            # autograd's gradient for it came back undefined (a Function returned None for it):
+            # zeros from it, and its .grad takes the average, as in torch's DDP (left as it was,
+            # the C layer would send and write the gradient of an earlier iteration, freed by
+            # zero_grad(set_to_none=True))
+            undefined = p.grad is None
+            ptr = self._grad_ptr(i, unused=undefined)
+            if undefined:
+                self._undefined.append(i)
+            self._join_ddp_stream((p.grad,))
+        except Exception as e:
+            # said to the C layer: the iteration fails on every rank (unsaid, it would fail
+            # on this one only, and with find_unused_parameters the C layer would take the
+            # parameter for unused and read its last gradient, freed since)
+            _lib.lib.ringlet_ddp_grad_failed(h, i, str(e).encode("utf-8", "replace"))
+            raise
         rc = _lib.lib.ringlet_ddp_grad_ready(h, i, ptr)
         if rc and i in self._unused:
             raise self._err(rc, "backward: parameter %s got a gradient although the forward's output does not "

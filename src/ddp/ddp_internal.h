@@ -181,6 +181,7 @@ RL_DDP_HIDDEN ringlet_result_t ddp_device_enter(struct ringlet_ddp *d, const cha
 RL_DDP_HIDDEN void ddp_device_leave(int prev);
 RL_DDP_HIDDEN void *ddp_dstream(const struct ringlet_ddp *d);
 RL_DDP_HIDDEN int ddp_stream_other_device(const struct ringlet_ddp *d, void *stream);
+RL_DDP_HIDDEN int ddp_same_memory(const struct ringlet_ddp *d, const void *g);
 RL_DDP_HIDDEN void *ddp_mem_alloc(struct ringlet_ddp *d, size_t bytes);
 RL_DDP_HIDDEN void ddp_mem_free(int on_device, void *p);
 RL_DDP_HIDDEN void ddp_mem_copy(struct ringlet_ddp *d, void *dst, const void *src, size_t bytes);

@@ -22,10 +22,21 @@ ringlet_result_t ddp_device_enter(struct ringlet_ddp *d, const char *fn, int *pr
     *prev = -1;
     if (!d->on_device || d->device < 0) return RINGLET_SUCCESS;
     ringlet_result_t rc = ringlet_device_enter(d->device, prev);
-    if (rc) /* the thread's message only: d's is written under d->mu */
-        return ddp_set_error(NULL, rc, "%s: cannot make the tensors' device %d current: %s", fn, d->device,
-                             ringlet_comm_last_error(NULL));
-    return RINGLET_SUCCESS;
+    if (rc) { /* d's message too (ringlet_ddp_last_error(d)), written under d->mu */
+        char why[MSG_MAX];
+        ddp_msgf(why, sizeof why, "%s", ringlet_comm_last_error(NULL));
+        pthread_mutex_lock(&d->mu);
+        rc = ddp_set_error(d, rc, "%s: cannot make the tensors' device %d current: %s", fn, d->device, why);
+        pthread_mutex_unlock(&d->mu);
+    }
+    return rc;
+}
+/* Whether gradient memory g is of the tensors' kind (host or device) and on their device:
+ * only then is it all-reduced in place. */
+int ddp_same_memory(const struct ringlet_ddp *d, const void *g) {
+    int dev = -1;
+    if (ringlet_mem_device(g, &dev) != RINGLET_SUCCESS) return 0;
+    return d->on_device ? dev >= 0 && dev == d->device : dev < 0;
 }
 void ddp_device_leave(int prev) { ringlet_device_leave(prev); }
 

@@ -103,10 +103,11 @@ static void mark(struct ringlet_ddp *d, int i, int used, int src) {
             ddp_mem_convert(d, w, b->wire, g, p->dtype, p->count, d->scale);
         else
             ddp_mem_zero(d, w, p->count * ringlet_datatype_size(b->wire));
-    } else if (p->direct && used && g && (uintptr_t)g % ringlet_datatype_size(p->dtype) == 0) {
-        /* in place on the gradient: no copy (a misaligned gradient, which an all-reduce
-         * refuses, goes through its slot: a refusal here would skip a collective the
-         * other ranks make) */
+    } else if (p->direct && used && g && (uintptr_t)g % ringlet_datatype_size(p->dtype) == 0 &&
+               ddp_same_memory(d, g)) {
+        /* in place on the gradient: no copy (a misaligned gradient, or one in memory of
+         * another kind or device, which an all-reduce refuses, goes through its slot: a
+         * refusal here would skip a collective the other ranks make) */
         p->launch_on = g;
     } else { /* averaging is the all-reduce's (RINGLET_AVG): a plain copy */
         if (g && g != v)
@@ -183,7 +184,10 @@ static ringlet_result_t pre_forward(struct ringlet_ddp *d, int grad_sync) {
     return rc;
 }
 
-static ringlet_result_t report(struct ringlet_ddp *d, int i, void *grad, int used, const char *fn) {
+/* why: grad_failed's reason (the framework could not give the gradient): the parameter
+ * contributes zeros, its result goes to its slot only, and the iteration fails on every
+ * rank at finish (the buckets' error flag). */
+static ringlet_result_t report(struct ringlet_ddp *d, int i, void *grad, int used, const char *why, const char *fn) {
     pthread_mutex_lock(&d->mu);
     ringlet_result_t rc = ddp_check_param(d, i, fn);
     if (rc) goto out;
@@ -213,6 +217,14 @@ static ringlet_result_t report(struct ringlet_ddp *d, int i, void *grad, int use
         ddp_iter_fail(d, rc, d->last_error);
         goto out;
     }
+    if (why) {
+        char m[MSG_MAX];
+        ddp_msgf(m, sizeof m, "%s: %s", ddp_tname(p, "parameter", i, nb, sizeof nb), why);
+        ddp_iter_fail(d, RINGLET_ERR_INVALID_USAGE, m);
+        p->unreported = 1; /* its gradient memory may be gone (the failure's cause): not written */
+        mark(d, i, 0, SRC_ZERO);
+        goto out;
+    }
     if (grad) p->grad = grad;
     if (used && !p->grad && p->count) {
         rc = ddp_set_error(d, RINGLET_ERR_INVALID_ARGUMENT, "%s: %s has no gradient memory (grad is NULL)", fn,
@@ -237,22 +249,29 @@ ringlet_result_t ringlet_ddp_pre_forward(ringlet_ddp_t d, int grad_sync) {
     return rc;
 }
 
-static ringlet_result_t report_on_device(struct ringlet_ddp *d, int i, void *grad, int used, const char *fn) {
+static ringlet_result_t report_on_device(struct ringlet_ddp *d, int i, void *grad, int used, const char *why,
+                                         const char *fn) {
     int prev;
     ringlet_result_t rc = ddp_device_enter(d, fn, &prev);
-    if (!rc) rc = report(d, i, grad, used, fn);
+    if (!rc) rc = report(d, i, grad, used, why, fn);
     ddp_device_leave(prev);
     return rc;
 }
 
 ringlet_result_t ringlet_ddp_grad_ready(ringlet_ddp_t d, int index, void *grad) {
     CHECK_DDP(d, "ringlet_ddp_grad_ready");
-    return report_on_device(d, index, grad, 1, "ringlet_ddp_grad_ready");
+    return report_on_device(d, index, grad, 1, NULL, "ringlet_ddp_grad_ready");
 }
 
 ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t d, int index, void *grad) {
     CHECK_DDP(d, "ringlet_ddp_grad_unused");
-    return report_on_device(d, index, grad, 0, "ringlet_ddp_grad_unused");
+    return report_on_device(d, index, grad, 0, NULL, "ringlet_ddp_grad_unused");
+}
+
+ringlet_result_t ringlet_ddp_grad_failed(ringlet_ddp_t d, int index, const char *why) {
+    CHECK_DDP(d, "ringlet_ddp_grad_failed");
+    return report_on_device(d, index, NULL, 0, why && *why ? why : "its gradient could not be given (no reason said)",
+                            "ringlet_ddp_grad_failed");
 }
 
 /* Result of bucket b into the gradients of its parameters. */

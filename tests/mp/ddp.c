@@ -39,7 +39,10 @@
  *             no gradient (every rank, and one rank only): the erring rank names it, the others
  *             say that another rank erred; calls out of order; a clean iteration afterwards
  *   other     (device memory, two devices) a model on device 0 driven with device 1 current:
- *             right gradients, rebuilt buckets on device 0, device 1 current after each call
+ *             right gradients, rebuilt buckets on device 0, device 1 current after each call;
+ *             the last rank's gradients in memory of device 1, every parameter all-reduced in
+ *             place elsewhere: right gradients; in a child forked after init, a call refused
+ *             for the device names itself in the object's message
  *
  * Values are small multiples of 1/4, exact in every dtype, so sums are exact and only
  * the division by the number of ranks (and compression) rounds.
@@ -55,6 +58,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "device.h" /* the device layer: only to hold a stream (test_nowait, test_stream_switch) */
 #include "ringlet.h"
@@ -1201,6 +1206,68 @@ static void test_other_device(void) {
     model_free(&m);
 }
 
+/* (device memory, two devices) the last rank's gradients in memory of device 1 while the
+ * model is on device 0, every parameter all-reduced in place (RINGLET_DDP_DIRECT_BYTES=64
+ * on every rank): such a gradient goes through its slot, the average lands in it (an
+ * in-place all-reduce on it was refused on that rank alone, and the others waited in it
+ * until the deadline); then, in a child forked after init (which cannot use the device),
+ * a refused call's message is the object's too (ringlet_ddp_last_error(d)). */
+static void test_grad_elsewhere(void) {
+    int ndev = 0;
+    ringlet_device_count(&ndev);
+    if (!g_dev || ndev < 2) return;
+    const char *what = "gradients on device 1 on the last rank";
+    const char *was = getenv("RINGLET_DDP_DIRECT_BYTES");
+    char saved[64] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    setenv("RINGLET_DDP_DIRECT_BYTES", "64", 1);
+    model_t m;
+    model_init(&m, 1);
+    ringlet_ddp_options_t o = small_opts();
+    ringlet_ddp_t d = create(&m, &o);
+    if (was) setenv("RINGLET_DDP_DIRECT_BYTES", saved, 1);
+    else unsetenv("RINGLET_DDP_DIRECT_BYTES");
+    void *elsewhere[16] = {0};
+    int last = g_rank == g_size - 1;
+    for (int i = 0; i < m.np && last; i++) {
+        ringlet_set_device(1);
+        elsewhere[i] = talloc(m.p[i].count * ringlet_datatype_size(m.p[i].dtype));
+        ringlet_set_device(0);
+    }
+    for (int it = 0; it < 2 && d; it++) {
+        DRC(d, ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC));
+        for (int i = m.np - 1; i >= 0; i--) {
+            void *g = last ? elsewhere[i] : m.p[i].grad;
+            fill_grad(g, &m.p[i], it, i, 1);
+            DRC(d, ringlet_ddp_grad_ready(d, i, g));
+        }
+        DRC(d, ringlet_ddp_finish(d));
+        RC_OK(ringlet_stream_synchronize(NULL));
+        for (int i = 0; i < m.np; i++)
+            check_grad(last ? elsewhere[i] : m.p[i].grad, &m.p[i], it, i, 1, 1, RINGLET_DDP_COMPRESS_NONE, -1, what);
+    }
+    if (d) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            ringlet_result_t rc = ringlet_ddp_pre_forward(d, RINGLET_DDP_SYNC);
+            const char *msg = ringlet_ddp_last_error(d);
+            int ok = rc != RINGLET_SUCCESS && strstr(msg, "ringlet_ddp_pre_forward") && strstr(msg, "forked");
+            if (!ok) printf("FAIL rank %d: forked child: pre_forward %s, object's message \"%s\"\n", g_rank,
+                            ringlet_strerror(rc), msg);
+            fflush(stdout);
+            _exit(ok ? 0 : 1);
+        }
+        int st = -1;
+        if (pid > 0) waitpid(pid, &st, 0);
+        CHECK(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "a child forked after init: the DDP object's message did not name the refused call (status %d)", st);
+    }
+    if (d) DRC(d, ringlet_ddp_destroy(d));
+    for (int i = 0; i < m.np; i++) tfree(elsewhere[i]);
+    model_free(&m);
+}
+
 static void test_misuse_iterations(void) {
     model_t m;
     model_init(&m, 1);
@@ -1451,6 +1518,7 @@ int main(int argc, char **argv) {
     test_misaligned();
     test_misuse_create();
     test_other_device();
+    test_grad_elsewhere();
     test_device_full();
     test_rebuild_device_full();
     test_misuse_iterations();

@@ -37,8 +37,11 @@ on every rank, and the DDP object goes on working afterwards where that makes se
             average (the end of the backward run inside the checkpoint's is not the end)
   checkpoint-unused  the whole model in a reentrant checkpoint, a parameter unused: the
             next forward raises, naming it (no hook came after the inner backward's end)
+  sparse-find  find_unused_parameters, a sparse gradient on rank 0 in one iteration (its
+            hook raises): every rank's backward raises, saying why; the next one trains
   outlive   gradient_as_bucket_view, the communicator destroyed without closing the DDP:
-            the gradients keep their values (they were views into the freed buckets)
+            the gradients keep their values (they were views into the freed buckets), and
+            so do references to them the program kept
 Prints "ddp_misuse: rank R: <case>: ..." and PASS/FAIL.
 """
 import dataclasses
@@ -489,6 +492,43 @@ def main():
         check(rank, case, "'never.weight'" in str(e) and "got no gradient" in str(e), str(e))
     ddp.close()
 
+    # sparse-find: find_unused_parameters, rank 0's embedding gives a sparse gradient in
+    # iteration 1 (its hook raises): every rank's backward raises (rank 0 naming the sparse
+    # gradient, the others a usage error of another rank), no rank writes the gradient it
+    # last had (freed by zero_grad(set_to_none=True)), and iteration 2 trains again
+    case = "sparse-find"
+
+    class Embedded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(10, 4, generator=torch.Generator().manual_seed(5)))
+            self.l = torch.nn.Linear(4, 1)
+
+        def forward(self, idx, sparse):
+            return self.l(torch.nn.functional.embedding(idx, self.w, sparse=sparse)).sum()
+
+    emb = Embedded()
+    ddp = RingletDDP(emb, find_unused_parameters=True)
+    ref = Embedded()
+    ref.load_state_dict(emb.state_dict())  # rank 0's (broadcast at construction): every rank's input alike
+    idx = torch.tensor([1, 2, 7])
+    for it in range(3):
+        emb.zero_grad(set_to_none=True)
+        try:
+            ddp(idx, sparse=(rank == 0 and it == 1)).backward()
+            raised = None
+        except ringlet.RingletError as e:
+            raised = str(e)
+        if it == 1:
+            want = "sparse gradient" if rank == 0 else "other rank(s) reported a DDP usage error"
+            check(rank, case, raised is not None and want in raised, "iteration 1: %s" % raised)
+        else:
+            ref.zero_grad(set_to_none=True)
+            ref(idx, False).backward()  # the same input on every rank: the average is this
+            check(rank, case, raised is None and torch.allclose(emb.w.grad, ref.w.grad, rtol=1e-5, atol=1e-6),
+                  "iteration %d: %s" % (it, raised or "gradient differs from the expected average"))
+    ddp.close()
+
     # outlive: gradients that are bucket views outlive the communicator's destroy (which
     # closes the DDP objects made on it, here without ddp.close()): they keep their values
     # in memory of their own, not in the freed buckets (whose first bytes the allocator
@@ -499,13 +539,15 @@ def main():
     g = torch.Generator().manual_seed(rank)
     ddp(torch.randn(4, 8, generator=g)).sum().backward()
     want = [p.grad.clone() for p in base.parameters()]
+    kept = [p.grad for p in base.parameters()]  # references the program kept (a gradient history)
     ranges = list(ddp._h.ranges)  # the bucket memory
     ringlet.destroy()
-    inside = sum(1 for p in base.parameters() if any(s <= p.grad.data_ptr() < e for s, e in ranges))
+    inside = sum(1 for g in [p.grad for p in base.parameters()] + kept
+                 if any(s <= g.data_ptr() < e for s, e in ranges))
     check(rank, case, inside == 0 and len(ranges) > 0,
-          "%d gradient(s) still point into the freed buckets (%d)" % (inside, len(ranges)))
+          "%d gradient(s) or kept references still point into the freed buckets (%d)" % (inside, len(ranges)))
     junk = [torch.full((n,), 7.0) for n in (4, 12, 32, 64, 3, 16) for _ in range(8)]  # reuses freed memory
-    same = all(torch.equal(p.grad, w) for p, w in zip(base.parameters(), want))
+    same = all(torch.equal(p.grad, w) and torch.equal(k, w) for p, k, w in zip(base.parameters(), kept, want))
     check(rank, case, same and len(junk) > 0, "gradients (bucket views) unchanged after the communicator's destroy")
     log(rank, "ddp_misuse:", "PASS" if not failures else "FAIL (%s)" % ", ".join(failures))
     return 0 if not failures else 1
