@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,6 +88,10 @@ int main(int argc, char **argv)
 
     sigset_t wait_mask;
     setup_signals(&wait_mask);
+    /* What a rank started and left behind is the launcher's child from then on: reaped here
+     * at once, so a group whose processes ended is seen empty (a zombie still counts as a
+     * member, and some init processes reap late). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     raise_nofile(nranks);
     if (opt.bind)
         plan_binding(nranks);
@@ -177,7 +182,7 @@ int main(int argc, char **argv)
                 stream_read(pstreams[i]);
         flush_outputs();
 
-        /* 3. signals to the launcher: SIGUSR1/2 and SIGTSTP passed on; SIGINT/TERM/HUP forwarded,
+        /* 3. signals to the launcher: SIGUSR1/2 and SIGTSTP passed on; SIGINT/TERM/HUP/QUIT forwarded,
          * then SIGKILL 3 s later, and a second one kills at once */
         forward_signals();
         int sc = sig_count;
@@ -263,8 +268,28 @@ int main(int argc, char **argv)
         }
     }
 
-    /* All ranks are gone. Whatever they wrote is in the pipes; a grandchild that still holds a pipe
-     * does not keep the launcher waiting. */
+    /* All ranks are gone. A job that failed, timed out or was stopped stops what its ranks
+     * started too, as it does while they live: SIGTERM to the groups where something still
+     * runs (the loop's SIGTERM may have come before some rank left, or never), then SIGKILL
+     * to what is left KILL_DELAY_NS later. */
+    if ((exit_code > 0 || phase == TERMINATING) && groups_left()) {
+        signal_alive(SIGTERM);
+        int64_t until = now_ns() + KILL_DELAY_NS;
+        while (groups_left() && now_ns() < until) {
+            struct timespec pause = {0, 20 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            int st;
+            while (waitpid(-1, &st, WNOHANG) > 0) { /* the leftovers (this is their subreaper) */
+            }
+        }
+        if (groups_left()) {
+            msg("what the ranks started still runs %g s after SIGTERM: sending SIGKILL", (double)KILL_DELAY_NS / NS);
+            signal_alive(SIGKILL);
+        }
+    }
+
+    /* Whatever they wrote is in the pipes; a grandchild that still holds a pipe does not keep
+     * the launcher waiting. */
     for (long r = 0; r < nranks; r++) {
         stream_drain(&ranks[r].out);
         stream_drain(&ranks[r].err);
@@ -281,7 +306,7 @@ int main(int argc, char **argv)
     free(ranks);
     int sig = got_sig;
     if (sig != 0 && exit_code == 128 + sig) {
-        /* Ended by SIGINT, SIGTERM or SIGHUP: die of it, as a shell expects of a program it
+        /* Ended by SIGINT, SIGTERM, SIGHUP or SIGQUIT: die of it, as a shell expects of a program it
          * interrupted (a shell loop of ringlet-run stops at Ctrl-C); its status reads 128 + sig. */
         signal(sig, SIG_DFL);
         sigset_t one;

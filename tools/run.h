@@ -82,7 +82,9 @@ bool outputs_finish(const sigset_t *wait_mask, volatile sig_atomic_t *sig_count)
 /* ---- ranks (run_launch.c) ---- */
 
 struct rank {
-    pid_t pid; /* 0 when not started or reaped */
+    pid_t pid;  /* 0 when not started or reaped */
+    pid_t pgid; /* its process group (it leads a session): kept after it is reaped, for what
+                 * it started; 0 when not started or once the group is empty */
     struct stream out, err;
 };
 
@@ -105,14 +107,18 @@ int start_rank(long r, char **argv, pid_t launcher);
 /* ---- signals (run_signals.c) ---- */
 
 extern volatile sig_atomic_t got_chld;
-extern volatile sig_atomic_t got_sig;   /* last SIGINT/SIGTERM/SIGHUP received */
+extern volatile sig_atomic_t got_sig;   /* last SIGINT/SIGTERM/SIGHUP/SIGQUIT received */
 extern volatile sig_atomic_t sig_count; /* how many of them */
 
-/* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP but inside ppoll() with *wait_mask. */
+/* Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT but inside ppoll() with *wait_mask. */
 void setup_signals(sigset_t *wait_mask);
 /* In a child: the signal state the launcher was started with. */
 void restore_signals(void);
+/* sig to every rank's process group: a rank's own, and, once it was reaped, what it
+ * started that still runs. */
 void signal_alive(int sig);
+/* Whether a process of some rank's group (a reaped rank's leftover) still runs. */
+bool groups_left(void);
 /* Passes on the SIGUSR1, SIGUSR2 and SIGTSTP received since the last call (job loop). */
 #define NFWD 3
 void forward_signals(void);

@@ -261,6 +261,7 @@ int start_rank(long r, char **argv, pid_t launcher)
     rk->out.fd = po[0];
     rk->err.fd = pe[0];
     rk->pid = pid;
+    rk->pgid = pid; /* its setsid() makes it so; until then kill(-pgid) finds no group */
     return 0;
 }
 

@@ -45,8 +45,9 @@ static const char help_text[] =
     "(SIGPIPE); another write error there (a full disk) only drops the output.\n"
     "\n"
     "exit status: 0 when all ranks exit 0; otherwise the first failing rank's status (128+signal when\n"
-    "killed by a signal); 124 on --timeout; when the launcher gets SIGINT/SIGTERM/SIGHUP, it forwards the\n"
-    "signal to the ranks (a second one kills them at once), then dies of it (a shell shows 128+signal);\n"
+    "killed by a signal); 124 on --timeout; when the launcher gets SIGINT/SIGTERM/SIGHUP/SIGQUIT, it\n"
+    "forwards the signal to the ranks (a second one kills them at once), then dies of it (a shell shows\n"
+    "128+signal); a failure, a timeout or a signal also stops what an exited rank left running;\n"
     "2 for bad usage or a PROGRAM that is not found; a rank whose exec fails exits 127.\n";
 
 static _Noreturn void usage_error(const char *fmt, ...)

@@ -1,6 +1,7 @@
-/* ringlet-run's signals: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 and SIGTSTP are
+/* ringlet-run's signals: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGTSTP are
  * blocked except inside ppoll(), where their handlers only note them for the job loop; the
  * ranks get the signal state the launcher was started with. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -8,11 +9,14 @@
 #include "run.h"
 
 volatile sig_atomic_t got_chld;
-volatile sig_atomic_t got_sig;   /* last SIGINT/SIGTERM/SIGHUP received */
+volatile sig_atomic_t got_sig;   /* last SIGINT/SIGTERM/SIGHUP/SIGQUIT received */
 volatile sig_atomic_t sig_count; /* how many of them */
-static const int term_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+/* SIGQUIT (Ctrl-\\, which reaches the launcher alone: the ranks are in sessions of their
+ * own) too: by default it killed the launcher without stopping the ranks' groups. */
+#define NTERM 4
+static const int term_sigs[NTERM] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 static sigset_t orig_mask;
-static bool sig_was_ignored[3];
+static bool sig_was_ignored[NTERM];
 /* Passed on to the ranks, the job going on: SIGUSR1 and SIGUSR2 (a batch system's warning
  * before the end of its time), and SIGTSTP (Ctrl-Z: the ranks, in sessions of their own,
  * would not see the terminal's). */
@@ -41,7 +45,7 @@ void setup_signals(sigset_t *wait_mask)
     sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < NTERM; i++)
         sigaddset(&block, term_sigs[i]);
     for (int i = 0; i < NFWD; i++)
         sigaddset(&block, fwd_sigs[i]);
@@ -55,10 +59,10 @@ void setup_signals(sigset_t *wait_mask)
     sa.sa_mask = block;
     sa.sa_flags = SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < NTERM; i++) {
         struct sigaction old;
         sigaction(term_sigs[i], NULL, &old);
-        /* SIGINT/SIGHUP ignored on entry (nohup, a background job): leave them so */
+        /* SIGINT/SIGHUP/SIGQUIT ignored on entry (nohup, a background job): leave them so */
         sig_was_ignored[i] = old.sa_handler == SIG_IGN && term_sigs[i] != SIGTERM;
         if (!sig_was_ignored[i]) {
             sigaction(term_sigs[i], &sa, NULL);
@@ -81,7 +85,7 @@ void restore_signals(void)
 {
     signal(SIGPIPE, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < NTERM; i++)
         signal(term_sigs[i], sig_was_ignored[i] ? SIG_IGN : SIG_DFL);
     for (int i = 0; i < NFWD; i++)
         signal(fwd_sigs[i], fwd_was_ignored[i] ? SIG_IGN : SIG_DFL);
@@ -121,10 +125,32 @@ const char *sig_name(int sig, char *tmp, size_t tmplen)
 void signal_alive(int sig)
 {
     /* the rank's process group (it leads a session of its own); the rank alone while it
-     * has not made it yet, just after the fork */
-    for (long r = 0; r < nranks; r++)
-        if (ranks[r].pid > 0 && kill(-ranks[r].pid, sig) != 0)
+     * has not made it yet, just after the fork; a reaped rank's group while something it
+     * started runs there (it stopped with the job only while its rank lived) */
+    for (long r = 0; r < nranks; r++) {
+        if (ranks[r].pgid <= 0)
+            continue;
+        if (kill(-ranks[r].pgid, sig) == 0)
+            continue;
+        if (ranks[r].pid > 0)
             kill(ranks[r].pid, sig);
+        else if (errno == ESRCH)
+            ranks[r].pgid = 0; /* empty: its id may be another's group from now on */
+    }
+}
+
+bool groups_left(void)
+{
+    bool any = false;
+    for (long r = 0; r < nranks; r++) {
+        if (ranks[r].pgid <= 0)
+            continue;
+        if (kill(-ranks[r].pgid, 0) == 0 || errno != ESRCH)
+            any = true;
+        else
+            ranks[r].pgid = 0;
+    }
+    return any;
 }
 
 void forward_signals(void)

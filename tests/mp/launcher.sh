@@ -95,6 +95,15 @@ grace) # rank 0 fails at once; rank 1 does its work once $dir/$GATE exists, then
 stubborn) trap '' TERM; loop ;;   # ignores SIGTERM: needs the SIGKILL
 loop) touch "$dir/up.$RANK"; loop ;;
 termfile) trap 'touch "$dir/term.$RANK"; exit 0' TERM INT; touch "$dir/up.$RANK"; loop ;;
+leftover) # every rank starts a program and goes on; rank 1 (alone: rank 0) then exits 3: the
+    # program it left behind must stop with the job (its group was no longer signalled)
+    (exec -a "left_$2" sleep 1000) &
+    [ "$RANK" = 1 ] || [ "$WORLD_SIZE" = 1 ] && exit 3
+    loop ;;
+quitfile) # notes SIGQUIT and leaves; its program ignores SIGQUIT (no core dump): SIGTERM stops it
+    trap 'touch "$dir/quit.$RANK"; exit 0' QUIT
+    (trap '' QUIT; exec -a "quitchild_$2" sleep 1000) &
+    touch "$dir/up.$RANK"; loop ;;
 grandchild) # a script that runs the real program: the program must stop with it
     (exec -a "grandchild_$2" sleep 1000) & touch "$dir/up.$RANK"; wait ;;
 usr) trap 'touch "$dir/usr1.$RANK"' USR1; trap 'touch "$dir/usr2.$RANK"; exit 0' USR2; touch "$dir/up.$RANK"; loop ;;
@@ -154,6 +163,20 @@ else
     fail "exit propagation: rc=$rc (want 3), ${dt} ms, leftovers: $(leftovers | tr '\n' ' ')"
     cat "$TMP/fail3.err"
 fi
+
+# a rank that exits 3 after starting a program that runs on (its wrapper script killed, say):
+# the job's end stops that program too, at 2 ranks (rank 0 still running then) and at 1
+for n in 2 1; do
+    L -n $n "$R" leftover "$MARK" >/dev/null 2>"$TMP/leftover.err"
+    rc=$?
+    if [ $rc = 3 ] && no_leftovers; then
+        pass "$n rank(s), rank $((n - 1)) exits 3 leaving a program running: it is stopped"
+    else
+        fail "a rank's leftover program at $n rank(s): rc=$rc (want 3), leftovers: $(leftovers | tr '\n' ' ')"
+        cat "$TMP/leftover.err"
+        kill -KILL $(leftovers) 2>/dev/null
+    fi
+done
 
 # --- 3. a rank killed by SIGKILL -> 137 --------------------------------------------------------------
 L -n 3 "$R" selfkill "$MARK" >/dev/null 2>"$TMP/kill.err"
@@ -258,6 +281,38 @@ PY
     fi
 else
     echo "skip: SIGINT's wait status (needs /usr/bin/python3)"
+fi
+# SIGQUIT (Ctrl-\\, which reaches the launcher alone): forwarded as SIGINT is, the launcher
+# dies of it (no core: RLIMIT_CORE 0, in $TMP), and what the ranks started is stopped (it
+# ignores SIGQUIT: by SIGTERM)
+rm -f "$TMP"/up.*
+if [ -x /usr/bin/python3 ]; then
+    sigquit=$(/usr/bin/python3 - "$RUN" "$R" "$MARK" "$TMP" <<'PY'
+import os, resource, signal, subprocess, sys, time
+run, rank, mark, tmp = sys.argv[1:]
+def no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+p = subprocess.Popen([run, "-n", "2", rank, "quitfile", mark], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     preexec_fn=no_core, cwd=tmp)
+until = time.monotonic() + 20
+while not all(os.path.exists("%s/up.%d" % (tmp, r)) for r in (0, 1)) and time.monotonic() < until:
+    time.sleep(0.05)
+p.send_signal(signal.SIGQUIT)
+try:
+    print(p.wait(20))
+except subprocess.TimeoutExpired:
+    p.kill(); print("hung")
+PY
+)
+    if [ "$sigquit" = -3 ] && wait_files 2 quit && no_leftovers; then
+        pass "SIGQUIT to the launcher is forwarded, what the ranks started is stopped, and it dies of SIGQUIT"
+    else
+        fail "SIGQUIT to launcher: wait status $sigquit (want -3), leftovers: $(leftovers | tr '\n' ' ')"
+        kill -KILL $(leftovers) 2>/dev/null
+    fi
+else
+    echo "skip: SIGQUIT's wait status (needs /usr/bin/python3)"
 fi
 # started with stdin and stdout closed: the ranks still have descriptors 0, 1 and 2
 L -n 1 "$R" fds "$MARK" <&- >&- 2>"$TMP/fds.err"
