@@ -61,6 +61,7 @@ int main(int argc, char **argv)
         if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
             return EXIT_INTERNAL;
     parse_args(argc, argv, &opt);
+    outputs_init();
     int e = find_program(opt.argv[0]);
     if (e != 0) {
         if (e == ENOENT || e == ENOTDIR)

@@ -59,6 +59,9 @@ struct stream {
 /* Write everything, coping with EINTR and with an inherited non-blocking descriptor.
  * Returns false when the descriptor is gone (EPIPE, EBADF, ...). */
 bool write_all(int fd, const char *p, size_t n);
+/* Before any output: how stdout and stderr are written (one queue when they are one file;
+ * a terminal through a non-blocking open file of its own). */
+void outputs_init(void);
 /* The launcher's own messages go to stderr, after any forwarded output already collected. */
 __attribute__((format(printf, 1, 2))) void msg(const char *fmt, ...);
 bool stream_init(struct stream *s, long r, bool is_err);

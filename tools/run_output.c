@@ -1,13 +1,17 @@
 /* ringlet-run's output: each line a rank writes goes out whole, with a "[RANK] " prefix,
- * stdout to stdout and stderr to stderr, batched per destination and written without
- * blocking; the launcher's own messages follow what was already collected. */
+ * stdout to stdout and stderr to stderr (one queue when they are one file), batched per
+ * destination and written without blocking; the launcher's own messages follow what was
+ * already collected. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "run.h"
@@ -40,12 +44,46 @@ struct outbuf {
     int fd;
     bool dead; /* the destination is closed: keep draining ranks, drop their output */
     bool gone; /* dead because its reader left (EPIPE, POLLERR): the ranks are told */
+    bool sock; /* a socket: written with MSG_DONTWAIT */
     size_t len, cap;
     char *data;
 };
 
 static struct outbuf out_o = {.fd = STDOUT_FILENO};
 static struct outbuf out_e = {.fd = STDERR_FILENO};
+/* Where stderr's lines go: out_o when stdout and stderr are one file (2>&1), so that a
+ * line written in part (a pipe that took only some) is never cut by the other's lines. */
+static struct outbuf *err_dest = &out_e;
+
+/* A terminal polls writable with less room than PIPE_BUF, and a blocking write there
+ * would stop the launcher (deadlines, signals) while nobody reads it: it gets an open
+ * file of its own, non-blocking (the one shared with the shell stays as it was). A
+ * socket is written with MSG_DONTWAIT. */
+static void dest_init(struct outbuf *ob, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    ob->sock = S_ISSOCK(st.st_mode);
+    if (!isatty(fd))
+        return;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int own = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (own >= 0)
+        ob->fd = own;
+}
+
+void outputs_init(void)
+{
+    struct stat so, se;
+    if (fstat(STDOUT_FILENO, &so) == 0 && fstat(STDERR_FILENO, &se) == 0 && so.st_dev == se.st_dev &&
+        so.st_ino == se.st_ino)
+        err_dest = &out_o;
+    dest_init(&out_o, STDOUT_FILENO);
+    if (err_dest != &out_o)
+        dest_init(&out_e, STDERR_FILENO);
+}
 
 /* Writes what the destination takes now; true if anything went. */
 static bool out_try(struct outbuf *ob)
@@ -64,7 +102,8 @@ static bool out_try(struct outbuf *ob)
             break;
         }
         size_t n = ob->len - off < PIPE_BUF ? ob->len - off : PIPE_BUF;
-        ssize_t w = write(ob->fd, ob->data + off, n);
+        ssize_t w = ob->sock ? send(ob->fd, ob->data + off, n, MSG_DONTWAIT | MSG_NOSIGNAL)
+                             : write(ob->fd, ob->data + off, n);
         if (w > 0)
             off += (size_t)w;
         else if (w < 0 && errno == EINTR)
@@ -116,14 +155,14 @@ void msg(const char *fmt, ...)
     if (len > sizeof line - 2)
         len = sizeof line - 2;
     line[len++] = '\n';
-    out_put(&out_e, line, len);
+    out_put(err_dest, line, len);
     flush_outputs();
 }
 
 /* Emit one line (without its '\n', or a piece of a long one) with the prefix and a '\n'. */
 static void emit_line(struct stream *s, const char *p, size_t n)
 {
-    struct outbuf *ob = s->is_err ? &out_e : &out_o;
+    struct outbuf *ob = s->is_err ? err_dest : &out_o;
     out_put(ob, s->prefix, s->plen);
     out_put(ob, p, n);
     out_put(ob, "\n", 1);
@@ -175,7 +214,7 @@ ssize_t stream_read(struct stream *s)
 {
     if (s->fd < 0)
         return 0;
-    if ((s->is_err ? &out_e : &out_o)->gone) {
+    if ((s->is_err ? err_dest : &out_o)->gone) {
         /* Nobody reads this output any more (`ringlet-run ... | head`): the rank learns it
          * as it would writing there itself, EPIPE or SIGPIPE at its next write, instead of
          * running on with its output dropped. */

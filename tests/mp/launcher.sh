@@ -104,6 +104,9 @@ quitfile) # notes SIGQUIT and leaves; its program ignores SIGQUIT (no core dump)
     trap 'touch "$dir/quit.$RANK"; exit 0' QUIT
     (trap '' QUIT; exec -a "quitchild_$2" sleep 1000) &
     touch "$dir/up.$RANK"; loop ;;
+mix) # long stdout lines between short stderr lines, for 2>&1
+    awk 'BEGIN { s = sprintf("%3000s", ""); gsub(/ /, "o", s);
+                 for (i = 0; i < 3000; i++) { print "OUT" i s "END"; printf "ERR%d\n", i > "/dev/stderr" } }' ;;
 grandchild) # a script that runs the real program: the program must stop with it
     (exec -a "grandchild_$2" sleep 1000) & touch "$dir/up.$RANK"; wait ;;
 usr) trap 'touch "$dir/usr1.$RANK"' USR1; trap 'touch "$dir/usr2.$RANK"; exit 0' USR2; touch "$dir/up.$RANK"; loop ;;
@@ -514,6 +517,48 @@ if [ $rc = 124 ] && grep -q "timeout after 2 s" "$TMP/stall.err"; then
     pass "stdout never read: the rank stopped at --timeout, the launcher ended at a signal ($(($(now_ms) - t0)) ms)"
 else
     fail "stdout never read: exit $rc, stderr: $(head -c 300 "$TMP/stall.err")"
+fi
+# The same on a terminal that nobody reads (a stalled ssh session): a terminal polls
+# writable with less room than a write of PIPE_BUF needs, and the launcher blocked in it.
+if [ -x /usr/bin/python3 ]; then
+    t0=$(now_ms)
+    rc=$(/usr/bin/python3 - "$RUN" "$MARK" "$TMP" <<'PY'
+import os, pty, subprocess, sys
+run, mark, tmp = sys.argv[1:]
+master, slave = pty.openpty()  # the master held open, never read: the terminal fills
+with open(tmp + "/pty.err", "w") as err:
+    p = subprocess.Popen(["timeout", "-k", "5", "-s", "TERM", "8", run, "-n", "1", "--timeout", "2", "sh", "-c",
+                          "yes | head -c 2000000; sleep 60", mark], stdout=slave, stderr=err, stdin=subprocess.DEVNULL)
+os.close(slave)
+print(p.wait())
+os.close(master)
+PY
+)
+    if [ "$rc" = 124 ] && grep -q "timeout after 2 s" "$TMP/pty.err"; then
+        pass "a terminal never read: the rank stopped at --timeout, the launcher ended at a signal ($(($(now_ms) - t0)) ms)"
+    else
+        fail "a terminal never read: exit $rc, stderr: $(head -c 300 "$TMP/pty.err")"
+    fi
+else
+    echo "skip: a terminal never read (needs /usr/bin/python3)"
+fi
+# stdout and stderr into one pipe (2>&1) read slowly: no line cut by another (stdout's queue
+# stopped in a line when the pipe filled, and stderr's lines went in between)
+L -n 2 "$R" mix "$MARK" 2>&1 | /usr/bin/python3 -c '
+import os, sys, time
+with open(sys.argv[1], "wb") as out:
+    while True:
+        b = os.read(0, 5000)
+        if not b:
+            break
+        out.write(b)
+        time.sleep(0.0005)' "$TMP/mix.out"
+bad=$(grep -cvE '^\[[01]\] (OUT[0-9]+o{3000}END|ERR[0-9]+)$' "$TMP/mix.out")
+n=$(grep -c . "$TMP/mix.out")
+if [ "$bad" = 0 ] && [ "$n" = 12000 ]; then
+    pass "stdout and stderr into one slowly read pipe: 12000 lines, every one whole"
+else
+    fail "2>&1 into a slow pipe: $n lines, $bad cut: $(grep -m1 -vE '^\[[01]\] (OUT[0-9]+o{3000}END|ERR[0-9]+)$' "$TMP/mix.out" | head -c 100)"
 fi
 # A reader that pauses, then reads: 20 MB (more than the launcher holds: its ranks wait)
 # all arrive, every line whole and in order.
