@@ -5,7 +5,7 @@
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
  *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
- *          |capture-other|per-thread|pending-copies|failed-copies
+ *          |capture-other|capture-self|per-thread|pending-copies|failed-copies
  *          |abort-copies|queue-full|two-threads|user-stuck [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
@@ -85,6 +85,12 @@
  *   query, synchronisation, allocation or kernel load in global mode fails (capture
  *   unsupported) and invalidates it. The results must be right and the capture must end
  *   cleanly.
+ * capture-self: the calling thread itself captures a CUDA graph (global mode) on a stream
+ *   of its own while it calls an all-reduce on another stream, not capturing, after a
+ *   warm-up: in the default sync mode the call waits for its operation, and its queries
+ *   of ringlet's events must not fail on (and invalidate) the thread's own capture, which
+ *   thread-local mode still forbids them. The result must be exact and the capture must
+ *   end cleanly.
  * per-thread: all-reduces on cudaStreamPerThread, the handle 0x2 (each thread's own default
  *   stream), from the main thread and from a second one at once, each checked: the handle
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
@@ -478,6 +484,49 @@ static void capture_other_case(ringlet_comm_t comm, int P, size_t n) {
     DEV(D->stream_destroy(s));
     pthread_mutex_destroy(&k.mu);
     pthread_cond_destroy(&k.cv);
+}
+
+/* capture-self: this thread captures stream t (global mode, the default) while it calls
+ * an all-reduce on another stream s, which is not capturing: the call (on a stream not
+ * held, it waits for its operation) must keep out of this thread's own capture, as
+ * NCCL's does. Nothing here queries or synchronises while the capture is open. */
+static void capture_self_case(ringlet_comm_t comm, int P, size_t n) {
+    rl_dev_stream_t s, t;
+    uint32_t *in, *out;
+    void *din, *dout;
+    DEV(D->stream_create(&s));
+    DEV(D->stream_create(&t));
+    /* the first calls prepare the device side (allocations, which the capture forbids) */
+    checked_allreduce(comm, P, n, s, g_dev, "capture-self: before the capture");
+    DEV(D->host_alloc((void **)&in, n * 4));
+    DEV(D->host_alloc((void **)&out, n * 4));
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, n * 4));
+    for (size_t i = 0; i < n; i++) in[i] = input(g_rank, i), out[i] = 0xdeadbeefu;
+    DEV(D->memcpy_async(din, in, n * 4, s));
+    DEV(D->memset_async(dout, 0, n * 4, s));
+    DEV(D->stream_begin_capture(t));
+    ringlet_result_t rc = ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc != RINGLET_SUCCESS ? ringlet_comm_last_error(comm) : "");
+    int end = D->stream_end_capture(t);
+    if (rc != RINGLET_SUCCESS) FAIL("capture-self: the all-reduce during this thread's capture: %s", msg);
+    if (end != RL_DEV_OK) FAIL("capture-self: this thread's capture did not end cleanly: %s", rl_dev_error());
+    DEV(D->memcpy_async(out, dout, n * 4, s));
+    DEV(D->stream_sync(s));
+    if (ringlet_comm_get_async_error(comm) != RINGLET_SUCCESS) FAIL("capture-self: %s", ringlet_comm_last_error(comm));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < P; r++) want += input(r, i);
+        if (out[i] != want) FAIL("capture-self: element %zu is 0x%08x, want 0x%08x", i, out[i], want);
+    }
+    checked_allreduce(comm, P, n, s, g_dev, "capture-self: after the capture");
+    DEV(D->mem_free(din));
+    DEV(D->mem_free(dout));
+    DEV(D->host_free(in));
+    DEV(D->host_free(out));
+    DEV(D->stream_destroy(t));
+    DEV(D->stream_destroy(s));
 }
 
 /* per-thread: a second thread's checked all-reduces on its own per-thread stream. */
@@ -1187,7 +1236,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
-                            "|legacy-devices|capture|capture-other|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
+                            "|legacy-devices|capture|capture-other|capture-self|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
                             "|queue-full|two-threads|user-stuck "
                             "[--count N] "
                             "[--dir D]\n");
@@ -1472,6 +1521,15 @@ int main(int argc, char **argv) {
         if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
         printf("stream: rank %d: OK capture-other: all-reduces right while another thread captured, and its capture "
                "ended cleanly\n",
+               g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "capture-self")) {
+        capture_self_case(comm, P, n);
+        if (ringlet_comm_destroy(comm) != RINGLET_SUCCESS) FAIL("destroy");
+        printf("stream: rank %d: OK capture-self: an exact all-reduce on another stream while this thread captured, "
+               "and its capture ended cleanly\n",
                g_rank);
         return 0;
     }

@@ -29,6 +29,8 @@
 #          capture still ends cleanly (shm, no hold only: the refusal comes before any of it)
 #   capture-other  another thread's capture (global mode) open across all-reduces on another
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
+#   capture-self  the calling thread's own capture (global mode) open across an all-reduce on
+#          another stream: exact result, and the capture ends cleanly (ipc and shm, no hold)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
 #   empty-in-group  a group on device buffers whose first calls are a send and a receive of 0
 #          elements with NULL buffers (torch's empty CUDA tensor) and a barrier: it runs, the
@@ -160,6 +162,8 @@ WANT_HOLD=
 # capture survives calls on other streams (ringlet's threads keep out of it).
 run_case shm capture
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-other; done
+# The calling thread's own capture survives its calls on another stream.
+for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" capture-self; done
 # cudaStreamPerThread: each calling thread's own default stream.
 for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" per-thread; done
 # A device group whose first calls have no buffers (0 elements, NULL; a barrier).
