@@ -208,6 +208,7 @@ struct ringlet_comm {
     atomic_int aborted;
     ringlet_result_t fail_code;
     int fail_remote; /* the failure is another rank's, which the monitor relayed */
+    int fail_lost;   /* this rank's own, and it can take part no more (rl_comm_fail_lost) */
     char fail_msg[RL_MSG_MAX];
     pthread_mutex_t fail_mu;
     /* Under fail_mu: the stop token of a split's init under way (ringlet_comm_split), fired

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "log.h"
 #include "util.h"
 #include "wait.h"
@@ -18,6 +19,12 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(t_last_error, sizeof t_last_error, "%s", msg);
+    /* A CUDA failure at a call that left the device context unusable (a sticky error: a
+     * kernel of this process faulted): no later call of this rank can work, and its peers
+     * would wait for its part until RINGLET_TIMEOUT, not knowing why. The communicator
+     * fails here, and the monitor has every rank fail at once with the cause. Other CUDA
+     * errors at a call (a refused argument) leave it usable. */
+    int sticky = c && code == RINGLET_ERR_CUDA && rl_dev_error_sticky();
     /* A forked child leaves the parent's communicator alone (its locks may have been
      * held by a parent's thread at the fork): the thread's message only. */
     if (c && rl_fork_generation() != c->fork_gen) c = NULL;
@@ -26,6 +33,7 @@ ringlet_result_t rl_error(struct ringlet_comm *c, ringlet_result_t code, const c
         snprintf(c->last_error, sizeof c->last_error, "%s", msg);
         pthread_mutex_unlock(&c->err_mu);
         RL_INFO(c->rank, "error %d (%s): %s", code, ringlet_strerror(code), msg);
+        if (sticky) rl_comm_fail_lost(c, code, "%s (a sticky CUDA error: this rank's device context is unusable)", msg);
     } else {
         RL_INFO(-1, "error %d (%s): %s", code, ringlet_strerror(code), msg);
     }
@@ -53,12 +61,14 @@ const char *ringlet_comm_last_error(ringlet_comm_t c) {
     return t_last_error;
 }
 
-static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, const char *fmt, va_list ap) {
+/* remote: the monitor relayed it; lost: this rank's own, and it can take part no more. */
+static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, int lost, const char *fmt, va_list ap) {
     pthread_mutex_lock(&c->fail_mu);
     if (!atomic_load(&c->failed)) {
         vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
         c->fail_code = code;
         c->fail_remote = remote;
+        c->fail_lost = lost;
         atomic_store(&c->failed, 1);
         if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
     }
@@ -71,21 +81,29 @@ static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, co
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_v(c, code, 0, fmt, ap);
+    fail_v(c, code, 0, 0, fmt, ap);
     va_end(ap);
 }
 
 void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_v(c, code, 1, fmt, ap);
+    fail_v(c, code, 1, 0, fmt, ap);
     va_end(ap);
 }
 
-int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len) {
+void rl_comm_fail_lost(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, 0, 1, fmt, ap);
+    va_end(ap);
+}
+
+int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len, int *lost) {
     pthread_mutex_lock(&c->fail_mu);
     int own = atomic_load(&c->failed) && !c->fail_remote;
     if (own) snprintf(msg, len, "%s", c->fail_msg);
+    *lost = own && c->fail_lost;
     pthread_mutex_unlock(&c->fail_mu);
     return own;
 }

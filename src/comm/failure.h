@@ -1,7 +1,8 @@
 /* Errors and the failed state of a communicator.
  *
  * Argument errors are local: rl_error records a message for ringlet_comm_last_error and
- * returns the code. A failure (a peer died, a link broke, a deadline passed, abort) is
+ * returns the code (a sticky CUDA error, which leaves the rank unable to take part, fails
+ * the communicator too: rl_comm_fail_lost). A failure (a peer died, a link broke, a deadline passed, abort) is
  * the communicator's: the first one wins, every wait gives up, and every later call
  * returns its code with its message. */
 #ifndef RINGLET_FAILURE_H
@@ -26,9 +27,14 @@ void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt
  * silence, or own failure): not repeated to the other ranks as this rank's own. */
 void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for a failure after which this rank can take part no more (a sticky CUDA error:
+ * its device context is unusable): the monitor has every other rank fail at once, quoting
+ * it, where the others would wait for this rank's part until RINGLET_TIMEOUT. */
+void rl_comm_fail_lost(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Whether the communicator failed for a reason of this rank's own (not rl_comm_fail_remote);
- * then its message in msg. */
-int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len);
+ * then its message in msg, and in *lost whether it came through rl_comm_fail_lost. */
+int rl_comm_own_failure(struct ringlet_comm *c, char *msg, size_t len, int *lost);
 /* The failure that broke the communicator: its code, and (msg not NULL) its message. */
 ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
 /* A connection broke or stalled: give the monitor a moment to name the real cause (a

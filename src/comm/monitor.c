@@ -20,7 +20,10 @@
  * Why: a rank whose communicator fails for a reason of its own (a deadline, a refused
  * mapping, an abort) says so to rank 0 (within a poll slice, and at the latest when the
  * communicator is torn down), which tells everybody; when that rank's process then exits,
- * every rank's message that it failed quotes what it said.
+ * every rank's message that it failed quotes what it said. A rank that can take part no
+ * more (a sticky CUDA error: rl_comm_fail_lost) says so with it (MON_WHY_LOST), and every
+ * rank fails at once, quoting it: its process may live on, but the others would wait for
+ * its part until RINGLET_TIMEOUT.
  */
 #include <errno.h>
 #include <poll.h>
@@ -53,8 +56,9 @@ struct mon_frame {
      * rank had called, by lag_rank (ringlet_comm's colls_called and lag) */
     uint64_t colls;
     int32_t lag_rank;
-    int32_t pad;
+    int32_t flags; /* MON_WHY: MON_WHY_LOST or 0 */
 };
+#define MON_WHY_LOST 1 /* the rank can take part no more: every rank fails */
 
 struct rl_monitor {
     int is_root;
@@ -97,11 +101,11 @@ static rl_io_t mon_send(struct rl_monitor *m, int i, int type, int rank, double 
     return mon_send_bytes(m, i, &f, sizeof f, timeout_s);
 }
 
-/* MON_WHY to connection i: rank's failure, text. */
-static rl_io_t mon_send_why(struct rl_monitor *m, int i, int rank, const char *text, double timeout_s) {
+/* MON_WHY to connection i: rank's failure, text, flags. */
+static rl_io_t mon_send_why(struct rl_monitor *m, int i, int rank, const char *text, int flags, double timeout_s) {
     size_t len = strnlen(text, MON_WHY_MAX);
     char buf[sizeof(struct mon_frame) + MON_WHY_MAX];
-    struct mon_frame f = {.magic = MON_MAGIC, .type = MON_WHY, .rank = rank, .len = (int32_t)len};
+    struct mon_frame f = {.magic = MON_MAGIC, .type = MON_WHY, .rank = rank, .len = (int32_t)len, .flags = flags};
     memcpy(buf, &f, sizeof f);
     memcpy(buf + sizeof f, text, len);
     return mon_send_bytes(m, i, buf, sizeof f + len, timeout_s);
@@ -112,9 +116,10 @@ static void say_why(struct ringlet_comm *c, struct rl_monitor *m) {
     char msg[RL_MSG_MAX];
     if (m->why_said || !atomic_load(&c->failed)) return;
     m->why_said = 1;
-    if (!rl_comm_own_failure(c, msg, sizeof msg)) return;
+    int lost = 0;
+    if (!rl_comm_own_failure(c, msg, sizeof msg, &lost)) return;
     for (int i = 0; i < m->nfds; i++) /* rank 0's own entry is -1; the others have rank 0's only */
-        if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, m->frame_s / 4);
+        if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, lost ? MON_WHY_LOST : 0, m->frame_s / 4);
 }
 
 /* "; it had said: ..." when rank r said why its communicator failed, else "". */
@@ -125,8 +130,8 @@ static const char *why_of(const struct rl_monitor *m, int r, char *buf, size_t l
 }
 
 /* A MON_WHY frame's text (f.len bytes) from connection i, about rank r: kept, and (rank 0)
- * passed on to everybody else. */
-static rl_io_t take_why(struct rl_monitor *m, int i, int r, const struct mon_frame *f) {
+ * passed on to everybody else; with MON_WHY_LOST, c fails. */
+static rl_io_t take_why(struct ringlet_comm *c, struct rl_monitor *m, int i, int r, const struct mon_frame *f) {
     char text[MON_WHY_MAX + 1];
     if (f->len < 0 || f->len > MON_WHY_MAX || r < 0 || r >= m->nranks) return RL_IO_ERR;
     rl_io_t io = rl_sock_recv_all(m->fds[i], text, (size_t)f->len, rl_now() + m->frame_s, NULL);
@@ -135,7 +140,9 @@ static rl_io_t take_why(struct rl_monitor *m, int i, int r, const struct mon_fra
     if (m->why && !m->why[r]) m->why[r] = strdup(text);
     if (m->is_root)
         for (int k = 1; k < m->nfds; k++)
-            if (k != i && m->fds[k] >= 0) (void)mon_send_why(m, k, r, text, m->frame_s / 4);
+            if (k != i && m->fds[k] >= 0) (void)mon_send_why(m, k, r, text, f->flags, m->frame_s / 4);
+    if (f->flags & MON_WHY_LOST)
+        rl_comm_fail_remote(c, RINGLET_ERR_REMOTE, "rank %d failed and can take part no more: \"%s\"", r, text);
     return RL_IO_OK;
 }
 
@@ -306,7 +313,7 @@ static void *monitor_thread(void *arg) {
             rl_io_t r = rl_sock_recv_all(m->fds[i], &f, sizeof f, rl_now() + m->frame_s, NULL);
             if (r == RL_IO_OK && f.magic != MON_MAGIC) r = RL_IO_ERR;
             /* rank 0 knows a rank by its connection; the others, by what rank 0 says */
-            if (r == RL_IO_OK && f.type == MON_WHY) r = take_why(m, i, m->is_root ? i : f.rank, &f);
+            if (r == RL_IO_OK && f.type == MON_WHY) r = take_why(c, m, i, m->is_root ? i : f.rank, &f);
             if (r == RL_IO_OK) m->heard[i] = rl_now();
             if (r == RL_IO_OK && f.type == MON_ALIVE) {
                 if (m->is_root) {

@@ -11,14 +11,20 @@
 #include "util.h"
 
 static _Thread_local char t_error[256];
+static _Thread_local int t_sticky;
 
 const char *rl_dev_error(void) { return t_error; }
+
+int rl_dev_error_sticky(void) { return t_sticky; }
+
+void rl_dev_mark_sticky(void) { t_sticky = 1; }
 
 int rl_dev_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t_error, sizeof t_error, fmt, ap);
     va_end(ap);
+    t_sticky = 0;
     return RL_DEV_ERR;
 }
 

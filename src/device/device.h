@@ -189,8 +189,13 @@ void rl_dev_unserved_look(void);
 
 /* The calling thread's last error of the device layer. */
 const char *rl_dev_error(void);
-/* For backends: sets it (printf-style) and returns RL_DEV_ERR. */
+/* Whether that error is a sticky one (a kernel faulted: the process's device context is
+ * unusable, and every later CUDA call fails with it). */
+int rl_dev_error_sticky(void);
+/* For backends: sets it (printf-style, not sticky) and returns RL_DEV_ERR. */
 int rl_dev_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* For backends: marks the error just set as sticky. */
+void rl_dev_mark_sticky(void);
 
 /* ---- quiet sections and hold sections (device.c) ---- */
 

@@ -38,6 +38,13 @@ _Static_assert(RL_RT_ERR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, 
 _Static_assert(RL_RT_ERR_NOT_READY == (int)cudaErrorNotReady, "codes");
 _Static_assert(RL_RT_ERR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "codes");
 _Static_assert(RL_RT_ERR_MISALIGNED_ADDRESS == (int)cudaErrorMisalignedAddress, "codes");
+_Static_assert(RL_RT_ERR_LAUNCH_TIMEOUT == (int)cudaErrorLaunchTimeout, "codes");
+_Static_assert(RL_RT_ERR_ASSERT == (int)cudaErrorAssert, "codes");
+_Static_assert(RL_RT_ERR_HARDWARE_STACK == (int)cudaErrorHardwareStackError, "codes");
+_Static_assert(RL_RT_ERR_ILLEGAL_INSTRUCTION == (int)cudaErrorIllegalInstruction, "codes");
+_Static_assert(RL_RT_ERR_INVALID_ADDRESS_SPACE == (int)cudaErrorInvalidAddressSpace, "codes");
+_Static_assert(RL_RT_ERR_INVALID_PC == (int)cudaErrorInvalidPc, "codes");
+_Static_assert(RL_RT_ERR_LAUNCH_FAILURE == (int)cudaErrorLaunchFailure, "codes");
 _Static_assert(RL_RT_ERR_NOT_PERMITTED == (int)cudaErrorNotPermitted, "codes");
 _Static_assert(RL_RT_ERR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "codes");
 _Static_assert(RL_RT_ERR_ILLEGAL_STATE == (int)cudaErrorIllegalState, "codes");

@@ -5,7 +5,7 @@
  * device layer's backend (RINGLET_DEVICE=sim in CI, cuda on a GPU).
  *
  *   stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy|legacy-devices|capture
- *          |capture-other|capture-self|per-thread|pending-copies|failed-copies
+ *          |capture-other|capture-self|sticky|per-thread|pending-copies|failed-copies
  *          |abort-copies|queue-full|two-threads|user-stuck [--count N]
  *
  * order: rank 0 holds its own stream with a flag of its own (wait_flag), then queues on
@@ -91,6 +91,11 @@
  *   of ringlet's events must not fail on (and invalidate) the thread's own capture, which
  *   thread-local mode still forbids them. The result must be exact and the capture must
  *   end cleanly.
+ * sticky: (simulated GPU) rank 0's own kernel faults on a pageable operand (a sticky error:
+ *   its context is unusable), then both ranks call an all-reduce: rank 0's fails at its
+ *   entry with RINGLET_ERR_CUDA and fails the communicator; rank 1's must fail with
+ *   RINGLET_ERR_REMOTE naming rank 0 and the CUDA error, at once (RINGLET_TIMEOUT=120; rank
+ *   0 stays until rank 1 is done, so neither its exit nor the deadline can be the cause).
  * per-thread: all-reduces on cudaStreamPerThread, the handle 0x2 (each thread's own default
  *   stream), from the main thread and from a second one at once, each checked: the handle
  *   must be taken as the calling thread's stream (the user's, on the user's thread).
@@ -527,6 +532,49 @@ static void capture_self_case(ringlet_comm_t comm, int P, size_t n) {
     DEV(D->host_free(out));
     DEV(D->stream_destroy(t));
     DEV(D->stream_destroy(s));
+}
+
+/* sticky: rank 0's context takes a sticky error (its own kernel faults on a pageable
+ * operand), then both ranks call an all-reduce. Rank 0's call fails at its entry; rank 1's
+ * must fail at once, naming rank 0 and the CUDA error (RINGLET_TIMEOUT is large: a failure
+ * at the deadline outlasts the run, and would not know the cause). Rank 0 stays until rank
+ * 1 is done (file rendezvous): its exit cannot be what rank 1 hears. */
+static void sticky_case(ringlet_comm_t comm, int P, size_t n, const char *dir) {
+    rl_dev_stream_t s;
+    void *din, *dout;
+    char done[600];
+    snprintf(done, sizeof done, "%s/sticky-done", dir);
+    DEV(D->stream_create(&s));
+    checked_allreduce(comm, P, n, s, g_dev, "sticky: before the fault");
+    DEV(D->mem_alloc(&din, n * 4));
+    DEV(D->mem_alloc(&dout, n * 4));
+    DEV(D->memset_async(din, 0, n * 4, s));
+    DEV(D->stream_sync(s));
+    if (g_rank == 0) {
+        static uint32_t pageable[1024]; /* a kernel cannot reach it: the fault is sticky */
+        (void)D->reduce(dout, pageable, pageable, 1024, RINGLET_UINT32, RINGLET_SUM, s);
+        if (D->stream_sync(s) == RL_DEV_OK) FAIL("sticky: a kernel on pageable memory did not fault");
+        if (!strstr(rl_dev_error(), "illegal memory access")) FAIL("sticky: the fault: %s", rl_dev_error());
+    }
+    ringlet_result_t rc = ringlet_allreduce(din, dout, n, RINGLET_UINT32, RINGLET_SUM, comm, s);
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", ringlet_comm_last_error(comm));
+    if (g_rank == 0) {
+        if (rc != RINGLET_ERR_CUDA || !strstr(msg, "illegal memory access"))
+            FAIL("sticky: rank 0's all-reduce returned %d (%s), want %d naming the CUDA error", (int)rc, msg,
+                 (int)RINGLET_ERR_CUDA);
+        if (ringlet_comm_get_async_error(comm) != RINGLET_ERR_CUDA)
+            FAIL("sticky: rank 0's communicator is not failed: %d", (int)ringlet_comm_get_async_error(comm));
+        file_wait(done, 150);
+        if (access(done, F_OK) != 0) FAIL("sticky: rank 1 did not finish its call");
+    } else {
+        if (rc != RINGLET_ERR_REMOTE || !strstr(msg, "rank 0") || !strstr(msg, "illegal memory access"))
+            FAIL("sticky: rank 1's all-reduce returned %d (%s), want %d naming rank 0 and its CUDA error", (int)rc, msg,
+                 (int)RINGLET_ERR_REMOTE);
+        file_touch(done);
+    }
+    ringlet_comm_destroy(comm); /* fails (the communicator did): it must return */
+    printf("stream: rank %d: OK sticky: %s\n", g_rank, msg);
 }
 
 /* per-thread: a second thread's checked all-reduces on its own per-thread stream. */
@@ -1236,7 +1284,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: stream --case order|abort|async|devices|fresh|host|probe-device|pidns|probe-order|legacy"
-                            "|legacy-devices|capture|capture-other|capture-self|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
+                            "|legacy-devices|capture|capture-other|capture-self|sticky|per-thread|pending-copies|failed-copies|abort-copies|empty-in-group"
                             "|queue-full|two-threads|user-stuck "
                             "[--count N] "
                             "[--dir D]\n");
@@ -1531,6 +1579,11 @@ int main(int argc, char **argv) {
         printf("stream: rank %d: OK capture-self: an exact all-reduce on another stream while this thread captured, "
                "and its capture ended cleanly\n",
                g_rank);
+        return 0;
+    }
+
+    if (!strcmp(cas, "sticky")) {
+        sticky_case(comm, P, n, dir);
         return 0;
     }
 

@@ -31,6 +31,10 @@
 #          stream: right results, and the capture ends cleanly (ipc and shm, no hold)
 #   capture-self  the calling thread's own capture (global mode) open across an all-reduce on
 #          another stream: exact result, and the capture ends cleanly (ipc and shm, no hold)
+#   sticky (simulator; ipc and shm) rank 0's own kernel faults (a sticky error), then both ranks
+#          all-reduce: rank 0's call fails at entry with the CUDA error, rank 1's at once with
+#          RINGLET_ERR_REMOTE naming rank 0 and that error (RINGLET_TIMEOUT=120: a failure at the
+#          deadline would come late, and without the cause; rank 0 stays until rank 1 is done)
 #   per-thread  all-reduces on cudaStreamPerThread from two threads at once (ipc and shm)
 #   empty-in-group  a group on device buffers whose first calls are a send and a receive of 0
 #          elements with NULL buffers (torch's empty CUDA tensor) and a barrier: it runs, the
@@ -201,6 +205,8 @@ if [ "$RINGLET_DEVICE" = sim ]; then
     # The program's own work before a call never ends: the call fails at RINGLET_TIMEOUT,
     # and a free of the program's through ringlet after it does not wait behind that work.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc}; do run_case "$tr" user-stuck RINGLET_TIMEOUT=3; done
+    # A sticky CUDA error at a call fails the communicator on every rank at once.
+    for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" sticky RINGLET_TIMEOUT=120; done
     # A device the process never uses gets no context from ringlet's calls.
     for tr in ${RINGLET_TEST_TRANSPORTS:-ipc shm}; do run_case "$tr" fresh RINGLET_SIM_DEVICES=2; done
     # A job on host buffers that never chose a device makes no context anywhere.
