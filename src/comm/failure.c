@@ -61,16 +61,20 @@ const char *ringlet_comm_last_error(ringlet_comm_t c) {
     return t_last_error;
 }
 
-/* remote: the monitor relayed it; lost: this rank's own, and it can take part no more. */
-static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, int lost, const char *fmt, va_list ap) {
+enum {
+    FAIL_REMOTE = 1, /* the monitor relayed it */
+    FAIL_LOST = 2,   /* this rank's own, and it can take part no more */
+    FAIL_QUIET = 4,  /* not logged: the caller returns it (a failed init) */
+};
+static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int how, const char *fmt, va_list ap) {
     pthread_mutex_lock(&c->fail_mu);
     if (!atomic_load(&c->failed)) {
         vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
         c->fail_code = code;
-        c->fail_remote = remote;
-        c->fail_lost = lost;
+        c->fail_remote = (how & FAIL_REMOTE) != 0;
+        c->fail_lost = (how & FAIL_LOST) != 0;
         atomic_store(&c->failed, 1);
-        if (!atomic_load(&c->aborted)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
+        if (!atomic_load(&c->aborted) && !(how & FAIL_QUIET)) RL_WARN(c->rank, "communicator failed: %s", c->fail_msg);
     }
     ringlet_stop_token_fire(c->split_stop); /* NULL: none */
     pthread_mutex_unlock(&c->fail_mu);
@@ -81,21 +85,28 @@ static void fail_v(struct ringlet_comm *c, ringlet_result_t code, int remote, in
 void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_v(c, code, 0, 0, fmt, ap);
+    fail_v(c, code, 0, fmt, ap);
     va_end(ap);
 }
 
 void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_v(c, code, 1, 0, fmt, ap);
+    fail_v(c, code, FAIL_REMOTE, fmt, ap);
     va_end(ap);
 }
 
 void rl_comm_fail_lost(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_v(c, code, 0, 1, fmt, ap);
+    fail_v(c, code, FAIL_LOST, fmt, ap);
+    va_end(ap);
+}
+
+void rl_comm_fail_quiet(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, FAIL_QUIET, fmt, ap);
     va_end(ap);
 }
 

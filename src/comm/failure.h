@@ -27,6 +27,10 @@ void rl_comm_fail(struct ringlet_comm *c, ringlet_result_t code, const char *fmt
  * silence, or own failure): not repeated to the other ranks as this rank's own. */
 void rl_comm_fail_remote(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As rl_comm_fail, but not logged: the caller returns the error (an init that failed
+ * here, whose peers must hear why). */
+void rl_comm_fail_quiet(struct ringlet_comm *c, ringlet_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* The same for a failure after which this rank can take part no more (a sticky CUDA error:
  * its device context is unusable): the monitor has every other rank fail at once, quoting
  * it, where the others would wait for this rank's part until RINGLET_TIMEOUT. */
