@@ -44,7 +44,7 @@
 
 #define MON_MAGIC 0x324d4c52u    /* "RLM2": frames of 32 bytes (heartbeats count collectives) */
 
-enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6, MON_WHY = 7 };
+enum { MON_BYE = 1, MON_FAILED = 2, MON_ALIVE = 3, MON_SILENT = 4, MON_READY = 5, MON_GO = 6, MON_WHY = 7, MON_LEFT = 8 };
 #define MON_WHY_MAX 360 /* bytes of a failure's reason that travel (MON_WHY: len, then the text) */
 
 struct mon_frame {
@@ -53,7 +53,8 @@ struct mon_frame {
     int32_t rank;
     int32_t len; /* MON_WHY: bytes of text after the frame; else 0 */
     /* MON_ALIVE: a rank's to rank 0, the collectives it has called; rank 0's, the fewest any
-     * rank had called, by lag_rank (ringlet_comm's colls_called and lag) */
+     * rank had called, by lag_rank (ringlet_comm's colls_called and lag). MON_BYE, MON_LEFT:
+     * the collectives the rank that left (destroyed the communicator) had called. */
     uint64_t colls;
     int32_t lag_rank;
     int32_t flags; /* MON_WHY: MON_WHY_LOST or 0 */
@@ -83,6 +84,10 @@ struct rl_monitor {
     atomic_int go;
     int nranks;
     char **why;  /* per rank: what its communicator's own failure was, as it said (monitor thread) */
+    /* per rank: 1 + the collectives it had called when it left cleanly (its destroy: its
+     * MON_BYE, or rank 0's MON_LEFT), 0 while it has not (monitor thread) */
+    unsigned long long *left;
+    atomic_int departing; /* root: its clean destroy began (it told the others when it left) */
     int why_said; /* this rank's own failure has been said */
     pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
 };
@@ -151,6 +156,7 @@ static void *monitor_thread(void *arg);
 static void mon_free(struct rl_monitor *m) {
     for (int r = 0; m->why && r < m->nranks; r++) free(m->why[r]);
     free(m->why);
+    free(m->left);
     free(m->fds), free(m->said_bye), free(m->heard), free(m->silent), free(m->ready), free(m->colls), free(m);
 }
 
@@ -202,6 +208,7 @@ ringlet_result_t rl_monitor_start(struct ringlet_comm *c, struct rl_monitor *m, 
     atomic_store(&m->nlive, m->is_root ? c->nranks - 1 : 0);
     m->nranks = c->nranks;
     m->why = calloc((size_t)c->nranks, sizeof *m->why); /* none: failures go without their reasons */
+    m->left = calloc((size_t)c->nranks, sizeof *m->left); /* none: a departure is seen at the deadline */
     m->beat_s = c->timeout_s < 4.0 ? c->timeout_s / 4 : 1.0;
     m->frame_s = c->timeout_s < 2.0 ? c->timeout_s : 2.0;
     m->next_beat = rl_now();
@@ -230,9 +237,42 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
         if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, m->frame_s / 2) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
     char why[MON_WHY_MAX + 32];
+    if (atomic_load(&m->departing)) return; /* rank 0 is leaving: the others fail as it goes */
     rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
                         "rank %d failed (its process exited or aborted without destroying the communicator%s)", r,
                         why_of(m, r, why, sizeof why));
+}
+
+/* Ends the monitor thread's poll at once (it then looks at quit and departing). */
+static void mon_wake(struct rl_monitor *m) {
+    if (m->wake[1] >= 0) {
+        char b = 1;
+        if (write(m->wake[1], &b, 1) < 0) { /* full or closed: the poll's timeout ends it */
+        }
+    }
+}
+
+/* MON_LEFT to connection i: rank r left (destroyed the communicator) after colls collectives. */
+static rl_io_t mon_send_left(struct rl_monitor *m, int i, int r, unsigned long long colls) {
+    struct mon_frame f = {.magic = MON_MAGIC, .type = MON_LEFT, .rank = r, .colls = colls};
+    return mon_send_bytes(m, i, &f, sizeof f, m->frame_s / 4);
+}
+
+/* A rank that left cleanly after k collectives takes part in no later one: this rank, once
+ * it has called more, fails at once, naming it (it would wait for its part until the
+ * deadline, then name no cause: the one rank whose call was refused, and which then
+ * destroyed the communicator, say). */
+static void check_left(struct ringlet_comm *c, struct rl_monitor *m) {
+    if (!m->left || atomic_load(&m->leaving) || atomic_load(&c->failed)) return;
+    unsigned long long mine = atomic_load(&c->colls_called);
+    for (int r = 0; r < m->nranks; r++)
+        if (m->left[r] && mine > m->left[r] - 1) {
+            rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                "rank %d destroyed the communicator after %llu collective call(s), and left; this "
+                                "rank has called %llu: collective #%llu needs rank %d, which will not take part",
+                                r, m->left[r] - 1, mine, m->left[r], r);
+            return;
+        }
 }
 
 #define SILENT_WHY "stopped, hung, or cut off by the network"
@@ -285,6 +325,13 @@ static void *monitor_thread(void *arg) {
         return NULL;
     }
     while (!atomic_load(&m->quit)) {
+        if (m->is_root && atomic_load(&m->departing) == 1) {
+            /* This rank's destroy began: the others hear how many collectives it called. */
+            atomic_store(&m->departing, 2);
+            unsigned long long mine = atomic_load(&c->colls_called);
+            for (int k = 1; k < m->nfds; k++)
+                if (m->fds[k] >= 0 && !m->said_bye[k]) (void)mon_send_left(m, k, 0, mine);
+        }
         if (rl_now() >= m->next_beat) {
             send_beats(c, m);
             m->next_beat = rl_now() + m->beat_s;
@@ -304,7 +351,13 @@ static void *monitor_thread(void *arg) {
         int ms = (int)((m->next_beat - rl_now()) * 1000) + 1;
         if (poll(pf, (nfds_t)nw, ms < 1 ? 1 : ms > 100 ? 100 : ms) <= 0) {
             check_silence(c, m);
+            check_left(c, m);
             continue;
+        }
+        if (nw > n && pf[n].revents) { /* woken: emptied, else every poll would return at once */
+            char b[16];
+            while (read(m->wake[0], b, sizeof b) > 0) {
+            }
         }
         for (int k = 0; k < n; k++) {
             if (!pf[k].revents) continue;
@@ -327,11 +380,16 @@ static void *monitor_thread(void *arg) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
                     atomic_fetch_sub(&m->nlive, 1);
+                    if (m->left) m->left[i] = f.colls + 1;
+                    for (int k = 1; k < m->nfds; k++) /* the others compare it with their own calls */
+                        if (k != i && m->fds[k] >= 0 && !m->said_bye[k]) (void)mon_send_left(m, k, i, f.colls);
                 } else if (r == RL_IO_OK && f.type == MON_READY && !atomic_load(&m->ready[i])) {
                     atomic_store(&m->ready[i], 1);
                     atomic_fetch_add(&m->nready, 1);
                     rl_comm_notify(c);
                 } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
+            } else if (r == RL_IO_OK && f.type == MON_LEFT) {
+                if (m->left && f.rank >= 0 && f.rank < m->nranks) m->left[f.rank] = f.colls + 1;
             } else if (r == RL_IO_OK && f.type == MON_GO) {
                 atomic_store(&m->go, 1);
                 rl_comm_notify(c);
@@ -345,13 +403,21 @@ static void *monitor_thread(void *arg) {
                                     SILENT_WHY ")", f.rank, c->timeout_s);
             } else if (r != RL_IO_OK) {
                 mon_drop(m, 0);
-                if (!atomic_load(&m->leaving))
+                if (atomic_load(&m->leaving)) {
+                } else if (m->left && m->left[0]) {
+                    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                        "rank 0 destroyed the communicator (after %llu collective call(s)) and left: "
+                                        "this rank's connection to the others' monitor is gone",
+                                        m->left[0] - 1);
+                } else {
                     rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
                                         "rank 0 failed (its process exited or aborted without destroying the "
                                         "communicator%s)", why_of(m, 0, why, sizeof why));
+                }
             }
         }
         check_silence(c, m);
+        check_left(c, m);
         if (!atomic_load(&m->leaving)) say_why(c, m);
     }
     free(pf);
@@ -363,7 +429,11 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     struct rl_monitor *m = c->mon;
     if (!m) return;
     if (clean && m->is_root) {
-        /* Rank 0 leaves last, so that nobody takes its exit for a failure. */
+        /* Rank 0 leaves last, so that nobody takes its exit for a failure. It tells the
+         * others first how many collectives it called: one that has called more fails at
+         * once (check_left), and its teardown then ends this wait. */
+        atomic_store(&m->departing, 1); /* the monitor thread says it (it owns the connections) */
+        mon_wake(m);
         double deadline = rl_now() + c->timeout_s;
         while (atomic_load(&m->nlive) > 0 && !atomic_load(&c->stop) && !atomic_load(&c->aborted) &&
                rl_now() < deadline)
@@ -371,14 +441,13 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     }
     atomic_store(&m->leaving, 1);
     atomic_store(&m->quit, 1);
-    if (m->wake[1] >= 0) {
-        char b = 1;
-        if (write(m->wake[1], &b, 1) < 0) { /* full or closed: the poll's timeout ends it */
-        }
-    }
+    mon_wake(m);
     pthread_join(m->thread, NULL);
     if (!clean) say_why(c, m); /* an abort, or a failure the thread had no time to say */
-    if (clean && !m->is_root && m->fds[0] >= 0) (void)mon_send(m, 0, MON_BYE, c->rank, m->frame_s > 0 ? m->frame_s : 2.0);
+    if (clean && !m->is_root && m->fds[0] >= 0) {
+        struct mon_frame f = {.magic = MON_MAGIC, .type = MON_BYE, .rank = c->rank, .colls = atomic_load(&c->colls_called)};
+        (void)mon_send_bytes(m, 0, &f, sizeof f, m->frame_s > 0 ? m->frame_s : 2.0);
+    }
     mon_close(m);
     c->mon = NULL;
 }

@@ -60,6 +60,9 @@
  *   lifecycle --abort-destroying
  *       rank 0's destroy waits for rank 1 to leave; another thread aborts it meanwhile:
  *       the abort must return long before RINGLET_TIMEOUT; rank 1 destroys after it.
+ *   lifecycle --left R   (3 ranks)
+ *       rank R destroys the communicator after a barrier; the others' all-reduce must fail
+ *       at once (RINGLET_ERR_REMOTE, naming rank R as having destroyed it), not time out.
  *   lifecycle --laggard   (4 ranks)
  *       rank 2 stays out of an all-reduce until the others' has failed at the 8 s deadline
  *       of their communicator: every one's error says that rank 2 has not called it.
@@ -670,6 +673,36 @@ static int abort_destroying(void) {
     return g_failed != 0;
 }
 
+/* --left R (3 ranks): rank R destroys the communicator after a barrier (the one rank
+ * whose call was refused, say, which then cleans up); the others' next all-reduce must
+ * fail at once with RINGLET_ERR_REMOTE naming rank R as having destroyed it, not wait
+ * for its part until RINGLET_TIMEOUT (60 s in the test). */
+static int left_rank(int who) {
+    ringlet_comm_t c;
+    if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
+    ringlet_result_t rc = ringlet_barrier(c, NULL);
+    if (rc) FAIL("barrier: %s", ringlet_comm_last_error(c));
+    if (g_rank == who) {
+        if ((rc = ringlet_comm_destroy(c))) FAIL("destroy: %s", ringlet_strerror(rc));
+        if (!g_failed) printf("lifecycle: rank %d: OK destroyed the communicator after the barrier\n", g_rank);
+        return g_failed != 0;
+    }
+    int32_t v[64], out[64];
+    for (int i = 0; i < 64; i++) v[i] = g_rank * 1000 + i;
+    double t0 = now();
+    rc = ringlet_allreduce(v, out, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    double t = now() - t0;
+    char want[64];
+    snprintf(want, sizeof want, "rank %d destroyed the communicator", who);
+    const char *msg = ringlet_comm_last_error(c);
+    if (rc != RINGLET_ERR_REMOTE || !strstr(msg, want))
+        FAIL("an all-reduce after rank %d's destroy: %s after %.1f s: %s", who, ringlet_strerror(rc), t, msg);
+    ringlet_comm_destroy(c);
+    if (!g_failed)
+        printf("lifecycle: rank %d: OK an all-reduce rank %d left failed in %.1f ms: %s\n", g_rank, who, t * 1e3, msg);
+    return g_failed != 0;
+}
+
 static int laggard(void) {
     ringlet_comm_t world, c = NULL;
     if (ringlet_comm_init_env(&world)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
@@ -701,7 +734,7 @@ static int laggard(void) {
 
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0, abort_destroy = 0;
-    int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0;
+    int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0, left_who = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
@@ -738,6 +771,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--split-death")) peer_why = 3;
         else if (!strcmp(argv[i], "--group-destroy")) peer_why = 4;
         else if (!strcmp(argv[i], "--abort-destroying")) peer_why = 5;
+        else if (!strcmp(argv[i], "--left") && i + 1 < argc) peer_why = 6, left_who = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -747,7 +781,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --abort-destroying | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --abort-destroying | --left R | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -763,6 +797,7 @@ int main(int argc, char **argv) {
     if (peer_why == 3) return split_death();
     if (peer_why == 4) return group_destroy();
     if (peer_why == 5) return abort_destroying();
+    if (peer_why == 6) return left_rank(left_who);
     if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();

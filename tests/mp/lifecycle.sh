@@ -18,6 +18,8 @@
 #   - an all-reduce the peer never joins, with RINGLET_TIMEOUT=5: it fails with a timeout
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
 #   - a watchdog's abort while rank 0's destroy waits for rank 1 to leave: it ends the wait;
+#   - at 3 ranks, rank 2 (then rank 0) destroys the communicator: the others' all-reduce
+#     fails at once, naming it;
 #   - at 3 ranks, a split whose rank 2 exits after the split's exchanges: the others'
 #     split fails at once, naming rank 2;
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
@@ -78,6 +80,11 @@ WANT_OK=3 one "a split whose member left after its exchanges" RINGLET_TIMEOUT=60
     --split-death
 # a watchdog's abort while rank 0's destroy waits for rank 1 to leave first: it ends the wait
 one "an abort during rank 0's destroy" RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 120 "$PROG" --abort-destroying
+# a rank that destroys the communicator: the others' next all-reduce fails at once, naming it
+WANT_OK=3 one "a rank that destroyed the communicator (rank 2): the others' all-reduce fails at once" \
+    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2
+WANT_OK=3 one "rank 0 destroyed the communicator: the others' all-reduce fails at once" \
+    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 0
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
 one "a peer that never joins, 8 bytes" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 2
 one "a peer that never joins, 64 KiB" RINGLET_TIMEOUT=5 "$RUN" -n 2 --timeout 120 "$PROG" --late-peer --count 16384
