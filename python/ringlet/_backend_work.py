@@ -299,7 +299,10 @@ class _CpuWork(_Work):
             fut.set_result(_Failed(self._err))
         elif hand:
             self._pg._completer(self._ci).add(self)
-        self._seen_done()  # (may let go of self._user_fut)
+        if state:
+            # done: retired (may let go of self._user_fut); one still running stays tracked,
+            # so that a barrier waits for it and its copies out of staging (Gloo's does)
+            self._seen_done()
         if new and self._let_go_done():
             self._drop_futures()  # made after the group let go: not kept (it holds the outputs)
         return user
@@ -616,7 +619,15 @@ class _Launch:
     def then(self, fn):
         """fn runs once the operation is done (CPU), or is queued after it (CUDA); given after
         the operation's calls. Inside a coalescing window (CUDA) the calls are queued only at
-        its end, so fn waits for _end_coalescing."""
+        its end, so fn waits for _end_coalescing. fn runs without autograd: its copies go
+        into the caller's tensors, a parameter (a leaf that requires grad) among them, as
+        Gloo's do; and grad mode is per thread, so the caller's no_grad would not reach the
+        completion thread."""
+        inner = fn
+
+        def fn():
+            with torch.no_grad():
+                inner()
         self._early = self._early or not self._calls
         win = _window()
         if self.stream is None:

@@ -22,9 +22,11 @@ block, and so does the group's next block one left open; another group's block n
 async_op=False must take ringlet's blocking form, async_op=True the non-blocking one.
 Each case runs in one of four modes, rotating: sync (async_op=False), wait (async_op=True,
 then work.wait()), future (work.get_future().wait()) and poll (is_completed() until true,
-bounded). Also: non-contiguous tensors (handled by staging), empty tensors, wait(timeout)
+bounded). Also: non-contiguous tensors (handled by staging; a channels_last parameter too,
+outside no_grad), empty tensors, wait(timeout)
 on a receive whose send comes later (RuntimeError, and the receive still completes), a
-receive pending across an all_reduce of the same byte length, a then() callback that
+receive pending across an all_reduce of the same byte length, a barrier after an
+all_gather whose future was taken (it waits for it), a then() callback that
 waits for another operation's future (torch's PowerSGD hook), an all_reduce's future
 beside a receive's still pending, a subgroup (new_group,
 against a Gloo subgroup) destroyed afterwards (its communicator gone at once), the
@@ -322,6 +324,27 @@ def case_allreduce_noncontig():
             dist.all_reduce(want, op=redop("MAX"), group=GLOO)
         same(case + " (column %s)" % mode, t, want[:, 1:])
         same(case + " column 0 untouched", base[:, 0], x[:, 0])
+
+
+def case_param_noncontig():
+    """A parameter in channels_last (a leaf that requires grad, not contiguous) broadcast and
+    all-reduced outside no_grad, in every mode: the staged result is copied into it (the
+    copy raised, autograd refusing an in-place change of a leaf, and the ranks differed)."""
+    for what in ("broadcast", "all_reduce"):
+        case = "param/%s" % what
+        x = rand(case, torch.float32, (8, 3, 3, 3))  # a Conv2d(3, 8, 3)'s weight
+        p = torch.nn.Parameter(dev(x).contiguous(memory_format=torch.channels_last))
+        assert p.requires_grad and p.is_leaf and not p.is_contiguous()
+        want = p.detach().clone()
+        if what == "broadcast":
+            dist.broadcast(want, 0, group=GLOO)
+        else:
+            dist.all_reduce(want, group=GLOO)
+        mode = next_mode()
+        fn = dist.broadcast if what == "broadcast" else dist.all_reduce
+        w = fn(p, 0, async_op=mode != "sync") if what == "broadcast" else fn(p, async_op=mode != "sync")
+        finish(w, mode, case)
+        same(case + " (%s)" % mode, p.detach(), want)
 
 
 def case_coalesced():
@@ -751,6 +774,43 @@ def case_gather_scatter():
         same("%s (%s, vs gloo)" % (case, mode), out, from_bytes(want, ins[0]))
 
 
+def case_barrier_after_future():
+    """(CPU) An all_gather into separate tensors (staged, copied out once done) whose future
+    was taken, then a blocking barrier: the barrier waits for it, copies out included, as
+    Gloo's does. The completion thread is held until the barrier asks for the all_gather's
+    end (then it is let go): a barrier that did not wait returned with the outputs stale."""
+    if DEV.type != "cpu":
+        return
+    from ringlet import _backend_work as bw
+    gate = threading.Event()
+    run = bw._CpuWork._run_requests
+
+    def held(self, block):
+        if threading.current_thread().name.startswith("ringlet-completion"):
+            gate.wait(60)
+        return run(self, block)
+    bw._CpuWork._run_requests = held
+    try:
+        outs = [torch.full((4,), -1.0) for _ in range(P)]
+        w = dist.all_gather(outs, torch.full((4,), float(R)), async_op=True)
+        fut = w.get_future()
+        finish_one = w._finish
+
+        def asked():  # the barrier waits for it: the completion thread may go on
+            gate.set()
+            finish_one()
+        w._finish = asked
+        dist.barrier()
+        seen = [o.tolist() for o in outs]
+        gate.set()
+        fut.wait()
+    finally:
+        bw._CpuWork._run_requests = run
+        gate.set()
+    check("barrier after an all_gather whose future was taken: outputs %s" % seen,
+          seen == [[float(r)] * 4 for r in range(P)])
+
+
 def case_p2p_barrier():
     # a ring: every rank sends to the next and receives from the previous, async both ways
     # (CPU: both posted at once, or batch_isend_irecv; CUDA: batch_isend_irecv, one ringlet
@@ -1165,7 +1225,7 @@ def case_errors():
 
 
 t_start = time.monotonic()
-for fn in (case_allreduce, case_allreduce_noncontig, case_coalesced, case_broadcast_reduce, case_allgather,
+for fn in (case_allreduce, case_allreduce_noncontig, case_param_noncontig, case_barrier_after_future, case_coalesced, case_broadcast_reduce, case_allgather,
            case_coalesced_fast, case_reduce_scatter, case_reduce_scatter_apart, case_alltoall, case_first_exchange, case_gather_scatter,
            case_p2p_barrier, case_future_callbacks,
            case_objects, case_subgroup, case_sync_form, case_torch2_api, case_outputs_let_go, case_errors):
