@@ -265,7 +265,8 @@ ringlet_result_t ringlet_group_start(void);
 ringlet_result_t ringlet_group_end(void);
 /* Ends the innermost level of this thread's group without running anything: at the
  * outermost level the calls recorded are dropped (none of them ran; the buffers are as
- * they were). *ndropped (may be NULL) gets how many were dropped. Without a group_start
+ * they were); at an inner level nothing is dropped (the calls recorded since its start
+ * run at the outermost group_end with the others, *ndropped 0). *ndropped (may be NULL) gets how many were dropped. Without a group_start
  * before it: RINGLET_ERR_INVALID_USAGE. */
 ringlet_result_t ringlet_group_cancel(int *ndropped);
 
@@ -309,8 +310,11 @@ ringlet_result_t ringlet_reduce_scatter(const void *sendbuf, void *recvbuf, size
                                         void *stream);
 ringlet_result_t ringlet_barrier(ringlet_comm_t comm, void *stream);
 /* Point to point. Messages between two ranks arrive in the order they were sent;
- * a size in bytes that differs from the matching call's is an error on both sides (the
- * datatypes are not compared: 4 float32 match 16 uint8). */
+ * a size in bytes that differs from the matching call's is an error (the datatypes are
+ * not compared: 4 float32 match 16 uint8): the receive fails, naming both sizes, and its
+ * communicator fails; a send that had completed already (a small one is sent at once)
+ * returned success, and the sender learns of it from the receiver's failure, as of any
+ * failed peer's. */
 ringlet_result_t ringlet_send(const void *sendbuf, size_t count, ringlet_datatype_t datatype, int peer,
                               ringlet_comm_t comm, void *stream);
 ringlet_result_t ringlet_recv(void *recvbuf, size_t count, ringlet_datatype_t datatype, int peer,

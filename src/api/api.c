@@ -880,6 +880,7 @@ static ringlet_result_t blocking_counted(struct ringlet_comm *c, const call_t *c
 
 static ringlet_result_t nonblocking(struct ringlet_comm *c, const call_t *call, ringlet_request_t *req) {
     if (!req) return rl_error(c, RINGLET_ERR_INVALID_ARGUMENT, "i%s: request (the output pointer) is NULL", rl_op_name(call->kind));
+    *req = NULL; /* as every refused call leaves it: a cleanup that waits on it finds nothing */
     if (t_group.depth)
         return rl_error(c, RINGLET_ERR_INVALID_USAGE, "i%s: non-blocking forms are refused inside a group", rl_op_name(call->kind));
     call_t copy = *call;

@@ -835,11 +835,13 @@ static void test_errors(void) {
     g_checks++;
     if (ringlet_group_end() != RINGLET_ERR_INVALID_USAGE) FAIL("group_end without group_start was accepted");
     int32_t x = 1;
-    ringlet_request_t q = NULL;
+    ringlet_request_t q = (ringlet_request_t)&x; /* not a request: the refusal must clear it */
     check_rc("group_start", ringlet_group_start());
     g_checks++;
     if (ringlet_iallreduce(&x, &x, 1, RINGLET_INT32, RINGLET_SUM, g_comm, NULL, &q) != RINGLET_ERR_INVALID_USAGE)
         FAIL("a non-blocking call inside a group was accepted");
+    g_checks++;
+    if (q != NULL) FAIL("a non-blocking call refused inside a group left its request set");
     check_rc("empty group_end", ringlet_group_end());
     /* A call refused inside a group spoils it (on every rank here): group_end runs none of
      * its calls and returns the refusal, so the valid all-reduce after it is not run. */
