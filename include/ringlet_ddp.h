@@ -231,7 +231,9 @@ ringlet_result_t ringlet_ddp_grad_unused(ringlet_ddp_t ddp, int index, void *gra
  * RINGLET_ERR_INVALID_USAGE naming the parameter and why (may be NULL), the others saying
  * that a rank reported a usage error, as for a parameter that got no gradient; with
  * find_unused_parameters too (a parameter never reported would otherwise be taken as
- * unused, its registered gradient read). Returns RINGLET_SUCCESS once noted. */
+ * unused, its registered gradient read). Returns RINGLET_SUCCESS once noted. After a
+ * RINGLET_DDP_NO_SYNC pre_forward nothing is reduced and nothing is noted: the gradient
+ * the framework accumulates locally is its own to mend. */
 ringlet_result_t ringlet_ddp_grad_failed(ringlet_ddp_t ddp, int index, const char *why);
 /* End of backward: starts the buckets not started yet, waits for all, and leaves the
  * averaged gradients in every parameter's gradient memory. On device memory it does not

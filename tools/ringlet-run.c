@@ -211,6 +211,10 @@ int main(int argc, char **argv)
             int st;
             pid_t pid;
             while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+                /* a group empties only as its last process is reaped (here: its parent is
+                 * the launcher, or gone and the launcher its subreaper): its id is dropped
+                 * at once, before another group may take the number */
+                groups_left();
                 long r = 0;
                 while (r < nranks && ranks[r].pid != pid)
                     r++;
@@ -276,9 +280,11 @@ int main(int argc, char **argv)
     if ((exit_code > 0 || phase == TERMINATING) && groups_left()) {
         signal_alive(SIGTERM);
         int64_t until = now_ns() + KILL_DELAY_NS;
-        while (groups_left() && now_ns() < until) {
+        int seen = sig_count;
+        /* signals are taken in the wait, as in the job loop: another one kills at once */
+        while (groups_left() && now_ns() < until && sig_count == seen) {
             struct timespec pause = {0, 20 * 1000 * 1000};
-            nanosleep(&pause, NULL);
+            (void)ppoll(NULL, 0, &pause, &wait_mask);
             int st;
             while (waitpid(-1, &st, WNOHANG) > 0) { /* the leftovers (this is their subreaper) */
             }

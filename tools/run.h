@@ -120,7 +120,8 @@ void restore_signals(void);
 /* sig to every rank's process group: a rank's own, and, once it was reaped, what it
  * started that still runs. */
 void signal_alive(int sig);
-/* Whether a process of some rank's group (a reaped rank's leftover) still runs. */
+/* Whether a process of some rank's group (a reaped rank's leftover) still runs; drops
+ * the groups that are empty. */
 bool groups_left(void);
 /* Passes on the SIGUSR1, SIGUSR2 and SIGTSTP received since the last call (job loop). */
 #define NFWD 3

@@ -145,10 +145,10 @@ bool groups_left(void)
     for (long r = 0; r < nranks; r++) {
         if (ranks[r].pgid <= 0)
             continue;
-        if (kill(-ranks[r].pgid, 0) == 0 || errno != ESRCH)
+        if (kill(-ranks[r].pgid, 0) == 0)
             any = true;
-        else
-            ranks[r].pgid = 0;
+        else if (errno == ESRCH || errno == EPERM)
+            ranks[r].pgid = 0; /* empty, or nothing there the launcher may signal */
     }
     return any;
 }

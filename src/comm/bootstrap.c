@@ -329,10 +329,14 @@ ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t non
     if (!rl_ct_equal(mac, th->mac, 32))
         return snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not authenticate (bad MAC)"), RINGLET_ERR_REMOTE;
     if (th->status != 0) {
-        /* Rank 0's error text; it need not end with a NUL. */
+        /* Rank 0's error text; it need not end with a NUL. Its verdict (authenticated) is
+         * the job's as much as rank 0's where this rank does not fit the job or some rank
+         * never joined by the deadline: that code; else rank 0's failure is remote here. */
         size_t n = strnlen(payload, len < RL_MSG_MAX ? len : RL_MSG_MAX - 1);
         snprintf(err, RL_MSG_MAX, "%.*s", (int)n, (const char *)payload);
-        return RINGLET_ERR_REMOTE;
+        return th->status == RINGLET_ERR_INVALID_USAGE || th->status == RINGLET_ERR_TIMEOUT
+                   ? (ringlet_result_t)th->status
+                   : RINGLET_ERR_REMOTE;
     }
     return RINGLET_SUCCESS;
 }
@@ -637,11 +641,8 @@ static ringlet_result_t client_join(struct ringlet_comm *c, rl_boot_target *t, i
         if (r != RL_IO_OK)
             snprintf(err, RL_MSG_MAX, "bootstrap: rank 0's table did not arrive whole (%s): rank 0 failed or closed "
                      "the connection", rl_io_str(r));
-        else if ((rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err)) == RINGLET_ERR_REMOTE &&
-                 (th.status == RINGLET_ERR_INVALID_USAGE || th.status == RINGLET_ERR_TIMEOUT))
-            /* rank 0's verdict (authenticated), the job's as much as rank 0's: this rank
-             * does not fit the job, or some rank never joined by the deadline */
-            rc = (ringlet_result_t)th.status;
+        else
+            rc = rl_boot_check_table(t->secret, h.nonce, &th, payload, len, err);
         if (rc != RINGLET_SUCCESS) {
             free(payload);
             close(fd);

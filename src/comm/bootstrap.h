@@ -72,8 +72,10 @@ int rl_boot_check_hello(const uint8_t secret[32], const uint8_t nonce0[16], cons
  * nranks infos, or its error text). */
 size_t rl_boot_table_len(const rl_boot_table_head *th, int nranks);
 /* Then, the payload in: RINGLET_SUCCESS when it authenticates (hello nonce `nonce`)
- * and is the table; else RINGLET_ERR_REMOTE and the reason (rank 0's error text, or
- * that the table did not authenticate) in err (RL_MSG_MAX bytes). */
+ * and is the table; else the reason (rank 0's error text, or that the table did not
+ * authenticate) in err (RL_MSG_MAX bytes) and RINGLET_ERR_REMOTE, or rank 0's own code
+ * where it authenticated and is the job's (RINGLET_ERR_INVALID_USAGE: this rank does not
+ * fit the job; RINGLET_ERR_TIMEOUT: some rank never joined). */
 ringlet_result_t rl_boot_check_table(const uint8_t secret[32], const uint8_t nonce[16], const rl_boot_table_head *th,
                                      const void *payload, size_t len, char *err);
 
