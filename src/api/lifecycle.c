@@ -53,8 +53,11 @@ static ringlet_result_t comm_init(ringlet_comm_t *out, int nranks, int rank, rl_
     rc = rl_comm_open_done(c, rc, token, err);
     if (rc != RINGLET_SUCCESS) {
         /* The peers hear why (the monitor says a failure's reason): else rank 0 would take
-         * this rank, alive, for a process that exited. */
-        if (!atomic_load(&c->failed) && c->mon) rl_comm_fail_quiet(c, rc, "its init failed: %s", err);
+         * this rank, alive, for a process that exited. Not a setting that every rank judges
+         * alike (invalid usage): each says its own, and a peer still judging would quote
+         * this one's in a second line. */
+        if (!atomic_load(&c->failed) && c->mon && rc != RINGLET_ERR_INVALID_USAGE)
+            rl_comm_fail_quiet(c, rc, "its init failed: %s", err);
         comm_close(c, 0);
         comm_free(c);
         return rl_error(NULL, rc, "init (rank %d of %d): %s", rank, nranks, err);
