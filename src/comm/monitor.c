@@ -231,13 +231,15 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     if (m->said_bye[r]) return;
     atomic_fetch_sub(&m->nlive, 1);
     if (atomic_load(&m->leaving) || m->silent[r]) return; /* silent: everybody knows already */
+    /* Rank 0 is leaving (it said so): a rank that goes now most often failed because of
+     * that, and its going is not the cause the others should hear. */
+    if (atomic_load(&m->departing)) return;
     /* Tell everybody first: once this rank's own calls fail, its user may abort, and
      * the others must have heard the real cause before they see this rank go. */
     for (int i = 1; i < m->nfds; i++)
         if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, m->frame_s / 2) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
     char why[MON_WHY_MAX + 32];
-    if (atomic_load(&m->departing)) return; /* rank 0 is leaving: the others fail as it goes */
     rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
                         "rank %d failed (its process exited or aborted without destroying the communicator%s)", r,
                         why_of(m, r, why, sizeof why));
