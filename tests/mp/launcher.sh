@@ -259,24 +259,33 @@ else
     fail "SIGKILL to launcher: $before processes before, leftovers: $(leftovers | tr '\n' ' ')"
 fi
 
-# SIGINT: forwarded, and the launcher then dies of it (a shell that sees a child exit 130
-# instead takes the Ctrl-C as handled by it, and a loop of ringlet-run goes on)
-rm -f "$TMP"/up.* "$TMP"/term.*
-if [ -x /usr/bin/python3 ]; then
-    sigint=$(/usr/bin/python3 - "$RUN" "$R" "$MARK" "$TMP" <<'PY'
-import os, signal, subprocess, sys, time
-run, rank, mark, tmp = sys.argv[1:]
-p = subprocess.Popen([run, "-n", "2", rank, "termfile", mark], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# signal_launcher SIG MODE: starts the launcher on 2 ranks of rank.sh MODE (from Python, in
+# $TMP, with no core dumps and SIGQUIT at its default), sends it SIG once both ranks are up,
+# and prints its wait status (-N: killed by signal N; "hung" after 20 s)
+signal_launcher() {
+    /usr/bin/python3 - "$RUN" "$R" "$MARK" "$TMP" "$1" "$2" <<'PY'
+import os, resource, signal, subprocess, sys, time
+run, rank, mark, tmp, sig, mode = sys.argv[1:]
+def no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+p = subprocess.Popen([run, "-n", "2", rank, mode, mark], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     preexec_fn=no_core, cwd=tmp)
 until = time.monotonic() + 20
 while not all(os.path.exists("%s/up.%d" % (tmp, r)) for r in (0, 1)) and time.monotonic() < until:
     time.sleep(0.05)
-p.send_signal(signal.SIGINT)
+p.send_signal(getattr(signal, sig))
 try:
     print(p.wait(20))
 except subprocess.TimeoutExpired:
     p.kill(); print("hung")
 PY
-)
+}
+# SIGINT: forwarded, and the launcher then dies of it (a shell that sees a child exit 130
+# instead takes the Ctrl-C as handled by it, and a loop of ringlet-run goes on)
+rm -f "$TMP"/up.* "$TMP"/term.*
+if [ -x /usr/bin/python3 ]; then
+    sigint=$(signal_launcher SIGINT termfile)
     if [ "$sigint" = -2 ] && wait_files 2 term && no_leftovers; then
         pass "SIGINT to the launcher is forwarded, and it dies of SIGINT"
     else
@@ -290,24 +299,7 @@ fi
 # ignores SIGQUIT: by SIGTERM)
 rm -f "$TMP"/up.*
 if [ -x /usr/bin/python3 ]; then
-    sigquit=$(/usr/bin/python3 - "$RUN" "$R" "$MARK" "$TMP" <<'PY'
-import os, resource, signal, subprocess, sys, time
-run, rank, mark, tmp = sys.argv[1:]
-def no_core():
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-p = subprocess.Popen([run, "-n", "2", rank, "quitfile", mark], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     preexec_fn=no_core, cwd=tmp)
-until = time.monotonic() + 20
-while not all(os.path.exists("%s/up.%d" % (tmp, r)) for r in (0, 1)) and time.monotonic() < until:
-    time.sleep(0.05)
-p.send_signal(signal.SIGQUIT)
-try:
-    print(p.wait(20))
-except subprocess.TimeoutExpired:
-    p.kill(); print("hung")
-PY
-)
+    sigquit=$(signal_launcher SIGQUIT quitfile)
     if [ "$sigquit" = -3 ] && wait_files 2 quit && no_leftovers; then
         pass "SIGQUIT to the launcher is forwarded, what the ranks started is stopped, and it dies of SIGQUIT"
     else
