@@ -364,11 +364,7 @@ static ringlet_result_t split_counted(ringlet_comm_t c, int color, int key, ring
         /* A member gone (the new init saw a connection close or stall): c's monitor names
          * the cause within moments, though maybe after this init saw its effect (rank 0's
          * new init, stopped by c's failure, closed its connections first). */
-        if ((rc == RINGLET_ERR_REMOTE || rc == RINGLET_ERR_TIMEOUT) && !atomic_load(&c->failed)) {
-            double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
-            while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && rl_now() < until)
-                rl_comm_wait_event(c, rl_comm_gen(c), 20);
-        }
+        if (rc == RINGLET_ERR_REMOTE || rc == RINGLET_ERR_TIMEOUT) rl_comm_await_cause(c);
         /* Stopped by c's failure: that failure is the reason. */
         if (rc && atomic_load(&c->failed)) {
             char why[RL_MSG_MAX];

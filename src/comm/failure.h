@@ -47,6 +47,9 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
  * it, the stalled one a neighbour waiting for the silent peer), then fail with what is
  * known. */
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
+/* Its first part alone: waits (1 s at most, RINGLET_TIMEOUT where less) until c has
+ * failed or been aborted, so that the monitor's cause is known; fails nothing itself. */
+void rl_comm_await_cause(struct ringlet_comm *c);
 /* An operation failed with code (what: the local view): fails the communicator if it
  * has not failed yet (a broken link or a timeout first gives the monitor a moment to
  * name the real cause), and writes "<op> #seq (count n) failed: <the communicator's
