@@ -46,7 +46,12 @@ ringlet_result_t rl_board_exchange(struct ringlet_comm *c, const struct ringlet_
             rc = RINGLET_ERR_SYSTEM;
             snprintf(cerr, sizeof cerr, "rank %d's board (its doorbell's shared memory) cannot be mapped", q);
         }
-    if (rc) return rl_comm_op_failed(c, r, rc, cerr, err);
+    if (rc) {
+        /* Most often the rank has left (destroyed the communicator, its board with it) after
+         * a failure the monitor is about to name: that is the cause to report. */
+        rl_comm_await_cause(c);
+        return rl_comm_op_failed(c, r, rc, cerr, err);
+    }
 
     board_wait w = {slot, P, me, 0, ++c->board_seq};
     int s = (int)(w.seq & 1);

@@ -87,6 +87,7 @@ struct rl_monitor {
     /* per rank: 1 + the collectives it had called when it left cleanly (its destroy: its
      * MON_BYE, or rank 0's MON_LEFT), 0 while it has not (monitor thread) */
     unsigned long long *left;
+    int any_left; /* some rank left: the thread then looks at this rank's calls every 5 ms */
     atomic_int departing; /* root: its clean destroy began (it told the others when it left) */
     int why_said; /* this rank's own failure has been said */
     pthread_mutex_t send_mu; /* frames are sent whole: the monitor thread and init both send */
@@ -127,10 +128,14 @@ static void say_why(struct ringlet_comm *c, struct rl_monitor *m) {
         if (m->fds[i] >= 0) (void)mon_send_why(m, i, c->rank, msg, lost ? MON_WHY_LOST : 0, m->frame_s / 4);
 }
 
-/* "; it had said: ..." when rank r said why its communicator failed, else "". */
+/* How rank r went, for "rank r failed (...)": with what it said when its communicator
+ * failed for a reason of its own (it then left, whether it destroyed the communicator,
+ * aborted or exited), else as a process that exited or aborted. */
 static const char *why_of(const struct rl_monitor *m, int r, char *buf, size_t len) {
-    buf[0] = 0;
-    if (r >= 0 && r < m->nranks && m->why && m->why[r]) snprintf(buf, len, "; before, it said: \"%s\"", m->why[r]);
+    if (r >= 0 && r < m->nranks && m->why && m->why[r])
+        snprintf(buf, len, "its communicator failed and it left; before, it said: \"%s\"", m->why[r]);
+    else
+        snprintf(buf, len, "its process exited or aborted without destroying the communicator");
     return buf;
 }
 
@@ -239,10 +244,8 @@ static void root_peer_gone(struct ringlet_comm *c, struct rl_monitor *m, int r) 
     for (int i = 1; i < m->nfds; i++)
         if (m->fds[i] >= 0 && mon_send(m, i, MON_FAILED, r, m->frame_s / 2) != RL_IO_OK)
             RL_WARN(0, "monitor: could not tell rank %d that rank %d failed", i, r);
-    char why[MON_WHY_MAX + 32];
-    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
-                        "rank %d failed (its process exited or aborted without destroying the communicator%s)", r,
-                        why_of(m, r, why, sizeof why));
+    char why[MON_WHY_MAX + 96];
+    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE, "rank %d failed (%s)", r, why_of(m, r, why, sizeof why));
 }
 
 /* Ends the monitor thread's poll at once (it then looks at quit and departing). */
@@ -350,8 +353,8 @@ static void *monitor_thread(void *arg) {
         }
         int nw = n;
         if (m->wake[0] >= 0) pf[nw++] = (struct pollfd){m->wake[0], POLLIN, 0};
-        int ms = (int)((m->next_beat - rl_now()) * 1000) + 1;
-        if (poll(pf, (nfds_t)nw, ms < 1 ? 1 : ms > 100 ? 100 : ms) <= 0) {
+        int ms = (int)((m->next_beat - rl_now()) * 1000) + 1, most = m->any_left && !atomic_load(&c->failed) ? 5 : 100;
+        if (poll(pf, (nfds_t)nw, ms < 1 ? 1 : ms > most ? most : ms) <= 0) {
             check_silence(c, m);
             check_left(c, m);
             continue;
@@ -377,12 +380,12 @@ static void *monitor_thread(void *arg) {
                     atomic_store(&c->lag, rl_lag_pack(f.lag_rank, f.colls));
                 }
             }
-            char why[MON_WHY_MAX + 32];
+            char why[MON_WHY_MAX + 96];
             if (m->is_root) {
                 if (r == RL_IO_OK && f.type == MON_BYE && !m->said_bye[i]) {
                     m->said_bye[i] = 1;
                     atomic_fetch_sub(&m->nlive, 1);
-                    if (m->left) m->left[i] = f.colls + 1;
+                    if (m->left) m->left[i] = f.colls + 1, m->any_left = 1;
                     for (int k = 1; k < m->nfds; k++) /* the others compare it with their own calls */
                         if (k != i && m->fds[k] >= 0 && !m->said_bye[k]) (void)mon_send_left(m, k, i, f.colls);
                 } else if (r == RL_IO_OK && f.type == MON_READY && !atomic_load(&m->ready[i])) {
@@ -391,14 +394,13 @@ static void *monitor_thread(void *arg) {
                     rl_comm_notify(c);
                 } else if (r != RL_IO_OK) root_peer_gone(c, m, i);
             } else if (r == RL_IO_OK && f.type == MON_LEFT) {
-                if (m->left && f.rank >= 0 && f.rank < m->nranks) m->left[f.rank] = f.colls + 1;
+                if (m->left && f.rank >= 0 && f.rank < m->nranks) m->left[f.rank] = f.colls + 1, m->any_left = 1;
             } else if (r == RL_IO_OK && f.type == MON_GO) {
                 atomic_store(&m->go, 1);
                 rl_comm_notify(c);
             } else if (r == RL_IO_OK && f.type == MON_FAILED) {
-                rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
-                                    "rank %d failed (its process exited or aborted without destroying the communicator%s)",
-                                    f.rank, why_of(m, f.rank, why, sizeof why));
+                rl_comm_fail_remote(c, RINGLET_ERR_REMOTE, "rank %d failed (%s)", f.rank,
+                                    why_of(m, f.rank, why, sizeof why));
             } else if (r == RL_IO_OK && f.type == MON_SILENT) {
                 rl_comm_fail_remote(c, RINGLET_ERR_TIMEOUT,
                                     "rank %d is unresponsive: rank 0 heard nothing from it for %.0f s (RINGLET_TIMEOUT; "
@@ -407,14 +409,24 @@ static void *monitor_thread(void *arg) {
                 mon_drop(m, 0);
                 if (atomic_load(&m->leaving)) {
                 } else if (m->left && m->left[0]) {
-                    rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
-                                        "rank 0 destroyed the communicator (after %llu collective call(s)) and left: "
-                                        "this rank's connection to the others' monitor is gone",
-                                        m->left[0] - 1);
+                    /* A rank that left before, with fewer calls, is the likelier cause (rank 0's
+                     * own destroy may have followed the failure it made there). */
+                    int first = 0;
+                    for (int q = 1; q < m->nranks; q++)
+                        if (m->left[q] && m->left[q] <= m->left[first]) first = q;
+                    if (first)
+                        rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                            "rank %d destroyed the communicator after %llu collective call(s), and left; "
+                                            "rank 0 left too (after %llu): this rank's connection to the others' monitor "
+                                            "is gone", first, m->left[first] - 1, m->left[0] - 1);
+                    else
+                        rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                                            "rank 0 destroyed the communicator (after %llu collective call(s)) and left: "
+                                            "this rank's connection to the others' monitor is gone",
+                                            m->left[0] - 1);
                 } else {
                     rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
-                                        "rank 0 failed (its process exited or aborted without destroying the "
-                                        "communicator%s)", why_of(m, 0, why, sizeof why));
+                                        "rank 0 failed (%s)", why_of(m, 0, why, sizeof why));
                 }
             }
         }
@@ -446,9 +458,19 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
     mon_wake(m);
     pthread_join(m->thread, NULL);
     if (!clean) say_why(c, m); /* an abort, or a failure the thread had no time to say */
-    if (clean && !m->is_root && m->fds[0] >= 0) {
-        struct mon_frame f = {.magic = MON_MAGIC, .type = MON_BYE, .rank = c->rank, .colls = atomic_load(&c->colls_called)};
+    /* A destroy says goodbye, also of a communicator that a peer's failure or departure
+     * failed: else the others would take this rank, which destroyed it, for one that died,
+     * and that could hide the cause they should name (the rank that left first). */
+    char own[RL_MSG_MAX];
+    int lost = 0, bye = clean || (!atomic_load(&c->aborted) && atomic_load(&c->failed) &&
+                                  !rl_comm_own_failure(c, own, sizeof own, &lost));
+    unsigned long long mine = atomic_load(&c->colls_called);
+    if (bye && !m->is_root && m->fds[0] >= 0) {
+        struct mon_frame f = {.magic = MON_MAGIC, .type = MON_BYE, .rank = c->rank, .colls = mine};
         (void)mon_send_bytes(m, 0, &f, sizeof f, m->frame_s > 0 ? m->frame_s : 2.0);
+    } else if (bye && !clean && m->is_root) {
+        for (int k = 1; k < m->nfds; k++) /* rank 0 relays no more: it says its own */
+            if (m->fds[k] >= 0 && !m->said_bye[k]) (void)mon_send_left(m, k, 0, mine);
     }
     mon_close(m);
     c->mon = NULL;

@@ -19,7 +19,8 @@
 #     naming the peer, at 8 bytes (through the shared-memory board) and at 64 KiB (messages);
 #   - a watchdog's abort while rank 0's destroy waits for rank 1 to leave: it ends the wait;
 #   - at 3 ranks, rank 2 (then rank 0) destroys the communicator: the others' all-reduce
-#     fails at once, naming it;
+#     fails at once, naming it; rank 0 (then rank 1) calls last, after the third rank
+#     failed and destroyed it too, and still names rank 2 (the third left, it did not die);
 #   - at 3 ranks, a split whose rank 2 exits after the split's exchanges: the others'
 #     split fails at once, naming rank 2;
 #   - at 3 ranks, rank 1 aborts and leaves: the others' all-reduce fails at once, naming
@@ -82,7 +83,9 @@ WANT_OK=3 one "a split whose member left after its exchanges" RINGLET_TIMEOUT=60
 one "an abort during rank 0's destroy" RINGLET_TIMEOUT=60 "$RUN" -n 2 --timeout 120 "$PROG" --abort-destroying
 # a rank that destroys the communicator: the others' next all-reduce fails at once, naming it
 WANT_OK=3 one "a rank that destroyed the communicator (rank 2): the others' all-reduce fails at once" \
-    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2
+    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2 --last 0
+WANT_OK=3 one "rank 2 destroyed the communicator, rank 0 failed and destroyed it: rank 1's all-reduce names rank 2" \
+    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2 --last 1
 WANT_OK=3 one "rank 0 destroyed the communicator: the others' all-reduce fails at once" \
     RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 0
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
