@@ -34,17 +34,26 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
         free(s), free(v);
         return snprintf(err, RL_MSG_MAX, "group #%llu: out of memory", (unsigned long long)g->seq), RINGLET_ERR_SYSTEM;
     }
-    ringlet_result_t rc = RINGLET_SUCCESS;
     ns = nr = 0;
+    for (int i = 0; i < g->nsub; i++) {
+        const rl_subop *o = &g->sub[i];
+        size_t bytes = o->count * ringlet_datatype_size(o->dtype);
+        if (o->kind == RL_OP_SEND) s[ns++] = (rl_msg){o->peer, (void *)o->sendbuf, bytes};
+        else if (o->kind == RL_OP_RECV) v[nr++] = (rl_msg){o->peer, o->recvbuf, bytes};
+    }
+    /* Messages to this rank itself that cannot meet are refused before anything runs
+     * (the peers hear why: the communicator fails, rl_run_op), not after the collectives. */
+    struct ringlet_request pr;
+    memset(&pr, 0, sizeof pr);
+    pr.comm = c;
+    pr.kind = RL_OP_GROUP;
+    pr.seq = g->seq;
+    pr.count = (size_t)(ns + nr);
+    ringlet_result_t rc = rl_xchg_self(c, &pr, mem, s, ns, v, nr, 0, err);
     uint64_t coll = g->coll_first; /* the number of the group's next collective (comm.h) */
     for (int i = 0; i < g->nsub && !rc; i++) {
         const rl_subop *o = &g->sub[i];
-        size_t bytes = o->count * ringlet_datatype_size(o->dtype);
-        if (o->kind == RL_OP_SEND) {
-            s[ns++] = (rl_msg){o->peer, (void *)o->sendbuf, bytes};
-        } else if (o->kind == RL_OP_RECV) {
-            v[nr++] = (rl_msg){o->peer, o->recvbuf, bytes};
-        } else {
+        if (o->kind != RL_OP_SEND && o->kind != RL_OP_RECV) {
             /* A collective: as a request of its own, numbered as the group. */
             struct ringlet_request r;
             rl_subop_request(&r, c, o, g->seq);
@@ -64,16 +73,7 @@ ringlet_result_t rl_run_group(struct ringlet_comm *c, struct ringlet_request *g,
             }
         }
     }
-    if (!rc && (ns || nr)) {
-        /* The group names the sends and receives in errors. */
-        struct ringlet_request r;
-        memset(&r, 0, sizeof r);
-        r.comm = c;
-        r.kind = RL_OP_GROUP;
-        r.seq = g->seq;
-        r.count = (size_t)(ns + nr);
-        rc = rl_run_peers(c, &r, mem, s, ns, v, nr, err);
-    }
+    if (!rc && (ns || nr)) rc = rl_run_peers(c, &pr, mem, s, ns, v, nr, err); /* pr names them in errors */
     free(s);
     free(v);
     return rc;

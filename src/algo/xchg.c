@@ -91,6 +91,37 @@ static int set_pipe(rl_pipe *p, struct ringlet_comm *c, const struct ringlet_req
     return 1;
 }
 
+/* Messages to this rank itself (a group's send and receive with self): the k-th send to
+ * self is the k-th receive from self, of as many bytes and not overlapping it; copied when
+ * copy is set, else only checked. */
+ringlet_result_t rl_xchg_self(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
+                              int ns, const rl_msg *recvs, int nr, int copy, char *err) {
+    int self_s = 0, self_r = 0;
+    for (int i = 0; i < ns; i++) self_s += sends[i].peer == c->rank;
+    for (int i = 0; i < nr; i++) self_r += recvs[i].peer == c->rank;
+    if (self_s != self_r)
+        return snprintf(err, RL_MSG_MAX, "%s #%llu: %d sends to this rank itself but %d receives from it",
+                        rl_op_name(r->kind), (unsigned long long)r->seq, self_s, self_r),
+               RINGLET_ERR_INVALID_USAGE;
+    for (int i = 0, j = 0; i < ns; i++) {
+        if (sends[i].peer != c->rank) continue;
+        while (recvs[j].peer != c->rank) j++;
+        const rl_msg *v = &recvs[j++];
+        if (v->bytes != sends[i].bytes)
+            return snprintf(err, RL_MSG_MAX, "%s #%llu: a send of %zu bytes to this rank itself meets a receive of %zu "
+                            "bytes", rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].bytes, v->bytes),
+                   RINGLET_ERR_INVALID_ARGUMENT;
+        /* A copy between overlapping ranges: wrong data on the host, undefined on a device. */
+        if (v->buf != sends[i].buf && rl_ranges_overlap(v->buf, v->bytes, sends[i].buf, v->bytes))
+            return snprintf(err, RL_MSG_MAX, "%s #%llu: a send to this rank itself (%p) and its receive (%p) of %zu "
+                            "bytes overlap", rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].buf, v->buf,
+                            v->bytes),
+                   RINGLET_ERR_INVALID_ARGUMENT;
+        if (copy && v->buf != sends[i].buf) rl_mem_copy(mem, v->buf, sends[i].buf, v->bytes);
+    }
+    return RINGLET_SUCCESS;
+}
+
 ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
                               int ns, const rl_msg *recvs, int nr, char *err) {
     int P = c->nranks;
@@ -104,33 +135,7 @@ ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_reque
         rc = RINGLET_ERR_SYSTEM;
         snprintf(err, RL_MSG_MAX, "%s #%llu: out of memory", rl_op_name(r->kind), (unsigned long long)r->seq);
     }
-    /* Messages to this rank itself (a group's send and receive with self): the k-th send
-     * to self is the k-th receive from self, copied here. */
-    int self_s = 0, self_r = 0;
-    for (int i = 0; i < ns; i++) self_s += sends[i].peer == c->rank;
-    for (int i = 0; i < nr; i++) self_r += recvs[i].peer == c->rank;
-    if (!rc && self_s != self_r) {
-        rc = RINGLET_ERR_INVALID_USAGE;
-        snprintf(err, RL_MSG_MAX, "%s #%llu: %d sends to this rank itself but %d receives from it", rl_op_name(r->kind),
-                 (unsigned long long)r->seq, self_s, self_r);
-    }
-    for (int i = 0, j = 0; i < ns && !rc; i++) {
-        if (sends[i].peer != c->rank) continue;
-        while (recvs[j].peer != c->rank) j++;
-        const rl_msg *v = &recvs[j++];
-        if (v->bytes != sends[i].bytes) {
-            rc = RINGLET_ERR_INVALID_ARGUMENT;
-            snprintf(err, RL_MSG_MAX, "%s #%llu: a send of %zu bytes to this rank itself meets a receive of %zu bytes",
-                     rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].bytes, v->bytes);
-        } else if (v->buf != sends[i].buf && rl_ranges_overlap(v->buf, v->bytes, sends[i].buf, v->bytes)) {
-            /* A copy between overlapping ranges: wrong data on the host, undefined on a device. */
-            rc = RINGLET_ERR_INVALID_ARGUMENT;
-            snprintf(err, RL_MSG_MAX, "%s #%llu: a send to this rank itself (%p) and its receive (%p) of %zu bytes "
-                     "overlap", rl_op_name(r->kind), (unsigned long long)r->seq, sends[i].buf, v->buf, v->bytes);
-        } else if (v->buf != sends[i].buf) {
-            rl_mem_copy(mem, v->buf, sends[i].buf, v->bytes);
-        }
-    }
+    if (!rc) rc = rl_xchg_self(c, r, mem, sends, ns, recvs, nr, 1, err);
     if (!rc) {
         for (int i = 0; i < ns; i++)
             if (sends[i].peer != c->rank) peers[sends[i].peer].send.cap++;

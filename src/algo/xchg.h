@@ -20,4 +20,10 @@ typedef struct rl_msg {
 ringlet_result_t rl_run_peers(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
                               int ns, const rl_msg *recvs, int nr, char *err);
 
+/* The messages of sends and recvs that this rank sends to itself, checked (the k-th send
+ * meets the k-th receive, of as many bytes, not overlapping it) and, with copy, copied.
+ * rl_run_peers does both; a group checks first, before its collectives run. */
+ringlet_result_t rl_xchg_self(struct ringlet_comm *c, const struct ringlet_request *r, rl_mem *mem, const rl_msg *sends,
+                              int ns, const rl_msg *recvs, int nr, int copy, char *err);
+
 #endif

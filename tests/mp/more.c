@@ -786,6 +786,44 @@ static void test_local_failure_told(void) {
     ringlet_comm_destroy(sub);
 }
 
+/* A group whose send to this rank itself cannot meet its receive (8 bytes against 4),
+ * on rank 0 alone, is refused before any of its calls runs: rank 0's all-reduce of the
+ * group leaves its output as it was, and the others' all-reduce fails at once naming
+ * rank 0 (they are told why), rather than running while rank 0's group fails after it. */
+static void test_group_self_checked_first(void) {
+    if (g_P < 2 || D) return;
+    ringlet_comm_t sub = NULL;
+    check_rc("comm_split for the group's self check", ringlet_comm_split(g_comm, 0, g_rank, &sub));
+    if (!sub) exit(3);
+    check_rc("barrier after the split", ringlet_barrier(g_comm, NULL));
+    int32_t in[4], out[4], self_in[2] = {7, 8}, self_out[1] = {-1};
+    for (int i = 0; i < 4; i++) in[i] = (int32_t)val(g_rank, 93, (size_t)i), out[i] = -5;
+    check_rc("group_start", ringlet_group_start());
+    /* The others may hear of rank 0's failure before they record their call: then it is
+     * the recording that fails (and the group's end runs nothing), as it should. */
+    ringlet_result_t rc = ringlet_allreduce(in, out, 4, RINGLET_INT32, RINGLET_SUM, sub, NULL);
+    char m[512];
+    snprintf(m, sizeof m, "%s", ringlet_comm_last_error(sub));
+    if (g_rank == 0) {
+        check_rc("all-reduce in the group", rc);
+        check_rc("send of 8 bytes to itself", ringlet_send(self_in, 2, RINGLET_INT32, 0, sub, NULL));
+        check_rc("receive of 4 bytes from itself", ringlet_recv(self_out, 1, RINGLET_INT32, 0, sub, NULL));
+    }
+    ringlet_result_t end = ringlet_group_end();
+    if (!rc) rc = end, snprintf(m, sizeof m, "%s", ringlet_comm_last_error(sub));
+    g_checks++;
+    if (g_rank == 0) {
+        int touched = self_out[0] != -1;
+        for (int i = 0; i < 4; i++) touched |= out[i] != -5;
+        if (rc == RINGLET_SUCCESS || !strstr(m, "meets a receive of 4 bytes") || touched)
+            FAIL("a group whose send to itself meets a smaller receive: %s (%s); outputs %s", ringlet_strerror(rc), m,
+                 touched ? "written (a call ran)" : "untouched");
+    } else if (rc != RINGLET_ERR_REMOTE || !strstr(m, "rank 0") || !strstr(m, "meets a receive")) {
+        FAIL("rank %d's group, whose all-reduce rank 0 refused: %s (%s)", g_rank, ringlet_strerror(rc), m);
+    }
+    ringlet_comm_destroy(sub);
+}
+
 /* Empty calls with NULL buffers (an empty tensor's pointer may be NULL): each succeeds
  * and moves nothing, in every form; the all-reduce after them checks the ranks are still
  * in step. */
@@ -935,6 +973,7 @@ int main(int argc, char **argv) {
     test_finalize_waits_isend();
     test_zero_null();
     test_local_failure_told();
+    test_group_self_checked_first();
     test_errors();
     check_rc("finalize", ringlet_comm_finalize(g_comm));
     int dev = -2, cur = -2;
