@@ -408,11 +408,20 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->infos[rank].core = one_core();
     c->infos[rank].ncpu = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     host_id(c->infos[rank].hostid);
-    if (rc == RINGLET_SUCCESS) {
-        rc = rl_boot_exchange(c, t, err);
-    } else if (t->listen_fd >= 0) {
-        close(t->listen_fd);
-    }
+    /* A transport this rank cannot start (a forced one): the exchange still runs, saying
+     * so, and the rank then fails, telling why (lifecycle.c's comm_init): else the others
+     * would wait for it until RINGLET_TIMEOUT and say only that it never joined. */
+    c->infos[rank].init_failed = (int32_t)rc;
+    char xerr[RL_MSG_MAX];
+    ringlet_result_t xrc = rl_boot_exchange(c, t, rc ? xerr : err);
+    if (rc == RINGLET_SUCCESS) rc = xrc;
+    for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
+        if (c->infos[r].init_failed) {
+            rc = RINGLET_ERR_REMOTE;
+            snprintf(err, RL_MSG_MAX, "rank %d's init failed (%s) before the ranks met", r,
+                     ringlet_strerror((ringlet_result_t)c->infos[r].init_failed));
+            rl_comm_await_cause(c); /* its reason, through the monitor (rl_comm_open_done quotes it) */
+        }
     if (rc == RINGLET_SUCCESS) tuning_check(c, err, &rc);
     for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)
         if (c->infos[r].check != c->check) {
@@ -503,7 +512,8 @@ ringlet_result_t rl_comm_open_done(struct ringlet_comm *c, ringlet_result_t rc, 
     }
     /* A peer's failure explains this one, unless the error is a setting this rank
      * judged itself (every rank judges it the same, and some may leave first). */
-    if (rc != RINGLET_SUCCESS && atomic_load(&c->failed) && rc != RINGLET_ERR_INVALID_USAGE)
+    if (rc != RINGLET_SUCCESS && atomic_load(&c->failed) && rc != RINGLET_ERR_INVALID_USAGE &&
+        !c->infos[c->rank].init_failed) /* its own transport's failure is this rank's cause */
         snprintf(err, RL_MSG_MAX, "%s", c->fail_msg);
     return rc;
 }

@@ -36,7 +36,7 @@ typedef struct rl_rank_info {
     char bell_name[RL_BELL_NAME_MAX]; /* its doorbell (doorbell.h), "" when it has none */
     int32_t check;                    /* RINGLET_CHECK (must be the same on every rank) */
     int32_t transport;                /* RINGLET_TRANSPORT: 1 + its index, 0 unset (must be the same too) */
-    int32_t reserved;                 /* 0: keeps tuning 8-byte aligned with no padding */
+    int32_t init_failed;              /* its init failed before the exchange (its code): it goes at once */
     uint32_t board_bytes;             /* RINGLET_BOARD_BYTES, 0 without a doorbell (doorbell.h) */
     int32_t core;                     /* 1 + the one core it may run on at init (ringlet-run --bind), 0: several */
     int32_t ncpu;                     /* cores online on its host */
