@@ -420,7 +420,9 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
             rc = RINGLET_ERR_REMOTE;
             snprintf(err, RL_MSG_MAX, "rank %d's init failed (%s) before the ranks met", r,
                      ringlet_strerror((ringlet_result_t)c->infos[r].init_failed));
-            rl_comm_await_cause(c); /* its reason, through the monitor (rl_comm_open_done quotes it) */
+            /* Its reason, through the monitor (rl_comm_open_done quotes it): it fails, said or
+             * not, so its going is certain; heard within RINGLET_TIMEOUT at the latest. */
+            rl_comm_await_cause_for(c, c->timeout_s);
         }
     if (rc == RINGLET_SUCCESS) tuning_check(c, err, &rc);
     for (int r = 0; rc == RINGLET_SUCCESS && r < nranks; r++)

@@ -128,7 +128,11 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len) 
 }
 
 void rl_comm_await_cause(struct ringlet_comm *c) {
-    double until = rl_now() + (c->timeout_s < 1.0 ? c->timeout_s : 1.0);
+    rl_comm_await_cause_for(c, c->timeout_s < 1.0 ? c->timeout_s : 1.0);
+}
+
+void rl_comm_await_cause_for(struct ringlet_comm *c, double s) {
+    double until = rl_now() + s;
     while (!atomic_load(&c->failed) && !atomic_load(&c->aborted) && !atomic_load(&c->stop) && rl_now() < until)
         rl_comm_wait_event(c, rl_comm_gen(c), 20);
 }

@@ -48,8 +48,10 @@ ringlet_result_t rl_comm_failure(struct ringlet_comm *c, char *msg, size_t len);
  * known. */
 void rl_comm_fail_link(struct ringlet_comm *c, ringlet_result_t code, const char *what);
 /* Its first part alone: waits (1 s at most, RINGLET_TIMEOUT where less) until c has
- * failed or been aborted, so that the monitor's cause is known; fails nothing itself. */
+ * failed or been aborted, so that the monitor's cause is known; fails nothing itself.
+ * _for: as long as s seconds (a failure that is certain to come). */
 void rl_comm_await_cause(struct ringlet_comm *c);
+void rl_comm_await_cause_for(struct ringlet_comm *c, double s);
 /* An operation failed with code (what: the local view): fails the communicator if it
  * has not failed yet (a broken link or a timeout first gives the monitor a moment to
  * name the real cause), and writes "<op> #seq (count n) failed: <the communicator's
