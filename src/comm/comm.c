@@ -354,14 +354,16 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     struct rl_netif nif[16];
     int n = rl_netif_list(spec, nif, 16);
     if (n <= 0) {
-        rc = rl_error(NULL, RINGLET_ERR_SYSTEM, "init: no network interface%s%s%s%s", spec ? " matches " : "",
-                      spec ? var : "", spec ? "=" : "", spec ? spec : "");
-        if (t->listen_fd >= 0) close(t->listen_fd);
-        rl_comm_free(c);
-        return rc;
+        /* Not a return: like a forced transport that cannot start (below), the rank still
+         * meets the others, saying its init failed, so that theirs fail at once quoting it
+         * (the bootstrap reaches rank 0 by MASTER_ADDR, not by this interface). */
+        rc = RINGLET_ERR_SYSTEM;
+        snprintf(err, RL_MSG_MAX, "no network interface%s%s%s%s%s", spec ? " matches " : "", spec ? var : "",
+                 spec ? "=" : "", spec ? spec : "", n < 0 ? " (getifaddrs failed)" : "");
+    } else {
+        c->ifaddr = nif[0].addr;
+        snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
     }
-    c->ifaddr = nif[0].addr;
-    snprintf(c->ifname, sizeof c->ifname, "%s", nif[0].name);
     /* The token from here, where no return frees c without rl_comm_open_done (which
      * detaches it): the settings refused above must not leave it pointing into c. */
     rl_stop_token_attach(token, &c->stop);
@@ -408,9 +410,10 @@ ringlet_result_t rl_comm_open(struct ringlet_comm **out, int nranks, int rank, r
     c->infos[rank].core = one_core();
     c->infos[rank].ncpu = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     host_id(c->infos[rank].hostid);
-    /* A transport this rank cannot start (a forced one): the exchange still runs, saying
-     * so, and the rank then fails, telling why (lifecycle.c's comm_init): else the others
-     * would wait for it until RINGLET_TIMEOUT and say only that it never joined. */
+    /* A transport this rank cannot start (a forced one, or TCP without an interface): the
+     * exchange still runs, saying so, and the rank then fails, telling why (lifecycle.c's
+     * comm_init): else the others would wait for it until RINGLET_TIMEOUT and say only
+     * that it never joined. */
     c->infos[rank].init_failed = (int32_t)rc;
     char xerr[RL_MSG_MAX];
     ringlet_result_t xrc = rl_boot_exchange(c, t, rc ? xerr : err);

@@ -3,7 +3,8 @@
 # port while the job starts (must be refused without harm); a rank with the wrong
 # secret (refused; init fails naming the rank that never joined); a rank that never
 # shows up (init fails on the others within RINGLET_TIMEOUT, naming it, with the timeout's
-# code); a rank whose init fails alone after the exchanges (the others quote its reason);
+# code); a rank whose init fails alone after the exchanges, or without a network interface
+# before its transports start (the others quote its reason);
 # MASTER_ADDR with two
 # addresses that the ranks' resolvers order differently.
 set -u
@@ -202,6 +203,22 @@ if [ -z "${SANITIZE:-}" ]; then
     [ $s0 -eq 0 ] && [ $s1 -eq 0 ]
     check "a rank's own init failure after the exchanges: the others quote its reason" $?
 fi
+
+# 4d. Rank 1 has no network interface (RINGLET_SOCKET_IFNAME matches none) and fails before
+#     its transports start; it still meets rank 0 at the exchange, so rank 0's init fails
+#     quoting its reason (it waited until its deadline and said "rank 1 never joined").
+P=$(port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$P WORLD_SIZE=2 RINGLET_SECRET=x
+RINGLET_SOCKET_IFNAME=nosuch0 RANK=1 RINGLET_TIMEOUT=60 \
+    $bin expect-fail "no network interface matches RINGLET_SOCKET_IFNAME=nosuch0" >"$tmp/n1.log" 2>&1 &
+n1=$!
+RANK=0 RINGLET_TIMEOUT=30 \
+    $bin expect-fail 'it said: "its init failed: no network interface matches RINGLET_SOCKET_IFNAME=nosuch0' >"$tmp/n0.log" 2>&1
+s0=$?
+wait $n1; s1=$?
+cat "$tmp"/n?.log
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ]
+check "a rank without a network interface: the others quote its reason" $?
 
 # 5. MASTER_ADDR names a host with an IPv6 and an IPv4 address, and the ranks' resolvers
 #    disagree (each rank in a mount namespace with its own /etc/hosts): rank 0 knows only the
