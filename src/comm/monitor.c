@@ -270,14 +270,17 @@ static rl_io_t mon_send_left(struct rl_monitor *m, int i, int r, unsigned long l
 static void check_left(struct ringlet_comm *c, struct rl_monitor *m) {
     if (!m->left || atomic_load(&m->leaving) || atomic_load(&c->failed)) return;
     unsigned long long mine = atomic_load(&c->colls_called);
-    for (int r = 0; r < m->nranks; r++)
-        if (m->left[r] && mine > m->left[r] - 1) {
-            rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
-                                "rank %d destroyed the communicator after %llu collective call(s), and left; this "
-                                "rank has called %llu: collective #%llu needs rank %d, which will not take part",
-                                r, m->left[r] - 1, mine, m->left[r], r);
-            return;
-        }
+    /* The rank that left after the fewest calls: the first collective this rank cannot
+     * finish needs it (a later leaver's own call may have failed for want of it, and a
+     * group can pass both counts at once). */
+    int r = -1;
+    for (int q = 0; q < m->nranks; q++)
+        if (m->left[q] && mine > m->left[q] - 1 && (r < 0 || m->left[q] < m->left[r])) r = q;
+    if (r >= 0)
+        rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
+                            "rank %d destroyed the communicator after %llu collective call(s), and left; this "
+                            "rank has called %llu: collective #%llu needs rank %d, which will not take part",
+                            r, m->left[r] - 1, mine, m->left[r], r);
 }
 
 #define SILENT_WHY "stopped, hung, or cut off by the network"
@@ -410,10 +413,11 @@ static void *monitor_thread(void *arg) {
                 if (atomic_load(&m->leaving)) {
                 } else if (m->left && m->left[0]) {
                     /* A rank that left before, with fewer calls, is the likelier cause (rank 0's
-                     * own destroy may have followed the failure it made there). */
+                     * own destroy may have followed the failure it made there); of those, the
+                     * one with the fewest. One with as many as rank 0 is no likelier. */
                     int first = 0;
                     for (int q = 1; q < m->nranks; q++)
-                        if (m->left[q] && m->left[q] <= m->left[first]) first = q;
+                        if (m->left[q] && m->left[q] < m->left[first]) first = q;
                     if (first)
                         rl_comm_fail_remote(c, RINGLET_ERR_REMOTE,
                                             "rank %d destroyed the communicator after %llu collective call(s), and left; "
@@ -462,8 +466,9 @@ void rl_monitor_stop(struct ringlet_comm *c, int clean) {
      * failed: else the others would take this rank, which destroyed it, for one that died,
      * and that could hide the cause they should name (the rank that left first). */
     char own[RL_MSG_MAX];
-    int lost = 0, bye = clean || (!atomic_load(&c->aborted) && atomic_load(&c->failed) &&
-                                  !rl_comm_own_failure(c, own, sizeof own, &lost));
+    /* Also after an abort (a program's usual answer to an error): one made before any
+     * failure is this rank's own (it said why), one after a peer's is not. */
+    int lost = 0, bye = clean || (atomic_load(&c->failed) && !rl_comm_own_failure(c, own, sizeof own, &lost));
     unsigned long long mine = atomic_load(&c->colls_called);
     if (bye && !m->is_root && m->fds[0] >= 0) {
         struct mon_frame f = {.magic = MON_MAGIC, .type = MON_BYE, .rank = c->rank, .colls = mine};

@@ -60,7 +60,7 @@
  *   lifecycle --abort-destroying
  *       rank 0's destroy waits for rank 1 to leave; another thread aborts it meanwhile:
  *       the abort must return long before RINGLET_TIMEOUT; rank 1 destroys after it.
- *   lifecycle --left R   (3 ranks)
+ *   lifecycle --left R [--last L | --other O] [--abort] [--group]   (3 ranks; more with --other)
  *       rank R destroys the communicator after a barrier; the others' all-reduce must fail
  *       at once (RINGLET_ERR_REMOTE, naming rank R as having destroyed it), not time out.
  *   lifecycle --laggard   (4 ranks)
@@ -682,8 +682,13 @@ static int abort_destroying(void) {
  * waits for that time to pass: the test is the same, only weaker, on a machine too slow
  * to hear it in time). The third rank destroyed the communicator after a failure that was
  * not its own, so it must not be taken for a rank that died (nor, rank 0, for the cause):
- * rank L's all-reduce still names rank R. */
-static int left_rank(int who, int last) {
+ * rank L's all-reduce still names rank R. --other O (any number of ranks) names that
+ * third rank, and every rank but R and O calls last. --abort: rank O aborts the
+ * communicator before its destroy, as a program does after an error (it was then taken
+ * for a rank that died). --group: the ranks calling last run a group of two all-reduces,
+ * so that their count of calls passes rank O's too (they named rank O, the lower rank,
+ * which left after more calls than rank R). */
+static int left_rank(int who, int other, int abort_other, int group) {
     ringlet_comm_t c;
     if (ringlet_comm_init_env(&c)) return printf("FAIL: %s\n", ringlet_comm_last_error(NULL)), 1;
     ringlet_result_t rc = ringlet_barrier(c, NULL);
@@ -695,28 +700,38 @@ static int left_rank(int who, int last) {
     }
     char done[160];
     snprintf(done, sizeof done, "%s/left-other-done", g_dir);
-    int other = last >= 0 ? 3 - who - last : -1; /* neither who nor last */
-    if (g_rank == last) {
+    int last = other >= 0 && g_rank != other;
+    if (last) {
         for (double t0 = now(); access(done, F_OK) != 0 && now() - t0 < 30;) usleep(1000);
         for (double t0 = now(); ringlet_comm_get_async_error(c) == RINGLET_SUCCESS && now() - t0 < 2;) usleep(1000);
     }
-    int32_t v[64], out[64];
+    int32_t v[64], out[64], out2[64];
     for (int i = 0; i < 64; i++) v[i] = g_rank * 1000 + i;
     double t0 = now();
-    rc = ringlet_allreduce(v, out, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    if (last && group) {
+        ringlet_group_start();
+        ringlet_allreduce(v, out, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        ringlet_allreduce(v, out2, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+        rc = ringlet_group_end();
+    } else {
+        rc = ringlet_allreduce(v, out, 64, RINGLET_INT32, RINGLET_SUM, c, NULL);
+    }
     double t = now() - t0;
     char want[64];
     snprintf(want, sizeof want, "rank %d destroyed the communicator", who);
     const char *msg = ringlet_comm_last_error(c);
     if (rc != RINGLET_ERR_REMOTE || !strstr(msg, want))
-        FAIL("an all-reduce after rank %d's destroy: %s after %.1f s: %s", who, ringlet_strerror(rc), t, msg);
+        FAIL("%s after rank %d's destroy: %s after %.1f s: %s", last && group ? "a group of two all-reduces" : "an all-reduce",
+             who, ringlet_strerror(rc), t, msg);
+    if (g_rank == other && abort_other) ringlet_comm_abort(c);
     ringlet_comm_destroy(c);
     if (g_rank == other) {
         FILE *f = fopen(done, "w");
         if (f) fclose(f);
     }
     if (!g_failed)
-        printf("lifecycle: rank %d: OK an all-reduce rank %d left failed in %.1f ms: %s\n", g_rank, who, t * 1e3, msg);
+        printf("lifecycle: rank %d: OK %s rank %d left failed in %.1f ms: %s\n", g_rank,
+               last && group ? "a group of two all-reduces" : "an all-reduce", who, t * 1e3, msg);
     return g_failed != 0;
 }
 
@@ -752,13 +767,15 @@ static int laggard(void) {
 int main(int argc, char **argv) {
     long ncycles = 0, naborts = 0, abort_destroy = 0;
     int abort_thread = 0, late_peer = 0, peer_why = 0, forks = 0, destroy_after = 0, left_who = 0, left_last = -1;
+    int left_other = -1, left_abort = 0, left_group = 0;
     if (argc == 2 && !strcmp(argv[1], "--abort-init")) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         stop_one_init("stop a rank 1 whose rank 0 never answers", 1, 0);
         stop_one_init("stop a rank 0 whose rank 1 never joins", 0, 0);
         stop_one_init("a token fired before init", 0, 1);
-        /* An init refused at once (a setting): the token must not be left pointing into
-         * the freed communicator (a fire after it wrote there: address sanitizer). */
+        /* An init refused (no network interface; one rank, so that no peer is waited
+         * for): the token must not be left pointing into the freed communicator (a fire
+         * after it wrote there: address sanitizer). */
         ringlet_stop_token_t tok = NULL;
         ringlet_unique_id_t id;
         if (ringlet_get_unique_id(&id) || ringlet_stop_token_create(&tok)) {
@@ -766,9 +783,11 @@ int main(int argc, char **argv) {
         } else {
             setenv("RINGLET_SOCKET_IFNAME", "nosuch0", 1);
             ringlet_comm_t c = NULL;
-            ringlet_result_t rc = ringlet_comm_init_rank_stoppable(&c, 2, id, 0, tok);
+            ringlet_result_t rc = ringlet_comm_init_rank_stoppable(&c, 1, id, 0, tok);
             unsetenv("RINGLET_SOCKET_IFNAME");
             if (rc == RINGLET_SUCCESS || c) FAIL("init with RINGLET_SOCKET_IFNAME=nosuch0 succeeded");
+            else if (!strstr(ringlet_comm_last_error(NULL), "no network interface matches"))
+                FAIL("init with RINGLET_SOCKET_IFNAME=nosuch0: %s", ringlet_comm_last_error(NULL));
             ringlet_stop_token_fire(tok);
             ringlet_stop_token_destroy(tok);
             printf("lifecycle: rank 0: OK a refused init, then its token fired: %s\n", ringlet_strerror(rc));
@@ -790,6 +809,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--abort-destroying")) peer_why = 5;
         else if (!strcmp(argv[i], "--left") && i + 1 < argc) peer_why = 6, left_who = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--last") && i + 1 < argc) left_last = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--other") && i + 1 < argc) left_other = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--abort")) left_abort = 1;
+        else if (!strcmp(argv[i], "--group")) left_group = 1;
         else if (!strcmp(argv[i], "--fork")) forks = 1;
         else if (!strcmp(argv[i], "--fork-kill")) forks = 2;
         else if (!strcmp(argv[i], "--count") && i + 1 < argc) g_count = atol(argv[++i]);
@@ -799,7 +821,7 @@ int main(int argc, char **argv) {
                 return printf("FAIL: no device backend: %s\n", rl_device_unavailable()), 1;
         } else {
             return fprintf(stderr, "usage: lifecycle --cycles N --aborts M [--memory host|device] [--count C] "
-                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --abort-destroying | --left R [--last L] | --fork | "
+                                   "[--reduce-workers W] | --abort-thread | --abort-destroy R | --late-peer [--count C] | --late-peer-test | --peer-why | --laggard | --split-death | --group-destroy | --abort-destroying | --left R [--last L | --other O] [--abort] [--group] | --fork | "
                                    "--fork-kill | "
                                    "--abort-init\n"),
                    2;
@@ -815,7 +837,10 @@ int main(int argc, char **argv) {
     if (peer_why == 3) return split_death();
     if (peer_why == 4) return group_destroy();
     if (peer_why == 5) return abort_destroying();
-    if (peer_why == 6) return left_rank(left_who, left_last == left_who ? -1 : left_last);
+    if (peer_why == 6) {
+        if (left_other < 0 && left_last >= 0 && left_last != left_who) left_other = 3 - left_who - left_last;
+        return left_rank(left_who, left_other == left_who ? -1 : left_other, left_abort, left_group);
+    }
     if (peer_why == 2) return laggard();
     if (peer_why) return peer_says_why();
     if (forks == 2) return fork_then_killed();

@@ -86,6 +86,10 @@ WANT_OK=3 one "a rank that destroyed the communicator (rank 2): the others' all-
     RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2 --last 0
 WANT_OK=3 one "rank 2 destroyed the communicator, rank 0 failed and destroyed it: rank 1's all-reduce names rank 2" \
     RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2 --last 1
+WANT_OK=3 one "rank 2 destroyed the communicator, rank 1 failed and aborted it: rank 0's all-reduce names rank 2" \
+    RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 2 --last 0 --abort
+WANT_OK=4 one "rank 3 destroyed the communicator, then rank 1: a group of two all-reduces names rank 3" \
+    RINGLET_TIMEOUT=60 "$RUN" -n 4 --timeout 120 "$PROG" --left 3 --other 1 --group
 WANT_OK=3 one "rank 0 destroyed the communicator: the others' all-reduce fails at once" \
     RINGLET_TIMEOUT=60 "$RUN" -n 3 --timeout 120 "$PROG" --left 0
 # a peer that never joins: 8 bytes through the board (shared memory), 64 KiB in messages
