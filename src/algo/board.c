@@ -12,7 +12,7 @@
 
 int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes) {
     return c->board_bytes && pub_bytes <= c->board_bytes && c->nranks <= RL_BOARD_MAX_RANKS &&
-           (!device || c->board_device);
+           (device ? c->board_device : c->board_host);
 }
 
 /* The wait's state: peers before `next` (in rank order, this rank skipped) have marked

@@ -26,8 +26,10 @@ typedef struct rl_board_read {
 } rl_board_read;
 
 /* Whether a call publishing pub_bytes goes through the board (the same answer on every
- * rank: comm->board_bytes and board_device are; device buffers also need that no pair of
- * ranks could use cuda_ipc, so that every pair's device transport is shared memory). */
+ * rank: comm->board_bytes, board_device and board_host are; device buffers also need that
+ * no pair of ranks could use cuda_ipc, so that every pair's device transport is shared
+ * memory, and host buffers that device buffers could take it too, or that every rank has
+ * cuda_ipc, where host and device buffers may not meet in one call). */
 int rl_board_fits(struct ringlet_comm *c, int device, size_t pub_bytes);
 /* Publishes pub_bytes of pub, waits for every rank's part of this call (deadline and
  * failure as the one-shot exchange's), and fills reads[0..n). nsend: the messages the

@@ -138,6 +138,7 @@ static void peer_transports_setup(struct ringlet_comm *c) {
     int ipc_ranks = 0;
     for (int p = 0; p < P && c->forced_tp < 0; p++) ipc_ranks += c->infos[p].bloblen[RL_TP_CUDA_IPC] > 0;
     c->board_device = c->board_bytes && ipc_ranks < 2;
+    c->board_host = c->board_bytes && (c->board_device || ipc_ranks == P);
 }
 
 void rl_comm_trace_split(struct ringlet_comm *c) {

@@ -169,6 +169,12 @@ struct ringlet_comm {
      * every rank published, never from a pair's own reachability, which only its two
      * ranks know: a rank that took the board while the others exchanged messages hung. */
     int board_device;
+    /* Host buffers take it unless device buffers may not while a mix of both kinds is
+     * allowed (two or more ranks, not all, published cuda_ipc): a rank on host buffers
+     * then took the board while its peers on device buffers exchanged messages, and both
+     * waited until RINGLET_TIMEOUT. Where every rank has cuda_ipc, a mix is refused (the
+     * README) and host calls keep it. */
+    int board_host;
     uint64_t board_seq;
     uint64_t algos_noted; /* (algorithm, call kind) pairs run so far (collective.c's INFO line) */
     int tcp_peers; /* some peer is reached over TCP (host buffers) */

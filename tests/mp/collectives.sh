@@ -338,26 +338,34 @@ ipc_slots_differ() {
     rank1_setting "CUDA IPC slots differ (rank 1 RINGLET_CUDA_IPC_NSLOTS=3): rank 0 names it too" \
         RINGLET_CUDA_IPC_NSLOTS=3 "--colls broadcast" 0 "RINGLET_CUDA_IPC_NSLOTS / _SLOT_SIZE must be the same on every rank"
 }
-# cuda_ipc disabled on rank 2 alone (3 ranks, device memory): its pairs stage through shared
-# memory while ranks 0 and 1 use cuda_ipc. Every rank must still take the same path for the
-# small calls (before, rank 2 took the shared-memory board, the others messages, and all
-# three waited for RINGLET_TIMEOUT); every collective at small and larger counts.
-ipc_off_on_one_rank() {
+# cuda_ipc disabled on some ranks: their pairs stage through shared memory while the
+# others use cuda_ipc. Every rank must still take the same path for the small calls, every
+# collective at small and larger counts. 3 ranks on device memory, rank 2 without cuda_ipc
+# (before, rank 2 took the shared-memory board, the others messages, and all three waited
+# for RINGLET_TIMEOUT); 4 ranks, odd ranks on device memory with cuda_ipc, even ranks on
+# host memory without it (each mixed pair has a rank without cuda_ipc, so the mix is
+# allowed; the even ranks took the board for their host buffers, and all four waited).
+ipc_off_on_some() { # P "test of RANK for no cuda_ipc" memory label
     local t rc good
     t=$(now_ms)
-    RINGLET_DEVICE=sim RINGLET_TIMEOUT=30 "$RUN" -n 3 --timeout 180 sh -c \
-        '[ "$RANK" = 2 ] && export RINGLET_CUDA_IPC_DISABLE=1; exec "$@"' sh \
-        "$PROG" --seed 7 --memory device --max-count 4099 --quick >"$TMP/out" 2>"$TMP/err"
+    RINGLET_DEVICE=sim RINGLET_TIMEOUT=30 "$RUN" -n "$1" --timeout 180 sh -c \
+        "$2 && export RINGLET_CUDA_IPC_DISABLE=1; exec \"\$@\"" sh \
+        "$PROG" --seed 7 --memory "$3" --max-count 4099 --quick >"$TMP/out" 2>"$TMP/err"
     rc=$?
-    good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of 3: [1-9][0-9]* cases checked, 0 failed" "$TMP/out")
-    if [ "$rc" = 0 ] && [ "$good" = 3 ]; then
-        echo "ok:   ipc sim P=3, cuda_ipc disabled on rank 2 alone: $(($(now_ms) - t)) ms"
+    good=$(grep -cE "^\[[0-9]+\] collectives: rank [0-9]+ of $1: [1-9][0-9]* cases checked, 0 failed" "$TMP/out")
+    if [ "$rc" = 0 ] && [ "$good" = "$1" ]; then
+        echo "ok:   ipc sim P=$1, $4: $(($(now_ms) - t)) ms"
     else
         fails=$((fails + 1))
-        echo "FAIL: ipc sim P=3, cuda_ipc disabled on rank 2 alone: exit status $rc, $good of 3 ranks passed"
+        echo "FAIL: ipc sim P=$1, $4: exit status $rc, $good of $1 ranks passed"
         grep -E 'FAIL|collectives: rank' "$TMP/out" | head -n 20
         grep -vE ' INFO: ' "$TMP/err" | tail -n 10
     fi
+}
+ipc_off_on_one_rank() {
+    ipc_off_on_some 3 '[ "$RANK" = 2 ]' device "cuda_ipc disabled on rank 2 alone"
+    ipc_off_on_some 4 '[ $((RANK % 2)) = 0 ]' odd-device \
+        "host memory without cuda_ipc on ranks 0 and 2, device memory with it on 1 and 3"
 }
 for mem in $MEMORY; do
     if [ "$mem" = host ]; then
