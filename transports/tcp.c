@@ -21,12 +21,12 @@
  * limit where the host has fewer cores than that (there a thread's wake-ups cost more than
  * they move in parallel).
  *
- * Connection set-up: the connecting side sends a hello per socket (its rank, the
- * target rank, the socket index, the target listener's id from its blob, a nonce and an
- * HMAC-SHA256 of all that under the job secret); the listening side drops anything else,
- * also a genuine hello meant for another listener (one that closed, whose port this one
- * took: communicators made from the environment share the secret). Connect never waits
- * for the peer's accept, so ranks may connect and accept in any order.
+ * Connection set-up: the connecting side sends a hello per socket (its rank, the target
+ * rank, the socket index, the target listener's id from its blob, a nonce naming the
+ * attempt and an HMAC-SHA256 of all that under the job secret); the listening side drops
+ * anything else, also a genuine hello meant for another listener (one that closed, whose
+ * port this one took: communicators made from the environment share the secret). Connect
+ * never waits for the peer's accept, so ranks may connect and accept in any order.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -101,6 +101,8 @@ struct tcp_ctx {
     rl_gate gate;     /* connections on lfd whose hello is still coming */
     int *pending_fds; /* [peer * nsocks + index]: accepted, not yet claimed */
     int *peer_nsocks; /* [peer]: sockets the peer's connection uses (from its hellos), 0 = none yet */
+    uint8_t *pending_attempt; /* [peer * 16]: the nonce of the attempt whose sockets are pending */
+    atomic_ullong attempts;   /* this rank's connects so far: each one's hellos carry its number */
     pthread_mutex_t mu;      /* guards conns; taken before a socket's mu */
     struct tcp_conn *conns;  /* where pollers look */
     atomic_int npolled;      /* sockets the pollers own */
@@ -395,9 +397,12 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     }
     ctx->pending_fds = malloc(sizeof(int) * (size_t)in->nranks * (size_t)ctx->nsocks);
     ctx->peer_nsocks = calloc((size_t)in->nranks, sizeof(int));
-    if (!ctx->pending_fds || !ctx->peer_nsocks || rl_gate_init(&ctx->gate, ctx->lfd, sizeof(rl_tcp_hello)) != 0) {
+    ctx->pending_attempt = calloc((size_t)in->nranks, 16);
+    if (!ctx->pending_fds || !ctx->peer_nsocks || !ctx->pending_attempt ||
+        rl_gate_init(&ctx->gate, ctx->lfd, sizeof(rl_tcp_hello)) != 0) {
         free(ctx->pending_fds);
         free(ctx->peer_nsocks);
+        free(ctx->pending_attempt);
         rl_gate_fini(&ctx->gate);
         close(ctx->lfd);
         free(ctx);
@@ -412,6 +417,7 @@ static ringlet_result_t tcp_init(const rl_transport_init *in, void **ctxp, void 
     if (rl_random_bytes(ctx->listener, sizeof ctx->listener) != 0) {
         free(ctx->pending_fds);
         free(ctx->peer_nsocks);
+        free(ctx->pending_attempt);
         rl_gate_fini(&ctx->gate);
         close(ctx->lfd);
         pthread_mutex_destroy(&ctx->mu);
@@ -494,6 +500,13 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
      * accepting side how many to expect. */
     if (b.nsocks < c->nsocks) c->nsocks = b.nsocks;
     double deadline = rl_now() + ctx->in.timeout_s;
+    /* One nonce for the attempt's hellos: its number, then random bytes. A connect that
+     * failed part-way here left sockets in the peer's backlog; the peer drops them when
+     * hellos of a later attempt come (hello_arrived). */
+    uint8_t attempt[16];
+    uint64_t number = atomic_fetch_add(&ctx->attempts, 1) + 1;
+    memcpy(attempt, &number, 8);
+    rl_random_bytes(attempt + 8, 8);
     for (int i = 0; i < c->nsocks; i++) {
         rl_io_t r = rl_sock_connect(&b.addr, rl_sockaddr_len(&b.addr), deadline, ctx->in.stop, &c->socks[i].fd);
         if (r == RL_IO_ERR) { /* this rank's own failure, not the peer's */
@@ -513,7 +526,7 @@ static ringlet_result_t tcp_connect(void *ctxp, int peer, const void *peer_blob,
             h.index = i;
             h.nsocks = c->nsocks;
             memcpy(h.listener, b.listener, sizeof h.listener);
-            rl_random_bytes(h.nonce, sizeof h.nonce);
+            memcpy(h.nonce, attempt, sizeof h.nonce);
             rl_tcp_hello_mac(ctx->secret, &h, h.mac);
             r = rl_sock_send_all(c->socks[i].fd, &h, sizeof h, deadline, ctx->in.stop);
         }
@@ -544,7 +557,27 @@ static void hello_arrived(void *arg, int fd, const void *hello) {
         close(fd);
         return;
     }
-    int *slot = &ctx->pending_fds[(size_t)h.from * (size_t)ctx->nsocks + (size_t)h.index];
+    int *slots = &ctx->pending_fds[(size_t)h.from * (size_t)ctx->nsocks];
+    uint8_t *pending = &ctx->pending_attempt[(size_t)h.from * 16];
+    if (ctx->peer_nsocks[h.from] && memcmp(pending, h.nonce, 16) != 0) {
+        uint64_t now, was;
+        memcpy(&now, h.nonce, 8);
+        memcpy(&was, pending, 8);
+        if (now <= was) { /* of an earlier attempt (or a forged number): the pending one stays */
+            RL_INFO(ctx->in.rank, "tcp: a connection of an earlier attempt of rank %d's refused", h.from);
+            close(fd);
+            return;
+        }
+        /* A later attempt: the earlier one failed on the peer's side part-way, and the
+         * sockets it had made are dead (they would be read as the connection's). */
+        int n = 0;
+        for (int i = 0; i < ctx->nsocks; i++)
+            if (slots[i] >= 0) close(slots[i]), slots[i] = -1, n++;
+        ctx->peer_nsocks[h.from] = 0;
+        RL_INFO(ctx->in.rank, "tcp: rank %d connects again; the %d socket(s) of its failed attempt are dropped",
+                h.from, n);
+    }
+    int *slot = &slots[h.index];
     if (*slot >= 0) {
         RL_WARN(ctx->in.rank, "tcp: duplicate connection from rank %d socket %d refused", h.from, h.index);
         close(fd);
@@ -553,6 +586,7 @@ static void hello_arrived(void *arg, int fd, const void *hello) {
     rl_sock_tune(fd, ctx->bufsize);
     *slot = fd;
     ctx->peer_nsocks[h.from] = h.nsocks;
+    memcpy(pending, h.nonce, 16);
 }
 
 /* Whether every socket of peer's connection was accepted (each hello tells how many). */
@@ -720,6 +754,7 @@ static void tcp_fini(void *ctxp) {
         if (ctx->pending_fds[i] >= 0) close(ctx->pending_fds[i]);
     free(ctx->pending_fds);
     free(ctx->peer_nsocks);
+    free(ctx->pending_attempt);
     rl_gate_fini(&ctx->gate);
     close(ctx->lfd);
     pthread_mutex_destroy(&ctx->mu);

@@ -1,7 +1,7 @@
 /* TCP's small messages, moved by the posting and waiting threads (transports/tcp.c),
  * mixed with large ones that the socket threads move, on the same connections.
  *
- *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] [--two-comms 0|1|BYTES] [--emfile 0|1|2]
+ *   tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] [--two-comms 0|1|BYTES] [--emfile 0|1|2|3]
  *              [--first-exchange 0|1|2|3|4]
  *
  * Run over RINGLET_TRANSPORT=tcp. Each rank sends to the next rank of the ring and
@@ -50,7 +50,8 @@
  * all-reduce of the three ranks is right. --emfile 2: the same, but the receive is posted
  * while descriptors remain, so it parks (rank 2 connects only after a second token from
  * rank 1, sent once the descriptors are gone); the accept of the poll that finds rank 2's
- * connection is the one that fails, and only that receive may fail.
+ * connection is the one that fails, and only that receive may fail. --emfile 3: the
+ * connecting side instead (emfile_connect).
  *
  * --first-exchange 1, instead of the rounds: on a fresh communicator (a split) each time,
  * every rank posts a receive from every other rank, then a send to each (the
@@ -674,6 +675,52 @@ static void emfile(ringlet_comm_t comm, int parked) {
           rc ? ringlet_comm_last_error(comm) : "ok", (int)sum);
 }
 
+/* --emfile 3 (3 ranks, several sockets per peer): rank 2 leaves itself two free
+ * descriptors and sends to rank 1, which it has no connection to yet: its connect makes
+ * two sockets, sends their hellos, and fails at the third (RINGLET_ERR_SYSTEM, saying so).
+ * With its descriptors back, a second send must reach rank 1 whole: rank 1 must drop the
+ * two dead sockets of the failed attempt (it took them with the new ones as the
+ * connection, read their end, and the communicator failed: "connection closed by peer"). */
+static void emfile_connect(ringlet_comm_t comm) {
+    enum { N = 100 };
+    unsigned char buf[N + GUARD];
+    for (size_t i = 0; i < N; i++) buf[i] = byte_at(0, 0, 2, i);
+    memset(buf + N, 0xA5, GUARD);
+    if (g_rank == 2) {
+        struct rlimit old, cut;
+        int top = highest_fd();
+        CHECK(top >= 0 && getrlimit(RLIMIT_NOFILE, &old) == 0, "could not read /proc/self/fd or the file limit");
+        if (top < 0) return;
+        cut = old;
+        cut.rlim_cur = (rlim_t)top + 3;
+        CHECK(setrlimit(RLIMIT_NOFILE, &cut) == 0, "could not lower the file limit to %d", top + 3);
+        static int holes[4096];
+        int nholes = 0;
+        while (nholes < 4096 && (holes[nholes] = open("/dev/null", O_RDONLY)) >= 0) nholes++;
+        for (int k = 0; k < 2 && nholes > 0; k++) close(holes[--nholes]); /* two free, the highest */
+        ringlet_result_t rc = ringlet_send(buf, N, RINGLET_UINT8, 1, comm, NULL);
+        while (nholes > 0) close(holes[--nholes]);
+        setrlimit(RLIMIT_NOFILE, &old);
+        const char *m = ringlet_comm_last_error(comm);
+        CHECK(rc == RINGLET_ERR_SYSTEM && strstr(m, "Too many open files") && strstr(m, "rank 1"),
+              "send to rank 1 with two descriptors left: %s: %s", ringlet_strerror(rc), rc ? m : "succeeded");
+        printf("tcp_inline: rank 2: two descriptors left for a connect of 4 sockets: %s\n", m);
+        rc = ringlet_send(buf, N, RINGLET_UINT8, 1, comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "send to rank 1 again: %s", rc ? ringlet_comm_last_error(comm) : "ok");
+    }
+    if (g_rank == 1) {
+        memset(buf, 0, N);
+        ringlet_result_t rc = ringlet_recv(buf, N, RINGLET_UINT8, 2, comm, NULL);
+        CHECK(rc == RINGLET_SUCCESS, "receive from rank 2, whose first connect failed part-way: %s",
+              rc ? ringlet_comm_last_error(comm) : "ok");
+        if (!rc) check_recv(buf, N, 0, 0, 2, "after rank 2's second connect");
+    }
+    int32_t x = 1000 + g_rank, sum = 0;
+    ringlet_result_t rc = ringlet_allreduce(&x, &sum, 1, RINGLET_INT32, RINGLET_SUM, comm, NULL);
+    CHECK(rc == RINGLET_SUCCESS && sum == 3003, "all-reduce after rank 2's failed connect: %s, sum %d (want 3003)",
+          rc ? ringlet_comm_last_error(comm) : "ok", (int)sum);
+}
+
 /* RINGLET_TIMEOUT as the ranks read it (300 s unset). */
 static double env_timeout(void) {
     const char *te = getenv("RINGLET_TIMEOUT");
@@ -759,7 +806,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--slow-allreduce")) slow_ar = (size_t)strtoull(argv[i + 1], NULL, 10);
         else
             return fprintf(stderr, "usage: tcp_inline [--rounds N] [--seed S] [--mismatch none|small|large|striped|pieces|order] "
-                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2] [--first-exchange 0|1|2|3|4] [--slow BYTES] "
+                                   "[--two-comms 0|1|BYTES] [--emfile 0|1|2|3] [--first-exchange 0|1|2|3|4] [--slow BYTES] "
                                    "[--slow-allreduce BYTES]\n"),
                    2;
     }
@@ -774,7 +821,8 @@ int main(int argc, char **argv) {
     if (slow && g_P == 2) slow_link(comm, slow);
     else if (slow_ar && g_P == 2) slow_allreduce(comm, slow_ar);
     else if (two && g_P == 2) two_comms(comm, two > 1 ? (size_t)two : 65536);
-    if (emf && g_P == 3) emfile(comm, emf == 2);
+    if (emf == 3 && g_P == 3) emfile_connect(comm);
+    else if (emf && g_P == 3) emfile(comm, emf == 2);
     else if (first == 2 && g_P == 4) never_connects(comm);
     else if (first == 3 && g_P == 4) accept_chain(comm);
     else if (first == 4 && g_P == 4) idle_poll(comm);

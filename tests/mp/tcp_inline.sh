@@ -84,6 +84,7 @@ TRANSPORT=shm RINGLET_TIMEOUT=20 one "P=2, two communicators, 4 MiB over shared 
     --two-comms 4194304
 one "P=3, no descriptor left for an accept" 3 --seed 9 --emfile 1
 one "P=3, no descriptor left for the accept of a parked receive" 3 --seed 9 --emfile 2
+RINGLET_NSOCKS_PERPEER=4 one "P=3, a connect of 4 sockets with 2 descriptors left, then again" 3 --seed 9 --emfile 3
 one "P=4, receives from all posted before the sends (first messages)" 4 --seed 10 --first-exchange 1
 RINGLET_ALGO=ring one "P=4, the same, all-reduces by the ring (none uses the pairs 0-2, 1-3)" 4 --seed 13 --first-exchange 1
 if [[ "${SANITIZE:-}" != *thread* ]]; then
