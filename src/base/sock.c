@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,17 +45,37 @@ void rl_sockaddr_set_port(struct sockaddr_storage *a, int port) {
     else ((struct sockaddr_in *)a)->sin_port = htons((uint16_t)port);
 }
 
+/* A number of a /proc/sys file: the field-th (from 0) of its numbers; 0 if unreadable. */
+static long sysctl_field(const char *path, int field) {
+    FILE *f = fopen(path, "re");
+    long v = 0;
+    if (!f) return 0;
+    for (int i = 0; i <= field; i++)
+        if (fscanf(f, "%ld", &v) != 1) v = 0;
+    fclose(f);
+    return v;
+}
+
+int rl_sock_buf_fixed(long bufsize, long autotune_max, long core_max) {
+    /* Linux grows a buffer it sizes itself up to tcp_[rw]mem's maximum; a size set on the
+     * socket stops that for good, and is clamped to net.core.[rw]mem_max (then doubled)
+     * unless forced. So a size is set only above what the kernel would reach anyway. */
+    if (bufsize <= 0 || (autotune_max > 0 && bufsize <= autotune_max)) return 0;
+    return 1 + (core_max > 0 && bufsize > core_max && autotune_max > 0 && 2 * core_max < autotune_max);
+}
+
 void rl_sock_tune(int fd, int bufsize) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (bufsize > 0) {
-        /* Only ever grow: Linux autotunes buffers up to tcp_[rw]mem's maximum, and a
-         * fixed value below that would cap the window. */
-        int opts[2] = {SO_SNDBUF, SO_RCVBUF};
+        static const int opts[2] = {SO_SNDBUF, SO_RCVBUF}, forced[2] = {SO_SNDBUFFORCE, SO_RCVBUFFORCE};
+        static const char *const autotune[2] = {"/proc/sys/net/ipv4/tcp_wmem", "/proc/sys/net/ipv4/tcp_rmem"};
+        static const char *const core[2] = {"/proc/sys/net/core/wmem_max", "/proc/sys/net/core/rmem_max"};
         for (int i = 0; i < 2; i++) {
-            int cur = 0;
-            socklen_t l = sizeof cur;
-            if (getsockopt(fd, SOL_SOCKET, opts[i], &cur, &l) == 0 && cur < bufsize)
+            int how = rl_sock_buf_fixed(bufsize, sysctl_field(autotune[i], 2), sysctl_field(core[i], 0));
+            /* 1: set (forced where allowed); 2: only a forced set helps (a plain one would
+             * be clamped below what autotuning reaches) */
+            if (how && setsockopt(fd, SOL_SOCKET, forced[i], &bufsize, sizeof bufsize) != 0 && how == 1)
                 setsockopt(fd, SOL_SOCKET, opts[i], &bufsize, sizeof bufsize);
         }
     }

@@ -29,8 +29,15 @@ rl_io_t rl_sock_accept_now(int lfd, int *fd);
 /* Whole buffer, on a non-blocking socket. */
 rl_io_t rl_sock_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *stop);
 rl_io_t rl_sock_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *stop);
-/* Non-blocking, TCP_NODELAY, and buffers grown (never shrunk) to bufsize when > 0. */
+/* Non-blocking, TCP_NODELAY, and (bufsize > 0) buffers of bufsize where the kernel's own
+ * sizing would not reach that many bytes (rl_sock_buf_fixed). */
 void rl_sock_tune(int fd, int bufsize);
+/* How rl_sock_tune treats a wish for bufsize bytes of socket buffer, given the kernel's
+ * autotuning maximum (tcp_[rw]mem's third number) and net.core.[rw]mem_max (0: unknown):
+ * 0 leaves the kernel's sizing (it reaches bufsize itself: a set size would stop its
+ * growth and cap the window), 1 sets it (forced where allowed), 2 sets it only forced
+ * (a plain set would be clamped below what autotuning reaches). */
+int rl_sock_buf_fixed(long bufsize, long autotune_max, long core_max);
 int rl_sock_set_nonblock(int fd);
 /* Port of a bound or connected address. */
 int rl_sockaddr_port(const struct sockaddr_storage *a);
