@@ -215,7 +215,10 @@ void ringlet_device_leave(int saved);
 /* ---- memory operations, for callers with no CUDA of their own (the DDP layer, Python) ----
  * Where either pointer is device memory they are queued on stream (NULL or
  * RINGLET_STREAM_DEFAULT: the default stream) and return at once; on host memory they run
- * now. They run on the stream's device, whatever device is current, which they leave as
+ * now, on pinned memory (ringlet_host_alloc) once the stream's work queued before is done
+ * (as CUDA orders them; within RINGLET_TIMEOUT, else RINGLET_ERR_TIMEOUT and nothing
+ * done). A copy within device memory whose ranges overlap is RINGLET_ERR_INVALID_ARGUMENT
+ * (undefined in CUDA). They run on the stream's device, whatever device is current, which they leave as
  * it was (the default stream is the current device's, as in CUDA). ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
@@ -235,7 +238,9 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dst_type, c
  * until that work is done, since a free waits for the whole device. */
 ringlet_result_t ringlet_stream_synchronize(void *stream);
 /* Pinned host memory (plain memory without a device backend): device work reads and
- * writes it directly, and copies to and from it are asynchronous. */
+ * writes it directly, and copies to and from it are asynchronous. As with cudaFreeHost,
+ * nothing promises that ringlet_host_free waits for device work still using the buffer:
+ * synchronise its streams first. */
 ringlet_result_t ringlet_host_alloc(void **ptr, size_t bytes);
 ringlet_result_t ringlet_host_free(void *ptr);
 

@@ -41,16 +41,38 @@ static int enter_for(const rl_device_ops *d, void *stream, int *saved) {
     return d->device_enter(dev, saved);
 }
 
+/* Host memory the device's copies reach (pinned) may be read or written by work queued
+ * on stream before this call: a call that runs now on the host runs after that work, as
+ * CUDA orders it on the stream (a copy from pinned to pageable memory after a copy from the
+ * device to that pinned buffer read the old bytes). Waited for only where the stream's
+ * device has a context: none, no work was queued there (and no context is made). */
+static ringlet_result_t host_after_stream(const char *fn, const void *a, const void *b, void *stream) {
+    const rl_device_ops *d = rl_device();
+    if (!d || !(d->ptr_host_mapped(a) || (b && d->ptr_host_mapped(b)))) return RINGLET_SUCCESS;
+    int dev = -1, active = 0;
+    int rc = stream && stream != RINGLET_STREAM_DEFAULT ? d->stream_device(stream, &dev) : d->get_device(&dev);
+    if (rc != RL_DEV_OK) return rl_error(NULL, RINGLET_ERR_CUDA, "%s: the stream's device: %s", fn, rl_dev_error());
+    if (d->context_active(dev, &active) != RL_DEV_OK || !active) return RINGLET_SUCCESS;
+    return ringlet_stream_synchronize(stream);
+}
+
 ringlet_result_t ringlet_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
     if (!bytes) return RINGLET_SUCCESS;
     if (!dst || !src) return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT, "memcpy_async: %s is NULL", dst ? "src" : "dst");
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
         ringlet_result_t rc = refuse_unserved("memcpy_async", dst, src);
+        if (!rc) rc = host_after_stream("memcpy_async", dst, src, stream);
         if (rc) return rc;
         memmove(dst, src, bytes);
         return RINGLET_SUCCESS;
     }
+    /* A copy engine does not move as memmove does: overlapping ranges are undefined in CUDA. */
+    uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src;
+    if (d0 != s0 && d0 < s0 + bytes && s0 < d0 + bytes)
+        return rl_error(NULL, RINGLET_ERR_INVALID_ARGUMENT,
+                        "memcpy_async: dst %p and src %p overlap over %zu bytes of device memory (undefined in CUDA)",
+                        dst, src, bytes);
     int saved = -1;
     if (enter_for(d, stream, &saved) != RL_DEV_OK)
         return rl_error(NULL, RINGLET_ERR_CUDA, "memcpy_async: selecting the device: %s", rl_dev_error());
@@ -66,6 +88,7 @@ ringlet_result_t ringlet_memset_async(void *dst, int value, size_t bytes, void *
     const rl_device_ops *d = on_device(dst, NULL);
     if (!d) {
         ringlet_result_t rc = refuse_unserved("memset_async", dst, NULL);
+        if (!rc) rc = host_after_stream("memset_async", dst, NULL, stream);
         if (rc) return rc;
         memset(dst, value, bytes);
         return RINGLET_SUCCESS;
@@ -113,6 +136,7 @@ ringlet_result_t ringlet_convert_async(void *dst, ringlet_datatype_t dt, const v
     const rl_device_ops *d = on_device(dst, src);
     if (!d) {
         ringlet_result_t rc = refuse_unserved("convert_async", dst, src);
+        if (!rc) rc = host_after_stream("convert_async", dst, src, stream);
         if (rc) return rc;
         rl_convert_host(dst, dt, src, st, n, scale);
         return RINGLET_SUCCESS;

@@ -9,7 +9,8 @@
  * of device 0. Last, ringlet_stream_synchronize on a stream whose work does not end (the
  * program's own flag wait): RINGLET_ERR_TIMEOUT at RINGLET_TIMEOUT, not a hang; the
  * program's frees through ringlet meanwhile return (kept: CUDA's would wait behind the
- * work); once the flag is set it synchronises. */
+ * work); once the flag is set it synchronises. Pinned memory in stream order
+ * (pinned_in_stream_order). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,6 +209,73 @@ static void stream_sync_deadline(void) {
     d->host_free(flag_mem);
 }
 
+/* Pinned host memory in stream order: a copy from the device into a pinned buffer is
+ * queued behind the program's own flag wait (the runtime's, which ringlet does not know
+ * of), so it cannot have landed; a copy, a fill or a conversion of that pinned buffer on
+ * the same stream must come after it, as CUDA orders them. ringlet runs those on the host:
+ * it must wait for the stream first (here, with the stream held: RINGLET_ERR_TIMEOUT, and
+ * nothing written), not read or write the buffer at once (it returned success with the old
+ * bytes). Once the flag is set, each runs and sees the device's data (random). Also: an
+ * overlapping copy within device memory is refused (the simulator stopped the process). */
+static void pinned_in_stream_order(void) {
+    enum { N = 1024 };
+    const rl_device_ops *d = rl_device();
+    rl_dev_stream_t s = NULL;
+    void *flag_mem = NULL, *dev = NULL, *pin = NULL;
+    float host[N], out[N];
+    double wide[N];
+    for (int i = 0; i < N; i++) host[i] = (float)(rnd() % 100000) * 0.25f + 1.0f;
+    CHECK(d && d->stream_create(&s) == RL_DEV_OK && d->host_alloc(&flag_mem, 64) == RL_DEV_OK, "stream: %s",
+          rl_dev_error());
+    CHECK(ringlet_mem_alloc(&dev, sizeof host) == RINGLET_SUCCESS && ringlet_host_alloc(&pin, sizeof host) ==
+              RINGLET_SUCCESS, "allocations: %s", ringlet_comm_last_error(NULL));
+    if (!s || !flag_mem || !dev || !pin) return;
+    CHECK(ringlet_memcpy_async(dev, host, sizeof host, s) == RINGLET_SUCCESS && ringlet_stream_synchronize(s) == 0,
+          "the device's data");
+    CHECK(ringlet_memcpy_async(dev, dev, sizeof host, s) == RINGLET_SUCCESS, "a copy onto itself is allowed");
+    CHECK(ringlet_memcpy_async((char *)dev + 4, dev, 64, s) == RINGLET_ERR_INVALID_ARGUMENT &&
+              strstr(ringlet_comm_last_error(NULL), "overlap"),
+          "an overlapping device copy is refused: %s", ringlet_comm_last_error(NULL));
+    volatile uint64_t *flag = flag_mem;
+    setenv("RINGLET_TIMEOUT", "0.5", 1);
+    alarm(60);
+    for (int what = 0; what < 3; what++) {
+        static const char *name[3] = {"a copy to pageable memory", "a fill", "a conversion to float64"};
+        *flag = 0;
+        memset(pin, 0, sizeof host);
+        memset(out, 0, sizeof out);
+        memset(wide, 0, sizeof wide);
+        CHECK(rl_rt_sim.launch_wait_flag(flag, 1, s) == RL_RT_SUCCESS, "the program's flag wait");
+        CHECK(ringlet_memcpy_async(pin, dev, sizeof host, s) == RINGLET_SUCCESS, "device to pinned, queued");
+        ringlet_result_t rc = what == 0 ? ringlet_memcpy_async(out, pin, sizeof host, s)
+                              : what == 1 ? ringlet_memset_async(pin, 0x3f, sizeof host, s)
+                                          : ringlet_convert_async(wide, RINGLET_FLOAT64, pin, RINGLET_FLOAT32, N, 1.0, s);
+        CHECK(rc == RINGLET_ERR_TIMEOUT, "%s of the pinned buffer behind the held copy: %d (%s), want "
+              "RINGLET_ERR_TIMEOUT (it waited for the stream)", name[what], (int)rc,
+              rc ? ringlet_comm_last_error(NULL) : "ran at once");
+        CHECK(out[N - 1] == 0 && wide[N - 1] == 0, "%s wrote before the stream's work was done", name[what]);
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        rc = what == 0 ? ringlet_memcpy_async(out, pin, sizeof host, s)
+             : what == 1 ? ringlet_memset_async(pin, 0x3f, sizeof host, s)
+                         : ringlet_convert_async(wide, RINGLET_FLOAT64, pin, RINGLET_FLOAT32, N, 1.0, s);
+        CHECK(rc == RINGLET_SUCCESS && ringlet_stream_synchronize(s) == RINGLET_SUCCESS, "%s once the flag is set: %s",
+              name[what], ringlet_comm_last_error(NULL));
+        int bad = -1;
+        for (int i = 0; i < N && bad < 0; i++)
+            if (what == 0 ? out[i] != host[i]
+                : what == 1 ? ((unsigned char *)pin)[i] != 0x3f
+                            : wide[i] != (double)host[i])
+                bad = i;
+        CHECK(bad < 0, "%s in stream order: element %d differs", name[what], bad);
+    }
+    alarm(0);
+    unsetenv("RINGLET_TIMEOUT");
+    ringlet_mem_free(dev);
+    ringlet_host_free(pin);
+    d->stream_destroy(s);
+    d->host_free(flag_mem);
+}
+
 int main(void) {
     setenv("RINGLET_DEVICE", "sim", 1);
     setenv("RINGLET_SIM_DEVICES", "2", 1);
@@ -289,6 +357,7 @@ int main(void) {
     }
     ringlet_host_free(pin);
     stream_sync_deadline();
+    pinned_in_stream_order();
     if (dsrc) other_device(src, got, want);
     ringlet_mem_free(dsrc);
     ringlet_mem_free(ddst);
