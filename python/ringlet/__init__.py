@@ -28,9 +28,11 @@ PyTorch: `import ringlet.torch` registers the torch.distributed backend "ringlet
 own DDP class.
 """
 import atexit
+import collections
 import ctypes
 import datetime
 import numbers
+import os
 import sys
 import threading
 import time
@@ -83,7 +85,9 @@ def _torch_op_name(op):
 
 
 def _op(op):
-    if isinstance(op, int):
+    if isinstance(op, bool):  # an int to Python: True would run a product
+        pass
+    elif isinstance(op, int):
         if 0 <= op < 5:
             return op
     elif isinstance(op, str) and op.lower() in _OPS:
@@ -202,13 +206,26 @@ class Work:
         self._gone = False
         self._mu = threading.Lock()
 
-    def _lost(self):
-        """The communicator was destroyed or aborted before this was waited for: destroy frees
-        every request not waited for, so the C request is not touched. The work is over, failed."""
-        if self._rc is None and not self._comm._handle:
+    def _on_request(self, fn):
+        """fn() on the C request, the communicator held open meanwhile (a destroy of another
+        thread waits for it). Destroyed or aborted before: destroy frees every request not
+        waited for, so the C request is not touched; the work is over, failed."""
+        if self._rc is not None:
+            return
+        if self._comm._enter() is None:
             self._finish(_lib.ERR_INVALID_USAGE)
             self._gone = True
-        return self._rc is not None
+            return
+        try:
+            fn()
+        finally:
+            self._comm._leave()
+
+    def _test(self):
+        done = ctypes.c_int(0)
+        rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
+        if done.value or rc:
+            self._finish(rc)
 
     def is_completed(self):
         if self._rc is not None:
@@ -216,12 +233,7 @@ class Work:
         if not self._mu.acquire(blocking=False):
             return False  # another thread is waiting for it, or testing it
         try:
-            if self._lost():
-                return True
-            done = ctypes.c_int(0)
-            rc = _lib.lib.ringlet_test(ctypes.byref(self._req), ctypes.byref(done))
-            if done.value or rc:
-                self._finish(rc)
+            self._on_request(self._test)
             return self._rc is not None
         finally:
             self._mu.release()
@@ -242,8 +254,7 @@ class Work:
                 time.sleep(nap)
                 nap = min(nap * 2, 1e-3)
         with self._mu:
-            if not self._lost():
-                self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req)))
+            self._on_request(lambda: self._finish(_lib.lib.ringlet_wait(ctypes.byref(self._req))))
         if self._rc and self._gone:
             raise RingletError(self._rc, "ringlet.%s: the communicator was destroyed or aborted before this operation "
                                "was waited for" % self._what)
@@ -256,9 +267,12 @@ class Work:
         self._keep = None
 
     def __del__(self):  # (no other thread holds it any more)
+        # Not waited for here: a wait could block for good (an irecv dropped before the send
+        # its sender waits on). The communicator keeps the request and the tensors until the
+        # operation is done (tested at its later calls) or the communicator ends.
         if self._rc is None and self._req and self._comm._handle:
             try:
-                _lib.lib.ringlet_wait(ctypes.byref(self._req))
+                self._comm._orphans.append((self._req, self._keep))
             except Exception:
                 pass
 
@@ -268,6 +282,12 @@ class Communicator:
 
     def __init__(self, handle):
         self._handle = handle
+        # Calls inside the C communicator, counted under _calls: its end (destroy, abort)
+        # takes the handle away, then waits for them, so that none enters freed memory.
+        self._calls = threading.Condition()
+        self._inflight = 0
+        self._closing = None  # the handle while its end waits for the calls inside (an abort may use it)
+        self._orphans = collections.deque()  # (request, tensors) of Works dropped unfinished
         self._ddps = weakref.WeakSet()  # DDP handles to close before the communicator
         r, s, lr, ls = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         self._check(_lib.lib.ringlet_comm_rank(handle, ctypes.byref(r)), "rank")
@@ -290,8 +310,56 @@ class Communicator:
             raise RingletError(_lib.ERR_INVALID_USAGE, "ringlet: the communicator was destroyed")
         return self._handle
 
-    def _error(self, rc, what):
-        msg = _lib.lib.ringlet_comm_last_error(self._handle).decode("utf-8", "replace") if self._handle else ""
+    def _enter(self, abort=False):
+        """The handle, counted as a call inside it until _leave; None once it was taken away
+        (an abort: also while a destroy waits for the calls inside, which it may end)."""
+        with self._calls:
+            h = self._handle or (self._closing if abort else None)
+            if h:
+                self._inflight += 1
+            return h
+
+    def _leave(self):
+        with self._calls:
+            self._inflight -= 1
+            if not self._inflight:
+                self._calls.notify_all()
+
+    def _take_handle(self, what):
+        """Takes the handle away (new calls are refused), then waits for the calls inside it:
+        each ends within its own deadline (RINGLET_TIMEOUT), or at once after an abort."""
+        limit = float(os.environ.get("RINGLET_TIMEOUT") or 300) + 10
+        until = time.monotonic() + limit
+        with self._calls:
+            h, self._handle = self._handle, None
+            self._closing = h
+            try:
+                while h and self._inflight:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        self._handle = h
+                        raise RingletError(_lib.ERR_TIMEOUT, "ringlet.%s: calls of other threads were still inside "
+                                           "the communicator after %g s" % (what, limit))
+                    self._calls.wait(left)
+            finally:
+                self._closing = None
+        return h
+
+    def _reap(self):
+        """Tests the requests of Works dropped unfinished; lets go of those done."""
+        for _ in range(len(self._orphans)):
+            try:
+                req, keep = self._orphans.popleft()
+            except IndexError:
+                return
+            done = ctypes.c_int(0)
+            rc = _lib.lib.ringlet_test(ctypes.byref(req), ctypes.byref(done))
+            if not (done.value or rc):
+                self._orphans.append((req, keep))
+
+    def _error(self, rc, what, h=None):
+        h = h or self._handle
+        msg = _lib.lib.ringlet_comm_last_error(h).decode("utf-8", "replace") if h else ""
         return RingletError(rc, "ringlet.%s: %s" % (what, msg))
 
     def _check(self, rc, what):
@@ -299,21 +367,32 @@ class Communicator:
             raise self._error(rc, what)
 
     def _run(self, what, blocking_fn, async_fn, args, async_op, keep):
-        h = self._live()
-        stream = None
-        for t in keep:  # CUDA tensors: ordered on their device's current torch stream
-            stream = stream or (_stream_of(t) if t is not None else None)
-        if async_op:
-            req = _lib.c_req()
-            self._check(async_fn(*args, h, stream, ctypes.byref(req)), what)
-            return Work(self, req, what, keep)
-        self._check(blocking_fn(*args, h, stream), what)
-        return None
+        h = self._enter()
+        if h is None:
+            raise RingletError(_lib.ERR_INVALID_USAGE, "ringlet: the communicator was destroyed")
+        try:
+            if self._orphans:
+                self._reap()
+            stream = None
+            for t in keep:  # CUDA tensors: ordered on their device's current torch stream
+                stream = stream or (_stream_of(t) if t is not None else None)
+            if async_op:
+                req = _lib.c_req()
+                rc = async_fn(*args, h, stream, ctypes.byref(req))
+                if rc:
+                    raise self._error(rc, what, h)
+                return Work(self, req, what, keep)
+            rc = blocking_fn(*args, h, stream)
+            if rc:
+                raise self._error(rc, what, h)
+            return None
+        finally:
+            self._leave()
 
     # ---- collectives (in place unless an output is given) ----
 
     def all_reduce(self, tensor, op="sum", async_op=False, output=None):
-        p, n, dt = _buffer(tensor, "all_reduce")
+        p, n, dt = _buffer(tensor, "all_reduce", writable=output is None)  # out of place: only read
         q = p
         if output is not None:
             q, m, dt2 = _buffer(output, "all_reduce output")
@@ -399,21 +478,37 @@ class Communicator:
             h.close()
 
     def destroy(self):
-        """Collective clean shutdown (closes the DDP objects made on it first)."""
+        """Collective clean shutdown (closes the DDP objects made on it first). Calls of other
+        threads still inside it are waited for first (each within its deadline); later ones
+        raise RingletError."""
         if self._handle:
             self._close_ddps()
-            h, self._handle = self._handle, None
-            self._check_rc_after(_lib.lib.ringlet_comm_destroy(h), "destroy")
+            h = self._take_handle("destroy")
+            if not h:
+                return
+            rc = _lib.lib.ringlet_comm_destroy(h)
+            if rc == _lib.ERR_TIMEOUT:
+                self._handle = h  # left allocated by C: a later destroy frees it
+            else:
+                self._orphans.clear()  # their C requests went with the communicator
+            self._check_rc_after(rc, "destroy")
 
     def abort(self):
         """Stops every operation at once (ringlet_comm_abort): the communicator first, then
         the DDP objects made on it, whose close waits for their all-reduces in flight, which
         only an aborted communicator ends at once."""
-        if self._handle:
-            _lib.lib.ringlet_comm_abort(self._handle)
-            self._close_ddps()
-            h, self._handle = self._handle, None
+        h = self._enter(abort=True)
+        if h is None:
+            return
+        try:
+            _lib.lib.ringlet_comm_abort(h)
+        finally:
+            self._leave()
+        self._close_ddps()
+        h = self._take_handle("abort")
+        if h:
             _lib.lib.ringlet_comm_destroy(h)  # frees the handle once other threads' calls left
+            self._orphans.clear()
 
     def _check_rc_after(self, rc, what):
         if rc:
@@ -422,10 +517,14 @@ class Communicator:
 
     def async_error(self):
         """None while the communicator works, else a RingletError saying what broke it."""
-        if not self._handle:
+        h = self._enter()
+        if h is None:
             return None
-        rc = _lib.lib.ringlet_comm_get_async_error(self._handle)
-        return self._error(rc, "async_error") if rc else None
+        try:
+            rc = _lib.lib.ringlet_comm_get_async_error(h)
+            return self._error(rc, "async_error", h) if rc else None
+        finally:
+            self._leave()
 
 
 def _empty_like_n(t, n):

@@ -9,7 +9,9 @@ byte order, all_gather outputs of the wrong size, a root rank past 32 bits or ne
 (TypeError), torch.distributed.ReduceOp values (every op; BXOR refused), the DDP's bucket_cap_mb (None the default;
 0, -1, nan refused) and its keyword-only arguments, a DDP's complex64 and int16 buffers and frozen complex128
 parameter (as bytes: rank 0's at construction and before a forward), a Work waited for after its communicator's
-destroy (RingletError, invalid usage: its request went with the communicator). Prints "ringlet_api: rank R: N checks, F failed".
+destroy (RingletError, invalid usage: its request went with the communicator), a Work dropped unfinished
+(its finalizer does not wait; the receive lands), and a destroy while another thread's receive is inside
+the communicator (the destroy waits for it; the receive gets its data). Prints "ringlet_api: rank R: N checks, F failed".
 """
 import datetime
 import os
@@ -257,9 +259,69 @@ def main():
         if not (wk.is_completed() and torch.all(t == sum(q + k for q in range(w)))):
             bad.append(k)
     check(not bad, "a Work polled by one thread and waited for by another: wrong in rounds %s" % bad)
+    # out of place, the input is only read: a read-only numpy array is taken
+    ro = np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), dtype=np.float32)
+    ro_out = np.zeros(4, dtype=np.float32)
+    comm.all_reduce(ro, output=ro_out)
+    check(ro_out.tolist() == [float(k * w) for k in range(4)], "all_reduce of a read-only array: %s" % ro_out.tolist())
+    try:
+        ringlet.all_reduce(torch.ones(2), op=True)
+        check(False, "op=True accepted (as a product)")
+    except ValueError as e:
+        check("unknown reduction op" in str(e), "op=True error: %s" % e)
+    # a Work dropped unfinished: its finalizer does not wait (an irecv dropped before the
+    # send that its sender makes only after its own: every rank waited there, for good); the
+    # receive completes at later calls, into the tensor it keeps
+    import time
+    if w > 1:
+        got = torch.zeros(5)
+        ringlet.recv(got, (r - 1) % w, async_op=True)  # the Work is dropped at once
+        ringlet.send(torch.arange(5, dtype=torch.float32) + 10 * r, (r + 1) % w)
+        until = time.monotonic() + 120
+        while time.monotonic() < until:  # as many rounds on every rank: until all are done
+            left = torch.tensor([len(comm._orphans)], dtype=torch.int64)
+            ringlet.all_reduce(left)  # (a call: it tests the dropped requests first)
+            if left.item() == 0:
+                break
+        check(not comm._orphans and got.tolist() == [10.0 * ((r - 1) % w) + k for k in range(5)],
+              "a dropped irecv: %s pending, received %s" % (len(comm._orphans), got.tolist()))
     # a Work not waited for when its communicator goes: destroy frees its request
     last = ringlet.all_reduce(torch.ones(3), async_op=True)
+    # a destroy while another thread's call is inside the communicator waits for that call
+    # (it was freed under it: a crash, or that call failed): rank 0's thread receives from
+    # rank 1, which sends only once rank 0's main thread, past the thread's entry, said so
+    inside = threading.Event()
+    recv_out = []
+    if w > 1 and r == 0:
+        enter = comm._enter
+
+        def enter_and_say(abort=False):
+            h = enter(abort)
+            inside.set()
+            return h
+        comm._enter = enter_and_say
+        data = torch.zeros(4, dtype=torch.int64)
+
+        def receiver():
+            try:
+                ringlet.recv(data, 1)
+                recv_out.append(data.tolist())
+            except ringlet.RingletError as e:
+                recv_out.append(str(e))
+        th = threading.Thread(target=receiver)
+        th.start()
+        inside.wait(120)
+        comm._enter = enter
+        ringlet.send(torch.ones(1, dtype=torch.int64), 1)
+    elif w > 1 and r == 1:
+        token = torch.zeros(1, dtype=torch.int64)
+        ringlet.recv(token, 0)
+        ringlet.send(torch.tensor([3, 1, 4, 1], dtype=torch.int64) * 7, 0)
     ringlet.destroy()
+    if w > 1 and r == 0:
+        th.join()
+        check(recv_out == [[21, 7, 28, 7]], "a receive of another thread inside the communicator during destroy: %s"
+              % recv_out)
     try:
         last.wait()
         check(False, "wait on a Work whose communicator was destroyed succeeded")
