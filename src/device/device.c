@@ -342,6 +342,26 @@ void rl_dev_hold_end(void) {
     pthread_mutex_unlock(&g_gate_mu);
 }
 
+/* A free of the program's, now: on the memory's device (device memory), or on the current
+ * device where its context exists, else on one whose context does (pinned memory): the
+ * runtime makes a context on the thread's current device for the call, and a thread that
+ * never chose a device (a collector's, a pool's) reads as device 0, which may have none. */
+static int free_user_now(const rl_device_ops *d, void *p, int kind) {
+    int dev = -1, saved = -1, active = 0, n = 0;
+    if (kind == RL_DEV_MEM_DEVICE) {
+        dev = d->ptr_device(p);
+    } else if (d->get_device(&dev) != RL_DEV_OK || d->context_active(dev, &active) != RL_DEV_OK || !active) {
+        dev = -1;
+        if (d->count(&n) == RL_DEV_OK)
+            for (int i = 0; i < n && dev < 0; i++)
+                if (d->context_active(i, &active) == RL_DEV_OK && active) dev = i;
+    }
+    int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
+    int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : d->host_free(p);
+    if (entered) d->device_leave(saved);
+    return rc;
+}
+
 int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int *kept) {
     const rl_device_ops *d = rl_device();
     *kept = 0;
@@ -356,7 +376,7 @@ int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int 
         *kept = !rl_dev_free_later(p, kind);
         return RL_DEV_OK;
     }
-    int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : d->host_free(p);
+    int rc = free_user_now(d, p, kind);
     rl_dev_quiet_end();
     return rc;
 }
