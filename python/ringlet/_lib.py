@@ -155,6 +155,27 @@ def _candidates():
     yield os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libringlet.so"))
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+def _file_of(loaded, path):
+    """The file the loader took for path (a soname such as libringlet.so.0 is found on the
+    loader's own path): dladdr of one of its functions; path itself where that fails."""
+    if os.path.sep in path:
+        return path
+    try:
+        libc = ctypes.CDLL(None)
+        info = _DlInfo()
+        fn = ctypes.cast(loaded.ringlet_version, ctypes.c_void_p)
+        if libc.dladdr(fn, ctypes.byref(info)) and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    except (OSError, AttributeError):
+        pass
+    return path
+
+
 def _load():
     errors = []
     for path in _candidates():
@@ -166,9 +187,20 @@ def _load():
             errors.append("%s: not found" % path)
             continue
         try:
-            return ctypes.CDLL(path), path
+            candidate = ctypes.CDLL(path)
         except OSError as e:
             errors.append("%s: %s" % (path, e))
+            continue
+        missing = [name for name, _, _ in _PROTOS if not hasattr(candidate, name)]
+        if missing:  # another build, older than this package: passed over for a later candidate
+            errors.append("%s: lacks %s%s (a build older than this package?)"
+                          % (path, missing[0], " and %d more" % (len(missing) - 1) if len(missing) > 1 else ""))
+            continue
+        for name, restype, argtypes in _PROTOS:
+            f = getattr(candidate, name)
+            f.restype = restype
+            f.argtypes = argtypes
+        return candidate, _file_of(candidate, path)
     raise ImportError(
         "ringlet: cannot load libringlet; tried, in order: " + "; ".join(errors)
         + ". Set RINGLET_LIBRARY to the path of libringlet.so, install it (make install), or build the "
@@ -176,18 +208,14 @@ def _load():
     )
 
 
-lib, path = _load()
-
 _SZ = ctypes.c_size_t
 _I = ctypes.c_int
 _P = ctypes.c_void_p
+_PROTOS = []  # (name, restype, argtypes) of every C function the package calls
 
 
 def _proto(name, restype, *argtypes):
-    f = getattr(lib, name)
-    f.restype = restype
-    f.argtypes = list(argtypes)
-    return f
+    _PROTOS.append((name, restype, list(argtypes)))
 
 
 _proto("ringlet_strerror", ctypes.c_char_p, c_result)
@@ -254,6 +282,10 @@ _proto("ringlet_ddp_param_bucket", c_result, c_ddp, _I, ctypes.POINTER(_I), ctyp
 _proto("ringlet_ddp_bucket_info", c_result, c_ddp, _I, ctypes.POINTER(DDPBucketInfo))
 _proto("ringlet_ddp_stats", c_result, c_ddp, ctypes.POINTER(DDPStats))
 _proto("ringlet_ddp_set_stream", c_result, c_ddp, _P)
+
+# The first candidate that loads and has every function above (one that lacks some, an
+# older build on the loader's path, is passed over, said in the error if none fits).
+lib, path = _load()
 
 
 def strerror(rc):

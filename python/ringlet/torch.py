@@ -79,6 +79,8 @@ def _cap_mb(v, what, default):
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
         raise ValueError("ringlet DDP: %s must be a number of MiB > 0 (or None: %s), not %r" % (what, default, v))
+    if v * 1024 * 1024 >= 2 ** 63:  # a size_t of its bytes would wrap (2**44 MiB became 512 KiB)
+        raise ValueError("ringlet DDP: %s of %r MiB is more bytes than a size holds" % (what, v))
     return v
 
 

@@ -11,7 +11,9 @@
 #   - after `make install PREFIX=<scratch>`, with no RINGLET_LIBRARY: the package make
 #     install put in the prefix finds the prefix's library (the prefix it recorded), and
 #     runs init_process_group("ringlet") on 2 ranks; the venv's package finds it through
-#     pkg-config (PKG_CONFIG_PATH=<scratch>/lib/pkgconfig).
+#     pkg-config (PKG_CONFIG_PATH=<scratch>/lib/pkgconfig); found by the loader
+#     (LD_LIBRARY_PATH), `python -m ringlet` names the file; an older library first on the
+#     loader's path is passed over (named by RINGLET_LIBRARY: refused, saying what it lacks).
 # Skips (77) without the venv module or pip, and in a sanitizer build (python3 would need
 # the sanitizer runtime preloaded). Exit 0 = passed, 1 = failed.
 set -u
@@ -118,6 +120,28 @@ if [ "$out" = "$PREFIX/lib/libringlet.so.0" ]; then
 else
     fails=$((fails + 1))
     echo "FAIL: the venv's package with PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig loaded: $out"
+fi
+# found by the loader (LD_LIBRARY_PATH): python -m ringlet names the file it loaded (it
+# printed the soname resolved against the current directory)
+out=$(LD_LIBRARY_PATH="$PREFIX/lib" PKG_CONFIG_LIBDIR="$TMP/none" PKG_CONFIG_PATH= "$PY" -m ringlet 2>&1)
+if grep -q "^library: $PREFIX/lib/libringlet.so" <<<"$out"; then
+    echo "ok:   the library found by the loader: python -m ringlet names its file"
+else
+    fails=$((fails + 1))
+    echo "FAIL: with LD_LIBRARY_PATH=$PREFIX/lib, python -m ringlet printed: $out"
+fi
+# an older build first on the loader's path (one that lacks the package's functions; here a
+# stub with ringlet_strerror alone) is passed over for the next place (it broke the import:
+# AttributeError); named by RINGLET_LIBRARY, the import fails saying what it lacks
+mkdir -p "$TMP/old" && printf 'const char *ringlet_strerror(int r) { (void)r; return "old"; }\n' >"$TMP/old/s.c" &&
+    cc -shared -fPIC -o "$TMP/old/libringlet.so.0" "$TMP/old/s.c"
+out=$(LD_LIBRARY_PATH="$TMP/old" PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" "$PY" -c "import ringlet; print(ringlet.library_path)" 2>&1)
+out2=$(RINGLET_LIBRARY="$TMP/old/libringlet.so.0" "$PY" -c "import ringlet" 2>&1)
+if [ "$out" = "$PREFIX/lib/libringlet.so.0" ] && grep -q "ImportError: .*lacks ringlet_comm_last_error" <<<"$out2"; then
+    echo "ok:   an older library first on the loader's path is passed over; named, it is refused saying what it lacks"
+else
+    fails=$((fails + 1))
+    echo "FAIL: an older library on the loader's path: loaded $out; named by RINGLET_LIBRARY: $(tail -n 1 <<<"$out2")"
 fi
 PYTHONPATH="$pydir" "$PREFIX/bin/ringlet-run" -n 2 --timeout 120 "$PYTHON" "$SRC/tests/python/backend_env.py" \
     ringlet-run >"$TMP/out" 2>&1

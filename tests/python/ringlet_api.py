@@ -185,11 +185,11 @@ def main():
         check(False, "op ReduceOp.BXOR accepted on a float tensor")
     except ValueError as e:
         check("unknown reduction op" in str(e), "ReduceOp.BXOR error: %s" % e)
-    # the DDP's bucket caps: None is the default (torch's DDP passes None so); <= 0 refused
+    # the DDP's bucket caps: None is the default (torch's DDP passes None so); <= 0 refused, and caps past a size_t
     from ringlet.torch import DistributedDataParallel as RDDP
     d = RDDP(torch.nn.Linear(3, 2), bucket_cap_mb=None, first_bucket_cap_mb=None)
     check(isinstance(d, RDDP), "DDP with bucket_cap_mb=None")
-    for bad in (0, -1, float("nan")):
+    for bad in (0, -1, float("nan"), 2 ** 44 + 0.5):  # the last: more bytes than a size_t
         try:
             RDDP(torch.nn.Linear(3, 2), bucket_cap_mb=bad)
             check(False, "DDP with bucket_cap_mb=%r accepted" % bad)
