@@ -328,13 +328,18 @@ class Communicator:
     def _take_handle(self, what):
         """Takes the handle away (new calls are refused), then waits for the calls inside it:
         each ends within its own deadline (RINGLET_TIMEOUT), or at once after an abort."""
-        limit = float(os.environ.get("RINGLET_TIMEOUT") or 300) + 10
+        try:
+            limit = float(os.environ.get("RINGLET_TIMEOUT") or 300) + 10
+        except ValueError:  # init refused it; changed since
+            limit = 310.0
         until = time.monotonic() + limit
         with self._calls:
             h, self._handle = self._handle, None
+            if not h:  # another thread's destroy or abort took it (its wait goes on)
+                return None
             self._closing = h
             try:
-                while h and self._inflight:
+                while self._inflight:
                     left = until - time.monotonic()
                     if left <= 0:
                         self._handle = h
