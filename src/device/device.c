@@ -178,17 +178,36 @@ static void gate_wait(void) {
     rl_cond_wait_ms(&g_gate_cv, &g_gate_mu, 1);
 }
 
+/* Where pinned memory, of no device, is freed: the current device where its context
+ * exists, else the first device whose context does, else -1 (the current device). A
+ * thread that never chose a device reads as device 0, which may have none: the runtime
+ * would make one for the call, GPU memory on a device the program never used. */
+static int pinned_home(const rl_device_ops *d) {
+    int dev = -1, active = 0, n = 0;
+    if (d->get_device(&dev) == RL_DEV_OK && d->context_active(dev, &active) == RL_DEV_OK && active) return dev;
+    if (d->count(&n) != RL_DEV_OK) return -1;
+    for (int i = 0; i < n; i++)
+        if (d->context_active(i, &active) == RL_DEV_OK && active) return i;
+    return -1;
+}
+
 /* Device memory is freed on its device: the runtime makes a context on the thread's
  * current device for the call, and a thread that never chose one is on device 0. Pinned
- * memory, of no device, is freed on pinned_dev (where it was given back, whose context
- * exists), not on the device of whichever thread makes a kept free. An import is closed
- * by mem_unimport in the context that opened it (imports.c). */
-static int free_now(const rl_device_ops *d, void *p, int kind, int pinned_dev) {
+ * memory is freed on pinned_dev (pinned_home where it was given back), not on the device
+ * of whichever thread makes a kept free. An import is closed by mem_unimport in the
+ * context that opened it (imports.c). */
+static int free_on(const rl_device_ops *d, void *p, int kind, int pinned_dev) {
     int dev = kind == RL_DEV_MEM_DEVICE ? d->ptr_device(p) : kind == RL_DEV_MEM_PINNED ? pinned_dev : -1, saved = -1;
     int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
     int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : kind == RL_DEV_MEM_PINNED ? d->host_free(p) : d->mem_unimport(p);
-    if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
     if (entered) d->device_leave(saved);
+    return rc;
+}
+
+/* free_on for ringlet's own frees: a failure is logged; 1 when freed. */
+static int free_now(const rl_device_ops *d, void *p, int kind, int pinned_dev) {
+    int rc = free_on(d, p, kind, pinned_dev);
+    if (rc != RL_DEV_OK) RL_WARN(-1, "freeing device memory at %p: %s", p, rl_dev_error());
     return rc == RL_DEV_OK;
 }
 
@@ -342,26 +361,6 @@ void rl_dev_hold_end(void) {
     pthread_mutex_unlock(&g_gate_mu);
 }
 
-/* A free of the program's, now: on the memory's device (device memory), or on the current
- * device where its context exists, else on one whose context does (pinned memory): the
- * runtime makes a context on the thread's current device for the call, and a thread that
- * never chose a device (a collector's, a pool's) reads as device 0, which may have none. */
-static int free_user_now(const rl_device_ops *d, void *p, int kind) {
-    int dev = -1, saved = -1, active = 0, n = 0;
-    if (kind == RL_DEV_MEM_DEVICE) {
-        dev = d->ptr_device(p);
-    } else if (d->get_device(&dev) != RL_DEV_OK || d->context_active(dev, &active) != RL_DEV_OK || !active) {
-        dev = -1;
-        if (d->count(&n) == RL_DEV_OK)
-            for (int i = 0; i < n && dev < 0; i++)
-                if (d->context_active(i, &active) == RL_DEV_OK && active) dev = i;
-    }
-    int entered = dev >= 0 && d->device_enter(dev, &saved) == RL_DEV_OK;
-    int rc = kind == RL_DEV_MEM_DEVICE ? d->mem_free(p) : d->host_free(p);
-    if (entered) d->device_leave(saved);
-    return rc;
-}
-
 int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int *kept) {
     const rl_device_ops *d = rl_device();
     *kept = 0;
@@ -376,7 +375,8 @@ int rl_dev_free_user(void *p, int kind, double timeout_s, const char *what, int 
         *kept = !rl_dev_free_later(p, kind);
         return RL_DEV_OK;
     }
-    int rc = free_user_now(d, p, kind);
+    /* (a thread that never chose a device, a collector's or a pool's, makes no context) */
+    int rc = free_on(d, p, kind, kind == RL_DEV_MEM_PINNED ? pinned_home(d) : -1);
     rl_dev_quiet_end();
     return rc;
 }
@@ -385,13 +385,8 @@ int rl_dev_free_later(void *p, int kind) {
     const rl_device_ops *d = rl_device();
     if (!p || !d || gate_forked()) return 0;
     int stuck = work_stuck() > 0;
-    if (t_quiet_depth && !stuck) return free_now(d, p, kind, -1);
-    /* Pinned memory: the current device, where it has a context (a thread that never chose
-     * a device reads as device 0, which may have none: entering it would make one). */
-    int dev = -1, active = 0;
-    if (kind == RL_DEV_MEM_PINNED &&
-        (d->get_device(&dev) != RL_DEV_OK || d->context_active(dev, &active) != RL_DEV_OK || !active))
-        dev = -1;
+    int dev = kind == RL_DEV_MEM_PINNED ? pinned_home(d) : -1;
+    if (t_quiet_depth && !stuck) return free_now(d, p, kind, dev);
     pthread_mutex_lock(&g_gate_mu);
     int now = !g_nstuck && !t_quiet_depth && !g_writer && !g_readers && !g_writers_waiting && !prune_holds();
     if (now) g_writer = 1;
@@ -404,7 +399,7 @@ int rl_dev_free_later(void *p, int kind) {
         return 0;
     }
     t_quiet_depth = 1;
-    int freed = free_now(d, p, kind, -1);
+    int freed = free_now(d, p, kind, dev);
     flush_deferred();
     t_quiet_depth = 0;
     pthread_mutex_lock(&g_gate_mu);
