@@ -218,8 +218,8 @@ void ringlet_device_leave(int saved);
  * now, on pinned memory (ringlet_host_alloc) once the stream's work queued before is done
  * (as CUDA orders them; within RINGLET_TIMEOUT, else RINGLET_ERR_TIMEOUT and nothing
  * done). A copy within device memory whose ranges overlap is RINGLET_ERR_INVALID_ARGUMENT
- * (undefined in CUDA). They run on the stream's device, whatever device is current, which they leave as
- * it was (the default stream is the current device's, as in CUDA). ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
+ * (undefined in CUDA). They run on the stream's device, whatever device is current, which
+ * they leave as it was (the default stream is the current device's, as in CUDA). ringlet_convert_async: dst[i] = src[i] * scale converted to dst_type, between
  * float16, bfloat16, float32 and float64 (from float64 computed in float64, else in
  * float32; rounded to nearest even; float16/bfloat16 widen exactly). Its kernel runs on the
  * device of the buffers' memory (on the default stream: that device's, whatever device is

@@ -56,6 +56,10 @@ static long sysctl_field(const char *path, int field) {
     return v;
 }
 
+long rl_sock_autotune_max(int rcv) {
+    return sysctl_field(rcv ? "/proc/sys/net/ipv4/tcp_rmem" : "/proc/sys/net/ipv4/tcp_wmem", 2);
+}
+
 int rl_sock_buf_fixed(long bufsize, long autotune_max, long core_max) {
     /* Linux grows a buffer it sizes itself up to tcp_[rw]mem's maximum; a size set on the
      * socket stops that for good, and is clamped to net.core.[rw]mem_max (then doubled)
@@ -69,10 +73,9 @@ void rl_sock_tune(int fd, int bufsize) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (bufsize > 0) {
         static const int opts[2] = {SO_SNDBUF, SO_RCVBUF}, forced[2] = {SO_SNDBUFFORCE, SO_RCVBUFFORCE};
-        static const char *const autotune[2] = {"/proc/sys/net/ipv4/tcp_wmem", "/proc/sys/net/ipv4/tcp_rmem"};
         static const char *const core[2] = {"/proc/sys/net/core/wmem_max", "/proc/sys/net/core/rmem_max"};
         for (int i = 0; i < 2; i++) {
-            int how = rl_sock_buf_fixed(bufsize, sysctl_field(autotune[i], 2), sysctl_field(core[i], 0));
+            int how = rl_sock_buf_fixed(bufsize, rl_sock_autotune_max(i), sysctl_field(core[i], 0));
             /* 1: set (forced where allowed); 2: only a forced set helps (a plain one would
              * be clamped below what autotuning reaches) */
             if (how && setsockopt(fd, SOL_SOCKET, forced[i], &bufsize, sizeof bufsize) != 0 && how == 1)

@@ -38,6 +38,9 @@ void rl_sock_tune(int fd, int bufsize);
  * growth and cap the window), 1 sets it (forced where allowed), 2 sets it only forced
  * (a plain set would be clamped below what autotuning reaches). */
 int rl_sock_buf_fixed(long bufsize, long autotune_max, long core_max);
+/* The kernel's autotuning maximum for a TCP socket's receive (rcv) or send buffer:
+ * tcp_rmem's or tcp_wmem's third number; 0 when unreadable. */
+long rl_sock_autotune_max(int rcv);
 int rl_sock_set_nonblock(int fd);
 /* Port of a bound or connected address. */
 int rl_sockaddr_port(const struct sockaddr_storage *a);

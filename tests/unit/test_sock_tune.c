@@ -21,16 +21,6 @@ static void check(int ok, const char *what) {
     failures += !ok;
 }
 
-static long proc_field(const char *path, int field) {
-    FILE *f = fopen(path, "r");
-    long v = 0;
-    if (!f) return 0;
-    for (int i = 0; i <= field; i++)
-        if (fscanf(f, "%ld", &v) != 1) v = 0;
-    fclose(f);
-    return v;
-}
-
 /* A connected TCP socket over the loopback (its peer and listener in *peer, *lfd). */
 static int loopback_pair(int *peer, int *lfd) {
     struct sockaddr_in a;
@@ -68,7 +58,7 @@ int main(void) {
     check(rl_sock_buf_fixed(1 << 20, 0, 0) == 1, "limits unknown: set");
 
     /* a real socket */
-    long top = proc_field("/proc/sys/net/ipv4/tcp_rmem", 2);
+    long top = rl_sock_autotune_max(1);
     int peer = -1, lfd = -1, fd = loopback_pair(&peer, &lfd);
     if (fd < 0 || top <= 0) {
         printf("skip: a socket over the loopback (%s) or tcp_rmem (%ld)\n", fd < 0 ? "none" : "made", top);
